@@ -1,0 +1,255 @@
+//! The encryption envelope and keyed identifiers.
+//!
+//! Invariants:
+//! - Every byte of content, every path and every record body that reaches the store went
+//!   through [`seal`]: zstd compression, then AES-256-GCM with a fresh random 96-bit nonce
+//!   and associated data naming what the bytes are (kind, id, content class, schema
+//!   version, key version). A ciphertext moved under another id or class fails to open.
+//! - Content ids and digests are HMAC-SHA-256 under a key derived from the master key, so
+//!   the store cannot be probed for "does it hold this known file".
+//! - Subkeys come from HKDF-SHA-256 with one `info` label per purpose; no key is used for
+//!   two purposes.
+
+use aes_gcm::Aes256Gcm;
+use aes_gcm::aead::Nonce;
+use aes_gcm::aead::{Aead, KeyInit, Payload};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::fmt;
+
+use crate::error::{Error, ErrorCode, Result};
+
+/// Length of every symmetric key turnback uses.
+pub const KEY_LEN: usize = 32;
+const NONCE_LEN: usize = 12;
+const TAG_LEN: usize = 16;
+const ZSTD_LEVEL: i32 = 3;
+
+/// 256 bits of key material. `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretKey(pub(crate) [u8; KEY_LEN]);
+
+impl fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretKey(..)")
+    }
+}
+
+impl SecretKey {
+    /// A fresh key from the operating system's random source.
+    pub fn random() -> Result<Self> {
+        let mut k = [0u8; KEY_LEN];
+        fill_random(&mut k)?;
+        Ok(SecretKey(k))
+    }
+
+    /// Wraps raw bytes; fails unless there are exactly 32.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+        let arr: [u8; KEY_LEN] = bytes
+            .try_into()
+            .map_err(|_| Error::invalid(format!("a key must be {KEY_LEN} bytes, got {}", bytes.len())))?;
+        Ok(SecretKey(arr))
+    }
+
+    /// The raw bytes (for writing the key file).
+    pub fn expose(&self) -> &[u8; KEY_LEN] {
+        &self.0
+    }
+
+    /// Derives the subkey for `purpose` (HKDF-SHA-256, one label per purpose).
+    pub fn derive(&self, purpose: Purpose) -> SecretKey {
+        let hk = hkdf::Hkdf::<Sha256>::new(Some(b"turnback/v1"), &self.0);
+        let mut out = [0u8; KEY_LEN];
+        hk.expand(purpose.label().as_bytes(), &mut out).expect("32 bytes is a valid HKDF-SHA-256 output length");
+        SecretKey(out)
+    }
+
+    /// HMAC-SHA-256 of `parts` (each length-prefixed, so part boundaries are unambiguous).
+    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        for p in parts {
+            mac.update(&(p.len() as u64).to_le_bytes());
+            mac.update(p);
+        }
+        mac.finalize().into_bytes().into()
+    }
+}
+
+/// What a derived key is for. Each purpose has its own HKDF label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Wraps the versioned data keys kept in the store (from the master key).
+    WrapDataKeys,
+    /// Keyed content ids and digests (from the master key, so ids survive data-key rotation).
+    ContentId,
+    /// Keyed lookup ids of names that must stay secret, such as workspace paths.
+    LookupId,
+    /// The value stored to recognise the right master key (`key-mismatch` detection).
+    KeyCheck,
+    /// Content, record and path encryption (from a data key).
+    Encrypt,
+}
+
+impl Purpose {
+    fn label(self) -> &'static str {
+        match self {
+            Purpose::WrapDataKeys => "turnback wrap data keys",
+            Purpose::ContentId => "turnback content id",
+            Purpose::LookupId => "turnback lookup id",
+            Purpose::KeyCheck => "turnback master key check",
+            Purpose::Encrypt => "turnback encrypt",
+        }
+    }
+}
+
+/// Fills `buf` from the operating system's random source.
+pub fn fill_random(buf: &mut [u8]) -> Result<()> {
+    getrandom::fill(buf).map_err(|e| Error::new(ErrorCode::Io, format!("random source: {e}")))
+}
+
+/// What the associated data of an envelope binds: the object's identity and format.
+#[derive(Debug, Clone, Copy)]
+pub struct Binding<'a> {
+    /// The kind of object (`object`, `record:checkpoints`, `data-key`, …).
+    pub kind: &'a str,
+    /// The object's id as stored (its key).
+    pub id: &'a [u8],
+    /// The content class (`file-content`, `binary-blob`, `record`, …).
+    pub class: &'a str,
+    /// The schema version of the plaintext format.
+    pub schema: u16,
+    /// The data-key version used.
+    pub key_version: u32,
+}
+
+impl Binding<'_> {
+    fn aad(&self) -> Vec<u8> {
+        let mut aad = Vec::with_capacity(64 + self.id.len() * 2);
+        aad.extend_from_slice(b"turnback:");
+        aad.extend_from_slice(self.kind.as_bytes());
+        aad.push(b':');
+        aad.extend_from_slice(hex(self.id).as_bytes());
+        aad.push(b':');
+        aad.extend_from_slice(self.class.as_bytes());
+        aad.extend_from_slice(format!(":s{}:k{}", self.schema, self.key_version).as_bytes());
+        aad
+    }
+}
+
+/// Compresses then encrypts `plaintext`; returns `nonce || ciphertext || tag`.
+pub fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> Result<Vec<u8>> {
+    let compressed =
+        zstd::bulk::compress(plaintext, ZSTD_LEVEL).map_err(|e| Error::new(ErrorCode::Io, format!("compress: {e}")))?;
+    let mut nonce = [0u8; NONCE_LEN];
+    fill_random(&mut nonce)?;
+    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
+    let aad = binding.aad();
+    let ct = cipher
+        .encrypt(&Nonce::<Aes256Gcm>::from(nonce), Payload { msg: &compressed, aad: &aad })
+        .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
+    let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
+    out.extend_from_slice(&nonce);
+    out.extend_from_slice(&ct);
+    Ok(out)
+}
+
+/// Decrypts and decompresses what [`seal`] produced under the same `binding`.
+///
+/// `max_len` bounds the decompressed size (the recorded size for content), so a tampered
+/// frame cannot make us allocate without limit. Any failure is `corrupt`: by the time this
+/// runs the master key has been checked, so an authentication failure means altered bytes.
+pub fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize) -> Result<Vec<u8>> {
+    let what = binding.kind;
+    if sealed.len() < NONCE_LEN + TAG_LEN {
+        return Err(Error::corrupt(what, "ciphertext too short"));
+    }
+    let (nonce, ct) = sealed.split_at(NONCE_LEN);
+    let nonce: [u8; NONCE_LEN] = nonce.try_into().expect("split at NONCE_LEN");
+    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
+    let aad = binding.aad();
+    let compressed = cipher
+        .decrypt(&Nonce::<Aes256Gcm>::from(nonce), Payload { msg: ct, aad: &aad })
+        .map_err(|_| Error::corrupt(what, "authentication failed (altered ciphertext or metadata)"))?;
+    zstd::bulk::decompress(&compressed, max_len).map_err(|_| Error::corrupt(what, "bad compressed frame"))
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// Parses lower- or upper-case hex.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(id: &[u8]) -> Binding<'_> {
+        Binding { kind: "object", id, class: "file-content", schema: 1, key_version: 1 }
+    }
+
+    #[test]
+    fn seal_then_open_round_trips_and_hides_plaintext() {
+        let key = SecretKey::random().unwrap();
+        let text = "สวัสดีครับ canary-7f3a".repeat(20);
+        let sealed = seal(&key, binding(b"a"), text.as_bytes()).unwrap();
+        assert!(!sealed.windows(6).any(|w| w == b"canary"));
+        let opened = open(&key, binding(b"a"), &sealed, text.len()).unwrap();
+        assert_eq!(opened, text.as_bytes());
+    }
+
+    #[test]
+    fn ciphertext_under_another_id_or_class_is_corrupt() {
+        let key = SecretKey::random().unwrap();
+        let sealed = seal(&key, binding(b"a"), b"hello").unwrap();
+        let err = open(&key, binding(b"b"), &sealed, 5).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Corrupt);
+        let other_class = Binding { class: "binary-blob", ..binding(b"a") };
+        assert_eq!(open(&key, other_class, &sealed, 5).unwrap_err().code, ErrorCode::Corrupt);
+        let other_version = Binding { key_version: 2, ..binding(b"a") };
+        assert_eq!(open(&key, other_version, &sealed, 5).unwrap_err().code, ErrorCode::Corrupt);
+    }
+
+    #[test]
+    fn every_flipped_byte_is_detected() {
+        let key = SecretKey::random().unwrap();
+        let sealed = seal(&key, binding(b"a"), b"some file content").unwrap();
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x01;
+            assert_eq!(open(&key, binding(b"a"), &bad, 100).unwrap_err().code, ErrorCode::Corrupt, "byte {i}");
+        }
+    }
+
+    #[test]
+    fn subkeys_differ_per_purpose_and_are_stable() {
+        let k = SecretKey([7u8; 32]);
+        assert_ne!(k.derive(Purpose::ContentId), k.derive(Purpose::Encrypt));
+        assert_eq!(k.derive(Purpose::ContentId), k.derive(Purpose::ContentId));
+    }
+
+    #[test]
+    fn mac_parts_are_unambiguous() {
+        let k = SecretKey([1u8; 32]);
+        assert_ne!(k.mac(&[b"ab", b"c"]), k.mac(&[b"a", b"bc"]));
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        assert_eq!(unhex(&hex(&[0, 1, 0xab, 0xff])).unwrap(), vec![0, 1, 0xab, 0xff]);
+        assert!(unhex("abc").is_none());
+        assert!(unhex("zz").is_none());
+    }
+}

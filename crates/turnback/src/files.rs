@@ -1,0 +1,255 @@
+//! Reading and replacing workspace files without ever following a symlink.
+//!
+//! Invariants:
+//! - Every access starts from the workspace root's directory descriptor and opens each
+//!   parent component with `O_NOFOLLOW | O_DIRECTORY`: a symlinked parent is refused
+//!   (`path-rejected`, "behind a symlink"), even if it was swapped in after validation.
+//!   The final component is read with `O_NOFOLLOW` and a symlink there is refused too.
+//! - A replacement is atomic: the new bytes go to a temporary file in the same directory,
+//!   which is fsynced, given the old file's mode, renamed over the target, and then the
+//!   directory is fsynced. A crash leaves the old file or the new one, never a mix, plus at
+//!   most one temporary file whose name is derived from the checkpoint id
+//!   ([`temp_name`]) so reconcile can find and remove it.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorCode, IoResultExt, Result};
+use crate::failpoint;
+use crate::workspace::RelPath;
+
+/// The identity and shape of a file at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileIdentity {
+    /// Device id.
+    pub device: u64,
+    /// Inode number.
+    pub inode: u64,
+    /// Permission and type bits (`st_mode`).
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, ns since epoch.
+    pub mtime_ns: i128,
+    /// Status-change time, ns since epoch.
+    pub ctime_ns: i128,
+}
+
+impl FileIdentity {
+    fn of(st: &rustix::fs::Stat) -> Self {
+        FileIdentity {
+            device: st.st_dev,
+            inode: st.st_ino,
+            mode: st.st_mode,
+            size: st.st_size as u64,
+            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+            ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+        }
+    }
+
+    /// The permission bits alone.
+    pub fn permissions(&self) -> u32 {
+        self.mode & 0o7777
+    }
+}
+
+/// What is at a path right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Current {
+    /// Nothing.
+    Absent,
+    /// A regular file with these bytes.
+    File {
+        /// Its content.
+        bytes: Vec<u8>,
+        /// Its identity.
+        identity: FileIdentity,
+    },
+}
+
+/// An open handle on the directory that holds a target, reached without symlinks.
+#[derive(Debug)]
+pub struct Parent {
+    fd: OwnedFd,
+    name: OsString,
+    shown: PathBuf,
+    /// Directories created on the way (relative paths, outermost first).
+    pub created_dirs: Vec<RelPath>,
+}
+
+fn behind_symlink(shown: &Path) -> Error {
+    Error::new(
+        ErrorCode::PathRejected,
+        format!("{}: behind a symlink; turnback never writes through one", shown.display()),
+    )
+}
+
+/// Opens the parent directory of `rel` under `root`, refusing symlinked components.
+/// With `create`, missing directories are made (and listed in `created_dirs`).
+pub fn open_parent(root: &Path, rel: &RelPath, create: bool) -> Result<Parent> {
+    let shown = root.join(rel.as_path());
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open(root, dir_flags, Mode::empty()).context(root)?;
+    let comps: Vec<&OsStr> = rel.components().collect();
+    let (name, parents) = comps.split_last().expect("a RelPath has at least one component");
+    let mut created_dirs = Vec::new();
+    let mut so_far: Vec<u8> = Vec::new();
+    for comp in parents {
+        if !so_far.is_empty() {
+            so_far.push(b'/');
+        }
+        so_far.extend_from_slice(comp.as_bytes());
+        fd = match rustix::fs::openat(&fd, *comp, dir_flags, Mode::empty()) {
+            Ok(next) => next,
+            Err(Errno::NOENT) if create => {
+                match rustix::fs::mkdirat(&fd, *comp, Mode::from_raw_mode(0o777)) {
+                    Ok(()) => created_dirs.push(RelPath::new(so_far.clone())?),
+                    Err(Errno::EXIST) => {}
+                    Err(e) => return Err(e).context(&shown),
+                }
+                rustix::fs::openat(&fd, *comp, dir_flags, Mode::empty()).map_err(|e| classify(e, &shown))?
+            }
+            Err(e) => return Err(classify(e, &shown)),
+        };
+    }
+    Ok(Parent { fd, name: name.to_os_string(), shown, created_dirs })
+}
+
+fn classify(e: Errno, shown: &Path) -> Error {
+    match e {
+        Errno::LOOP | Errno::NOTDIR => behind_symlink(shown),
+        Errno::NOENT => {
+            Error::new(ErrorCode::NotFound, format!("{}: a parent directory does not exist", shown.display()))
+        }
+        other => Error::new(ErrorCode::Io, format!("{}: {}", shown.display(), std::io::Error::from(other))),
+    }
+}
+
+impl Parent {
+    /// The target's path, for messages.
+    pub fn shown(&self) -> &Path {
+        &self.shown
+    }
+
+    /// Reads the target without following a symlink.
+    ///
+    /// # Errors
+    /// `path-rejected` if it is a symlink; `invalid-argument` if it is not a regular file.
+    pub fn read(&self) -> Result<Current> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = match rustix::fs::openat(&self.fd, &self.name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(Current::Absent),
+            Err(Errno::LOOP) => return Err(behind_symlink(&self.shown)),
+            Err(e) => return Err(e).context(&self.shown),
+        };
+        let st = rustix::fs::fstat(&fd).context(&self.shown)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::invalid(format!("{}: not a regular file", self.shown.display())));
+        }
+        let mut file = File::from(fd);
+        let mut bytes = Vec::with_capacity(st.st_size as usize);
+        file.read_to_end(&mut bytes).context(&self.shown)?;
+        let st = rustix::fs::fstat(file.as_fd()).context(&self.shown)?;
+        Ok(Current::File { bytes, identity: FileIdentity::of(&st) })
+    }
+
+    /// Atomically replaces (or creates) the target with `bytes`; `mode` keeps the old
+    /// file's permission bits (None: a new file, default permissions under the umask).
+    /// `temp` is the temporary name to use (see [`temp_name`]).
+    pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
+        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(0o666)).context(&self.shown)?;
+        let mut file = File::from(fd);
+        file.write_all(bytes).context(&self.shown)?;
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
+        }
+        file.sync_all().context(&self.shown)?;
+        failpoint::hit("write-temp-synced");
+        rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
+        failpoint::hit("write-renamed");
+        rustix::fs::fsync(&self.fd).context(&self.shown)?;
+        let st = rustix::fs::fstat(&file).context(&self.shown)?;
+        Ok(FileIdentity::of(&st))
+    }
+
+    /// Removes the target (a regular file) and syncs the directory.
+    pub fn remove(&self) -> Result<()> {
+        rustix::fs::unlinkat(&self.fd, &self.name, AtFlags::empty()).context(&self.shown)?;
+        failpoint::hit("remove-unlinked");
+        rustix::fs::fsync(&self.fd).context(&self.shown)
+    }
+
+    /// Removes the temporary file `temp` if a crash left it behind; true if one was there.
+    pub fn remove_temp(&self, temp: &OsStr) -> Result<bool> {
+        match rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(e).context(&self.shown),
+        }
+    }
+}
+
+/// The temporary name used while replacing `rel` for the checkpoint `checkpoint_id`.
+pub fn temp_name(rel: &RelPath, checkpoint_id: &str) -> OsString {
+    let base = rel.components().last().expect("non-empty").as_bytes();
+    let mut name = b".".to_vec();
+    // Keep the name short enough for NAME_MAX with the suffix added.
+    name.extend_from_slice(&base[..base.len().min(160)]);
+    name.extend_from_slice(format!(".turnback-{}.tmp", checkpoint_id.replace('-', "")).as_bytes());
+    OsString::from_vec(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn replace_keeps_mode_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("run.sh");
+        std::fs::write(&f, "old").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o751)).unwrap();
+        let rel = RelPath::new("run.sh").unwrap();
+        let parent = open_parent(dir.path(), &rel, false).unwrap();
+        let Current::File { identity, .. } = parent.read().unwrap() else { panic!() };
+        parent.replace(&temp_name(&rel, "c-1"), b"new", Some(identity.mode)).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o751);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn symlinked_parent_or_target_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+        std::fs::write(outside.path().join("x"), "secret").unwrap();
+        let err = open_parent(dir.path(), &RelPath::new("link/x").unwrap(), true).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PathRejected);
+        std::os::unix::fs::symlink(outside.path().join("x"), dir.path().join("y")).unwrap();
+        let parent = open_parent(dir.path(), &RelPath::new("y").unwrap(), false).unwrap();
+        assert_eq!(parent.read().unwrap_err().code, ErrorCode::PathRejected);
+    }
+
+    #[test]
+    fn missing_parents_are_created_and_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = open_parent(dir.path(), &RelPath::new("a/b/c.txt").unwrap(), true).unwrap();
+        let created: Vec<String> = parent.created_dirs.iter().map(|p| p.display()).collect();
+        assert_eq!(created, ["a", "a/b"]);
+        assert_eq!(parent.read().unwrap(), Current::Absent);
+    }
+}

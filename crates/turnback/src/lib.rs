@@ -1,0 +1,44 @@
+//! turnback: undo for AI coding agents.
+//!
+//! This crate holds every behaviour; the `turnback` command line is a thin layer over it.
+//! It records each file mutation an agent makes as a [`checkpoint`] with encrypted pre-
+//! and post-images, keeps everything in one encrypted, crash-consistent [`store`], and
+//! verifies every read.
+//!
+//! ```no_run
+//! use turnback::{Store, StoreOptions, Workspace, Session, mutation};
+//! # fn main() -> turnback::Result<()> {
+//! let store = Store::open(&StoreOptions { create: true, ..StoreOptions::new("/tmp/tb-store") })?;
+//! let ws = Workspace::ensure(&store, std::path::Path::new("."))?;
+//! let session = Session::resolve(&store, &ws, None)?;
+//! let ctx = mutation::Context { store: &store, workspace: &ws, session: &session,
+//!                               cwd: &ws.root, confirm_unprotected: false };
+//! let done = mutation::apply(ctx, mutation::Mutation::Write { path: "notes.txt".into(), content: b"hi\n".to_vec() })?;
+//! println!("checkpoint {}", done.checkpoint.checkpoint_id);
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+pub mod artifact;
+pub mod checkpoint;
+pub mod crypto;
+pub mod error;
+pub mod failpoint;
+pub mod files;
+pub mod journal;
+pub mod keys;
+pub mod kv;
+pub mod lock;
+pub mod maintenance;
+pub mod mutation;
+pub mod object;
+pub mod retention;
+pub mod session;
+pub mod settings;
+pub mod store;
+pub mod workspace;
+
+pub use error::{Error, ErrorCode, Result};
+pub use session::Session;
+pub use store::{Store, StoreOptions};
+pub use workspace::{RelPath, Workspace};

@@ -1,0 +1,191 @@
+//! Content-addressed, encrypted objects: the bytes behind artifacts (and, later, snapshots).
+//!
+//! Invariants:
+//! - An object's key is its keyed content id: HMAC-SHA-256 of the plaintext under a key
+//!   derived from the master key. Equal content is stored once; the id reveals nothing to
+//!   anyone without the key.
+//! - The stored value is a small plain header (format, key version, schema, content class,
+//!   plaintext size) followed by the sealed bytes, whose associated data binds the id, the
+//!   class, the schema and the key version: changing any header field, moving the value to
+//!   another id or flipping a byte makes the read fail as `corrupt`.
+//! - A read returns bytes only after decryption succeeded and both the keyed digest and the
+//!   size match; otherwise it returns an error and no bytes.
+
+use serde::{Deserialize, Serialize};
+
+use crate::crypto::{self, Binding, hex};
+use crate::error::{Error, Result};
+use crate::keys::KeyRing;
+use crate::kv::{KeyValueStore, Ns, Txn};
+
+pub(crate) const NS_OBJECTS: Ns = "objects";
+const MAGIC: &[u8; 3] = b"TO1";
+const HEADER_LEN: usize = 3 + 4 + 2 + 1 + 8;
+/// Schema version of object plaintext framing.
+pub const OBJECT_SCHEMA: u16 = 1;
+/// How far into a file to look for a NUL byte when classifying it.
+pub const BINARY_SNIFF_LEN: usize = 8 * 1024;
+
+/// What kind of bytes an object holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContentClass {
+    /// Text-like file content.
+    FileContent,
+    /// File content with a NUL byte in its first 8 KiB.
+    BinaryBlob,
+}
+
+impl ContentClass {
+    /// Classifies file content: binary if a NUL appears in the first 8 KiB.
+    pub fn of(bytes: &[u8]) -> Self {
+        let head = &bytes[..bytes.len().min(BINARY_SNIFF_LEN)];
+        if head.contains(&0) { ContentClass::BinaryBlob } else { ContentClass::FileContent }
+    }
+
+    /// The stable name (`file-content`, `binary-blob`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContentClass::FileContent => "file-content",
+            ContentClass::BinaryBlob => "binary-blob",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            ContentClass::FileContent => 1,
+            ContentClass::BinaryBlob => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Self> {
+        match code {
+            1 => Some(ContentClass::FileContent),
+            2 => Some(ContentClass::BinaryBlob),
+            _ => None,
+        }
+    }
+}
+
+/// A keyed content id, which is also the content's digest.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ContentId(pub [u8; 32]);
+
+impl std::fmt::Debug for ContentId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ContentId({})", self.to_hex())
+    }
+}
+
+impl ContentId {
+    /// Lower-case hex, as shown in `digest` fields.
+    pub fn to_hex(&self) -> String {
+        hex(&self.0)
+    }
+
+    /// Parses the hex form.
+    pub fn from_hex(s: &str) -> Option<Self> {
+        crypto::unhex(s)?.try_into().ok().map(ContentId)
+    }
+}
+
+/// The plain header of a stored object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectHeader {
+    /// The data-key version it is encrypted under.
+    pub key_version: u32,
+    /// Its plaintext framing version.
+    pub schema: u16,
+    /// Its content class.
+    pub class: ContentClass,
+    /// Its plaintext size in bytes.
+    pub size: u64,
+}
+
+/// Splits a stored value into its header and sealed bytes.
+///
+/// # Errors
+/// `corrupt` if the header is malformed.
+pub(crate) fn parse(value: &[u8]) -> Result<(ObjectHeader, &[u8])> {
+    if value.len() < HEADER_LEN || &value[..3] != MAGIC {
+        return Err(Error::corrupt("object", "bad header"));
+    }
+    let key_version = u32::from_be_bytes(value[3..7].try_into().expect("4 bytes"));
+    let schema = u16::from_be_bytes(value[7..9].try_into().expect("2 bytes"));
+    let class = ContentClass::from_code(value[9]).ok_or_else(|| Error::corrupt("object", "unknown content class"))?;
+    let size = u64::from_be_bytes(value[10..18].try_into().expect("8 bytes"));
+    Ok((ObjectHeader { key_version, schema, class, size }, &value[HEADER_LEN..]))
+}
+
+fn binding<'a>(id: &'a ContentId, h: &ObjectHeader) -> Binding<'a> {
+    Binding { kind: "object", id: &id.0, class: h.class.as_str(), schema: h.schema, key_version: h.key_version }
+}
+
+fn encode(keys: &KeyRing, id: &ContentId, class: ContentClass, version: u32, bytes: &[u8]) -> Result<Vec<u8>> {
+    let header = ObjectHeader { key_version: version, schema: OBJECT_SCHEMA, class, size: bytes.len() as u64 };
+    let sealed = crypto::seal(keys.data_key(version)?, binding(id, &header), bytes)?;
+    let mut value = Vec::with_capacity(HEADER_LEN + sealed.len());
+    value.extend_from_slice(MAGIC);
+    value.extend_from_slice(&version.to_be_bytes());
+    value.extend_from_slice(&OBJECT_SCHEMA.to_be_bytes());
+    value.push(class.code());
+    value.extend_from_slice(&header.size.to_be_bytes());
+    value.extend_from_slice(&sealed);
+    Ok(value)
+}
+
+/// Stores `bytes` (once per distinct content) inside `txn`; returns its id and class.
+pub(crate) fn put(keys: &KeyRing, txn: &mut dyn Txn, bytes: &[u8]) -> Result<(ContentId, ContentClass)> {
+    let id = ContentId(keys.content_id(bytes));
+    let class = ContentClass::of(bytes);
+    if txn.get(NS_OBJECTS, &id.0)?.is_none() {
+        let value = encode(keys, &id, class, keys.current_version(), bytes)?;
+        txn.put(NS_OBJECTS, &id.0, &value)?;
+    }
+    Ok((id, class))
+}
+
+/// Decrypts and verifies a stored value read under `id`.
+///
+/// # Errors
+/// `corrupt` on any mismatch: header, authentication, digest or size.
+pub(crate) fn decode(keys: &KeyRing, id: &ContentId, value: &[u8]) -> Result<(ObjectHeader, Vec<u8>)> {
+    let (header, sealed) = parse(value)?;
+    let size = usize::try_from(header.size).map_err(|_| Error::corrupt("object", "size out of range"))?;
+    let plain = crypto::open(keys.data_key(header.key_version)?, binding(id, &header), sealed, size)?;
+    if plain.len() != size {
+        return Err(Error::corrupt("object", "size mismatch"));
+    }
+    if keys.content_id(&plain) != id.0 {
+        return Err(Error::corrupt("object", "digest mismatch"));
+    }
+    Ok((header, plain))
+}
+
+/// Reads and verifies the object `id`.
+///
+/// # Errors
+/// `not-found` if absent; `corrupt` if it does not verify.
+pub(crate) fn get(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Result<(ObjectHeader, Vec<u8>)> {
+    let value = kv.get(NS_OBJECTS, &id.0)?.ok_or_else(|| Error::not_found(format!("object {}", id.to_hex())))?;
+    decode(keys, id, &value)
+}
+
+/// The header of object `id`, without decrypting it.
+pub(crate) fn header(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<ObjectHeader>> {
+    match kv.get(NS_OBJECTS, &id.0)? {
+        Some(v) => Ok(Some(parse(&v)?.0)),
+        None => Ok(None),
+    }
+}
+
+/// Re-encrypts the object stored as `value` under the current key, inside `txn`.
+pub(crate) fn reencrypt(keys: &KeyRing, txn: &mut dyn Txn, id: &ContentId, value: &[u8]) -> Result<bool> {
+    let (header, plain) = decode(keys, id, value)?;
+    if header.key_version == keys.current_version() {
+        return Ok(false);
+    }
+    let fresh = encode(keys, id, header.class, keys.current_version(), &plain)?;
+    txn.put(NS_OBJECTS, &id.0, &fresh)?;
+    Ok(true)
+}

@@ -1,0 +1,157 @@
+//! Sessions: one agent conversation in one workspace.
+//!
+//! Invariants:
+//! - A session id matches `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$` and names one workspace for
+//!   its whole life.
+//! - The session's prompt round only grows; checkpoints record the round they were made in
+//!   and retention counts rounds, not wall-clock time.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::kv::Ns;
+use crate::store::{Store, format_ms, now_ms};
+use crate::workspace::Workspace;
+
+pub(crate) const NS_SESSIONS: Ns = "sessions";
+const NS_WORKSPACE_SESSIONS: Ns = "workspace-sessions";
+const SESSION_SCHEMA: u16 = 1;
+
+/// One agent conversation in one workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// The session id.
+    pub id: String,
+    /// The workspace it works in.
+    pub workspace_id: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// The current prompt round (0 before the first prompt).
+    pub prompt_round: u64,
+    /// The session it was forked from, if any.
+    pub parent: Option<String>,
+}
+
+/// Checks a session id against `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`.
+///
+/// # Errors
+/// `invalid-argument` saying what is allowed.
+pub fn validate_id(id: &str) -> Result<()> {
+    let b = id.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "session id {id:?} must be 1-128 letters, digits, '_' or '-', starting with a letter or digit"
+        )))
+    }
+}
+
+impl Session {
+    /// The session `id`, if it exists.
+    pub fn get(store: &Store, id: &str) -> Result<Option<Session>> {
+        validate_id(id)?;
+        store.get_record(NS_SESSIONS, id.as_bytes())
+    }
+
+    /// The most recently created session of `workspace`, if any.
+    pub fn latest(store: &Store, workspace: &Workspace) -> Result<Option<Session>> {
+        let mut last = None;
+        store.kv().scan_keys(NS_WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
+            last = Some(k.to_vec());
+            Ok(true)
+        })?;
+        match last {
+            Some(k) => {
+                let k = String::from_utf8_lossy(&k).into_owned();
+                let id = k.rsplit('/').next().unwrap_or_default();
+                Session::get(store, id)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Creates a session in `workspace` (with `id`, or a fresh UUID v7).
+    ///
+    /// # Errors
+    /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
+    pub fn create(store: &Store, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => uuid::Uuid::now_v7().to_string(),
+        };
+        validate_id(&id)?;
+        let now = now_ms();
+        let session = Session {
+            id: id.clone(),
+            workspace_id: workspace.id.clone(),
+            created_at: format_ms(now),
+            prompt_round: 0,
+            parent: None,
+        };
+        let sealed = store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
+        let mut txn = store.kv().begin()?;
+        if !txn.put_if_absent(NS_SESSIONS, id.as_bytes(), &sealed)? {
+            return Err(Error::new(crate::ErrorCode::AlreadyExists, format!("session {id} already exists")));
+        }
+        let index = format!("{}/{now:016}/{id}", workspace.id);
+        txn.put(NS_WORKSPACE_SESSIONS, index.as_bytes(), b"")?;
+        txn.commit()?;
+        Ok(session)
+    }
+
+    /// The session to use: `requested` (created if new), else the workspace's latest, else
+    /// a new one.
+    ///
+    /// # Errors
+    /// `invalid-argument` if `requested` belongs to another workspace or is malformed.
+    pub fn resolve(store: &Store, workspace: &Workspace, requested: Option<&str>) -> Result<Session> {
+        if let Some(id) = requested {
+            return match Session::get(store, id)? {
+                Some(s) if s.workspace_id == workspace.id => Ok(s),
+                Some(_) => Err(Error::invalid(format!("session {id} belongs to another workspace"))),
+                None => match Session::create(store, workspace, Some(id)) {
+                    Err(e) if e.code == crate::ErrorCode::AlreadyExists => {
+                        Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))
+                    }
+                    other => other,
+                },
+            };
+        }
+        match Session::latest(store, workspace)? {
+            Some(s) => Ok(s),
+            None => Session::create(store, workspace, None),
+        }
+    }
+
+    /// Moves the session to its next prompt round and returns it.
+    pub fn advance_round(store: &Store, id: &str) -> Result<u64> {
+        let mut txn = store.kv().begin()?;
+        let value = txn.get(NS_SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        let mut session: Session = store.open_record(NS_SESSIONS, id.as_bytes(), &value)?;
+        session.prompt_round += 1;
+        txn.put(NS_SESSIONS, id.as_bytes(), &store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?)?;
+        txn.commit()?;
+        Ok(session.prompt_round)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_follow_the_pattern() {
+        for ok in ["a", "A9", "claude-code_1", &"x".repeat(128)] {
+            assert!(validate_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "_a", "a b", "a/b", &"x".repeat(129), "é"] {
+            assert!(validate_id(bad).is_err(), "{bad}");
+        }
+    }
+}
