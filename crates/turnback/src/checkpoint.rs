@@ -139,6 +139,19 @@ pub enum OperationKind {
     External,
 }
 
+impl OperationKind {
+    /// The stable string form (`create_file`, …, `external`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationKind::CreateFile => "create_file",
+            OperationKind::EditFile => "edit_file",
+            OperationKind::WriteFile => "write_file",
+            OperationKind::DeleteFile => "delete_file",
+            OperationKind::External => "external",
+        }
+    }
+}
+
 /// The effect of a mutation on one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -1,0 +1,104 @@
+//! Shared plumbing of every command: parsing, opening the store, picking the workspace
+//! and session, and turning results into output and exit codes.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use turnback::settings::SettingsOverrides;
+use turnback::{Error, ErrorCode, Result, Session, Store, StoreOptions, Workspace};
+
+use crate::cli::{Cli, Command, Global};
+use crate::commands;
+use crate::output::{self, Outcome};
+
+/// Everything a command needs from the command line.
+#[derive(Debug)]
+pub struct Ctx {
+    pub global: Global,
+}
+
+impl Ctx {
+    pub fn store_options(&self, create: bool) -> Result<StoreOptions> {
+        let dir = match &self.global.store {
+            Some(d) => d.clone(),
+            None => turnback::store::default_dir()
+                .ok_or_else(|| Error::invalid("no store directory: set TURNBACK_HOME or HOME, or pass --store"))?,
+        };
+        let mut opts = StoreOptions::new(absolute(dir)?);
+        opts.create = create;
+        opts.overrides = SettingsOverrides {
+            retention_prompt_rounds: self.global.retention_rounds,
+            checkpoint_cap: self.global.checkpoint_cap.clone(),
+            store_cap: self.global.store_cap.clone(),
+        };
+        Ok(opts)
+    }
+
+    /// Opens the store (running reconcile); `create` makes it if missing.
+    pub fn open(&self, create: bool) -> Result<Store> {
+        Store::open(&self.store_options(create)?)
+    }
+
+    pub fn cwd(&self) -> Result<PathBuf> {
+        std::env::current_dir().map_err(|e| Error::new(ErrorCode::Io, format!("current directory: {e}")))
+    }
+
+    pub fn workspace(&self, store: &Store) -> Result<Workspace> {
+        let dir = match &self.global.workspace {
+            Some(d) => d.clone(),
+            None => self.cwd()?,
+        };
+        Workspace::ensure(store, &dir)
+    }
+
+    pub fn session(&self, store: &Store, workspace: &Workspace) -> Result<Session> {
+        Session::resolve(store, workspace, self.global.session.as_deref())
+    }
+}
+
+fn absolute(p: PathBuf) -> Result<PathBuf> {
+    if p.is_absolute() {
+        return Ok(p);
+    }
+    let cwd = std::env::current_dir().map_err(|e| Error::new(ErrorCode::Io, format!("current directory: {e}")))?;
+    Ok(cwd.join(p))
+}
+
+/// Parses the command line, runs the command, prints, and returns the exit code.
+pub fn run() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { output::exit::USAGE } else { output::exit::SUCCESS };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let json = cli.global.json;
+    let ctx = Ctx { global: cli.global };
+    match dispatch(&ctx, cli.command) {
+        Ok(outcome) => {
+            output::print(&outcome, json);
+            outcome.exit
+        }
+        Err(e) => output::print_error(&e, json),
+    }
+}
+
+fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
+    match command {
+        Command::Init => commands::init::run(ctx),
+        Command::Fs(fs) => commands::fs::run(ctx, fs),
+        Command::Stage { paths, kind, confirm_unprotected } => {
+            commands::fs::stage(ctx, &paths, kind.as_deref(), confirm_unprotected)
+        }
+        Command::Commit { operation_id, failed } => commands::fs::commit(ctx, &operation_id, failed),
+        Command::Checkpoints { turn, all } => commands::checkpoints::list(ctx, turn, all),
+        Command::Inspect { id } => commands::checkpoints::inspect(ctx, &id),
+        Command::Verify { deep } => commands::maintenance::verify(ctx, deep),
+        Command::Reconcile => commands::maintenance::reconcile(ctx),
+        Command::Gc => commands::maintenance::gc(ctx),
+        Command::Du => commands::maintenance::du(ctx),
+        Command::Key(k) => commands::key::run(ctx, k),
+    }
+}

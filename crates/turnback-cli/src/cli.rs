@@ -1,0 +1,174 @@
+//! Argument definitions (clap). Every command takes the global options.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Undo for AI coding agents: encrypted, crash-safe checkpoints of every file change.
+#[derive(Debug, Parser)]
+#[command(name = "turnback", version, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Print one JSON document on stdout instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// The store directory [default: $TURNBACK_HOME, else $XDG_DATA_HOME/turnback, else ~/.local/share/turnback].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// The workspace [default: the current directory].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// The session [default: $TURNBACK_SESSION, else the workspace's latest, else a new one].
+    #[arg(long, global = true, value_name = "ID", env = "TURNBACK_SESSION")]
+    pub session: Option<String>,
+    /// Checkpoint retention in prompt rounds, 1-100 (overrides settings.toml).
+    #[arg(long, global = true, value_name = "N")]
+    pub retention_rounds: Option<u32>,
+    /// Cap on one checkpoint's bytes, e.g. "100 MiB" (overrides settings.toml).
+    #[arg(long, global = true, value_name = "SIZE")]
+    pub checkpoint_cap: Option<String>,
+    /// Cap on all retained checkpoints' bytes, e.g. "500 MiB" (overrides settings.toml).
+    #[arg(long, global = true, value_name = "SIZE")]
+    pub store_cap: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the store and its key, and register the workspace.
+    ///
+    /// Example: turnback init --workspace ~/src/app
+    Init,
+    /// Checkpointed file mutations (content on stdin).
+    #[command(subcommand)]
+    Fs(FsCommand),
+    /// Record pre-images before someone else changes files; prints an operation id.
+    ///
+    /// Example: op=$(turnback stage src/lib.rs --kind edit); <agent edits>; turnback commit "$op"
+    Stage {
+        /// Files about to change.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// What is about to happen to them (checked against the files now).
+        #[arg(long, value_parser = ["create", "edit", "delete"])]
+        kind: Option<String>,
+        /// Proceed without rollback protection if a capacity cap would be exceeded.
+        #[arg(long)]
+        confirm_unprotected: bool,
+    },
+    /// Capture post-images and commit a staged operation.
+    ///
+    /// Example: turnback commit 0193a0b2-...
+    Commit {
+        /// The operation id `stage` printed.
+        operation_id: String,
+        /// The mutation failed (post-images are still captured).
+        #[arg(long)]
+        failed: bool,
+    },
+    /// List the session's checkpoints.
+    ///
+    /// Example: turnback checkpoints --turn 3
+    Checkpoints {
+        /// Only those made in this prompt round.
+        #[arg(long, value_name = "T")]
+        turn: Option<u64>,
+        /// Include incomplete, recovery-locked and evicted records.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Show one checkpoint: targets, coverage, integrity, encryption, retention.
+    ///
+    /// Example: turnback inspect 0193a0b2-...
+    Inspect {
+        /// Checkpoint id.
+        id: String,
+    },
+    /// Check every record of the store; --deep decrypts every object.
+    ///
+    /// Example: turnback verify --deep
+    Verify {
+        /// Decrypt and check every object and record.
+        #[arg(long)]
+        deep: bool,
+    },
+    /// Recover from interrupted operations (also runs before every command).
+    ///
+    /// Example: turnback reconcile
+    Reconcile,
+    /// Evict checkpoints past retention and reclaim unreferenced space.
+    ///
+    /// Example: turnback gc
+    Gc,
+    /// Show store usage by kind.
+    ///
+    /// Example: turnback du --json
+    Du,
+    /// The master key and data keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FsCommand {
+    /// Create a new file with the content on stdin (fails if it exists).
+    ///
+    /// Example: echo 'fn main() {}' | turnback fs create src/main.rs
+    Create(FsTarget),
+    /// Create or overwrite a file with the content on stdin.
+    ///
+    /// Example: turnback fs write README.md < new-readme.md
+    Write(FsTarget),
+    /// Replace an exact string that occurs once (or every occurrence with --all).
+    ///
+    /// Example: turnback fs edit src/main.rs --old 'println!("hi")' --new 'println!("hello")'
+    Edit {
+        #[command(flatten)]
+        target: FsTarget,
+        /// The exact text to replace.
+        #[arg(long, allow_hyphen_values = true)]
+        old: String,
+        /// The replacement.
+        #[arg(long, allow_hyphen_values = true)]
+        new: String,
+        /// Replace every occurrence instead of requiring exactly one.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete a file.
+    ///
+    /// Example: turnback fs delete build.log
+    Delete(FsTarget),
+}
+
+#[derive(Debug, Args)]
+pub struct FsTarget {
+    /// The file (relative to the current directory, inside the workspace).
+    pub path: PathBuf,
+    /// Proceed without rollback protection if a capacity cap would be exceeded.
+    #[arg(long)]
+    pub confirm_unprotected: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KeyCommand {
+    /// Where the master key comes from, and what each data-key version holds.
+    ///
+    /// Example: turnback key status
+    Status,
+    /// Add a data-key version for new writes; --reencrypt rewrites old data under it.
+    ///
+    /// Example: turnback key rotate --reencrypt
+    Rotate {
+        /// Re-encrypt everything under the new version (safe to interrupt and re-run).
+        #[arg(long)]
+        reencrypt: bool,
+    },
+}

@@ -1,0 +1,7 @@
+//! One module per command group.
+
+pub mod checkpoints;
+pub mod fs;
+pub mod init;
+pub mod key;
+pub mod maintenance;

@@ -1,0 +1,80 @@
+//! What a command prints: one JSON document with `--json`, short text otherwise.
+//! Results go to stdout; errors go to stdout as JSON with `--json`, else to stderr.
+
+use serde_json::{Value, json};
+use turnback::{Error, ErrorCode};
+
+/// Exit codes of DESIGN.md §3.
+pub mod exit {
+    pub const SUCCESS: i32 = 0;
+    pub const FAILURE: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const BLOCKED: i32 = 20;
+    pub const UNKNOWN_OUTCOME: i32 = 70;
+}
+
+/// A finished command: its JSON document, its text, and its exit code.
+#[derive(Debug)]
+pub struct Outcome {
+    pub json: Value,
+    pub text: String,
+    pub exit: i32,
+}
+
+impl Outcome {
+    pub fn ok(json: Value, text: impl Into<String>) -> Self {
+        Outcome { json, text: text.into(), exit: exit::SUCCESS }
+    }
+
+    pub fn with_exit(mut self, code: i32) -> Self {
+        self.exit = code;
+        self
+    }
+}
+
+/// The exit code for an error code.
+pub fn exit_code(code: ErrorCode) -> i32 {
+    match code {
+        ErrorCode::InvalidArgument => exit::USAGE,
+        ErrorCode::OverCap | ErrorCode::Conflict => exit::BLOCKED,
+        ErrorCode::UnknownOutcome => exit::UNKNOWN_OUTCOME,
+        _ => exit::FAILURE,
+    }
+}
+
+pub fn print(outcome: &Outcome, json_mode: bool) {
+    if json_mode {
+        println!("{}", serde_json::to_string_pretty(&outcome.json).expect("JSON values serialize"));
+    } else if !outcome.text.is_empty() {
+        println!("{}", outcome.text.trim_end());
+    }
+}
+
+pub fn error_json(e: &Error) -> Value {
+    json!({
+        "error": {
+            "code": e.code.as_str(),
+            "message": e.message,
+            "retryable": e.code.retryable(),
+            "recoveryActions": e.code.recovery_actions(),
+            "details": e.details,
+        }
+    })
+}
+
+pub fn print_error(e: &Error, json_mode: bool) -> i32 {
+    if json_mode {
+        println!("{}", serde_json::to_string_pretty(&error_json(e)).expect("JSON values serialize"));
+    } else {
+        eprintln!("turnback: {}: {}", e.code, e.message);
+        for action in e.code.recovery_actions() {
+            eprintln!("  - {action}");
+        }
+    }
+    exit_code(e.code)
+}
+
+/// Shortens an id or digest for tables.
+pub fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
