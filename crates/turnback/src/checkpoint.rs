@@ -374,22 +374,27 @@ pub fn usage(store: &Store) -> Result<u64> {
     })
 }
 
+/// Where the images of one checkpoint go, and whether their bytes are kept.
+struct ImageSink<'a> {
+    checkpoint_id: &'a str,
+    protect: bool,
+    artifact_ids: &'a mut Vec<String>,
+}
+
 fn image_from(
     store: &Store,
     txn: &mut dyn Txn,
-    checkpoint_id: &str,
+    sink: &mut ImageSink<'_>,
     role: ImageRole,
     index: u32,
     current: &Current,
-    protect: bool,
-    artifact_ids: &mut Vec<String>,
 ) -> Result<ImageRecord> {
     match current {
         Current::Absent => Ok(ImageRecord::absent()),
         Current::File { bytes, identity } => {
-            let (digest, class, artifact_id) = if protect {
-                let a = artifact::stage(store.keys(), txn, checkpoint_id, role, index, bytes)?;
-                artifact_ids.push(a.artifact_id.clone());
+            let (digest, class, artifact_id) = if sink.protect {
+                let a = artifact::stage(store.keys(), txn, sink.checkpoint_id, role, index, bytes)?;
+                sink.artifact_ids.push(a.artifact_id.clone());
                 (a.digest, a.content_class, Some(a.artifact_id))
             } else {
                 (crate::crypto::hex(&store.keys().content_id(bytes)), ContentClass::of(bytes), None)
@@ -416,17 +421,9 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
     let mut txn = store.kv().begin()?;
     let mut artifact_ids = Vec::new();
     let mut targets = Vec::with_capacity(req.targets.len());
+    let mut sink = ImageSink { checkpoint_id: &checkpoint_id, protect: req.protect, artifact_ids: &mut artifact_ids };
     for (i, t) in req.targets.iter().enumerate() {
-        let pre = image_from(
-            store,
-            &mut *txn,
-            &checkpoint_id,
-            ImageRole::Pre,
-            i as u32,
-            &t.current,
-            req.protect,
-            &mut artifact_ids,
-        )?;
+        let pre = image_from(store, &mut *txn, &mut sink, ImageRole::Pre, i as u32, &t.current)?;
         targets.push(TargetRecord {
             path: t.path.clone(),
             effect: t.effect,
@@ -435,6 +432,13 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
             created_dirs: Vec::new(),
         });
     }
+    // The round is read inside the transaction: a caller's `Session` value may be stale.
+    let prompt_round = match txn.get(crate::session::NS_SESSIONS, req.session.id.as_bytes())? {
+        Some(v) => {
+            store.open_record::<Session>(crate::session::NS_SESSIONS, req.session.id.as_bytes(), &v)?.prompt_round
+        }
+        None => return Err(Error::not_found(format!("session {}", req.session.id))),
+    };
     let session_prefix = format!("{}/", req.session.id);
     let parent = txn
         .keys(NS_BY_SESSION, session_prefix.as_bytes())?
@@ -456,7 +460,7 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         stage_state: StageState::Staging,
         created_at: now.clone(),
         committed_at: None,
-        prompt_round: Some(req.session.prompt_round),
+        prompt_round: Some(prompt_round),
         session_id: req.session.id.clone(),
         workspace_id: req.workspace.id.clone(),
         targets,
@@ -571,17 +575,10 @@ pub(crate) fn commit(
     let room = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, post_bytes).fits()
         && total <= store.settings().checkpoint_cap;
     let protect_post = protect_pre && room;
+    let mut artifact_ids = std::mem::take(&mut record.artifact_ids);
+    let mut sink = ImageSink { checkpoint_id, protect: protect_post, artifact_ids: &mut artifact_ids };
     for (i, post) in posts.into_iter().enumerate() {
-        let image = image_from(
-            store,
-            &mut *txn,
-            checkpoint_id,
-            ImageRole::Post,
-            i as u32,
-            &post.current,
-            protect_post,
-            &mut record.artifact_ids,
-        )?;
+        let image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current)?;
         let target = &mut record.targets[i];
         if record.mutation.kind == OperationKind::External {
             target.effect = EffectKind::infer(target.pre_image.present, image.present);
@@ -589,6 +586,7 @@ pub(crate) fn commit(
         target.post_image = Some(image);
         target.created_dirs = post.created_dirs;
     }
+    record.artifact_ids = artifact_ids;
     if protect_pre && !protect_post && record.targets.iter().any(|t| t.post_image.as_ref().is_some_and(|p| p.present)) {
         record.coverage_state = CoverageState::PartiallyProtected;
     }
@@ -914,4 +912,137 @@ fn artifact_counted(record: &CheckpointRecord, artifact_id: &str) -> bool {
         t.pre_image.artifact_id.as_deref() == Some(artifact_id)
             || t.post_image.as_ref().and_then(|p| p.artifact_id.as_deref()) == Some(artifact_id)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::SecretKey;
+    use crate::kv::MemoryKv;
+    use crate::settings::Settings;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Store,
+        ws: Workspace,
+        session: Session,
+    }
+
+    fn fixture() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        let store = Store::with_backend(
+            dir.path().join("store"),
+            Box::new(MemoryKv::new()),
+            SecretKey([3u8; 32]),
+            Settings::default(),
+        )
+        .unwrap();
+        let ws = Workspace::ensure(&store, &dir.path().join("ws")).unwrap();
+        let session = Session::create(&store, &ws, Some("s1")).unwrap();
+        Fixture { _dir: dir, store, ws, session }
+    }
+
+    fn stage_one(f: &Fixture, owner: Option<String>) -> CheckpointRecord {
+        let current = Current::File { bytes: b"before".to_vec(), identity: identity() };
+        let target = PreparedTarget { path: RelPath::new("a.txt").unwrap(), effect: EffectKind::Edit, current };
+        let req = StageRequest {
+            session: &f.session,
+            workspace: &f.ws,
+            kind: OperationKind::EditFile,
+            targets: vec![target],
+            protect: true,
+            owner,
+        };
+        stage(&f.store, req).unwrap()
+    }
+
+    fn identity() -> FileIdentity {
+        FileIdentity { device: 1, inode: 2, mode: 0o100644, size: 6, mtime_ns: 0, ctime_ns: 0 }
+    }
+
+    fn post(bytes: &[u8]) -> Vec<PostState> {
+        vec![PostState { current: Current::File { bytes: bytes.to_vec(), identity: identity() }, created_dirs: vec![] }]
+    }
+
+    #[test]
+    fn stage_writes_record_and_pending_marker_together_in_staging_state() {
+        let f = fixture();
+        let owner = f.store.owner().unwrap().id().to_string();
+        let r = stage_one(&f, Some(owner));
+        let loaded = load(&f.store, &r.checkpoint_id).unwrap();
+        assert_eq!(loaded.stage_state, StageState::Staging);
+        assert!(f.store.kv().get(NS_PENDING, r.checkpoint_id.as_bytes()).unwrap().is_some());
+        assert_eq!(get(&f.store, &r.checkpoint_id).unwrap_err().code, ErrorCode::RecoveryLocked);
+    }
+
+    #[test]
+    fn reconcile_leaves_live_owners_and_external_stages_alone() {
+        let f = fixture();
+        let owner = f.store.owner().unwrap().id().to_string();
+        let live = stage_one(&f, Some(owner));
+        let external = stage_one(&f, None);
+        let report = reconcile(&f.store).unwrap();
+        assert_eq!((report.in_progress, report.awaiting_commit, report.reconciled.len()), (1, 1, 0));
+        assert_eq!(load(&f.store, &live.checkpoint_id).unwrap().stage_state, StageState::Staging);
+        assert_eq!(load(&f.store, &external.checkpoint_id).unwrap().stage_state, StageState::Staged);
+    }
+
+    #[test]
+    fn reconcile_locks_dead_owners_stages_and_records_unknown_outcome_after_dispatch() {
+        let f = fixture();
+        let never_dispatched = stage_one(&f, Some("deadbeef".into()));
+        let dispatched = stage_one(&f, Some("deadbeef".into()));
+        dispatch(&f.store, &dispatched.checkpoint_id).unwrap();
+        let report = reconcile(&f.store).unwrap();
+        assert_eq!(report.reconciled.len(), 2);
+        let a = load(&f.store, &never_dispatched.checkpoint_id).unwrap();
+        assert_eq!((a.stage_state, a.integrity_state), (StageState::Unreachable, IntegrityState::RecoveryLocked));
+        assert_eq!(a.mutation.commit_state, CommitState::Abandoned);
+        let b = load(&f.store, &dispatched.checkpoint_id).unwrap();
+        assert_eq!(b.mutation.commit_state, CommitState::UnknownOutcome);
+        let events: Vec<_> =
+            journal::events(f.store.kv(), &b.mutation.operation_id).unwrap().into_iter().map(|e| e.event).collect();
+        assert_eq!(events, [JournalEvent::EffectDispatchCommitted, JournalEvent::OperationUnknownOutcome]);
+        // An unreachable record can never be committed afterwards.
+        let err = commit(&f.store, &b.checkpoint_id, post(b"after"), false).unwrap_err();
+        assert_eq!(err.code, ErrorCode::RecoveryLocked);
+        assert!(list(&f.store, &f.session, ListFilter::default()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn reconcile_never_touches_committed_records_and_commit_is_idempotent() {
+        let f = fixture();
+        let r = stage_one(&f, None);
+        let committed = commit(&f.store, &r.checkpoint_id, post(b"after"), false).unwrap();
+        assert_eq!(committed.stage_state, StageState::Committed);
+        let again = commit(&f.store, &r.checkpoint_id, post(b"something else"), false).unwrap();
+        assert_eq!(again, committed);
+        let events = journal::events(f.store.kv(), &r.mutation.operation_id).unwrap();
+        assert_eq!(events.len(), 2);
+        reconcile(&f.store).unwrap();
+        assert_eq!(load(&f.store, &r.checkpoint_id).unwrap(), committed);
+        let (meta, bytes) = read_image(&f.store, &committed, 0, ImageRole::Post).unwrap().unwrap();
+        assert_eq!(bytes, b"after");
+        assert_eq!(meta.key_version, 1);
+    }
+
+    #[test]
+    fn usage_counts_stored_bytes_and_eviction_frees_them() {
+        let f = fixture();
+        let r = stage_one(&f, None);
+        commit(&f.store, &r.checkpoint_id, post(b"after!"), false).unwrap();
+        assert_eq!(usage(&f.store).unwrap(), 12);
+        for _ in 0..4 {
+            Session::advance_round(&f.store, "s1").unwrap();
+        }
+        assert_eq!(evict_expired(&f.store, None).unwrap().evicted, 0, "round 4 is inside a 5-round window");
+        Session::advance_round(&f.store, "s1").unwrap();
+        let report = evict_expired(&f.store, None).unwrap();
+        assert_eq!((report.evicted, report.bytes_freed), (1, 12));
+        assert_eq!(usage(&f.store).unwrap(), 0);
+        let evicted = load(&f.store, &r.checkpoint_id).unwrap();
+        assert_eq!(evicted.retention_state, RetentionState::Evicted);
+        assert_eq!(read_image(&f.store, &evicted, 0, ImageRole::Pre).unwrap_err().code, ErrorCode::NotFound);
+    }
 }

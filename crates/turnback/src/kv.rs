@@ -24,13 +24,16 @@ use crate::error::{Error, ErrorCode, IoResultExt, Result};
 /// A namespace: one logical table of the store.
 pub type Ns = &'static str;
 
+/// A scan callback: receives each key and value, returns whether to go on.
+pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
+
 /// A store of byte values under byte keys, grouped in namespaces.
 pub trait KeyValueStore: Send + Sync + fmt::Debug {
     /// The value under `key`, if any (a committed read; no transaction needed).
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Calls `f` for each entry whose key starts with `prefix`, in key order, until `f`
     /// returns `false`.
-    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()>;
+    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()>;
     /// Like [`scan`](Self::scan) but reads keys only (cheap for namespaces of large values).
     fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()>;
     /// Starts a write transaction, waiting for other writers.
@@ -160,13 +163,7 @@ fn scan_sql(keys_only: bool, bounded: bool) -> &'static str {
     }
 }
 
-fn sqlite_scan(
-    conn: &Connection,
-    ns: Ns,
-    prefix: &[u8],
-    keys_only: bool,
-    f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
-) -> Result<()> {
+fn sqlite_scan(conn: &Connection, ns: Ns, prefix: &[u8], keys_only: bool, f: &mut Visit<'_>) -> Result<()> {
     let end = prefix_end(prefix);
     let mut stmt = conn.prepare_cached(scan_sql(keys_only, end.is_some()))?;
     let mut rows = match &end {
@@ -190,7 +187,7 @@ impl KeyValueStore for SqliteKv {
         Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
     }
 
-    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()> {
         sqlite_scan(&self.conn(), ns, prefix, false, f)
     }
 
@@ -314,7 +311,7 @@ impl KeyValueStore for MemoryKv {
         Ok(self.map().get(&(ns, key.to_vec())).cloned())
     }
 
-    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()> {
         let entries: Vec<(Vec<u8>, Vec<u8>)> =
             memory_range(&self.map(), ns, prefix).map(|(k, v)| (k.clone(), v.clone())).collect();
         for (k, v) in entries {

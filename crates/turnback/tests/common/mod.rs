@@ -1,0 +1,84 @@
+//! A store, workspace and session in a temp dir, with the key given explicitly (never from
+//! the environment or the real home directory).
+
+use std::path::{Path, PathBuf};
+
+use turnback::checkpoint::{self, CheckpointRecord};
+use turnback::keys::KeyConfig;
+use turnback::mutation::{self, Context, Mutation};
+use turnback::settings::SettingsOverrides;
+use turnback::{Session, Store, StoreOptions, Workspace};
+
+pub const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+pub const OTHER_KEY: &str = "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI=";
+
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub store: Store,
+    pub ws: Workspace,
+    pub session: Session,
+}
+
+pub fn options(dir: &Path, key: &str) -> StoreOptions {
+    StoreOptions {
+        dir: dir.join("store"),
+        keys: KeyConfig { env_key: Some(key.to_string()), ..KeyConfig::default() },
+        overrides: SettingsOverrides::default(),
+        create: true,
+    }
+}
+
+impl Env {
+    pub fn new() -> Self {
+        Self::with_overrides(SettingsOverrides::default())
+    }
+
+    pub fn with_overrides(overrides: SettingsOverrides) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("ws")).unwrap();
+        let store = Store::open(&StoreOptions { overrides, ..options(dir.path(), KEY) }).unwrap();
+        let ws = Workspace::ensure(&store, &dir.path().join("ws")).unwrap();
+        let session = Session::resolve(&store, &ws, Some("test-session")).unwrap();
+        Env { dir, store, ws, session }
+    }
+
+    pub fn reopen(&mut self) {
+        self.store = Store::open(&options(self.dir.path(), KEY)).unwrap();
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.ws.root.join(rel)
+    }
+
+    pub fn apply(&self, m: Mutation) -> turnback::Result<CheckpointRecord> {
+        self.apply_confirmed(m, false)
+    }
+
+    pub fn apply_confirmed(&self, m: Mutation, confirm: bool) -> turnback::Result<CheckpointRecord> {
+        let ctx = Context {
+            store: &self.store,
+            workspace: &self.ws,
+            session: &self.session,
+            cwd: &self.ws.root,
+            confirm_unprotected: confirm,
+        };
+        mutation::apply(ctx, m).map(|o| o.checkpoint)
+    }
+
+    pub fn write(&self, rel: &str, content: &[u8]) -> CheckpointRecord {
+        self.apply(Mutation::Write { path: rel.into(), content: content.to_vec() }).unwrap()
+    }
+
+    /// Replaces the stored value of `key` in `ns` with `f(value)`.
+    pub fn tamper(&self, ns: &'static str, key: &[u8], f: impl FnOnce(&mut Vec<u8>)) {
+        let mut value = self.store.kv().get(ns, key).unwrap().expect("value to tamper with");
+        f(&mut value);
+        let mut txn = self.store.kv().begin().unwrap();
+        txn.put(ns, key, &value).unwrap();
+        txn.commit().unwrap();
+    }
+
+    pub fn record(&self, id: &str) -> CheckpointRecord {
+        checkpoint::load(&self.store, id).unwrap()
+    }
+}

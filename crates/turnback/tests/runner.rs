@@ -1,0 +1,5 @@
+//! Library integration tests: one binary, one module per behaviour area.
+
+mod common;
+mod test_integrity;
+mod test_mutations;
