@@ -1,1 +1,120 @@
-fn main() {}
+//! Benchmark: `turnback stage` and `turnback commit` of a 10 KiB file, each a fresh
+//! process, against the way agents checkpoint a file today (a shadow git repository:
+//! `git add`, `write-tree`, `commit-tree`, `update-ref`), side by side in one run.
+//!
+//! Run: `cargo bench -p turnback-cli --bench stage_commit` (set `ROUNDS`, default 40).
+//! Target (DESIGN.md §5): median ≤ 15 ms for each of stage and commit.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+fn turnback(dir: &Path, args: &[&str]) -> (Duration, String) {
+    let start = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_turnback"))
+        .args(args)
+        .current_dir(dir.join("ws"))
+        .env("TURNBACK_HOME", dir.join("store"))
+        .env("TURNBACK_KEY", KEY)
+        .env("XDG_CONFIG_HOME", dir.join("conf"))
+        .env("HOME", dir.join("home"))
+        .env_remove("TURNBACK_SESSION")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run turnback");
+    let elapsed = start.elapsed();
+    assert!(out.status.success(), "turnback {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    (elapsed, String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn git(shadow: &Path, work: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg(format!("--git-dir={}", shadow.display()))
+        .arg(format!("--work-tree={}", work.display()))
+        .args(["-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"])
+        .args(args)
+        .current_dir(work)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@localhost")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@localhost")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run git");
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn shadow_checkpoint(shadow: &Path, work: &Path, round: usize) -> Duration {
+    let start = Instant::now();
+    git(shadow, work, &["add", "--", "file.txt"]);
+    let tree = git(shadow, work, &["write-tree"]);
+    let commit = git(shadow, work, &["commit-tree", "-m", "checkpoint", &tree]);
+    git(shadow, work, &["update-ref", &format!("refs/checkpoints/{round}"), &commit]);
+    start.elapsed()
+}
+
+fn content(round: usize) -> Vec<u8> {
+    let line = format!("round {round}: the quick brown fox jumps over the lazy dog 0123456789\n");
+    line.as_bytes().iter().copied().cycle().take(10 * 1024).collect()
+}
+
+struct Stats {
+    median: f64,
+    p90: f64,
+    min: f64,
+}
+
+fn stats(mut samples: Vec<Duration>) -> Stats {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    Stats {
+        median: ms(samples[samples.len() / 2]),
+        p90: ms(samples[samples.len() * 9 / 10]),
+        min: ms(samples[0]),
+    }
+}
+
+fn main() {
+    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
+    // On the disk the store would live on (not tmpfs), so fsync costs what it really costs.
+    let base = std::env::var_os("BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_TARGET_TMPDIR").into());
+    let dir = tempfile::tempdir_in(base).expect("temp dir");
+    for d in ["ws", "conf", "home"] {
+        std::fs::create_dir(dir.path().join(d)).unwrap();
+    }
+    let work = dir.path().join("ws");
+    let file = work.join("file.txt");
+    std::fs::write(&file, content(0)).unwrap();
+    turnback(dir.path(), &["init"]);
+    let shadow = dir.path().join("shadow.git");
+    let init = Command::new("git").args(["init", "-q", "--bare"]).arg(&shadow).status().expect("git init");
+    assert!(init.success());
+
+    let (mut stage, mut commit, mut pair, mut baseline) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=rounds {
+        let (t_stage, op) = turnback(dir.path(), &["stage", "file.txt"]);
+        std::fs::write(&file, content(round)).unwrap();
+        let (t_commit, _) = turnback(dir.path(), &["commit", &op]);
+        stage.push(t_stage);
+        commit.push(t_commit);
+        pair.push(t_stage + t_commit);
+        // The shadow-git baseline checkpoints the same change of the same file.
+        std::fs::write(&file, content(round + 1_000_000)).unwrap();
+        baseline.push(shadow_checkpoint(&shadow, &work, round));
+    }
+    let (s, c, p, b) = (stats(stage), stats(commit), stats(pair), stats(baseline));
+    println!("stage + commit of a 10 KiB file, each a fresh process, {rounds} rounds (ms)");
+    println!("{:<36} {:>8} {:>8} {:>8}", "", "median", "p90", "min");
+    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback stage", s.median, s.p90, s.min);
+    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback commit", c.median, c.p90, c.min);
+    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback stage + commit", p.median, p.p90, p.min);
+    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "shadow git add+write-tree+commit", b.median, b.p90, b.min);
+    println!("ratio turnback (stage + commit) / shadow git: {:.2}", p.median / b.median);
+    let verdict = |m: f64| if m <= 15.0 { "meets" } else { "MISSES" };
+    println!("target median <= 15 ms each: stage {}, commit {}", verdict(s.median), verdict(c.median));
+}
