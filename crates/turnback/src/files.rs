@@ -169,7 +169,10 @@ impl Parent {
     pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
-        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(0o666)).context(&self.shown)?;
+        // Owner-only until it has the old file's mode, so a private file's new content is
+        // never briefly readable by others; a new file gets the usual 0666 less the umask.
+        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
+        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
         let mut file = File::from(fd);
         file.write_all(bytes).context(&self.shown)?;
         if let Some(mode) = mode {

@@ -302,8 +302,11 @@ fn record_header(value: &[u8]) -> Result<(u32, u16, &[u8])> {
 }
 
 fn create_dir_owner_only(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
+    // A directory that already existed (say, made by mktemp or by hand) is made owner-only
+    // too before the first byte of the store goes into it.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).context(dir)
 }
 
 fn write_default_settings(path: &Path) -> Result<()> {

@@ -3,3 +3,4 @@
 mod common;
 mod test_integrity;
 mod test_mutations;
+mod test_store;
