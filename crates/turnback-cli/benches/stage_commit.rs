@@ -72,17 +72,15 @@ struct Stats {
 fn stats(mut samples: Vec<Duration>) -> Stats {
     samples.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
-    Stats {
-        median: ms(samples[samples.len() / 2]),
-        p90: ms(samples[samples.len() * 9 / 10]),
-        min: ms(samples[0]),
-    }
+    Stats { median: ms(samples[samples.len() / 2]), p90: ms(samples[samples.len() * 9 / 10]), min: ms(samples[0]) }
 }
 
 fn main() {
     let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(40);
     // On the disk the store would live on (not tmpfs), so fsync costs what it really costs.
-    let base = std::env::var_os("BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| env!("CARGO_TARGET_TMPDIR").into());
+    let base = std::env::var_os("BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_TARGET_TMPDIR").into());
     let dir = tempfile::tempdir_in(base).expect("temp dir");
     for d in ["ws", "conf", "home"] {
         std::fs::create_dir(dir.path().join(d)).unwrap();

@@ -1,0 +1,8 @@
+//! Integration tests of the `turnback` binary: every test runs the real command line in
+//! its own hermetic temporary environment (workspace, store, config and home directories).
+
+mod common;
+mod test_canary;
+mod test_checkpoints;
+mod test_crash;
+mod test_keys;
