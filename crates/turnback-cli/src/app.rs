@@ -68,10 +68,21 @@ fn absolute(p: PathBuf) -> Result<PathBuf> {
 pub fn run() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { output::exit::USAGE } else { output::exit::SUCCESS };
+        Err(e) if !e.use_stderr() => {
+            // --help and --version.
             let _ = e.print();
-            return code;
+            return output::exit::SUCCESS;
+        }
+        Err(e) => {
+            if std::env::args_os().any(|a| a == "--json") {
+                let rendered = e.render().to_string();
+                let head = rendered.split("\n\n").next().unwrap_or_default();
+                let message = head.trim_start_matches("error: ").split_whitespace().collect::<Vec<_>>().join(" ");
+                let err = Error::invalid(message).with_details(serde_json::json!({ "usage": rendered }));
+                return output::print_error(&err, true);
+            }
+            let _ = e.print();
+            return output::exit::USAGE;
         }
     };
     let json = cli.global.json;

@@ -321,6 +321,9 @@ pub(crate) struct PreparedTarget {
     pub path: RelPath,
     pub effect: EffectKind,
     pub current: Current,
+    /// Parent directories the mutation will create (recorded before it creates them, so
+    /// reconcile can remove them again if the mutation is interrupted).
+    pub planned_dirs: Vec<RelPath>,
 }
 
 /// Everything `stage` needs.
@@ -429,7 +432,7 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
             effect: t.effect,
             pre_image: pre,
             post_image: None,
-            created_dirs: Vec::new(),
+            created_dirs: t.planned_dirs.clone(),
         });
     }
     // The round is read inside the transaction: a caller's `Session` value may be stale.
@@ -754,6 +757,10 @@ pub struct ReconcileReport {
     pub awaiting_commit: u64,
     /// Temporary files of interrupted writes removed from workspaces.
     pub temp_files_removed: u64,
+    /// Directories an interrupted write had created, removed again (only if empty).
+    pub dirs_removed: u64,
+    /// Liveness lock files of processes that are gone, removed.
+    pub stale_locks_removed: u64,
 }
 
 /// One reconciled checkpoint.
@@ -825,6 +832,7 @@ pub fn reconcile(store: &Store) -> Result<ReconcileReport> {
             commit_state: record.mutation.commit_state,
         });
     }
+    report.stale_locks_removed = lock::sweep(&store.locks_dir())?;
     let mut workspaces: HashMap<String, Option<Workspace>> = HashMap::new();
     for record in cleanup {
         let ws = workspaces
@@ -836,6 +844,11 @@ pub fn reconcile(store: &Store) -> Result<ReconcileReport> {
                 && parent.remove_temp(&files::temp_name(&t.path, &record.checkpoint_id)).unwrap_or(false)
             {
                 report.temp_files_removed += 1;
+            }
+            for dir in t.created_dirs.iter().rev() {
+                if files::remove_empty_dir(&ws.root, dir).unwrap_or(false) {
+                    report.dirs_removed += 1;
+                }
             }
         }
     }
@@ -945,7 +958,12 @@ mod tests {
 
     fn stage_one(f: &Fixture, owner: Option<String>) -> CheckpointRecord {
         let current = Current::File { bytes: b"before".to_vec(), identity: identity() };
-        let target = PreparedTarget { path: RelPath::new("a.txt").unwrap(), effect: EffectKind::Edit, current };
+        let target = PreparedTarget {
+            path: RelPath::new("a.txt").unwrap(),
+            effect: EffectKind::Edit,
+            current,
+            planned_dirs: vec![],
+        };
         let req = StageRequest {
             session: &f.session,
             workspace: &f.ws,

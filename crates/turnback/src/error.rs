@@ -144,7 +144,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        Error::new(ErrorCode::Io, format!("database: {e}"))
+        let busy = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        let code = if busy { ErrorCode::ConcurrentUpdate } else { ErrorCode::Io };
+        Error::new(code, format!("database: {e}"))
     }
 }
 

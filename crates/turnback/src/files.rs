@@ -143,7 +143,7 @@ impl Parent {
     /// Reads the target without following a symlink.
     ///
     /// # Errors
-    /// `path-rejected` if it is a symlink; `invalid-argument` if it is not a regular file.
+    /// `path-rejected` if it is a symlink or anything but a regular file.
     pub fn read(&self) -> Result<Current> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
         let fd = match rustix::fs::openat(&self.fd, &self.name, flags, Mode::empty()) {
@@ -154,7 +154,7 @@ impl Parent {
         };
         let st = rustix::fs::fstat(&fd).context(&self.shown)?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            return Err(Error::invalid(format!("{}: not a regular file", self.shown.display())));
+            return Err(Error::new(ErrorCode::PathRejected, format!("{}: not a regular file", self.shown.display())));
         }
         let mut file = File::from(fd);
         let mut bytes = Vec::with_capacity(st.st_size as usize);
@@ -201,6 +201,50 @@ impl Parent {
             Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(e).context(&self.shown),
         }
+    }
+}
+
+/// The parent directories of `rel` that do not exist yet, outermost first (found without
+/// following symlinks), so a mutation can record them before it creates them.
+pub fn missing_parents(root: &Path, rel: &RelPath) -> Result<Vec<RelPath>> {
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let shown = root.join(rel.as_path());
+    let mut fd = rustix::fs::open(root, dir_flags, Mode::empty()).context(root)?;
+    let comps: Vec<&OsStr> = rel.components().collect();
+    let mut so_far: Vec<u8> = Vec::new();
+    let mut missing = Vec::new();
+    for comp in &comps[..comps.len() - 1] {
+        if !so_far.is_empty() {
+            so_far.push(b'/');
+        }
+        so_far.extend_from_slice(comp.as_bytes());
+        if !missing.is_empty() {
+            missing.push(RelPath::new(so_far.clone())?);
+            continue;
+        }
+        match rustix::fs::openat(&fd, *comp, dir_flags, Mode::empty()) {
+            Ok(next) => fd = next,
+            Err(Errno::NOENT) => missing.push(RelPath::new(so_far.clone())?),
+            Err(e) => return Err(classify(e, &shown)),
+        }
+    }
+    Ok(missing)
+}
+
+/// Removes the directory `rel` if it is empty (never following a symlink); true if removed.
+pub fn remove_empty_dir(root: &Path, rel: &RelPath) -> Result<bool> {
+    let parent = match open_parent(root, rel, false) {
+        Ok(p) => p,
+        Err(e) if e.code == ErrorCode::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match rustix::fs::unlinkat(&parent.fd, &parent.name, AtFlags::REMOVEDIR) {
+        Ok(()) => {
+            rustix::fs::fsync(&parent.fd).context(&parent.shown)?;
+            Ok(true)
+        }
+        Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => Ok(false),
+        Err(e) => Err(e).context(&parent.shown),
     }
 }
 
@@ -254,5 +298,19 @@ mod tests {
         let created: Vec<String> = parent.created_dirs.iter().map(|p| p.display()).collect();
         assert_eq!(created, ["a", "a/b"]);
         assert_eq!(parent.read().unwrap(), Current::Absent);
+    }
+
+    #[test]
+    fn missing_parents_are_listed_and_empty_ones_removed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let rel = RelPath::new("a/b/c/d.txt").unwrap();
+        let missing: Vec<String> = missing_parents(dir.path(), &rel).unwrap().iter().map(|p| p.display()).collect();
+        assert_eq!(missing, ["a/b", "a/b/c"]);
+        open_parent(dir.path(), &rel, true).unwrap();
+        std::fs::write(dir.path().join("a/b/keep.txt"), "x").unwrap();
+        assert!(remove_empty_dir(dir.path(), &RelPath::new("a/b/c").unwrap()).unwrap());
+        assert!(!remove_empty_dir(dir.path(), &RelPath::new("a/b").unwrap()).unwrap(), "not empty");
+        assert!(dir.path().join("a/b/keep.txt").exists());
     }
 }

@@ -100,20 +100,39 @@ impl SqliteKv {
                 .context(path)?;
         }
         let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(30))?;
-        // auto_vacuum only takes effect before the first table exists; harmless later.
-        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")?;
-        let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::new(ErrorCode::Io, format!("database refused WAL mode ({mode})")));
-        }
-        conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;")?;
-        migrate(&conn)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        // Switching a brand-new database to WAL needs an exclusive lock, and SQLite reports
+        // some of those collisions as "busy" without waiting; several processes opening a
+        // new store at once then simply take turns here.
+        retry_busy(|| {
+            // auto_vacuum only takes effect before the first table exists; harmless later.
+            conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")?;
+            let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(Error::new(ErrorCode::Io, format!("database refused WAL mode ({mode})")));
+            }
+            conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;")?;
+            migrate(&conn)
+        })?;
         Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf() })
     }
 
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn retry_busy<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
+    let start = std::time::Instant::now();
+    loop {
+        match f() {
+            Err(e) if e.code == ErrorCode::ConcurrentUpdate && start.elapsed() < BUSY_TIMEOUT => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => return other,
+        }
     }
 }
 

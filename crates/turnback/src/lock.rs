@@ -14,6 +14,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{IoResultExt, Result};
 
+/// How old an unrenamed temporary owner file must be before a sweep removes it.
+const TEMP_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// This process's held owner lock.
 #[derive(Debug)]
 pub struct OwnerLock {
@@ -28,8 +31,12 @@ impl OwnerLock {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let path = dir.join(format!("owner-{id}.lock"));
-        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path).context(&path)?;
-        file.lock().context(&path)?;
+        // Locked under a temporary name first: a file with the final name is always locked
+        // from birth, so a sweep can never mistake a just-born owner for a dead one.
+        let temp = dir.join(format!("tmp-owner-{id}.lock"));
+        let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&temp).context(&temp)?;
+        file.lock().context(&temp)?;
+        std::fs::rename(&temp, &path).context(&path)?;
         Ok(OwnerLock { id, path, _file: file })
     }
 
@@ -66,6 +73,37 @@ pub fn owner_alive(dir: &Path, owner: &str) -> Result<bool> {
     }
 }
 
+/// Removes the owner files of processes that are gone (a process killed after finishing
+/// its work leaves one behind). Returns how many were removed.
+pub fn sweep(dir: &Path) -> Result<u64> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e).context(dir),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let name = entry.context(dir)?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(owner) = name.strip_prefix("owner-").and_then(|n| n.strip_suffix(".lock"))
+            && !owner_alive(dir, owner)?
+        {
+            removed += 1;
+        } else if name.starts_with("tmp-owner-") {
+            // Its creator died in the instant between creating and renaming it. A young one
+            // may be a creator that has not taken the lock yet, so only old ones go.
+            let path = dir.join(&*name);
+            let old = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > TEMP_GRACE));
+            if old && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,5 +117,21 @@ mod tests {
         drop(lock);
         assert!(!owner_alive(dir.path(), &id).unwrap());
         assert!(!owner_alive(dir.path(), "../etc").unwrap());
+    }
+
+    #[test]
+    fn sweep_removes_dead_owners_and_keeps_live_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let live = OwnerLock::acquire(dir.path()).unwrap();
+        std::fs::write(dir.path().join("owner-deadbeef.lock"), "").unwrap();
+        let young = dir.path().join("tmp-owner-cafe.lock");
+        std::fs::write(&young, "").unwrap();
+        assert_eq!(sweep(dir.path()).unwrap(), 1);
+        assert!(young.exists(), "a young temporary file may belong to a process still starting");
+        let old = std::time::SystemTime::now() - 2 * TEMP_GRACE;
+        std::fs::File::options().write(true).open(&young).unwrap().set_modified(old).unwrap();
+        assert_eq!(sweep(dir.path()).unwrap(), 1);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from(format!("owner-{}.lock", live.id()))]);
     }
 }

@@ -242,7 +242,11 @@ pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
         Current::File { identity, .. } => Some(identity.mode),
         Current::Absent => None,
     };
-    let target = PreparedTarget { path: rel.clone(), effect, current };
+    let planned_dirs = match (&probe, &content) {
+        (None, Some(_)) => files::missing_parents(&ctx.workspace.root, &rel)?,
+        _ => Vec::new(),
+    };
+    let target = PreparedTarget { path: rel.clone(), effect, current, planned_dirs };
     let request = StageRequest {
         session: ctx.session,
         workspace: ctx.workspace,
@@ -305,7 +309,7 @@ pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKi
             (None, true) => EffectKind::Edit,
             (None, false) => EffectKind::Create,
         };
-        targets.push(PreparedTarget { path: rel, effect, current });
+        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs: Vec::new() });
     }
     // The post-images are not known yet; assume they are about the size of the pre-images.
     let pre: u64 = targets.iter().map(|t| current_size(&t.current)).sum();
@@ -330,8 +334,23 @@ pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKi
 pub fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Result<CheckpointRecord> {
     let id = checkpoint::by_operation(store, operation_id)?;
     let record = checkpoint::load(store, &id)?;
-    if record.stage_state == checkpoint::StageState::Committed {
-        return Ok(record);
+    match record.stage_state {
+        checkpoint::StageState::Committed => return Ok(record),
+        checkpoint::StageState::Unreachable => {
+            return Err(Error::new(
+                ErrorCode::RecoveryLocked,
+                format!("operation {operation_id} was interrupted and is recovery-locked (turnback inspect {id})"),
+            ));
+        }
+        _ if record.mutation.kind != OperationKind::External => {
+            // An `fs` mutation still running in its own process: it commits itself after its
+            // write; committing it from here would record the file before the write.
+            return Err(Error::new(
+                ErrorCode::Conflict,
+                format!("operation {operation_id} is in progress in another turnback process, which commits it itself"),
+            ));
+        }
+        _ => {}
     }
     let ws = Workspace::by_id(store, &record.workspace_id)?;
     let mut posts = Vec::with_capacity(record.targets.len());

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kv::Ns;
+use crate::kv::{Ns, Txn};
 use crate::store::{Store, format_ms, now_ms};
 use crate::workspace::Workspace;
 
@@ -81,6 +81,13 @@ impl Session {
     /// # Errors
     /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
     pub fn create(store: &Store, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+        let mut txn = store.kv().begin()?;
+        let session = Self::create_in(store, &mut *txn, workspace, id)?;
+        txn.commit()?;
+        Ok(session)
+    }
+
+    fn create_in(store: &Store, txn: &mut dyn Txn, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
         let id = match id {
             Some(id) => id.to_string(),
             None => uuid::Uuid::now_v7().to_string(),
@@ -95,12 +102,30 @@ impl Session {
             parent: None,
         };
         let sealed = store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
-        let mut txn = store.kv().begin()?;
         if !txn.put_if_absent(NS_SESSIONS, id.as_bytes(), &sealed)? {
             return Err(Error::new(crate::ErrorCode::AlreadyExists, format!("session {id} already exists")));
         }
         let index = format!("{}/{now:016}/{id}", workspace.id);
         txn.put(NS_WORKSPACE_SESSIONS, index.as_bytes(), b"")?;
+        Ok(session)
+    }
+
+    /// The workspace's latest session, or a new one; decided under the write lock, so
+    /// concurrent first commands in a workspace all land in the same session.
+    fn latest_or_create(store: &Store, workspace: &Workspace) -> Result<Session> {
+        if let Some(s) = Session::latest(store, workspace)? {
+            return Ok(s);
+        }
+        let mut txn = store.kv().begin()?;
+        let prefix = format!("{}/", workspace.id);
+        let latest = txn.keys(NS_WORKSPACE_SESSIONS, prefix.as_bytes())?.pop();
+        if let Some(key) = latest {
+            drop(txn);
+            let key = String::from_utf8_lossy(&key).into_owned();
+            let id = key.rsplit('/').next().unwrap_or_default();
+            return Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")));
+        }
+        let session = Self::create_in(store, &mut *txn, workspace, None)?;
         txn.commit()?;
         Ok(session)
     }
@@ -123,10 +148,7 @@ impl Session {
                 },
             };
         }
-        match Session::latest(store, workspace)? {
-            Some(s) => Ok(s),
-            None => Session::create(store, workspace, None),
-        }
+        Session::latest_or_create(store, workspace)
     }
 
     /// Moves the session to its next prompt round and returns it.

@@ -506,9 +506,6 @@ fn concurrent_writers_in_one_session_all_commit() {
 }
 
 #[test]
-#[ignore = "bug: concurrent first commands in a workspace without a session each create their own session \
-            (session.rs Session::resolve: latest-or-create is not atomic), so `checkpoints` shows only the \
-            last session's checkpoints and the other writers' are silently hidden"]
 fn concurrent_first_writers_share_one_session() {
     for _ in 0..4 {
         let env = Env::new();
@@ -532,9 +529,6 @@ fn checkpoints_filter_by_prompt_round() {
 }
 
 #[test]
-#[ignore = "bug: with --json, a usage error found by argument parsing (missing or malformed argument) \
-            prints clap's text on stderr and nothing on stdout (app.rs run: `e.print()`), though every \
-            --json command is to print one JSON document"]
 fn usage_errors_with_json_print_a_json_error() {
     let env = Env::new();
     env.ok(&["init"], None);

@@ -234,9 +234,6 @@ fn reconcile_leaves_a_running_operation_alone_until_its_process_dies() {
 }
 
 #[test]
-#[ignore = "bug: `turnback commit OPID` commits an in-process operation whose owner is still running \
-            (mutation.rs commit_external ignores the record's owner), capturing the pre-mutation file as \
-            its post-image and journaling success for a mutation that has not happened"]
 fn commit_refuses_an_operation_another_process_is_still_running() {
     let (env, setup_id) = prepared();
     let _running = env.spawn_at_failpoint(&Op::Edit.args(), None, "dispatched");
@@ -254,9 +251,6 @@ fn commit_refuses_an_operation_another_process_is_still_running() {
 }
 
 #[test]
-#[ignore = "bug: a process killed after committing (failpoint `committed`) leaves its owner lock file \
-            locks/owner-*.lock in the store forever; reconcile only probes owners of pending records \
-            (checkpoint.rs reconcile) and gc never looks at locks/"]
 fn a_killed_process_leaves_no_owner_lock_behind() {
     let (env, _) = prepared();
     env.kill_at_failpoint(&Op::Edit.args(), None, "committed");
@@ -268,9 +262,6 @@ fn a_killed_process_leaves_no_owner_lock_behind() {
 }
 
 #[test]
-#[ignore = "bug: a write into new directories killed after they were made (failpoint `write-temp-synced`) \
-            leaves the empty directories in the workspace: neither the old state nor the new one, and \
-            reconcile does not remove them (created dirs are only recorded at commit, mutation.rs apply)"]
 fn write_into_new_directories_killed_mid_write_leaves_no_empty_directories() {
     let (env, _) = prepared();
     env.kill_at_failpoint(&Op::WriteNew.args(), Op::WriteNew.stdin(), "write-temp-synced");
