@@ -137,6 +137,8 @@ pub enum OperationKind {
     DeleteFile,
     /// `stage` + `commit`: a mutation made by someone else (an agent's own tool).
     External,
+    /// A rollback (or a resolution) written by turnback; itself undoable.
+    Rollback,
 }
 
 impl OperationKind {
@@ -148,6 +150,7 @@ impl OperationKind {
             OperationKind::WriteFile => "write_file",
             OperationKind::DeleteFile => "delete_file",
             OperationKind::External => "external",
+            OperationKind::Rollback => "rollback",
         }
     }
 }
@@ -532,6 +535,9 @@ pub(crate) fn dispatch(store: &Store, checkpoint_id: &str) -> Result<CheckpointR
 pub(crate) struct PostState {
     pub current: Current,
     pub created_dirs: Vec<RelPath>,
+    /// False for a post-image recorded before it is written (a rollback's intended
+    /// result): its identity is not known yet and is left out.
+    pub identity_known: bool,
 }
 
 /// Commits a staged checkpoint: post-images, `committed`, terminal journal event — one
@@ -545,11 +551,36 @@ pub(crate) fn commit(
     posts: Vec<PostState>,
     failed: bool,
 ) -> Result<CheckpointRecord> {
+    commit_with(store, checkpoint_id, posts, CommitMode::AfterMutation { failed })
+}
+
+/// When a checkpoint's post-images are committed relative to its mutation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitMode {
+    /// The mutation happened: post-images observed, terminal journal event written.
+    AfterMutation { failed: bool },
+    /// A rollback: the intended post-images are committed and the dispatch journaled in
+    /// one transaction *before* anything is written, so the rollback is undoable whatever
+    /// happens next; [`finish`] writes the terminal event afterwards.
+    BeforeMutation,
+}
+
+/// Commits a checkpoint's post-images (see [`CommitMode`]).
+pub(crate) fn commit_with(
+    store: &Store,
+    checkpoint_id: &str,
+    posts: Vec<PostState>,
+    mode: CommitMode,
+) -> Result<CheckpointRecord> {
     let mut txn = store.kv().begin()?;
     let mut record = load_in(store, &mut *txn, checkpoint_id)?;
+    let expected = match mode {
+        CommitMode::AfterMutation { .. } => StageState::Staged,
+        CommitMode::BeforeMutation => StageState::Staging,
+    };
     match record.stage_state {
         StageState::Committed => return Ok(record),
-        StageState::Staged => {}
+        s if s == expected => {}
         other => {
             return Err(Error::new(
                 ErrorCode::RecoveryLocked,
@@ -581,7 +612,10 @@ pub(crate) fn commit(
     let mut artifact_ids = std::mem::take(&mut record.artifact_ids);
     let mut sink = ImageSink { checkpoint_id, protect: protect_post, artifact_ids: &mut artifact_ids };
     for (i, post) in posts.into_iter().enumerate() {
-        let image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current)?;
+        let mut image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current)?;
+        if !post.identity_known {
+            image.identity = None;
+        }
         let target = &mut record.targets[i];
         if record.mutation.kind == OperationKind::External {
             target.effect = EffectKind::infer(target.pre_image.present, image.present);
@@ -597,11 +631,38 @@ pub(crate) fn commit(
     for id in &record.artifact_ids {
         artifact::commit(&mut *txn, id)?;
     }
-    let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
-    journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &now)?;
-    record.mutation.commit_state = if failed { CommitState::Failed } else { CommitState::Succeeded };
+    match mode {
+        CommitMode::AfterMutation { failed } => {
+            let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
+            journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &now)?;
+            record.mutation.commit_state = if failed { CommitState::Failed } else { CommitState::Succeeded };
+            record.owner = None;
+            txn.delete(NS_PENDING, checkpoint_id.as_bytes())?;
+        }
+        CommitMode::BeforeMutation => {
+            // Stays in the pending index (with its owner) until `finish`.
+            journal::dispatch(&mut *txn, &record.mutation.operation_id, checkpoint_id, &now)?;
+        }
+    }
     record.stage_state = StageState::Committed;
     record.committed_at = Some(now);
+    record.bump();
+    record.save(store, &mut *txn)?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// Writes the terminal journal event of a checkpoint committed with
+/// [`CommitMode::BeforeMutation`] once its writes are done.
+pub(crate) fn finish(store: &Store, checkpoint_id: &str, failed: bool) -> Result<CheckpointRecord> {
+    let mut txn = store.kv().begin()?;
+    let mut record = load_in(store, &mut *txn, checkpoint_id)?;
+    if record.mutation.commit_state != CommitState::Pending {
+        return Ok(record);
+    }
+    let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
+    journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &format_ms(now_ms()))?;
+    record.mutation.commit_state = if failed { CommitState::Failed } else { CommitState::Succeeded };
     record.owner = None;
     record.bump();
     record.save(store, &mut *txn)?;
@@ -805,6 +866,28 @@ pub fn reconcile(store: &Store) -> Result<ReconcileReport> {
             }
             Err(e) => return Err(e),
         };
+        if record.stage_state == StageState::Committed {
+            // A rollback that committed its intended result, then died while writing. Its
+            // images are real (each target is at its pre- or its post-image), so it stays a
+            // usable checkpoint; only the journal learns that the outcome is unknown.
+            let opid = record.mutation.operation_id.clone();
+            if record.mutation.commit_state == CommitState::Pending {
+                journal::finish(&mut *txn, &opid, &id, JournalEvent::OperationUnknownOutcome, &format_ms(now_ms()))?;
+                record.mutation.commit_state = CommitState::UnknownOutcome;
+                record.owner = None;
+                record.bump();
+                record.save(store, &mut *txn)?;
+                cleanup.push(record.clone());
+                report.reconciled.push(ReconciledCheckpoint {
+                    checkpoint_id: id.clone(),
+                    operation_id: opid,
+                    commit_state: CommitState::UnknownOutcome,
+                });
+            }
+            txn.delete(NS_PENDING, id.as_bytes())?;
+            txn.commit()?;
+            continue;
+        }
         if !matches!(record.stage_state, StageState::Staging | StageState::Staged) {
             txn.delete(NS_PENDING, id.as_bytes())?;
             txn.commit()?;
@@ -980,7 +1063,11 @@ mod tests {
     }
 
     fn post(bytes: &[u8]) -> Vec<PostState> {
-        vec![PostState { current: Current::File { bytes: bytes.to_vec(), identity: identity() }, created_dirs: vec![] }]
+        vec![PostState {
+            current: Current::File { bytes: bytes.to_vec(), identity: identity() },
+            created_dirs: vec![],
+            identity_known: true,
+        }]
     }
 
     #[test]

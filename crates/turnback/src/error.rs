@@ -42,6 +42,8 @@ pub enum ErrorCode {
     Io,
     /// The outcome of an operation cannot be known (crash after dispatch).
     UnknownOutcome,
+    /// A file exists but this user may not read it.
+    Inaccessible,
 }
 
 impl ErrorCode {
@@ -63,6 +65,7 @@ impl ErrorCode {
             ErrorCode::ConcurrentUpdate => "concurrent-update",
             ErrorCode::Io => "io",
             ErrorCode::UnknownOutcome => "unknown-outcome",
+            ErrorCode::Inaccessible => "inaccessible",
         }
     }
 

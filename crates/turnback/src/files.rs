@@ -76,6 +76,55 @@ pub enum Current {
     },
 }
 
+/// A check of the bytes and identity of a file found at a target.
+pub type Matcher<'a> = dyn Fn(&[u8], &FileIdentity) -> bool + 'a;
+
+/// What a compare-and-swap expects at the target.
+pub enum Expect<'a> {
+    /// Nothing.
+    Absent,
+    /// A regular file the matcher accepts.
+    File(&'a Matcher<'a>),
+}
+
+impl std::fmt::Debug for Expect<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expect::Absent => "Expect::Absent",
+            Expect::File(_) => "Expect::File(..)",
+        })
+    }
+}
+
+/// The result of a compare-and-swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swap {
+    /// The target held what was expected and now holds the new state.
+    Done,
+    /// The target held something else; it was left exactly as found.
+    Changed,
+}
+
+/// What is at a path, for analysis: never fails on a symlink or a non-file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// Nothing.
+    Absent,
+    /// A regular file.
+    File {
+        /// Its content.
+        bytes: Vec<u8>,
+        /// Its identity.
+        identity: FileIdentity,
+    },
+    /// A symlink (never followed).
+    Symlink,
+    /// A directory, socket, device or fifo.
+    Other,
+    /// Exists but cannot be read.
+    Unreadable,
+}
+
 /// An open handle on the directory that holds a target, reached without symlinks.
 #[derive(Debug)]
 pub struct Parent {
@@ -145,11 +194,174 @@ impl Parent {
     /// # Errors
     /// `path-rejected` if it is a symlink or anything but a regular file.
     pub fn read(&self) -> Result<Current> {
+        self.read_name(&self.name)
+    }
+
+    /// What the target is, without following a symlink and without failing on a symlink
+    /// or a non-file (for three-way analysis).
+    pub fn observe(&self) -> Result<Observed> {
+        match rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(Errno::NOENT) => return Ok(Observed::Absent),
+            Err(Errno::ACCESS) => return Ok(Observed::Unreadable),
+            Err(e) => return Err(e).context(&self.shown),
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::Symlink => return Ok(Observed::Symlink),
+                FileType::RegularFile => {}
+                _ => return Ok(Observed::Other),
+            },
+        }
+        match self.read() {
+            Ok(Current::File { bytes, identity }) => Ok(Observed::File { bytes, identity }),
+            Ok(Current::Absent) => Ok(Observed::Absent),
+            Err(e) if e.code == ErrorCode::PathRejected => Ok(Observed::Symlink),
+            Err(e) if e.code == ErrorCode::Inaccessible => Ok(Observed::Unreadable),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Names of the entries beside the target, with their inode numbers.
+    pub fn siblings(&self) -> Result<Vec<(OsString, u64)>> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, ".", flags, Mode::empty()).context(&self.shown)?;
+        let mut dir = rustix::fs::Dir::read_from(&fd).context(&self.shown)?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.context(&self.shown)?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.push((OsString::from_vec(name.to_vec()), entry.ino()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The target's name in its directory.
+    pub fn name(&self) -> &OsStr {
+        &self.name
+    }
+
+    /// Puts `bytes` at the target only if what is there now is what `expect` says:
+    /// a compare-and-swap. The new file is written and synced under `temp`, then swapped
+    /// in atomically (`RENAME_EXCHANGE`, or a hard link for an absent target); the file it
+    /// displaced is checked, and if it is not the expected one it is swapped straight
+    /// back, untouched. Returns [`Swap::Changed`] in that case, having written nothing.
+    pub fn swap_in(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>, expect: &Expect<'_>) -> Result<Swap> {
+        self.write_temp(temp, bytes, mode)?;
+        failpoint::hit("swap-temp-synced");
+        let result = match expect {
+            Expect::Absent => match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
+                Ok(()) => Ok(Swap::Done),
+                Err(Errno::EXIST) => Ok(Swap::Changed),
+                Err(e) => Err(e).context(&self.shown),
+            },
+            Expect::File(matches) => {
+                match rustix::fs::renameat_with(&self.fd, temp, &self.fd, &self.name, rustix::fs::RenameFlags::EXCHANGE)
+                {
+                    Ok(()) => {
+                        // `temp` now names the displaced file.
+                        let displaced = self.read_name(temp);
+                        let ok =
+                            matches!(&displaced, Ok(Current::File { bytes, identity }) if matches(bytes, identity));
+                        if ok {
+                            Ok(Swap::Done)
+                        } else {
+                            rustix::fs::renameat_with(
+                                &self.fd,
+                                temp,
+                                &self.fd,
+                                &self.name,
+                                rustix::fs::RenameFlags::EXCHANGE,
+                            )
+                            .context(&self.shown)?;
+                            Ok(Swap::Changed)
+                        }
+                    }
+                    Err(Errno::NOENT) => Ok(Swap::Changed),
+                    Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
+                        // No RENAME_EXCHANGE here: check, then rename (a narrower window).
+                        match self.read() {
+                            Ok(Current::File { bytes, identity }) if matches(&bytes, &identity) => {
+                                rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
+                                Ok(Swap::Done)
+                            }
+                            _ => Ok(Swap::Changed),
+                        }
+                    }
+                    Err(e) => Err(e).context(&self.shown),
+                }
+            }
+        };
+        let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
+        rustix::fs::fsync(&self.fd).context(&self.shown)?;
+        result
+    }
+
+    /// Removes the target only if it is what `matches` accepts: it is first moved aside
+    /// to `temp` (atomically), checked there, and then deleted — or moved back untouched.
+    /// An already absent target counts as removed.
+    pub fn remove_if(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
+        match rustix::fs::renameat(&self.fd, &self.name, &self.fd, temp) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => return Ok(Swap::Done),
+            Err(e) => return Err(e).context(&self.shown),
+        }
+        failpoint::hit("remove-moved-aside");
+        let moved = self.read_name(temp);
+        let result = if matches!(&moved, Ok(Current::File { bytes, identity }) if matches(bytes, identity)) {
+            rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()).context(&self.shown)?;
+            Swap::Done
+        } else {
+            match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
+                Ok(()) => {
+                    rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()).context(&self.shown)?;
+                }
+                Err(Errno::EXIST) => {
+                    return Err(Error::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "{}: changed twice during rollback; the version found first was kept as {}",
+                            self.shown.display(),
+                            Path::new(temp).display()
+                        ),
+                    ));
+                }
+                Err(e) => return Err(e).context(&self.shown),
+            }
+            Swap::Changed
+        };
+        rustix::fs::fsync(&self.fd).context(&self.shown)?;
+        Ok(result)
+    }
+
+    /// Writes and syncs `bytes` under `temp`. Owner-only until it has the old file's mode,
+    /// so a private file's new content is never briefly readable by others; a new file
+    /// gets the usual 0666 less the umask.
+    fn write_temp(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
+        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
+        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
+        let mut file = File::from(fd);
+        file.write_all(bytes).context(&self.shown)?;
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
+        }
+        file.sync_all().context(&self.shown)?;
+        Ok(file)
+    }
+
+    fn read_name(&self, name: &OsStr) -> Result<Current> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
-        let fd = match rustix::fs::openat(&self.fd, &self.name, flags, Mode::empty()) {
+        let fd = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(Current::Absent),
             Err(Errno::LOOP) => return Err(behind_symlink(&self.shown)),
+            Err(Errno::ACCESS) => {
+                return Err(Error::new(
+                    ErrorCode::Inaccessible,
+                    format!("{}: permission denied", self.shown.display()),
+                ));
+            }
             Err(e) => return Err(e).context(&self.shown),
         };
         let st = rustix::fs::fstat(&fd).context(&self.shown)?;
@@ -167,18 +379,7 @@ impl Parent {
     /// file's permission bits (None: a new file, default permissions under the umask).
     /// `temp` is the temporary name to use (see [`temp_name`]).
     pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
-        // Owner-only until it has the old file's mode, so a private file's new content is
-        // never briefly readable by others; a new file gets the usual 0666 less the umask.
-        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
-        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
-        let mut file = File::from(fd);
-        file.write_all(bytes).context(&self.shown)?;
-        if let Some(mode) = mode {
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
-        }
-        file.sync_all().context(&self.shown)?;
+        let file = self.write_temp(temp, bytes, mode)?;
         failpoint::hit("write-temp-synced");
         rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
         failpoint::hit("write-renamed");

@@ -272,7 +272,7 @@ pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
         }
     };
     failpoint::hit("mutated");
-    let posts = vec![PostState { current: post, created_dirs: parent.created_dirs }];
+    let posts = vec![PostState { current: post, created_dirs: parent.created_dirs, identity_known: true }];
     let checkpoint = checkpoint::commit(store, &staged.checkpoint_id, posts, false)?;
     failpoint::hit("committed");
     Ok(MutationOutcome { checkpoint, replacements })
@@ -356,7 +356,7 @@ pub fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Resul
     let mut posts = Vec::with_capacity(record.targets.len());
     for t in &record.targets {
         let current = read_current(open_existing_parent(&ws, &t.path)?.as_ref())?;
-        posts.push(PostState { current, created_dirs: Vec::new() });
+        posts.push(PostState { current, created_dirs: Vec::new(), identity_known: true });
     }
     checkpoint::commit(store, &id, posts, failed)
 }
