@@ -73,6 +73,11 @@ pub enum Command {
         #[arg(long)]
         failed: bool,
     },
+    /// Take back checkpointed mutations without overwriting anyone's later work.
+    ///
+    /// Without --apply, previews: every target's outcome and a planId.
+    /// Example: turnback rollback --turn 3 && turnback rollback --turn 3 --apply --plan <planId>
+    Rollback(RollbackArgs),
     /// List the session's checkpoints.
     ///
     /// Example: turnback checkpoints --turn 3
@@ -114,6 +119,41 @@ pub enum Command {
     /// The master key and data keys.
     #[command(subcommand)]
     Key(KeyCommand),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RollbackArgs {
+    #[command(subcommand)]
+    pub command: Option<RollbackCommand>,
+    /// Checkpoint ids to take back.
+    pub ids: Vec<String>,
+    /// Every checkpoint of this prompt round.
+    #[arg(long, value_name = "T", conflicts_with_all = ["ids", "since_turn"])]
+    pub turn: Option<u64>,
+    /// Every checkpoint from this prompt round on.
+    #[arg(long, value_name = "T", conflicts_with = "ids")]
+    pub since_turn: Option<u64>,
+    /// Apply (without it, only preview).
+    #[arg(long)]
+    pub apply: bool,
+    /// Apply only if the analysis still has this planId (from the preview).
+    #[arg(long, value_name = "PLANID", requires = "apply")]
+    pub plan: Option<String>,
+    /// For a path: skip it, export a sanitized patch, or write a merge to resolve.
+    #[arg(long = "choose", value_name = "PATH=skip|patch|resolve")]
+    pub choose: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RollbackCommand {
+    /// Apply your edited merge file (from --choose PATH=resolve) through the checked path.
+    ///
+    /// Example: turnback rollback resolve src/main.rs
+    Resolve {
+        /// The file whose merge you edited.
+        path: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]

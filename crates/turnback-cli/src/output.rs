@@ -9,6 +9,7 @@ pub mod exit {
     pub const SUCCESS: i32 = 0;
     pub const FAILURE: i32 = 1;
     pub const USAGE: i32 = 2;
+    pub const PARTIAL: i32 = 3;
     pub const BLOCKED: i32 = 20;
     pub const UNKNOWN_OUTCOME: i32 = 70;
 }

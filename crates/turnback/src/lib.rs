@@ -35,6 +35,7 @@ pub mod mutation;
 pub mod object;
 pub mod patch;
 pub mod retention;
+pub mod rollback;
 pub mod session;
 pub mod settings;
 pub mod store;

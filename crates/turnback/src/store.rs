@@ -31,8 +31,12 @@ const RECORD_HEADER_LEN: usize = 3 + 4 + 2;
 /// Largest plaintext a sealed record may decode to.
 const RECORD_MAX: usize = 64 * 1024 * 1024;
 /// Namespaces whose values are sealed records (re-encrypted by key rotation).
-pub(crate) const SEALED_NAMESPACES: &[Ns] =
-    &[checkpoint::NS_CHECKPOINTS, crate::session::NS_SESSIONS, crate::workspace::NS_WORKSPACES];
+pub(crate) const SEALED_NAMESPACES: &[Ns] = &[
+    checkpoint::NS_CHECKPOINTS,
+    crate::session::NS_SESSIONS,
+    crate::workspace::NS_WORKSPACES,
+    crate::rollback::NS_RESOLUTIONS,
+];
 
 /// How to open a store.
 #[derive(Debug, Clone)]

@@ -5,3 +5,4 @@ pub mod fs;
 pub mod init;
 pub mod key;
 pub mod maintenance;
+pub mod rollback;
