@@ -316,6 +316,9 @@ pub(crate) struct Inputs<'a> {
     pub virtual_state: bool,
     pub pre_bytes: PreBytes,
     pub excluded: bool,
+    /// A newer mutation of this path could not be taken back by this rollback (or was
+    /// already taken back by someone else): an older one must not be built on top.
+    pub later_not_taken_back: bool,
 }
 
 /// The one decision: what to do with one target. Used by preview and apply alike.
@@ -337,6 +340,12 @@ pub(crate) fn decide(i: &Inputs<'_>) -> Outcome {
         RecordStatus::Evicted => return inaccessible("evicted"),
     }
     let Some(post) = i.post else { return inaccessible("recovery-locked") };
+    if i.later_not_taken_back {
+        return conflict(
+            ConflictReason::ContentConflict,
+            "a later mutation of this file cannot be taken back (or someone else already changed it back), so this one cannot either",
+        );
+    }
     match i.seen {
         Seen::BehindSymlink => return conflict(ConflictReason::BehindSymlink, "the path is a symlink or behind one"),
         Seen::Unreadable => return inaccessible("unreadable"),
@@ -370,6 +379,19 @@ pub(crate) fn decide(i: &Inputs<'_>) -> Outcome {
         Seen::File { digest, .. } => i.pre.digest.as_deref() == Some(digest.as_str()),
         _ => false,
     };
+    let at_post = match i.seen {
+        Seen::Absent { .. } => !post.present,
+        Seen::File { digest, .. } => post.digest.as_deref() == Some(digest.as_str()),
+        _ => false,
+    };
+    if i.virtual_state && !at_post {
+        // The newer mutation started from something other than this one's result:
+        // someone else changed the file in between, and that version is theirs.
+        return conflict(
+            ConflictReason::ContentConflict,
+            "someone else changed the file between this mutation and a later one",
+        );
+    }
     if at_pre {
         return eligible(true);
     }
@@ -616,6 +638,7 @@ fn decide_path(
 ) -> (Vec<TargetAnalysis>, Option<Final>) {
     let mut seen = real.clone();
     let mut virtual_state = false;
+    let mut later_not_taken_back = false;
     let mut final_state: Option<Final> = None;
     let mut out = Vec::with_capacity(steps.len());
     for &(ri, ti) in steps {
@@ -631,6 +654,7 @@ fn decide_path(
             virtual_state,
             pre_bytes: pb,
             excluded,
+            later_not_taken_back,
         };
         let outcome = decide(&inputs);
         out.push(TargetAnalysis {
@@ -643,7 +667,16 @@ fn decide_path(
             current_state: seen.state(),
             outcome: outcome.clone(),
         });
+        let never_happened = status == RecordStatus::Abandoned;
+        if !outcome.eligible() && !never_happened {
+            later_not_taken_back = true;
+        }
         if let Outcome::AppliedEligible { no_op, .. } = outcome {
+            if no_op && !virtual_state && seen.state() != image_state(t.post_image.as_ref()) {
+                // On disk it is already back at this mutation's pre-image, but not because
+                // of this rollback: older mutations must not build on someone else's state.
+                later_not_taken_back = true;
+            }
             if !no_op {
                 final_state = Some(match bytes {
                     Some(bytes) => Final::File { bytes, mode: t.pre_image.identity.map(|i| i.permissions()) },
@@ -1297,6 +1330,7 @@ mod tests {
             virtual_state: false,
             pre_bytes: PreBytes::Available,
             excluded: false,
+            later_not_taken_back: false,
         })
     }
 
@@ -1355,6 +1389,7 @@ mod tests {
             virtual_state: false,
             pre_bytes: PreBytes::Corrupt,
             excluded: false,
+            later_not_taken_back: false,
         };
         assert_eq!(reason(&decide(&i)), "binary-corrupt");
         i.pre_bytes = PreBytes::Missing;

@@ -3,4 +3,5 @@
 mod common;
 mod test_integrity;
 mod test_mutations;
+mod test_rollback_property;
 mod test_store;
