@@ -1,0 +1,248 @@
+//! Apply: re-validate, commit the rollback's own checkpoint, then compare-and-swap each
+//! path, in the seed's seven steps.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::analysis::*;
+use super::choice::*;
+use super::decision::*;
+use super::*;
+use crate::checkpoint::{
+    self, CheckpointRecord, CommitMode, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest,
+};
+use crate::crypto::hex;
+use crate::error::{Error, ErrorCode, Result};
+use crate::failpoint;
+use crate::files::{self, Current, Expect, FileIdentity, Swap};
+use crate::retention;
+use crate::workspace::RelPath;
+
+/// Applies the rollback of `selection`. With `plan`, refuses (changing nothing) unless the
+/// analysis made now has that plan id.
+///
+/// # Errors
+/// `conflict` if `plan` no longer matches; `over-cap` if the rollback's own checkpoint
+/// would break a cap; I/O errors.
+pub fn apply(
+    ctx: Context<'_>,
+    selection: &Selection,
+    choices: &BTreeMap<RelPath, Choice>,
+    plan: Option<&str>,
+) -> Result<RollbackResult> {
+    let analysis = analyze(ctx, selection, choices)?;
+    if let Some(plan) = plan
+        && plan != analysis.plan_id
+    {
+        return Err(Error::new(
+            ErrorCode::Conflict,
+            format!(
+                "the workspace or the checkpoints changed since plan {plan} was made (it is now {}); nothing was changed — preview again",
+                analysis.plan_id
+            ),
+        )
+        .with_details(serde_json::json!({ "expectedPlanId": plan, "currentPlanId": analysis.plan_id })));
+    }
+    let records = select(ctx, selection)?;
+    let refs: Vec<&CheckpointRecord> = records.iter().collect();
+    let mut paths = analysis.paths;
+
+    // Steps 1-3: re-resolve, capture, re-validate (re-classify through the same decision).
+    for plan in paths.iter_mut().filter(|p| p.write.is_some()) {
+        let first = &plan.steps[0];
+        let recorded = refs
+            .iter()
+            .find(|r| r.checkpoint_id == first.checkpoint_id)
+            .and_then(|r| r.targets[first.target_index].post_image.as_ref().and_then(|p| p.identity));
+        let (mut seen, bytes) = observe(ctx.store, ctx.workspace, &plan.path, recorded.as_ref())?;
+        mark_open_handles(&mut [&mut seen]);
+        if seen != plan.real {
+            let steps = step_indices(&refs, &plan.steps);
+            let excluded = choices.get(&plan.path) == Some(&Choice::Skip);
+            let mut cache = HashMap::new();
+            for &(ri, ti) in &steps {
+                if record_status(refs[ri]) == RecordStatus::Usable {
+                    cache.insert((ri, ti), pre_bytes(ctx.store, refs[ri], ti));
+                }
+            }
+            let (analyses, write) = decide_path(&refs, &steps, &seen, excluded, &cache);
+            plan.steps = analyses;
+            plan.write = write;
+            plan.real = seen;
+            plan.real_bytes = bytes;
+        }
+    }
+
+    let writes: Vec<usize> = (0..paths.len()).filter(|i| paths[*i].write.is_some()).collect();
+    let mut applied_paths = Vec::new();
+    let mut rollback_checkpoint_id = None;
+    if !writes.is_empty() {
+        // Step 4: the rollback's own checkpoint, with the real pre-images, committed first.
+        let targets: Vec<PreparedTarget> = writes
+            .iter()
+            .map(|&i| {
+                let p = &paths[i];
+                let current = match (&p.real, &p.real_bytes) {
+                    (Seen::File { identity: Some(identity), .. }, Some(bytes)) => {
+                        Current::File { bytes: bytes.clone(), identity: *identity }
+                    }
+                    _ => Current::Absent,
+                };
+                let final_present = matches!(p.write, Some(Final::File { .. }));
+                let effect = match (matches!(current, Current::File { .. }), final_present) {
+                    (false, _) => EffectKind::Create,
+                    (true, false) => EffectKind::Delete,
+                    (true, true) => EffectKind::Edit,
+                };
+                let planned_dirs = if final_present {
+                    files::missing_parents(&ctx.workspace.root, &p.path).unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                PreparedTarget { path: p.path.clone(), effect, current, planned_dirs }
+            })
+            .collect();
+        let bytes: u64 = writes
+            .iter()
+            .map(|&i| {
+                paths[i].real_bytes.as_ref().map_or(0, |b| b.len() as u64)
+                    + match &paths[i].write {
+                        Some(Final::File { bytes, .. }) => bytes.len() as u64,
+                        _ => 0,
+                    }
+            })
+            .sum();
+        let verdict = retention::evaluate_capacity(ctx.store.settings(), checkpoint::usage(ctx.store)?, bytes);
+        if !verdict.fits() {
+            return Err(checkpoint::over_cap_error(&verdict, targets.iter().map(|t| &t.path)));
+        }
+        let owner = ctx.store.owner()?.id().to_string();
+        let staged = checkpoint::stage(
+            ctx.store,
+            StageRequest {
+                session: ctx.session,
+                workspace: ctx.workspace,
+                kind: OperationKind::Rollback,
+                targets,
+                protect: true,
+                owner: Some(owner),
+            },
+        )?;
+        let posts: Vec<PostState> = writes
+            .iter()
+            .map(|&i| PostState {
+                current: match &paths[i].write {
+                    Some(Final::File { bytes, .. }) => Current::File {
+                        bytes: bytes.clone(),
+                        identity: FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
+                    },
+                    _ => Current::Absent,
+                },
+                created_dirs: Vec::new(),
+                identity_known: false,
+            })
+            .collect();
+        // Step 5 is inside: the dispatch is journaled in the same transaction.
+        let committed = checkpoint::commit_with(ctx.store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
+        let id = committed.checkpoint_id.clone();
+        failpoint::hit("rollback-committed");
+
+        // Step 6: each write a compare-and-swap against what was captured.
+        for &i in &writes {
+            failpoint::hit("rollback-before-swap");
+            let p = &paths[i];
+            let swapped = write_one(ctx, p, &id)?;
+            if swapped == Swap::Done {
+                applied_paths.push(p.path.clone());
+                if p.write == Some(Final::Absent) {
+                    remove_created_dirs(ctx, &refs, p);
+                }
+            } else {
+                // Changed between capture and write: left exactly as the person left it.
+                let plan = &mut paths[i];
+                for step in plan.steps.iter_mut().filter(|s| s.outcome.eligible()) {
+                    step.outcome = conflict(
+                        ConflictReason::ContentConflict,
+                        "the file changed between the analysis and the write; it was left as it is",
+                    );
+                }
+                plan.write = None;
+            }
+        }
+        // Step 7: the terminal event.
+        checkpoint::finish(ctx.store, &id, applied_paths.is_empty())?;
+        rollback_checkpoint_id = Some(id);
+    }
+
+    let summary = summarize(analysis.plan_id.clone(), analysis.checkpoint_ids.clone(), paths.clone());
+    let mut choice_files = Vec::new();
+    for p in &paths {
+        let Some(choice) = choices.get(&p.path) else { continue };
+        if *choice == Choice::Skip || !p.steps.iter().any(|s| s.outcome.residual()) {
+            continue;
+        }
+        if let Some(file) = write_choice_file(ctx, &refs, p, *choice)? {
+            choice_files.push(file);
+        }
+    }
+    let residual_conflicts = summary
+        .targets
+        .iter()
+        .filter(|t| t.outcome.residual())
+        .map(|t| Residual {
+            path: t.path.clone(),
+            checkpoint_id: t.checkpoint_id.clone(),
+            category: t.outcome.category().to_string(),
+            outcome: t.outcome.clone(),
+            safe_choices: SAFE_CHOICES.to_vec(),
+        })
+        .collect();
+    Ok(RollbackResult {
+        result_type: summary.result_type,
+        plan_id: analysis.plan_id,
+        targets: summary.targets,
+        applied_paths,
+        counts: summary.counts,
+        residual_conflicts,
+        choice_files,
+        excluded_effects: excluded_effects(),
+        rollback_checkpoint_id,
+    })
+}
+
+/// After taking back a create, removes the directories that create made, if empty.
+pub(super) fn remove_created_dirs(ctx: Context<'_>, refs: &[&CheckpointRecord], p: &PathPlan) {
+    for (ri, ti) in step_indices(refs, &p.steps) {
+        for dir in refs[ri].targets[ti].created_dirs.iter().rev() {
+            let _ = files::remove_empty_dir(&ctx.workspace.root, dir);
+        }
+    }
+}
+
+/// Writes one path's final state with a compare-and-swap against its captured state.
+pub(super) fn write_one(ctx: Context<'_>, p: &PathPlan, checkpoint_id: &str) -> Result<Swap> {
+    let store = ctx.store;
+    let temp = files::temp_name(&p.path, checkpoint_id);
+    let (expected_digest, expected_inode) = match &p.real {
+        Seen::File { digest, identity, .. } => (Some(digest.clone()), identity.map(|i| i.inode)),
+        _ => (None, None),
+    };
+    let matcher = move |bytes: &[u8], identity: &FileIdentity| {
+        expected_digest.as_deref() == Some(hex(&store.keys().content_id(bytes)).as_str())
+            && expected_inode.is_none_or(|ino| ino == identity.inode)
+    };
+    match p.write.as_ref().expect("only paths with a write") {
+        Final::File { bytes, mode } => {
+            let parent = files::open_parent(&ctx.workspace.root, &p.path, true)?;
+            let expect = match p.real {
+                Seen::Absent { .. } => Expect::Absent,
+                _ => Expect::File(&matcher),
+            };
+            parent.swap_in(&temp, bytes, *mode, &expect)
+        }
+        Final::Absent => match files::open_parent(&ctx.workspace.root, &p.path, false) {
+            Ok(parent) => parent.remove_if(&temp, &matcher),
+            Err(e) if e.code == ErrorCode::NotFound => Ok(Swap::Done),
+            Err(e) => Err(e),
+        },
+    }
+}
