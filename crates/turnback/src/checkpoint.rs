@@ -19,6 +19,7 @@
 //!   artifact and file identity: rollback needs nothing else.
 
 use std::collections::HashMap;
+use std::os::unix::ffi::OsStringExt;
 
 use serde::{Deserialize, Serialize};
 
@@ -231,6 +232,10 @@ pub struct TargetRecord {
     /// Parent directories the mutation created.
     #[serde(default)]
     pub created_dirs: Vec<RelPath>,
+    /// The digest of the content the mutation meant to write, recorded with the dispatch
+    /// (so reconcile can tell its temporary file from someone else's content).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intended_digest: Option<String>,
 }
 
 /// The seed's mutation metadata.
@@ -436,6 +441,7 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
             pre_image: pre,
             post_image: None,
             created_dirs: t.planned_dirs.clone(),
+            intended_digest: None,
         });
     }
     // The round is read inside the transaction: a caller's `Session` value may be stale.
@@ -500,7 +506,7 @@ pub(crate) fn over_cap_error<'a>(
     Error::new(
         ErrorCode::OverCap,
         format!(
-            "over-cap: {}; without --confirm-unprotected nothing was changed. Unprotected scope if confirmed: {} (not reversible by rollback)",
+            "{}; without --confirm-unprotected nothing was changed. Unprotected scope if confirmed: {} (not reversible by rollback)",
             verdict.disclosure(),
             scope.join(", ")
         ),
@@ -512,8 +518,9 @@ pub(crate) fn over_cap_error<'a>(
     }))
 }
 
-/// Journals the dispatch of a staged in-process mutation (`staging` → `staged`).
-pub(crate) fn dispatch(store: &Store, checkpoint_id: &str) -> Result<CheckpointRecord> {
+/// Journals the dispatch of a staged in-process mutation (`staging` → `staged`), with the
+/// digest of each target's intended content (`None`: a delete).
+pub(crate) fn dispatch(store: &Store, checkpoint_id: &str, intended: &[Option<String>]) -> Result<CheckpointRecord> {
     let mut txn = store.kv().begin()?;
     let mut record = load_in(store, &mut *txn, checkpoint_id)?;
     if record.stage_state != StageState::Staging {
@@ -523,6 +530,9 @@ pub(crate) fn dispatch(store: &Store, checkpoint_id: &str) -> Result<CheckpointR
         ));
     }
     journal::dispatch(&mut *txn, &record.mutation.operation_id, checkpoint_id, &format_ms(now_ms()))?;
+    for (t, digest) in record.targets.iter_mut().zip(intended) {
+        t.intended_digest = digest.clone();
+    }
     record.stage_state = StageState::Staged;
     record.bump();
     record.save(store, &mut *txn)?;
@@ -621,7 +631,10 @@ pub(crate) fn commit_with(
             target.effect = EffectKind::infer(target.pre_image.present, image.present);
         }
         target.post_image = Some(image);
-        target.created_dirs = post.created_dirs;
+        if mode != CommitMode::BeforeMutation {
+            // Before the write, the directories it will make were planned at stage time.
+            target.created_dirs = post.created_dirs;
+        }
     }
     record.artifact_ids = artifact_ids;
     if protect_pre && !protect_post && record.targets.iter().any(|t| t.post_image.as_ref().is_some_and(|p| p.present)) {
@@ -781,7 +794,12 @@ pub fn list(store: &Store, session: &Session, filter: ListFilter) -> Result<Vec<
     })?;
     let mut out = Vec::new();
     for id in ids {
-        let record = load(store, &id)?;
+        // One altered record must not hide every other checkpoint; `verify` reports it.
+        let record = match load(store, &id) {
+            Ok(r) => r,
+            Err(e) if e.code == ErrorCode::Corrupt => continue,
+            Err(e) => return Err(e),
+        };
         if filter.prompt_round.is_some_and(|r| record.prompt_round != Some(r)) {
             continue;
         }
@@ -822,6 +840,11 @@ pub struct ReconcileReport {
     pub dirs_removed: u64,
     /// Liveness lock files of processes that are gone, removed.
     pub stale_locks_removed: u64,
+    /// Temporary files holding something other than the original or the intended result
+    /// (someone else's content, displaced mid-swap), kept as `NAME.turnback-recovered`.
+    pub recovered_files: Vec<String>,
+    /// Pending records that could not be read (left for `verify` to report).
+    pub unreadable: Vec<String>,
 }
 
 /// One reconciled checkpoint.
@@ -839,6 +862,12 @@ pub struct ReconciledCheckpoint {
 /// Marks incomplete stages of dead processes `unreachable` + `recovery-locked`, closes
 /// their open journal operations with `OperationUnknownOutcome`, and removes temporary
 /// files their crash left. Runs at every store open.
+///
+/// Workspace clean-up happens before the record is marked, so a crash during reconcile
+/// leaves the record pending and the next run does it again (it is idempotent). A
+/// temporary file whose content is neither the target's original nor the intended result
+/// is not deleted: it is renamed `NAME.turnback-recovered` and reported. A record that
+/// does not verify is reported and left for `verify`, never a reason to stop.
 pub fn reconcile(store: &Store) -> Result<ReconcileReport> {
     let mut pending = Vec::new();
     store.kv().scan(NS_PENDING, b"", &mut |k, v| {
@@ -846,7 +875,7 @@ pub fn reconcile(store: &Store) -> Result<ReconcileReport> {
         Ok(true)
     })?;
     let mut report = ReconcileReport::default();
-    let mut cleanup = Vec::new();
+    let mut workspaces: HashMap<String, Option<Workspace>> = HashMap::new();
     for (id, owner) in pending {
         if owner.is_empty() {
             report.awaiting_commit += 1;
@@ -856,86 +885,111 @@ pub fn reconcile(store: &Store) -> Result<ReconcileReport> {
             report.in_progress += 1;
             continue;
         }
-        let mut txn = store.kv().begin()?;
-        let mut record = match load_in(store, &mut *txn, &id) {
+        let record = match load(store, &id) {
             Ok(r) => r,
             Err(e) if e.code == ErrorCode::NotFound => {
+                let mut txn = store.kv().begin()?;
                 txn.delete(NS_PENDING, id.as_bytes())?;
                 txn.commit()?;
                 continue;
             }
-            Err(e) => return Err(e),
-        };
-        if record.stage_state == StageState::Committed {
-            // A rollback that committed its intended result, then died while writing. Its
-            // images are real (each target is at its pre- or its post-image), so it stays a
-            // usable checkpoint; only the journal learns that the outcome is unknown.
-            let opid = record.mutation.operation_id.clone();
-            if record.mutation.commit_state == CommitState::Pending {
-                journal::finish(&mut *txn, &opid, &id, JournalEvent::OperationUnknownOutcome, &format_ms(now_ms()))?;
-                record.mutation.commit_state = CommitState::UnknownOutcome;
-                record.owner = None;
-                record.bump();
-                record.save(store, &mut *txn)?;
-                cleanup.push(record.clone());
-                report.reconciled.push(ReconciledCheckpoint {
-                    checkpoint_id: id.clone(),
-                    operation_id: opid,
-                    commit_state: CommitState::UnknownOutcome,
-                });
+            Err(e) => {
+                report.unreadable.push(format!("checkpoint {id}: {e}"));
+                continue;
             }
-            txn.delete(NS_PENDING, id.as_bytes())?;
-            txn.commit()?;
-            continue;
-        }
-        if !matches!(record.stage_state, StageState::Staging | StageState::Staged) {
-            txn.delete(NS_PENDING, id.as_bytes())?;
-            txn.commit()?;
-            continue;
-        }
-        let opid = record.mutation.operation_id.clone();
-        let dispatched = journal::is_open(&mut *txn, &opid)?;
+        };
+        let dispatched = store.kv().get(journal::NS_JOURNAL_OPEN, record.mutation.operation_id.as_bytes())?.is_some();
         if dispatched {
-            journal::finish(&mut *txn, &opid, &id, JournalEvent::OperationUnknownOutcome, &format_ms(now_ms()))?;
-            record.mutation.commit_state = CommitState::UnknownOutcome;
-            cleanup.push(record.clone());
-        } else {
-            record.mutation.commit_state = CommitState::Abandoned;
+            let ws = workspaces
+                .entry(record.workspace_id.clone())
+                .or_insert_with(|| Workspace::by_id(store, &record.workspace_id).ok());
+            if let Some(ws) = ws {
+                clean_workspace(store, ws, &record, &mut report);
+            }
         }
-        record.stage_state = StageState::Unreachable;
-        record.integrity_state = IntegrityState::RecoveryLocked;
-        record.owner = None;
-        record.bump();
-        record.save(store, &mut *txn)?;
-        txn.delete(NS_PENDING, id.as_bytes())?;
-        txn.commit()?;
-        report.reconciled.push(ReconciledCheckpoint {
-            checkpoint_id: id,
-            operation_id: opid,
-            commit_state: record.mutation.commit_state,
-        });
+        if let Some(done) = mark_interrupted(store, &id)? {
+            report.reconciled.push(done);
+        }
     }
     report.stale_locks_removed = lock::sweep(&store.locks_dir())?;
-    let mut workspaces: HashMap<String, Option<Workspace>> = HashMap::new();
-    for record in cleanup {
-        let ws = workspaces
-            .entry(record.workspace_id.clone())
-            .or_insert_with(|| Workspace::by_id(store, &record.workspace_id).ok());
-        let Some(ws) = ws else { continue };
-        for t in &record.targets {
-            if let Ok(parent) = files::open_parent(&ws.root, &t.path, false)
-                && parent.remove_temp(&files::temp_name(&t.path, &record.checkpoint_id)).unwrap_or(false)
-            {
-                report.temp_files_removed += 1;
-            }
-            for dir in t.created_dirs.iter().rev() {
-                if files::remove_empty_dir(&ws.root, dir).unwrap_or(false) {
-                    report.dirs_removed += 1;
+    Ok(report)
+}
+
+/// In one transaction: closes the journal of an interrupted operation and, unless the
+/// record is committed (a rollback that had recorded its result before writing), marks
+/// it `unreachable` + `recovery-locked`. A committed record is never modified.
+fn mark_interrupted(store: &Store, id: &str) -> Result<Option<ReconciledCheckpoint>> {
+    let mut txn = store.kv().begin()?;
+    let mut record = load_in(store, &mut *txn, id)?;
+    let opid = record.mutation.operation_id.clone();
+    let dispatched = journal::is_open(&mut *txn, &opid)?;
+    if dispatched {
+        journal::finish(&mut *txn, &opid, id, JournalEvent::OperationUnknownOutcome, &format_ms(now_ms()))?;
+    }
+    txn.delete(NS_PENDING, id.as_bytes())?;
+    let outcome = match record.stage_state {
+        StageState::Committed => dispatched.then_some(CommitState::UnknownOutcome),
+        StageState::Staging | StageState::Staged => {
+            record.mutation.commit_state =
+                if dispatched { CommitState::UnknownOutcome } else { CommitState::Abandoned };
+            record.stage_state = StageState::Unreachable;
+            record.integrity_state = IntegrityState::RecoveryLocked;
+            record.owner = None;
+            record.bump();
+            record.save(store, &mut *txn)?;
+            Some(record.mutation.commit_state)
+        }
+        StageState::Unreachable => None,
+    };
+    txn.commit()?;
+    Ok(outcome.map(|commit_state| ReconciledCheckpoint {
+        checkpoint_id: id.to_string(),
+        operation_id: opid,
+        commit_state,
+    }))
+}
+
+/// Removes what an interrupted write left in the workspace: its temporary file (only if
+/// it holds the original or the intended result) and directories it created (if empty).
+fn clean_workspace(store: &Store, ws: &Workspace, record: &CheckpointRecord, report: &mut ReconcileReport) {
+    for t in &record.targets {
+        if let Ok(parent) = files::open_parent(&ws.root, &t.path, false) {
+            let temp = files::temp_name(&t.path, &record.checkpoint_id);
+            let known = [
+                t.pre_image.digest.as_deref(),
+                t.intended_digest.as_deref(),
+                t.post_image.as_ref().and_then(|p| p.digest.as_deref()),
+            ];
+            match parent.read_sibling(&temp) {
+                Ok(Current::File { bytes, .. }) => {
+                    let digest = crate::crypto::hex(&store.keys().content_id(&bytes));
+                    if known.contains(&Some(digest.as_str())) {
+                        if parent.remove_temp(&temp).unwrap_or(false) {
+                            report.temp_files_removed += 1;
+                        }
+                    } else {
+                        let mut kept = t.path.as_bytes().rsplit(|b| *b == b'/').next().unwrap_or_default().to_vec();
+                        kept.extend_from_slice(b".turnback-recovered");
+                        let kept = std::ffi::OsString::from_vec(kept);
+                        if parent.rename_sibling(&temp, &kept).is_ok() {
+                            report.recovered_files.push(t.path.display() + ".turnback-recovered");
+                        }
+                    }
+                }
+                Ok(Current::Absent) => {}
+                Err(_) => {
+                    if parent.remove_temp(&temp).unwrap_or(false) {
+                        report.temp_files_removed += 1;
+                    }
                 }
             }
         }
+        for dir in t.created_dirs.iter().rev() {
+            if files::remove_empty_dir(&ws.root, dir).unwrap_or(false) {
+                report.dirs_removed += 1;
+            }
+        }
     }
-    Ok(report)
 }
 
 /// What an eviction pass did.
@@ -963,8 +1017,11 @@ pub fn evict_expired(store: &Store, enough: Option<u64>) -> Result<EvictionRepor
             Err(e) if e.code == ErrorCode::Corrupt => continue,
             Err(e) => return Err(e),
         };
+        // An external stage whose commit never came (the tool was denied or crashed) is
+        // evicted like the rest once its window has passed, instead of holding room forever.
+        let orphaned_stage = record.stage_state == StageState::Staged && record.owner.is_none();
         if record.retention_state == RetentionState::Evicted
-            || !matches!(record.stage_state, StageState::Committed | StageState::Unreachable)
+            || !(orphaned_stage || matches!(record.stage_state, StageState::Committed | StageState::Unreachable))
         {
             continue;
         }
@@ -983,6 +1040,14 @@ pub fn evict_expired(store: &Store, enough: Option<u64>) -> Result<EvictionRepor
         let mut record = load_in(store, &mut *txn, &id)?;
         if record.retention_state == RetentionState::Evicted {
             continue;
+        }
+        if record.stage_state == StageState::Staged && record.owner.is_none() {
+            let opid = record.mutation.operation_id.clone();
+            journal::finish(&mut *txn, &opid, &id, JournalEvent::OperationUnknownOutcome, &format_ms(now_ms()))?;
+            record.mutation.commit_state = CommitState::UnknownOutcome;
+            record.stage_state = StageState::Unreachable;
+            record.integrity_state = IntegrityState::RecoveryLocked;
+            txn.delete(NS_PENDING, id.as_bytes())?;
         }
         let mut freed = 0;
         for a in &record.artifact_ids {
@@ -1098,7 +1163,7 @@ mod tests {
         let f = fixture();
         let never_dispatched = stage_one(&f, Some("deadbeef".into()));
         let dispatched = stage_one(&f, Some("deadbeef".into()));
-        dispatch(&f.store, &dispatched.checkpoint_id).unwrap();
+        dispatch(&f.store, &dispatched.checkpoint_id, &[None]).unwrap();
         let report = reconcile(&f.store).unwrap();
         assert_eq!(report.reconciled.len(), 2);
         let a = load(&f.store, &never_dispatched.checkpoint_id).unwrap();
@@ -1130,6 +1195,24 @@ mod tests {
         let (meta, bytes) = read_image(&f.store, &committed, 0, ImageRole::Post).unwrap().unwrap();
         assert_eq!(bytes, b"after");
         assert_eq!(meta.key_version, 1);
+    }
+
+    #[test]
+    fn an_external_stage_never_committed_is_evicted_after_its_window() {
+        let f = fixture();
+        let r = stage_one(&f, None);
+        assert_eq!(usage(&f.store).unwrap(), 6);
+        for _ in 0..5 {
+            Session::advance_round(&f.store, "s1").unwrap();
+        }
+        assert_eq!(evict_expired(&f.store, None).unwrap().evicted, 1);
+        assert_eq!(usage(&f.store).unwrap(), 0);
+        let gone = load(&f.store, &r.checkpoint_id).unwrap();
+        assert_eq!(
+            (gone.stage_state, gone.mutation.commit_state),
+            (StageState::Unreachable, CommitState::UnknownOutcome)
+        );
+        assert_eq!(reconcile(&f.store).unwrap().awaiting_commit, 0);
     }
 
     #[test]

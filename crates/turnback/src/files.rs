@@ -235,6 +235,18 @@ impl Parent {
         Ok(out)
     }
 
+    /// Reads another entry of the same directory (never following a symlink).
+    pub fn read_sibling(&self, name: &OsStr) -> Result<Current> {
+        self.read_name(name)
+    }
+
+    /// Renames one entry of the same directory to another name, never replacing one.
+    pub fn rename_sibling(&self, from: &OsStr, to: &OsStr) -> Result<()> {
+        rustix::fs::renameat_with(&self.fd, from, &self.fd, to, rustix::fs::RenameFlags::NOREPLACE)
+            .context(&self.shown)?;
+        rustix::fs::fsync(&self.fd).context(&self.shown)
+    }
+
     /// The target's name in its directory.
     pub fn name(&self) -> &OsStr {
         &self.name
@@ -245,12 +257,22 @@ impl Parent {
     /// in atomically (`RENAME_EXCHANGE`, or a hard link for an absent target); the file it
     /// displaced is checked, and if it is not the expected one it is swapped straight
     /// back, untouched. Returns [`Swap::Changed`] in that case, having written nothing.
-    pub fn swap_in(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>, expect: &Expect<'_>) -> Result<Swap> {
-        self.write_temp(temp, bytes, mode)?;
-        failpoint::hit("swap-temp-synced");
+    /// Also returns the new file's identity when it was put in place.
+    pub fn swap_in(
+        &self,
+        temp: &OsStr,
+        bytes: &[u8],
+        mode: Option<u32>,
+        expect: &Expect<'_>,
+    ) -> Result<(Swap, Option<FileIdentity>)> {
+        let file = self.write_temp(temp, bytes, mode)?;
+        failpoint::hit("write-temp-synced");
         let result = match expect {
             Expect::Absent => match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
-                Ok(()) => Ok(Swap::Done),
+                Ok(()) => {
+                    failpoint::hit("write-renamed");
+                    Ok(Swap::Done)
+                }
                 Err(Errno::EXIST) => Ok(Swap::Changed),
                 Err(e) => Err(e).context(&self.shown),
             },
@@ -258,6 +280,7 @@ impl Parent {
                 match rustix::fs::renameat_with(&self.fd, temp, &self.fd, &self.name, rustix::fs::RenameFlags::EXCHANGE)
                 {
                     Ok(()) => {
+                        failpoint::hit("write-renamed");
                         // `temp` now names the displaced file.
                         let displaced = self.read_name(temp);
                         let ok =
@@ -293,7 +316,12 @@ impl Parent {
         };
         let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
         rustix::fs::fsync(&self.fd).context(&self.shown)?;
-        result
+        let swap = result?;
+        let identity = match swap {
+            Swap::Done => Some(FileIdentity::of(&rustix::fs::fstat(&file).context(&self.shown)?)),
+            Swap::Changed => None,
+        };
+        Ok((swap, identity))
     }
 
     /// Removes the target only if it is what `matches` accepts: it is first moved aside
@@ -309,6 +337,7 @@ impl Parent {
         let moved = self.read_name(temp);
         let result = if matches!(&moved, Ok(Current::File { bytes, identity }) if matches(bytes, identity)) {
             rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()).context(&self.shown)?;
+            failpoint::hit("remove-unlinked");
             Swap::Done
         } else {
             match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {

@@ -57,7 +57,8 @@ impl KeySource {
 }
 
 /// The inputs of the master key lookup, normally read from the environment.
-#[derive(Debug, Clone, Default)]
+/// `Debug` never prints the key itself.
+#[derive(Clone, Default)]
 pub struct KeyConfig {
     /// `TURNBACK_KEY`: the base64 master key itself.
     pub env_key: Option<String>,
@@ -67,6 +68,17 @@ pub struct KeyConfig {
     pub use_keychain: bool,
     /// The default key file (`$XDG_CONFIG_HOME/turnback/master.key`).
     pub default_file: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for KeyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyConfig")
+            .field("env_key", &self.env_key.as_ref().map(|_| "<redacted>"))
+            .field("key_file", &self.key_file)
+            .field("use_keychain", &self.use_keychain)
+            .field("default_file", &self.default_file)
+            .finish()
+    }
 }
 
 impl KeyConfig {
@@ -373,6 +385,12 @@ mod tests {
 
     fn file_config(path: &Path) -> KeyConfig {
         KeyConfig { key_file: Some(path.to_path_buf()), ..KeyConfig::default() }
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let cfg = KeyConfig { env_key: Some("c2VjcmV0LWtleS1tYXRlcmlhbA==".into()), ..KeyConfig::default() };
+        assert!(!format!("{cfg:?}").contains("c2VjcmV0"));
     }
 
     #[test]

@@ -52,6 +52,26 @@ impl Drop for OwnerLock {
     }
 }
 
+/// An exclusive lock on one workspace: turnback's writers to a workspace (mutations,
+/// rollbacks) take turns, so none of them reads a file another is about to replace.
+#[derive(Debug)]
+pub struct WorkspaceLock {
+    _file: File,
+}
+
+impl WorkspaceLock {
+    /// Waits for and takes the lock of `workspace_id` (a UUID) in `dir`.
+    pub fn acquire(dir: &Path, workspace_id: &str) -> Result<Self> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
+        let name: String = workspace_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+        let path = dir.join(format!("workspace-{name}.lock"));
+        let file =
+            OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(&path).context(&path)?;
+        file.lock().context(&path)?;
+        Ok(WorkspaceLock { _file: file })
+    }
+}
+
 /// Whether the process that recorded `owner` in `dir` is still alive.
 pub fn owner_alive(dir: &Path, owner: &str) -> Result<bool> {
     if owner.is_empty() || !owner.bytes().all(|b| b.is_ascii_alphanumeric()) {

@@ -191,6 +191,21 @@ pub struct GcReport {
 pub fn gc(store: &Store) -> Result<GcReport> {
     let disk_bytes_before = store.kv().disk_bytes()?;
     let eviction = checkpoint::evict_expired(store, None)?;
+    let (objects_removed, object_bytes_removed) = sweep_objects(store)?;
+    store.kv().compact()?;
+    Ok(GcReport {
+        eviction,
+        objects_removed,
+        object_bytes_removed,
+        disk_bytes_before,
+        disk_bytes_after: store.kv().disk_bytes()?,
+    })
+}
+
+/// Removes every content object no artifact references, in one transaction (objects and
+/// the artifacts that reference them are always written together, so a concurrent writer
+/// is never swept). Returns how many objects and stored bytes were removed.
+pub fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
     let mut txn = store.kv().begin()?;
     let mut live: HashSet<Vec<u8>> = HashSet::new();
     for key in txn.keys(NS_ARTIFACTS, b"")? {
@@ -201,24 +216,16 @@ pub fn gc(store: &Store) -> Result<GcReport> {
             live.insert(id.0.to_vec());
         }
     }
-    let (mut objects_removed, mut object_bytes_removed) = (0, 0);
+    let (mut removed, mut bytes) = (0, 0);
     for key in txn.keys(NS_OBJECTS, b"")? {
         if !live.contains(&key) {
-            let size = txn.get(NS_OBJECTS, &key)?.map_or(0, |v| v.len() as u64);
+            bytes += txn.get(NS_OBJECTS, &key)?.map_or(0, |v| v.len() as u64);
             txn.delete(NS_OBJECTS, &key)?;
-            objects_removed += 1;
-            object_bytes_removed += size;
+            removed += 1;
         }
     }
     txn.commit()?;
-    store.kv().compact()?;
-    Ok(GcReport {
-        eviction,
-        objects_removed,
-        object_bytes_removed,
-        disk_bytes_before,
-        disk_bytes_after: store.kv().disk_bytes()?,
-    })
+    Ok((removed, bytes))
 }
 
 /// Store usage by kind.

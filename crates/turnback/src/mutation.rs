@@ -3,10 +3,12 @@
 //!
 //! The sequence of an in-process mutation, each step a failpoint name for crash tests:
 //! resolve and validate the path (`resolved`) → capacity preflight (`preflighted`) →
-//! stage the checkpoint with its pre-image (`staged`) → journal the dispatch
-//! (`dispatched`) → atomic write or unlink (`write-temp-synced`, `write-renamed`,
-//! `remove-unlinked`, then `mutated`) → commit the checkpoint with the post-image and the
-//! journal's success in one transaction (`committed`).
+//! stage the checkpoint with its pre-image (`staged`) → journal the dispatch with the
+//! intended result's digest (`dispatched`) → compare-and-swap write or unlink
+//! (`write-temp-synced`, `write-renamed`, `remove-moved-aside`, `remove-unlinked`, then
+//! `mutated`) → commit the checkpoint with the post-image and the journal's outcome in one
+//! transaction (`committed`). turnback's writers to one workspace hold its lock throughout;
+//! anyone else who changes the file in between makes the swap refuse (`conflict`).
 //!
 //! Invariants: a crash anywhere leaves the workspace file wholly old or wholly new; the
 //! checkpoint is either committed or, after the next reconcile, `unreachable` +
@@ -16,10 +18,13 @@
 use std::path::{Path, PathBuf};
 
 use crate::checkpoint::{self, CheckpointRecord, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest};
+use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
 use crate::failpoint;
-use crate::files::{self, Current, Parent};
-use crate::retention::{self, Breach};
+use crate::files::{self, Current, Expect, FileIdentity, Parent, Swap};
+use crate::lock::WorkspaceLock;
+use crate::maintenance;
+use crate::retention::{self, Breach, CapacityVerdict};
 use crate::session::Session;
 use crate::store::Store;
 use crate::workspace::{RelPath, Workspace};
@@ -101,6 +106,8 @@ pub struct MutationOutcome {
     pub checkpoint: CheckpointRecord,
     /// For edits, how many occurrences were replaced.
     pub replacements: usize,
+    /// When it went ahead unprotected over a cap (confirmed): the exact figures.
+    pub capacity: Option<CapacityVerdict>,
 }
 
 fn open_existing_parent(ws: &Workspace, rel: &RelPath) -> Result<Option<Parent>> {
@@ -196,17 +203,25 @@ fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
 /// # Errors
 /// `over-cap` with the exact usage and the unprotected scope when a cap would be
 /// exceeded and `confirm_unprotected` is false. No flag suppresses the disclosure.
-fn preflight(store: &Store, paths: &[&RelPath], bytes: u64, confirm_unprotected: bool) -> Result<bool> {
+fn preflight(
+    store: &Store,
+    paths: &[&RelPath],
+    bytes: u64,
+    confirm_unprotected: bool,
+) -> Result<(bool, Option<CapacityVerdict>)> {
     let mut verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
     if verdict.breach == Some(Breach::Store) {
         let needed = verdict.store_usage + bytes - store.settings().store_cap;
-        checkpoint::evict_expired(store, Some(needed))?;
+        if checkpoint::evict_expired(store, Some(needed))?.evicted > 0 {
+            maintenance::sweep_objects(store)?;
+        }
         verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
     }
     if verdict.fits() {
-        Ok(true)
+        Ok((true, None))
     } else if confirm_unprotected {
-        Ok(false)
+        // Proceeding unprotected still discloses the exact figures.
+        Ok((false, Some(verdict)))
     } else {
         Err(checkpoint::over_cap_error(&verdict, paths.iter().copied()))
     }
@@ -222,11 +237,17 @@ fn current_size(c: &Current) -> u64 {
 /// Applies `mutation` with a checkpoint around it (see the module docs for the sequence).
 ///
 /// # Errors
-/// Path, edit and capacity errors before anything is written; I/O errors after the stage
-/// leave a checkpoint that reconcile will mark `recovery-locked`.
+/// Path, edit and capacity errors before anything is written. `conflict` if the file
+/// changed between the read and the write (nothing written; the checkpoint records a
+/// failed operation). An I/O error during the write is returned after the checkpoint is
+/// committed as failed with what is really on disk; `unknown-outcome` if even that
+/// cannot be established.
 pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
     let store = ctx.store;
-    let rel = ctx.workspace.resolve(mutation.path(), ctx.cwd, store.dir())?;
+    let rel = ctx.workspace.resolve(mutation.path(), ctx.cwd, store.protected_paths())?;
+    // turnback's own writers to this workspace take turns; anyone else is caught by the
+    // compare-and-swap below.
+    let _turn = WorkspaceLock::acquire(&store.locks_dir(), &ctx.workspace.id)?;
     let probe = open_existing_parent(ctx.workspace, &rel)?;
     let current = read_current(probe.as_ref())?;
     let shown = ctx.workspace.absolute(&rel);
@@ -234,19 +255,15 @@ pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
     failpoint::hit("resolved");
 
     let bytes = current_size(&current) + content.as_ref().map_or(0, |c| c.len() as u64);
-    let protect = preflight(store, &[&rel], bytes, ctx.confirm_unprotected)?;
+    let (protect, capacity) = preflight(store, &[&rel], bytes, ctx.confirm_unprotected)?;
     failpoint::hit("preflighted");
 
     let owner = store.owner()?.id().to_string();
-    let mode = match &current {
-        Current::File { identity, .. } => Some(identity.mode),
-        Current::Absent => None,
-    };
     let planned_dirs = match (&probe, &content) {
         (None, Some(_)) => files::missing_parents(&ctx.workspace.root, &rel)?,
         _ => Vec::new(),
     };
-    let target = PreparedTarget { path: rel.clone(), effect, current, planned_dirs };
+    let target = PreparedTarget { path: rel.clone(), effect, current: current.clone(), planned_dirs };
     let request = StageRequest {
         session: ctx.session,
         workspace: ctx.workspace,
@@ -257,25 +274,84 @@ pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
     };
     let staged = checkpoint::stage(store, request)?;
     failpoint::hit("staged");
-    checkpoint::dispatch(store, &staged.checkpoint_id)?;
+    let intended = content.as_ref().map(|c| hex(&store.keys().content_id(c)));
+    checkpoint::dispatch(store, &staged.checkpoint_id, &[intended])?;
     failpoint::hit("dispatched");
 
-    let parent = files::open_parent(&ctx.workspace.root, &rel, content.is_some())?;
-    let post = match content {
-        Some(bytes) => {
-            let identity = parent.replace(&files::temp_name(&rel, &staged.checkpoint_id), &bytes, mode)?;
-            Current::File { bytes, identity }
-        }
-        None => {
-            parent.remove()?;
-            Current::Absent
+    let written = write_checked(ctx, &rel, &staged.checkpoint_id, &current, content);
+    failpoint::hit("mutated");
+    let (post, created_dirs, failure) = match written {
+        Ok((post, created_dirs)) => (post, created_dirs, None),
+        Err(e) => {
+            // Nothing or something happened: record what is really there, as a failure.
+            let Ok(now) = open_existing_parent(ctx.workspace, &rel).and_then(|p| read_current(p.as_ref())) else {
+                return Err(unknown_outcome(&shown, &e));
+            };
+            (now, Vec::new(), Some(e))
         }
     };
-    failpoint::hit("mutated");
-    let posts = vec![PostState { current: post, created_dirs: parent.created_dirs, identity_known: true }];
-    let checkpoint = checkpoint::commit(store, &staged.checkpoint_id, posts, false)?;
+    let posts = vec![PostState { current: post, created_dirs, identity_known: true }];
+    let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, failure.is_some());
+    let checkpoint = match (committed, failure) {
+        (Ok(_), Some(e)) => return Err(e),
+        (Ok(c), None) => c,
+        (Err(e), _) => return Err(unknown_outcome(&shown, &e)),
+    };
     failpoint::hit("committed");
-    Ok(MutationOutcome { checkpoint, replacements })
+    Ok(MutationOutcome { checkpoint, replacements, capacity })
+}
+
+fn unknown_outcome(shown: &Path, cause: &Error) -> Error {
+    Error::new(
+        ErrorCode::UnknownOutcome,
+        format!(
+            "{}: the write may or may not have happened ({cause}); the checkpoint will be marked unknown-outcome",
+            shown.display()
+        ),
+    )
+}
+
+/// Writes `content` (or removes the file for `None`) only if the file is still exactly
+/// `expected`: a compare-and-swap. Returns the new state and the directories created.
+fn write_checked(
+    ctx: Context<'_>,
+    rel: &RelPath,
+    checkpoint_id: &str,
+    expected: &Current,
+    content: Option<Vec<u8>>,
+) -> Result<(Current, Vec<RelPath>)> {
+    let temp = files::temp_name(rel, checkpoint_id);
+    let (expected_bytes, expected_identity) = match expected {
+        Current::File { bytes, identity } => (Some(bytes.as_slice()), Some(*identity)),
+        Current::Absent => (None, None),
+    };
+    let matcher = |bytes: &[u8], identity: &FileIdentity| {
+        expected_bytes == Some(bytes) && expected_identity.is_some_and(|e| e.inode == identity.inode)
+    };
+    let changed = || {
+        Error::new(
+            ErrorCode::Conflict,
+            format!(
+                "{}: the file changed while turnback was about to write it; nothing was written",
+                ctx.workspace.absolute(rel).display()
+            ),
+        )
+    };
+    let parent = files::open_parent(&ctx.workspace.root, rel, content.is_some())?;
+    match content {
+        Some(bytes) => {
+            let expect = if expected_bytes.is_some() { Expect::File(&matcher) } else { Expect::Absent };
+            let mode = expected_identity.map(|i| i.mode);
+            match parent.swap_in(&temp, &bytes, mode, &expect)? {
+                (Swap::Done, Some(identity)) => Ok((Current::File { bytes, identity }, parent.created_dirs)),
+                _ => Err(changed()),
+            }
+        }
+        None => match parent.remove_if(&temp, &matcher)? {
+            Swap::Done => Ok((Current::Absent, Vec::new())),
+            Swap::Changed => Err(changed()),
+        },
+    }
 }
 
 /// Stages a checkpoint for a mutation someone else is about to make (an agent's own
@@ -291,7 +367,7 @@ pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKi
     }
     let mut targets: Vec<PreparedTarget> = Vec::with_capacity(paths.len());
     for path in paths {
-        let rel = ctx.workspace.resolve(path, ctx.cwd, ctx.store.dir())?;
+        let rel = ctx.workspace.resolve(path, ctx.cwd, ctx.store.protected_paths())?;
         if targets.iter().any(|t| t.path == rel) {
             continue;
         }
@@ -311,10 +387,12 @@ pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKi
         };
         targets.push(PreparedTarget { path: rel, effect, current, planned_dirs: Vec::new() });
     }
-    // The post-images are not known yet; assume they are about the size of the pre-images.
-    let pre: u64 = targets.iter().map(|t| current_size(&t.current)).sum();
+    // The post-images are not known yet: a delete adds none, anything else is assumed
+    // to be about the size of its pre-image.
+    let estimate: u64 =
+        targets.iter().map(|t| current_size(&t.current) * if t.effect == EffectKind::Delete { 1 } else { 2 }).sum();
     let paths: Vec<&RelPath> = targets.iter().map(|t| &t.path).collect();
-    let protect = preflight(ctx.store, &paths, pre * 2, ctx.confirm_unprotected)?;
+    let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
     let request = StageRequest {
         session: ctx.session,
         workspace: ctx.workspace,

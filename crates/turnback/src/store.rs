@@ -72,6 +72,7 @@ pub struct Store {
     settings: Settings,
     owner: OnceLock<OwnerLock>,
     reconciled: ReconcileReport,
+    protected: Vec<PathBuf>,
 }
 
 /// `$TURNBACK_HOME`, else `$XDG_DATA_HOME/turnback`, else `~/.local/share/turnback`.
@@ -105,7 +106,11 @@ impl Store {
         let (master, source) = keys::find_master_key(&opts.keys, !has_data)?;
         let keys = KeyRing::open(&kv, master, source)?;
         let settings = Settings::load(&dir.join("settings.toml"), &opts.overrides)?;
-        Self::assemble(dir.clone(), Box::new(kv), keys, settings)
+        let mut store = Self::assemble(dir.clone(), Box::new(kv), keys, settings)?;
+        // Where keys live may not be touched through a workspace either.
+        store.protected.extend(opts.keys.key_file.iter().cloned());
+        store.protected.extend(opts.keys.default_file.as_ref().and_then(|f| f.parent()).map(Path::to_path_buf));
+        Ok(store)
     }
 
     /// Opens a store over any backend (unit tests use [`MemoryKv`](crate::kv::MemoryKv)).
@@ -121,8 +126,16 @@ impl Store {
     }
 
     fn assemble(dir: PathBuf, kv: Box<dyn KeyValueStore>, keys: KeyRing, settings: Settings) -> Result<Self> {
-        let mut store =
-            Store { dir, kv, keys, settings, owner: OnceLock::new(), reconciled: ReconcileReport::default() };
+        let protected = vec![dir.clone()];
+        let mut store = Store {
+            dir,
+            kv,
+            keys,
+            settings,
+            owner: OnceLock::new(),
+            reconciled: ReconcileReport::default(),
+            protected,
+        };
         store.reconciled = checkpoint::reconcile(&store)?;
         Ok(store)
     }
@@ -130,6 +143,11 @@ impl Store {
     /// The store directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Paths no workspace operation may touch: the store, the key file and its directory.
+    pub fn protected_paths(&self) -> &[PathBuf] {
+        &self.protected
     }
 
     /// The backend.
@@ -205,7 +223,7 @@ impl Store {
     ///
     /// # Errors
     /// `not-found` if absent, `corrupt` if it does not verify; no bytes on failure.
-    pub fn read_object(&self, id: &ContentId) -> Result<(object::ObjectHeader, Vec<u8>)> {
+    pub(crate) fn read_object(&self, id: &ContentId) -> Result<(object::ObjectHeader, Vec<u8>)> {
         object::get(&self.keys, self.kv(), id)
     }
 
@@ -235,10 +253,14 @@ impl Store {
         for key in stale_objects {
             let id = ContentId(key.as_slice().try_into().map_err(|_| Error::corrupt("object", "bad id"))?);
             let mut txn = self.kv.begin()?;
-            if let Some(value) = txn.get(NS_OBJECTS, &key)?
-                && object::reencrypt(&self.keys, &mut *txn, &id, &value)?
-            {
-                count += 1;
+            if let Some(value) = txn.get(NS_OBJECTS, &key)? {
+                match object::reencrypt(&self.keys, &mut *txn, &id, &value) {
+                    Ok(true) => count += 1,
+                    Ok(false) => {}
+                    // An altered object stays as it is (verify reports it); the rest move on.
+                    Err(e) if e.code == ErrorCode::Corrupt => continue,
+                    Err(e) => return Err(e),
+                }
             }
             txn.commit()?;
         }
@@ -255,7 +277,11 @@ impl Store {
                 if let Some(value) = txn.get(ns, &key)? {
                     let (version, schema, _) = record_header(&value)?;
                     if version != current {
-                        let plain: serde_json::Value = self.open_record(ns, &key, &value)?;
+                        let plain: serde_json::Value = match self.open_record(ns, &key, &value) {
+                            Ok(p) => p,
+                            Err(e) if e.code == ErrorCode::Corrupt => continue,
+                            Err(e) => return Err(e),
+                        };
                         txn.put(ns, &key, &self.seal_record(ns, &key, schema, &plain)?)?;
                         count += 1;
                     }

@@ -164,8 +164,9 @@ impl Workspace {
     ///
     /// # Errors
     /// `path-rejected` if it is outside the workspace, is the workspace itself, lies inside
-    /// a `.git` directory or inside the store at `store_dir`.
-    pub fn resolve(&self, path: &Path, cwd: &Path, store_dir: &Path) -> Result<RelPath> {
+    /// a `.git` directory, or is or lies inside one of `protected` (the store, the key file
+    /// and the key's directory: an agent must not be able to destroy them).
+    pub fn resolve(&self, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
         let absolute = normalize(&if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) });
         let reject = |why: &str| Error::new(ErrorCode::PathRejected, format!("{}: {why}", path.display()));
         let rel = absolute.strip_prefix(&self.root).map_err(|_| reject("outside the workspace"))?;
@@ -175,9 +176,11 @@ impl Workspace {
         if rel.components().any(|c| c.as_os_str() == ".git") {
             return Err(reject("inside a .git directory; turnback never touches a repository's internals"));
         }
-        let store_abs = normalize(&store_dir.canonicalize().unwrap_or_else(|_| store_dir.to_path_buf()));
-        if absolute.starts_with(&store_abs) {
-            return Err(reject("inside the turnback store"));
+        for p in protected {
+            let p = normalize(&p.canonicalize().unwrap_or_else(|_| p.to_path_buf()));
+            if absolute.starts_with(&p) {
+                return Err(reject("part of turnback's own store or keys"));
+            }
         }
         RelPath::new(rel.as_os_str().as_bytes())
     }
@@ -214,16 +217,16 @@ mod tests {
     #[test]
     fn resolves_relative_and_absolute_paths_inside() {
         let w = ws("/w");
-        let store = Path::new("/s");
+        let store = &[PathBuf::from("/s")];
         assert_eq!(w.resolve(Path::new("a/b.txt"), Path::new("/w"), store).unwrap().display(), "a/b.txt");
         assert_eq!(w.resolve(Path::new("../x"), Path::new("/w/a"), store).unwrap().display(), "x");
         assert_eq!(w.resolve(Path::new("/w/./c"), Path::new("/"), store).unwrap().display(), "c");
     }
 
     #[test]
-    fn rejects_escapes_root_git_and_store() {
+    fn rejects_escapes_root_git_store_and_keys() {
         let w = ws("/w");
-        let store = Path::new("/w/.store");
+        let store = &[PathBuf::from("/w/.store"), PathBuf::from("/w/.config/turnback")];
         for (p, cwd) in [
             ("../etc/passwd", "/w"),
             ("/w", "/"),
@@ -231,6 +234,7 @@ mod tests {
             (".git/config", "/w"),
             ("sub/.git/HEAD", "/w"),
             (".store/store.db", "/w"),
+            (".config/turnback/master.key", "/w"),
         ] {
             let err = w.resolve(Path::new(p), Path::new(cwd), store).unwrap_err();
             assert_eq!(err.code, ErrorCode::PathRejected, "{p}");

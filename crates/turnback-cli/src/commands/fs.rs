@@ -36,6 +36,10 @@ pub fn run(ctx: &Ctx, command: FsCommand) -> Result<Outcome> {
     let record = &done.checkpoint;
     let mut json = summary_json(record);
     json["replacements"] = json!(done.replacements);
+    if let Some(capacity) = &done.capacity {
+        json["capacity"] = json!(capacity);
+        json["unprotectedScope"] = json!(record.targets.iter().map(|t| t.path.display()).collect::<Vec<_>>());
+    }
     let target = &record.targets[0];
     let mut text =
         format!("{} {}  (checkpoint {})", effect_word(target.effect), target.path.display(), record.checkpoint_id);
@@ -43,6 +47,9 @@ pub fn run(ctx: &Ctx, command: FsCommand) -> Result<Outcome> {
         text.push_str(&format!(", {} replacements", done.replacements));
     }
     text.push_str(&coverage_note(record));
+    if let Some(capacity) = &done.capacity {
+        text.push_str(&format!("\n  over-cap: {}", capacity.disclosure()));
+    }
     Ok(Outcome::ok(json, text))
 }
 

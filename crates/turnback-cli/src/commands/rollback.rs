@@ -18,7 +18,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Printed> {
     let cwd = ctx.cwd()?;
     let rb = rollback::Context { store: &store, workspace: &ws, session: &session };
     if let Some(RollbackCommand::Resolve { path }) = args.command {
-        let rel = ws.resolve(&path, &cwd, store.dir())?;
+        let rel = ws.resolve(&path, &cwd, store.protected_paths())?;
         let done = rollback::resolve(rb, &rel)?;
         let text = format!(
             "applied your resolution of {} (checkpoint {}; roll it back to undo)",
@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Printed> {
         let (path, choice) = spec
             .rsplit_once('=')
             .ok_or_else(|| Error::invalid(format!("--choose takes PATH=skip|patch|resolve, got {spec:?}")))?;
-        choices.insert(ws.resolve(Path::new(path), &cwd, store.dir())?, Choice::parse(choice)?);
+        choices.insert(ws.resolve(Path::new(path), &cwd, store.protected_paths())?, Choice::parse(choice)?);
     }
     if args.apply {
         let result = rollback::apply(rb, &selection, &choices, args.plan.as_deref())?;

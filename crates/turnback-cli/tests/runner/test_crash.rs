@@ -258,7 +258,9 @@ fn a_killed_process_leaves_no_owner_lock_behind() {
     env.ok(&["gc"], None);
     let locks = env.store.join("locks");
     let left: Vec<_> = if locks.exists() { files_under(&locks) } else { Vec::new() };
-    assert!(left.is_empty(), "stale owner locks of dead processes: {left:?}");
+    // Per-workspace locks are long-lived by design; owner locks die with their process.
+    let owners: Vec<_> = left.iter().filter(|p| p.to_string_lossy().contains("owner-")).collect();
+    assert!(owners.is_empty(), "stale owner locks of dead processes: {owners:?}");
 }
 
 #[test]

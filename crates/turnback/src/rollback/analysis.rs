@@ -144,6 +144,17 @@ pub(super) fn decide_path(
     excluded: bool,
     pre_cache: &PreCache,
 ) -> (Vec<TargetAnalysis>, Option<Final>) {
+    // Permission changes are never the agent's to take back: if someone changed the
+    // mode since the newest mutation, the restored file keeps their mode.
+    let newest_post_mode = steps
+        .first()
+        .and_then(|&(ri, ti)| records[ri].targets[ti].post_image.as_ref()?.identity.map(|i| i.permissions()));
+    let kept_mode = match real {
+        Seen::File { identity: Some(id), .. } if newest_post_mode.is_some_and(|m| m != id.permissions()) => {
+            Some(id.permissions())
+        }
+        _ => None,
+    };
     let mut seen = real.clone();
     let mut virtual_state = false;
     let mut later_not_taken_back = false;
@@ -187,7 +198,9 @@ pub(super) fn decide_path(
             }
             if !no_op {
                 final_state = Some(match bytes {
-                    Some(bytes) => Final::File { bytes, mode: t.pre_image.identity.map(|i| i.permissions()) },
+                    Some(bytes) => {
+                        Final::File { bytes, mode: kept_mode.or(t.pre_image.identity.map(|i| i.permissions())) }
+                    }
                     None => Final::Absent,
                 });
             }
@@ -230,6 +243,11 @@ pub fn analyze(ctx: Context<'_>, selection: &Selection, choices: &BTreeMap<RelPa
     for (ri, r) in refs.iter().enumerate() {
         for (ti, t) in r.targets.iter().enumerate() {
             by_path.entry(t.path.clone()).or_default().push((ri, ti));
+        }
+    }
+    for path in choices.keys() {
+        if !by_path.contains_key(path) {
+            return Err(Error::invalid(format!("--choose {}: not a target of this rollback", path.display())));
         }
     }
     let mut pre_cache = HashMap::new();

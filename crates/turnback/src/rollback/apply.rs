@@ -14,6 +14,7 @@ use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
 use crate::failpoint;
 use crate::files::{self, Current, Expect, FileIdentity, Swap};
+use crate::lock::WorkspaceLock;
 use crate::retention;
 use crate::workspace::RelPath;
 
@@ -29,6 +30,8 @@ pub fn apply(
     choices: &BTreeMap<RelPath, Choice>,
     plan: Option<&str>,
 ) -> Result<RollbackResult> {
+    // turnback's writers to this workspace take turns (see `mutation::apply`).
+    let _turn = WorkspaceLock::acquire(&ctx.store.locks_dir(), &ctx.workspace.id)?;
     let analysis = analyze(ctx, selection, choices)?;
     if let Some(plan) = plan
         && plan != analysis.plan_id
@@ -69,6 +72,19 @@ pub fn apply(
             plan.write = write;
             plan.real = seen;
             plan.real_bytes = bytes;
+        }
+    }
+
+    // The caller's choices for conflicting paths are carried out before anything is
+    // written, so an impossible choice refuses the whole rollback with nothing changed.
+    let mut choice_files = Vec::new();
+    for p in &paths {
+        let Some(choice) = choices.get(&p.path) else { continue };
+        if *choice == Choice::Skip || !p.steps.iter().any(|s| s.outcome.residual()) {
+            continue;
+        }
+        if let Some(file) = write_choice_file(ctx, &refs, p, *choice)? {
+            choice_files.push(file);
         }
     }
 
@@ -150,22 +166,34 @@ pub fn apply(
         for &i in &writes {
             failpoint::hit("rollback-before-swap");
             let p = &paths[i];
-            let swapped = write_one(ctx, p, &id)?;
-            if swapped == Swap::Done {
-                applied_paths.push(p.path.clone());
-                if p.write == Some(Final::Absent) {
-                    remove_created_dirs(ctx, &refs, p);
+            // A target that cannot be written any more (a parent swapped for a symlink,
+            // a directory removed) becomes a conflict; the other targets go on.
+            let refused = match write_one(ctx, p, &id) {
+                Ok(Swap::Done) => None,
+                Ok(Swap::Changed) => Some((
+                    ConflictReason::ContentConflict,
+                    "the file changed between the analysis and the write; it was left as it is".to_string(),
+                )),
+                Err(e) if e.code == ErrorCode::PathRejected => Some((ConflictReason::BehindSymlink, e.message)),
+                Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::Io | ErrorCode::Inaccessible) => {
+                    Some((ConflictReason::ContentConflict, e.message))
                 }
-            } else {
-                // Changed between capture and write: left exactly as the person left it.
-                let plan = &mut paths[i];
-                for step in plan.steps.iter_mut().filter(|s| s.outcome.eligible()) {
-                    step.outcome = conflict(
-                        ConflictReason::ContentConflict,
-                        "the file changed between the analysis and the write; it was left as it is",
-                    );
+                Err(e) => return Err(e),
+            };
+            match refused {
+                None => {
+                    applied_paths.push(p.path.clone());
+                    if p.write == Some(Final::Absent) {
+                        remove_created_dirs(ctx, &refs, p);
+                    }
                 }
-                plan.write = None;
+                Some((reason, detail)) => {
+                    let plan = &mut paths[i];
+                    for step in plan.steps.iter_mut().filter(|s| s.outcome.eligible()) {
+                        step.outcome = conflict(reason, detail.clone());
+                    }
+                    plan.write = None;
+                }
             }
         }
         // Step 7: the terminal event.
@@ -174,16 +202,6 @@ pub fn apply(
     }
 
     let summary = summarize(analysis.plan_id.clone(), analysis.checkpoint_ids.clone(), paths.clone());
-    let mut choice_files = Vec::new();
-    for p in &paths {
-        let Some(choice) = choices.get(&p.path) else { continue };
-        if *choice == Choice::Skip || !p.steps.iter().any(|s| s.outcome.residual()) {
-            continue;
-        }
-        if let Some(file) = write_choice_file(ctx, &refs, p, *choice)? {
-            choice_files.push(file);
-        }
-    }
     let residual_conflicts = summary
         .targets
         .iter()
@@ -232,12 +250,19 @@ pub(super) fn write_one(ctx: Context<'_>, p: &PathPlan, checkpoint_id: &str) -> 
     };
     match p.write.as_ref().expect("only paths with a write") {
         Final::File { bytes, mode } => {
-            let parent = files::open_parent(&ctx.workspace.root, &p.path, true)?;
+            // Parents are recreated only for a file that is to come back where none is;
+            // a directory someone removed meanwhile is not brought back for an edit.
+            let recreate = matches!(p.real, Seen::Absent { .. });
+            let parent = match files::open_parent(&ctx.workspace.root, &p.path, recreate) {
+                Ok(parent) => parent,
+                Err(e) if e.code == ErrorCode::NotFound => return Ok(Swap::Changed),
+                Err(e) => return Err(e),
+            };
             let expect = match p.real {
                 Seen::Absent { .. } => Expect::Absent,
                 _ => Expect::File(&matcher),
             };
-            parent.swap_in(&temp, bytes, *mode, &expect)
+            parent.swap_in(&temp, bytes, *mode, &expect).map(|(swap, _)| swap)
         }
         Final::Absent => match files::open_parent(&ctx.workspace.root, &p.path, false) {
             Ok(parent) => parent.remove_if(&temp, &matcher),
