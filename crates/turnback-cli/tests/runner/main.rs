@@ -6,3 +6,4 @@ mod test_canary;
 mod test_checkpoints;
 mod test_crash;
 mod test_keys;
+mod test_rollback;
