@@ -545,3 +545,82 @@ fn usage_errors_with_json_print_a_json_error() {
         assert!(doc["error"]["code"].is_string(), "{doc:#}");
     }
 }
+
+#[test]
+fn concurrent_edits_of_one_file_are_all_applied_none_lost() {
+    let env = Env::new();
+    let tokens: Vec<String> = (0..12).map(|i| format!("w{i:02}")).collect();
+    env.write("f.txt", tokens.join("\n") + "\n");
+    env.ok(&["init"], None);
+    let children: Vec<_> = tokens
+        .iter()
+        .map(|t| {
+            let new = t.replace('w', "X");
+            let mut cmd = env.command(&["fs", "edit", "f.txt", "--old", t.as_str(), "--new", new.as_str()]);
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            cmd.spawn().expect("spawn turnback")
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", crate::common::show_output(&out));
+    }
+    let text = String::from_utf8(env.read("f.txt").unwrap()).unwrap();
+    for t in &tokens {
+        assert!(text.contains(&t.replace('w', "X")), "edit of {t} was lost: {text}");
+    }
+    assert_eq!(env.checkpoints().len(), 12);
+    env.assert_verify_clean();
+}
+
+#[test]
+fn a_file_changed_during_the_write_is_refused_and_left_as_found() {
+    let env = Env::new();
+    env.write("f.txt", "agent sees this\n");
+    let flag = env.root.join("go");
+    let mut cmd = env.command(&["--json", "fs", "write", "f.txt"]);
+    cmd.env("TURNBACK_PAUSE", format!("dispatched={}", flag.display()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"agent writes this\n").unwrap();
+    }
+    let stderr = child.stderr.take().unwrap();
+    let mut reader = std::io::BufReader::new(stderr);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+    assert!(line.contains("failpoint dispatched reached"), "{line}");
+    env.write("f.txt", "a person saved this meanwhile\n");
+    std::fs::write(&flag, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(20), "{}", crate::common::show_output(&out));
+    let err = crate::common::parse_json(&out);
+    assert_eq!(err["error"]["code"], "conflict");
+    assert_eq!(env.read("f.txt").unwrap(), b"a person saved this meanwhile\n");
+    let all = env.all_checkpoints();
+    assert_eq!(all.len(), 1);
+    assert_eq!(str_at(&all[0], "/mutation/commitState"), "failed");
+    env.assert_verify_clean();
+}
+
+#[test]
+fn the_key_file_and_the_store_cannot_be_touched_through_a_workspace() {
+    let mut env = Env::without_key();
+    env.set_var("XDG_CONFIG_HOME", &env.ws.join(".config").display().to_string());
+    env.ok(&["fs", "write", "a.txt"], Some(b"x"));
+    let key = env.ws.join(".config/turnback/master.key");
+    assert!(key.exists());
+    for args in [
+        vec!["fs", "delete", ".config/turnback/master.key"],
+        vec!["fs", "write", ".config/turnback/other"],
+        vec!["stage", ".config/turnback/master.key"],
+    ] {
+        let f = env.fail(&args, Some(b"evil"));
+        assert_eq!(f.code, "path-rejected", "{args:?}: {}", f.message);
+    }
+    assert!(key.exists());
+    env.ok(&["verify", "--deep"], None);
+}
