@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds turnback and runs its main job in a throwaway workspace and store:
-# checkpointed create/edit/delete, an agent-style stage/commit, listing, inspection
-# and a deep verification. Touches nothing outside a fresh temp directory.
+# Builds turnback and runs its main job in a throwaway workspace and store: checkpointed
+# create/edit, an agent-style stage/commit, a person's edit, a rollback that leaves the
+# person's edit alone, undoing that rollback, and a deep verification. Touches nothing
+# outside a fresh temp directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin turnback
@@ -23,8 +24,20 @@ op=$("$tb" stage notes.md); echo "$op"
 echo "# Notes" > notes.md
 step 'turnback commit "$op"';                "$tb" commit "$op"
 step turnback checkpoints;                   "$tb" checkpoints
-id=$("$tb" checkpoints --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][1]["checkpointId"])' 2>/dev/null || true)
-if [ -n "$id" ]; then step "turnback inspect $id"; "$tb" inspect "$id"; fi
+step "echo \"A person's own line.\" >> notes.md   # a person edits notes.md by hand"
+echo "A person's own line." >> notes.md
+step "turnback rollback --turn 0   # preview: the person's edit is a conflict, the rest is eligible"
+"$tb" rollback --turn 0 || true
+plan=$("$tb" rollback --turn 0 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["planId"])' || true)
+step "turnback rollback --turn 0 --apply --plan $plan"
+"$tb" rollback --turn 0 --apply --plan "$plan" || true
+step "ls; cat notes.md   # src/main.rs is gone (the agent created it); notes.md keeps the person's line"
+ls; cat notes.md
+undo=$("$tb" checkpoints --json | python3 -c 'import json,sys; print([c for c in json.load(sys.stdin)["checkpoints"] if c["mutation"]["kind"]=="rollback"][-1]["checkpointId"])')
+step "turnback rollback $undo --apply   # undo the rollback itself"
+"$tb" rollback "$undo" --apply
+step "cat src/main.rs"
+cat src/main.rs
 step "turnback verify --deep";               "$tb" verify --deep
 step "grep -r hello $TURNBACK_HOME   # plaintext never enters the store"
 if grep -rq hello "$TURNBACK_HOME"; then echo "FOUND plaintext (this is a bug)"; exit 1; else echo "(no match)"; fi

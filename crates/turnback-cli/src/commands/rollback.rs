@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Printed> {
             text.push_str(&format!("; undo it with `turnback rollback {id} --apply`"));
         }
         text.push('\n');
-        text.push_str(&targets_text(&result.targets));
+        text.push_str(&targets_text(&result.targets).replace("eligible: ", "taken back: "));
         for f in &result.choice_files {
             text.push_str(&format!("wrote {} for {}\n", f.file.display(), f.path.display()));
         }
