@@ -92,74 +92,8 @@ pub fn apply(
     let mut applied_paths = Vec::new();
     let mut rollback_checkpoint_id = None;
     if !writes.is_empty() {
-        // Step 4: the rollback's own checkpoint, with the real pre-images, committed first.
-        let targets: Vec<PreparedTarget> = writes
-            .iter()
-            .map(|&i| {
-                let p = &paths[i];
-                let current = match (&p.real, &p.real_bytes) {
-                    (Seen::File { identity: Some(identity), .. }, Some(bytes)) => {
-                        Current::File { bytes: bytes.clone(), identity: *identity }
-                    }
-                    _ => Current::Absent,
-                };
-                let final_present = matches!(p.write, Some(Final::File { .. }));
-                let effect = match (matches!(current, Current::File { .. }), final_present) {
-                    (false, _) => EffectKind::Create,
-                    (true, false) => EffectKind::Delete,
-                    (true, true) => EffectKind::Edit,
-                };
-                let planned_dirs = if final_present {
-                    files::missing_parents(&ctx.workspace.root, &p.path).unwrap_or_default()
-                } else {
-                    Vec::new()
-                };
-                PreparedTarget { path: p.path.clone(), effect, current, planned_dirs }
-            })
-            .collect();
-        let bytes: u64 = writes
-            .iter()
-            .map(|&i| {
-                paths[i].real_bytes.as_ref().map_or(0, |b| b.len() as u64)
-                    + match &paths[i].write {
-                        Some(Final::File { bytes, .. }) => bytes.len() as u64,
-                        _ => 0,
-                    }
-            })
-            .sum();
-        let verdict = retention::evaluate_capacity(ctx.store.settings(), checkpoint::usage(ctx.store)?, bytes);
-        if !verdict.fits() {
-            return Err(checkpoint::over_cap_error(&verdict, targets.iter().map(|t| &t.path)));
-        }
-        let owner = ctx.store.owner()?.id().to_string();
-        let staged = checkpoint::stage(
-            ctx.store,
-            StageRequest {
-                session: ctx.session,
-                workspace: ctx.workspace,
-                kind: OperationKind::Rollback,
-                targets,
-                protect: true,
-                owner: Some(owner),
-            },
-        )?;
-        let posts: Vec<PostState> = writes
-            .iter()
-            .map(|&i| PostState {
-                current: match &paths[i].write {
-                    Some(Final::File { bytes, .. }) => Current::File {
-                        bytes: bytes.clone(),
-                        identity: FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
-                    },
-                    _ => Current::Absent,
-                },
-                created_dirs: Vec::new(),
-                identity_known: false,
-            })
-            .collect();
-        // Step 5 is inside: the dispatch is journaled in the same transaction.
-        let committed = checkpoint::commit_with(ctx.store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
-        let id = committed.checkpoint_id.clone();
+        // Steps 4-5: the rollback's own checkpoint, committed before any write.
+        let id = record_rollback(ctx, &writes.iter().map(|&i| &paths[i]).collect::<Vec<_>>())?;
         failpoint::hit("rollback-committed");
 
         // Step 6: each write a compare-and-swap against what was captured.
@@ -225,6 +159,79 @@ pub fn apply(
         excluded_effects: excluded_effects(),
         rollback_checkpoint_id,
     })
+}
+
+/// Steps 4 and 5: commits the rollback's own checkpoint — the real bytes of everything it
+/// is about to overwrite or delete, and the intended results — with its dispatch
+/// journaled, before anything is written. Returns the checkpoint id.
+///
+/// # Errors
+/// `over-cap` if the checkpoint would break a cap (a rollback is never unprotected).
+pub(super) fn record_rollback(ctx: Context<'_>, plans: &[&PathPlan]) -> Result<String> {
+    let targets: Vec<PreparedTarget> = plans
+        .iter()
+        .map(|p| {
+            let current = match (&p.real, &p.real_bytes) {
+                (Seen::File { identity: Some(identity), .. }, Some(bytes)) => {
+                    Current::File { bytes: bytes.clone(), identity: *identity }
+                }
+                _ => Current::Absent,
+            };
+            let final_present = matches!(p.write, Some(Final::File { .. }));
+            let effect = match (matches!(current, Current::File { .. }), final_present) {
+                (false, _) => EffectKind::Create,
+                (true, false) => EffectKind::Delete,
+                (true, true) => EffectKind::Edit,
+            };
+            let planned_dirs = if final_present {
+                files::missing_parents(&ctx.workspace.root, &p.path).unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            PreparedTarget { path: p.path.clone(), effect, current, planned_dirs }
+        })
+        .collect();
+    let bytes: u64 = plans
+        .iter()
+        .map(|p| {
+            p.real_bytes.as_ref().map_or(0, |b| b.len() as u64)
+                + match &p.write {
+                    Some(Final::File { bytes, .. }) => bytes.len() as u64,
+                    _ => 0,
+                }
+        })
+        .sum();
+    let verdict = retention::evaluate_capacity(ctx.store.settings(), checkpoint::usage(ctx.store)?, bytes);
+    if !verdict.fits() {
+        return Err(checkpoint::over_cap_error(&verdict, targets.iter().map(|t| &t.path)));
+    }
+    let owner = ctx.store.owner()?.id().to_string();
+    let staged = checkpoint::stage(
+        ctx.store,
+        StageRequest {
+            session: ctx.session,
+            workspace: ctx.workspace,
+            kind: OperationKind::Rollback,
+            targets,
+            protect: true,
+            owner: Some(owner),
+        },
+    )?;
+    let unknown = FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 };
+    let posts: Vec<PostState> = plans
+        .iter()
+        .map(|p| PostState {
+            current: match &p.write {
+                Some(Final::File { bytes, .. }) => Current::File { bytes: bytes.clone(), identity: unknown },
+                _ => Current::Absent,
+            },
+            created_dirs: Vec::new(),
+            identity_known: false,
+        })
+        .collect();
+    // The dispatch is journaled in the same transaction as the commit.
+    let committed = checkpoint::commit_with(ctx.store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
+    Ok(committed.checkpoint_id)
 }
 
 /// After taking back a create, removes the directories that create made, if empty.

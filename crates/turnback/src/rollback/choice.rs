@@ -5,12 +5,10 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 use crate::artifact::ImageRole;
-use crate::checkpoint::{
-    self, CheckpointRecord, CommitMode, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest,
-};
+use crate::checkpoint::{self, CheckpointRecord};
 use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
-use crate::files::{self, Current, FileIdentity, Observed, Swap};
+use crate::files::{self, Current, Observed, Swap};
 use crate::kv::Ns;
 use crate::patch;
 use crate::store::{Store, format_ms, now_ms};
@@ -19,7 +17,7 @@ use crate::workspace::{RelPath, Workspace};
 pub(crate) const NS_RESOLUTIONS: Ns = "resolutions";
 const RESOLUTION_SCHEMA: u16 = 1;
 use super::analysis::*;
-use super::apply::write_one;
+use super::apply::{record_rollback, write_one};
 use super::decision::*;
 
 /// The content a path had before the oldest selected step, and the agent's newest result.
@@ -147,45 +145,20 @@ pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
             format!("{} changed since the merge was written; nothing was changed", path.display()),
         ));
     }
-    let current = match (&seen, bytes) {
-        (Seen::File { identity: Some(identity), .. }, Some(bytes)) => Current::File { bytes, identity: *identity },
-        _ => Current::Absent,
+    let mode = match &seen {
+        Seen::File { identity: Some(identity), .. } => Some(identity.permissions()),
+        _ => None,
     };
-    let mode = match &current {
-        Current::File { identity, .. } => Some(identity.permissions()),
-        Current::Absent => None,
-    };
-    let effect = if matches!(current, Current::File { .. }) { EffectKind::Edit } else { EffectKind::Create };
-    let owner = ctx.store.owner()?.id().to_string();
-    let staged = checkpoint::stage(
-        ctx.store,
-        StageRequest {
-            session: ctx.session,
-            workspace: ctx.workspace,
-            kind: OperationKind::Rollback,
-            targets: vec![PreparedTarget { path: path.clone(), effect, current, planned_dirs: Vec::new() }],
-            protect: true,
-            owner: Some(owner),
-        },
-    )?;
-    let post = PostState {
-        current: Current::File {
-            bytes: merged.clone(),
-            identity: FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
-        },
-        created_dirs: Vec::new(),
-        identity_known: false,
-    };
-    let committed = checkpoint::commit_with(ctx.store, &staged.checkpoint_id, vec![post], CommitMode::BeforeMutation)?;
     let plan = PathPlan {
         path: path.clone(),
         real: seen,
-        real_bytes: None,
+        real_bytes: bytes,
         steps: Vec::new(),
         write: Some(Final::File { bytes: merged.to_vec(), mode }),
     };
-    let swapped = write_one(ctx, &plan, &committed.checkpoint_id)?;
-    checkpoint::finish(ctx.store, &committed.checkpoint_id, swapped != Swap::Done)?;
+    let checkpoint_id = record_rollback(ctx, &[&plan])?;
+    let swapped = write_one(ctx, &plan, &checkpoint_id)?;
+    checkpoint::finish(ctx.store, &checkpoint_id, swapped != Swap::Done)?;
     if swapped != Swap::Done {
         return Err(Error::new(
             ErrorCode::Conflict,
@@ -196,5 +169,5 @@ pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
     let mut txn = ctx.store.kv().begin()?;
     txn.delete(NS_RESOLUTIONS, &key)?;
     txn.commit()?;
-    Ok(ResolveResult { path: path.clone(), checkpoint_id: committed.checkpoint_id })
+    Ok(ResolveResult { path: path.clone(), checkpoint_id })
 }
