@@ -104,6 +104,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
             commands::fs::stage(ctx, &paths, kind.as_deref(), confirm_unprotected)
         }
         Command::Commit { operation_id, failed } => commands::fs::commit(ctx, &operation_id, failed),
+        Command::Snapshot => commands::snapshot::take(ctx),
         Command::Rollback(args) => commands::rollback::run(ctx, args),
         Command::Checkpoints { turn, all } => commands::checkpoints::list(ctx, turn, all),
         Command::Inspect { id } => commands::checkpoints::inspect(ctx, &id),

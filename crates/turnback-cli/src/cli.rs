@@ -78,6 +78,10 @@ pub enum Command {
     /// Without --apply, previews: every target's outcome and a planId.
     /// Example: turnback rollback --turn 3 && turnback rollback --turn 3 --apply --plan <planId>
     Rollback(RollbackArgs),
+    /// Take an ad hoc snapshot of the whole workspace.
+    ///
+    /// Example: turnback snapshot --json
+    Snapshot,
     /// List the session's checkpoints.
     ///
     /// Example: turnback checkpoints --turn 3

@@ -31,6 +31,10 @@ pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 pub trait KeyValueStore: Send + Sync + fmt::Debug {
     /// The value under `key`, if any (a committed read; no transaction needed).
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Whether `key` exists, without reading its value.
+    fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
+        Ok(self.get(ns, key)?.is_some())
+    }
     /// Calls `f` for each entry whose key starts with `prefix`, in key order, until `f`
     /// returns `false`.
     fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()>;
@@ -204,6 +208,12 @@ impl KeyValueStore for SqliteKv {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT value FROM kv WHERE ns = ?1 AND key = ?2")?;
         Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
+    }
+
+    fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT 1 FROM kv WHERE ns = ?1 AND key = ?2")?;
+        Ok(stmt.exists(params![ns, key])?)
     }
 
     fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()> {

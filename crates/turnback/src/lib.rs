@@ -38,7 +38,11 @@ pub mod retention;
 pub mod rollback;
 pub mod session;
 pub mod settings;
+pub mod snapshot;
+pub mod statcache;
 pub mod store;
+pub mod tree;
+pub mod walk;
 pub mod workspace;
 
 pub use error::{Error, ErrorCode, Result};

@@ -52,24 +52,52 @@ impl Drop for OwnerLock {
     }
 }
 
-/// An exclusive lock on one workspace: turnback's writers to a workspace (mutations,
-/// rollbacks) take turns, so none of them reads a file another is about to replace.
+/// A named lock in the store's lock directory, held until dropped (or the process dies).
 #[derive(Debug)]
-pub struct WorkspaceLock {
+pub struct NamedLock {
     _file: File,
 }
 
-impl WorkspaceLock {
-    /// Waits for and takes the lock of `workspace_id` (a UUID) in `dir`.
-    pub fn acquire(dir: &Path, workspace_id: &str) -> Result<Self> {
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
-        let name: String = workspace_id.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-        let path = dir.join(format!("workspace-{name}.lock"));
-        let file =
-            OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(&path).context(&path)?;
-        file.lock().context(&path)?;
-        Ok(WorkspaceLock { _file: file })
+impl NamedLock {
+    /// Waits for and takes the lock `name` exclusively (one holder at a time).
+    pub fn exclusive(dir: &Path, name: &str) -> Result<Self> {
+        let file = Self::open(dir, name)?;
+        file.lock().context(dir.join(name))?;
+        Ok(NamedLock { _file: file })
     }
+
+    /// Waits for and takes the lock `name` shared (any number of shared holders, no
+    /// exclusive one).
+    pub fn shared(dir: &Path, name: &str) -> Result<Self> {
+        let file = Self::open(dir, name)?;
+        file.lock_shared().context(dir.join(name))?;
+        Ok(NamedLock { _file: file })
+    }
+
+    fn open(dir: &Path, name: &str) -> Result<File> {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
+        let name: String = name.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
+        let path = dir.join(format!("{name}.lock"));
+        OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(&path).context(&path)
+    }
+}
+
+/// The lock turnback's writers to one workspace hold in turn (mutations, rollbacks), so
+/// none reads a file another is about to replace.
+pub fn workspace(dir: &Path, workspace_id: &str) -> Result<NamedLock> {
+    NamedLock::exclusive(dir, &format!("workspace-{workspace_id}"))
+}
+
+/// The lock snapshots of one session hold in turn: two processes snapshotting one
+/// session wait for each other; neither is skipped.
+pub fn session(dir: &Path, session_id: &str) -> Result<NamedLock> {
+    NamedLock::exclusive(dir, &format!("session-{session_id}"))
+}
+
+/// Writers of objects not yet referenced by a committed record (snapshots) hold this
+/// shared; `gc` holds it exclusive, so it never sweeps what a snapshot is writing.
+pub fn objects(dir: &Path, exclusive: bool) -> Result<NamedLock> {
+    if exclusive { NamedLock::exclusive(dir, "objects") } else { NamedLock::shared(dir, "objects") }
 }
 
 /// Whether the process that recorded `owner` in `dir` is still alive.

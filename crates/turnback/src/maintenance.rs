@@ -124,7 +124,7 @@ pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         })?;
         for (k, v) in entries {
             counts.records += 1;
-            if deep && let Err(e) = store.open_record::<serde_json::Value>(ns, &k, &v) {
+            if deep && let Err(e) = store.open_bytes(ns, &k, &v) {
                 problems.push(problem(format!("{ns} record {}", String::from_utf8_lossy(&k)), &e));
             }
         }
@@ -202,12 +202,15 @@ pub fn gc(store: &Store) -> Result<GcReport> {
     })
 }
 
-/// Removes every content object no artifact references, in one transaction (objects and
-/// the artifacts that reference them are always written together, so a concurrent writer
-/// is never swept). Returns how many objects and stored bytes were removed.
+/// Removes every content object that no artifact references and no snapshot reaches, in
+/// one transaction, holding the objects lock exclusively (a snapshot writing objects holds
+/// it shared; artifacts are always written with their objects). Returns how many objects
+/// and stored bytes were removed.
 pub fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
+    let _exclusive = crate::lock::objects(&store.locks_dir(), true)?;
+    let snapshot_live = crate::snapshot::live_objects(store)?;
     let mut txn = store.kv().begin()?;
-    let mut live: HashSet<Vec<u8>> = HashSet::new();
+    let mut live: HashSet<Vec<u8>> = snapshot_live.into_iter().map(|id| id.0.to_vec()).collect();
     for key in txn.keys(NS_ARTIFACTS, b"")? {
         if let Some(v) = txn.get(NS_ARTIFACTS, &key)?
             && let Ok(rec) = serde_json::from_slice::<ArtifactRecord>(&v)

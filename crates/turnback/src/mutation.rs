@@ -22,7 +22,6 @@ use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
 use crate::failpoint;
 use crate::files::{self, Current, Expect, FileIdentity, Parent, Swap};
-use crate::lock::WorkspaceLock;
 use crate::maintenance;
 use crate::retention::{self, Breach, CapacityVerdict};
 use crate::session::Session;
@@ -247,7 +246,7 @@ pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
     let rel = ctx.workspace.resolve(mutation.path(), ctx.cwd, store.protected_paths())?;
     // turnback's own writers to this workspace take turns; anyone else is caught by the
     // compare-and-swap below.
-    let _turn = WorkspaceLock::acquire(&store.locks_dir(), &ctx.workspace.id)?;
+    let _turn = crate::lock::workspace(&store.locks_dir(), &ctx.workspace.id)?;
     let probe = open_existing_parent(ctx.workspace, &rel)?;
     let current = read_current(probe.as_ref())?;
     let shown = ctx.workspace.absolute(&rel);

@@ -34,6 +34,10 @@ pub enum ContentClass {
     FileContent,
     /// File content with a NUL byte in its first 8 KiB.
     BinaryBlob,
+    /// A snapshot directory node (names, modes and ids of its entries).
+    Tree,
+    /// A symlink's target (stored as a link, never followed).
+    SymlinkTarget,
 }
 
 impl ContentClass {
@@ -48,6 +52,8 @@ impl ContentClass {
         match self {
             ContentClass::FileContent => "file-content",
             ContentClass::BinaryBlob => "binary-blob",
+            ContentClass::Tree => "tree",
+            ContentClass::SymlinkTarget => "symlink-target",
         }
     }
 
@@ -55,6 +61,8 @@ impl ContentClass {
         match self {
             ContentClass::FileContent => 1,
             ContentClass::BinaryBlob => 2,
+            ContentClass::Tree => 3,
+            ContentClass::SymlinkTarget => 4,
         }
     }
 
@@ -62,6 +70,8 @@ impl ContentClass {
         match code {
             1 => Some(ContentClass::FileContent),
             2 => Some(ContentClass::BinaryBlob),
+            3 => Some(ContentClass::Tree),
+            4 => Some(ContentClass::SymlinkTarget),
             _ => None,
         }
     }
@@ -134,15 +144,49 @@ fn encode(keys: &KeyRing, id: &ContentId, class: ContentClass, version: u32, byt
     Ok(value)
 }
 
-/// Stores `bytes` (once per distinct content) inside `txn`; returns its id and class.
+/// Stores file content `bytes` (once per distinct content) inside `txn`; returns its id
+/// and class.
 pub(crate) fn put(keys: &KeyRing, txn: &mut dyn Txn, bytes: &[u8]) -> Result<(ContentId, ContentClass)> {
-    let id = ContentId(keys.content_id(bytes));
     let class = ContentClass::of(bytes);
+    let id = ContentId(keys.content_id(bytes));
     if txn.get(NS_OBJECTS, &id.0)?.is_none() {
-        let value = encode(keys, &id, class, keys.current_version(), bytes)?;
-        txn.put(NS_OBJECTS, &id.0, &value)?;
+        txn.put(NS_OBJECTS, &id.0, &encode(keys, &id, class, keys.current_version(), bytes)?)?;
     }
     Ok((id, class))
+}
+
+/// An object sealed outside a transaction (on a worker thread), ready to be stored.
+#[derive(Debug)]
+pub(crate) struct Sealed {
+    pub id: ContentId,
+    pub value: Vec<u8>,
+}
+
+/// Computes the id of `bytes` and, unless `known(id)`, seals them as class `class`.
+/// Thread-safe: snapshot workers hash and encrypt in parallel, one writer stores.
+pub(crate) fn seal(
+    keys: &KeyRing,
+    bytes: &[u8],
+    class: ContentClass,
+    known: impl Fn(&ContentId) -> bool,
+) -> Result<(ContentId, Option<Sealed>)> {
+    let id = ContentId(keys.content_id(bytes));
+    if known(&id) {
+        return Ok((id, None));
+    }
+    let value = encode(keys, &id, class, keys.current_version(), bytes)?;
+    Ok((id, Some(Sealed { id, value })))
+}
+
+/// Stores a sealed object inside `txn` unless it is there already; returns the bytes
+/// written (0 if it was there).
+pub(crate) fn store_sealed(txn: &mut dyn Txn, sealed: &Sealed) -> Result<u64> {
+    if txn.put_if_absent(NS_OBJECTS, &sealed.id.0, &sealed.value)? { Ok(sealed.value.len() as u64) } else { Ok(0) }
+}
+
+/// Whether the object `id` is stored.
+pub(crate) fn exists(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
+    kv.contains(NS_OBJECTS, &id.0)
 }
 
 /// Decrypts and verifies a stored value read under `id`.

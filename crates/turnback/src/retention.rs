@@ -121,7 +121,7 @@ mod tests {
 
     #[test]
     fn exactly_at_a_cap_is_within_it() {
-        let s = Settings { retention_prompt_rounds: 5, checkpoint_cap: 100, store_cap: 500 };
+        let s = Settings { retention_prompt_rounds: 5, checkpoint_cap: 100, store_cap: 500, ..Settings::default() };
         assert!(evaluate_capacity(&s, 0, 100).fits());
         assert_eq!(evaluate_capacity(&s, 0, 101).breach, Some(Breach::Checkpoint));
         assert!(evaluate_capacity(&s, 400, 100).fits());
@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn disclosure_states_exact_bytes() {
-        let s = Settings { retention_prompt_rounds: 5, checkpoint_cap: 1024, store_cap: 2048 };
+        let s = Settings { retention_prompt_rounds: 5, checkpoint_cap: 1024, store_cap: 2048, ..Settings::default() };
         let v = evaluate_capacity(&s, 2000, 100);
         let text = v.disclosure();
         assert!(text.contains("100 bytes") && text.contains("2000 of 2048 bytes"), "{text}");

@@ -30,6 +30,32 @@ pub struct Settings {
     pub checkpoint_cap: u64,
     /// The most bytes all retained checkpoint artifacts together may hold.
     pub store_cap: u64,
+    /// Snapshot limits.
+    pub snapshots: SnapshotLimits,
+}
+
+/// Limits on snapshots, checked before any content is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// A session's first snapshot may cover at most this many bytes…
+    pub first_max_bytes: u64,
+    /// …and this many files.
+    pub first_max_files: u64,
+    /// A later snapshot may add at most this many bytes of new or changed files…
+    pub later_max_bytes: u64,
+    /// …and this many new or changed files.
+    pub later_max_files: u64,
+}
+
+impl Default for SnapshotLimits {
+    fn default() -> Self {
+        SnapshotLimits {
+            first_max_bytes: 1024 * MIB,
+            first_max_files: 100_000,
+            later_max_bytes: 100 * MIB,
+            later_max_files: 20_000,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -38,6 +64,7 @@ impl Default for Settings {
             retention_prompt_rounds: DEFAULT_RETENTION_PROMPT_ROUNDS,
             checkpoint_cap: DEFAULT_CHECKPOINT_CAP,
             store_cap: DEFAULT_STORE_CAP,
+            snapshots: SnapshotLimits::default(),
         }
     }
 }
@@ -58,6 +85,17 @@ pub struct SettingsOverrides {
 struct File {
     #[serde(default)]
     checkpoints: FileCheckpoints,
+    #[serde(default)]
+    snapshots: FileSnapshots,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileSnapshots {
+    first_max_size: Option<SizeValue>,
+    first_max_files: Option<u64>,
+    later_max_size: Option<SizeValue>,
+    later_max_files: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -96,6 +134,14 @@ retention-prompt-rounds = 5
 checkpoint-cap = \"100 MiB\"
 # Most bytes all retained checkpoints together may hold.
 store-cap = \"500 MiB\"
+
+[snapshots]
+# A session's first snapshot: at most this much and this many files, else it is skipped.
+first-max-size = \"1 GiB\"
+first-max-files = 100000
+# Each later snapshot may add at most this much and this many new or changed files.
+later-max-size = \"100 MiB\"
+later-max-files = 20000
 ";
 
 impl Settings {
@@ -120,6 +166,19 @@ impl Settings {
         }
         if let Some(v) = &file.checkpoints.store_cap {
             s.store_cap = v.bytes("store-cap")?;
+        }
+        let f = &file.snapshots;
+        if let Some(v) = &f.first_max_size {
+            s.snapshots.first_max_bytes = v.bytes("first-max-size")?;
+        }
+        if let Some(n) = f.first_max_files {
+            s.snapshots.first_max_files = n;
+        }
+        if let Some(v) = &f.later_max_size {
+            s.snapshots.later_max_bytes = v.bytes("later-max-size")?;
+        }
+        if let Some(n) = f.later_max_files {
+            s.snapshots.later_max_files = n;
         }
         if let Some(r) = overrides.retention_prompt_rounds {
             s.retention_prompt_rounds = validate_retention(i64::from(r))?;

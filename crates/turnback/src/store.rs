@@ -29,13 +29,15 @@ use crate::settings::{self, Settings, SettingsOverrides};
 const RECORD_MAGIC: &[u8; 3] = b"TR1";
 const RECORD_HEADER_LEN: usize = 3 + 4 + 2;
 /// Largest plaintext a sealed record may decode to.
-const RECORD_MAX: usize = 64 * 1024 * 1024;
+const RECORD_MAX: usize = 256 * 1024 * 1024;
 /// Namespaces whose values are sealed records (re-encrypted by key rotation).
 pub(crate) const SEALED_NAMESPACES: &[Ns] = &[
     checkpoint::NS_CHECKPOINTS,
     crate::session::NS_SESSIONS,
     crate::workspace::NS_WORKSPACES,
     crate::rollback::NS_RESOLUTIONS,
+    crate::snapshot::NS_SNAPSHOTS,
+    crate::statcache::NS_STATCACHE,
 ];
 
 /// How to open a store.
@@ -187,10 +189,16 @@ impl Store {
     /// Serializes `value` and seals it as the record `key` of namespace `ns`.
     pub(crate) fn seal_record<T: Serialize>(&self, ns: Ns, key: &[u8], schema: u16, value: &T) -> Result<Vec<u8>> {
         let json = serde_json::to_vec(value).map_err(|e| Error::new(ErrorCode::Io, format!("encode record: {e}")))?;
+        self.seal_bytes(ns, key, schema, &json)
+    }
+
+    /// Seals raw bytes as the record `key` of namespace `ns` (binary records such as the
+    /// stat cache use this directly).
+    pub(crate) fn seal_bytes(&self, ns: Ns, key: &[u8], schema: u16, bytes: &[u8]) -> Result<Vec<u8>> {
         let (version, data_key) = self.keys.current_key();
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
-        let sealed = crypto::seal(data_key, binding, &json)?;
+        let sealed = crypto::seal(data_key, binding, bytes)?;
         let mut out = Vec::with_capacity(RECORD_HEADER_LEN + sealed.len());
         out.extend_from_slice(RECORD_MAGIC);
         out.extend_from_slice(&version.to_be_bytes());
@@ -204,11 +212,16 @@ impl Store {
     /// # Errors
     /// `corrupt` if the bytes were altered or belong to another record.
     pub(crate) fn open_record<T: DeserializeOwned>(&self, ns: Ns, key: &[u8], value: &[u8]) -> Result<T> {
+        let json = self.open_bytes(ns, key, value)?;
+        serde_json::from_slice(&json).map_err(|e| Error::corrupt(format!("record:{ns}"), e))
+    }
+
+    /// Opens bytes sealed by [`seal_bytes`](Self::seal_bytes).
+    pub(crate) fn open_bytes(&self, ns: Ns, key: &[u8], value: &[u8]) -> Result<Vec<u8>> {
         let (version, schema, sealed) = record_header(value)?;
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
-        let json = crypto::open(self.keys.data_key(version)?, binding, sealed, RECORD_MAX)?;
-        serde_json::from_slice(&json).map_err(|e| Error::corrupt(format!("record:{ns}"), e))
+        crypto::open(self.keys.data_key(version)?, binding, sealed, RECORD_MAX)
     }
 
     /// Reads and opens the record `key` of `ns`.
@@ -277,12 +290,12 @@ impl Store {
                 if let Some(value) = txn.get(ns, &key)? {
                     let (version, schema, _) = record_header(&value)?;
                     if version != current {
-                        let plain: serde_json::Value = match self.open_record(ns, &key, &value) {
+                        let plain = match self.open_bytes(ns, &key, &value) {
                             Ok(p) => p,
                             Err(e) if e.code == ErrorCode::Corrupt => continue,
                             Err(e) => return Err(e),
                         };
-                        txn.put(ns, &key, &self.seal_record(ns, &key, schema, &plain)?)?;
+                        txn.put(ns, &key, &self.seal_bytes(ns, &key, schema, &plain)?)?;
                         count += 1;
                     }
                 }

@@ -6,3 +6,4 @@ pub mod init;
 pub mod key;
 pub mod maintenance;
 pub mod rollback;
+pub mod snapshot;

@@ -14,7 +14,6 @@ use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
 use crate::failpoint;
 use crate::files::{self, Current, Expect, FileIdentity, Swap};
-use crate::lock::WorkspaceLock;
 use crate::retention;
 use crate::workspace::RelPath;
 
@@ -31,7 +30,7 @@ pub fn apply(
     plan: Option<&str>,
 ) -> Result<RollbackResult> {
     // turnback's writers to this workspace take turns (see `mutation::apply`).
-    let _turn = WorkspaceLock::acquire(&ctx.store.locks_dir(), &ctx.workspace.id)?;
+    let _turn = crate::lock::workspace(&ctx.store.locks_dir(), &ctx.workspace.id)?;
     let analysis = analyze(ctx, selection, choices)?;
     if let Some(plan) = plan
         && plan != analysis.plan_id

@@ -121,7 +121,7 @@ pub(super) fn write_choice_file(
 /// `not-found` without a pending resolution; `invalid-argument` if conflict markers are
 /// left; `conflict` if the file changed since the merge was written.
 pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
-    let _turn = crate::lock::WorkspaceLock::acquire(&ctx.store.locks_dir(), &ctx.workspace.id)?;
+    let _turn = crate::lock::workspace(&ctx.store.locks_dir(), &ctx.workspace.id)?;
     let key = resolution_key(ctx.store, ctx.workspace, path);
     let resolution: Resolution = ctx
         .store

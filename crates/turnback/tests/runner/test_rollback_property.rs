@@ -75,14 +75,18 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     // The last writer of each path, and every version the person left.
     let mut last_writer: BTreeMap<usize, &str> = BTreeMap::new();
     let mut person_touched: BTreeSet<usize> = BTreeSet::new();
+    // What each path held right before each agent mutation of it (what rollback may restore).
+    let mut agent_pre: BTreeMap<usize, Vec<Option<Vec<u8>>>> = BTreeMap::new();
     for (n, step) in steps.iter().enumerate() {
         match *step {
             Step::AgentWrite { path, binary } => {
+                agent_pre.entry(path).or_default().push(std::fs::read(env.path(PATHS[path])).ok());
                 env.apply(Mutation::Write { path: PATHS[path].into(), content: content("agent", n, binary) }).unwrap();
                 last_writer.insert(path, "agent");
             }
             Step::AgentDelete { path } => {
                 if env.path(PATHS[path]).exists() {
+                    agent_pre.entry(path).or_default().push(std::fs::read(env.path(PATHS[path])).ok());
                     env.apply(Mutation::Delete { path: PATHS[path].into() }).unwrap();
                     last_writer.insert(path, "agent");
                 }
@@ -128,10 +132,12 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         if last_writer.get(&i) == Some(&"person") && before.contains_key(&key) {
             prop_assert_eq!(after.get(&key), before.get(&key), "the person's last version of {} was changed", path);
         } else if last_writer.get(&i) == Some(&"person") {
-            // The person left no bytes there. A file may only come back as it was before
-            // the turn (their deletion is indistinguishable from the agent's own result).
+            // The person left no bytes there (their deletion is indistinguishable from the
+            // agent's own result). A file may only come back as it was before one of the
+            // agent's mutations of it.
             if let Some(now) = after.get(&key) {
-                prop_assert_eq!(Some(&now.0), start.get(&key).map(|f| &f.0), "{} came back as something new", path);
+                let allowed = agent_pre.get(&i).is_some_and(|v| v.contains(&Some(now.0.clone())));
+                prop_assert!(allowed, "{} came back as something never taken away by the agent", path);
             }
         } else if !person_touched.contains(&i) {
             prop_assert_eq!(after.get(&key).map(|f| &f.0), start.get(&key).map(|f| &f.0), "{} was not restored", path);

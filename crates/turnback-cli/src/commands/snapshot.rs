@@ -1,0 +1,35 @@
+//! `turnback snapshot`.
+
+use serde_json::json;
+use turnback::Result;
+use turnback::settings::format_size;
+use turnback::snapshot::{self, SnapshotKind};
+
+use crate::app::Ctx;
+use crate::output::Outcome;
+
+pub fn take(ctx: &Ctx) -> Result<Outcome> {
+    let store = ctx.open(true)?;
+    let ws = ctx.workspace(&store)?;
+    let session = ctx.session(&store, &ws)?;
+    let r = snapshot::take(&store, &ws, &session, SnapshotKind::AdHoc)?;
+    let mut text = match &r.skipped {
+        Some(reason) => format!("snapshot {} skipped: {reason}", r.snapshot_id),
+        None => format!(
+            "snapshot {}: {} files ({}), {} read, {} stored, {} ms",
+            r.snapshot_id,
+            r.files,
+            format_size(r.bytes),
+            r.read_files,
+            format_size(r.stored_bytes),
+            r.duration_ms
+        ),
+    };
+    for n in &r.nested_repos {
+        text.push_str(&format!("\n  nested repository {} at {}", n.path, n.commit));
+    }
+    for s in &r.skipped_paths {
+        text.push_str(&format!("\n  left out {}: {}", s.path, s.reason));
+    }
+    Ok(Outcome::ok(json!(r), text))
+}

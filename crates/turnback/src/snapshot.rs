@@ -1,0 +1,475 @@
+//! Snapshots: the state of a whole workspace at a moment, as a Merkle tree of encrypted,
+//! content-addressed nodes shared between snapshots.
+//!
+//! Invariants:
+//! - A snapshot never reads or writes anything under `.git` but the nested repositories'
+//!   `HEAD` and refs (read-only, see [`walk`](crate::walk)); it runs no process.
+//! - Only files whose stat changed since the session's last snapshot are read (the
+//!   [`statcache`](crate::statcache) decides, re-reading racily clean files); their
+//!   content is hashed, compressed and encrypted on a thread pool.
+//! - Limits are checked after the walk and before any content is read or stored; a
+//!   snapshot over a limit is recorded as skipped with the reason, and nothing else.
+//! - Content objects are written before the transaction that commits the snapshot record
+//!   (with its trees and the new stat cache) and are protected from `gc` meanwhile by the
+//!   shared objects lock; a crash in between leaves only unreferenced objects, which `gc`
+//!   removes. Snapshots of one session are taken one at a time (the session lock): a
+//!   second waits, it is never skipped.
+//! - The stat cache always describes the session's latest snapshot, so the content ids it
+//!   holds are kept alive by that snapshot.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::kv::Ns;
+use crate::lock;
+use crate::object::{self, ContentClass, ContentId, Sealed};
+use crate::session::Session;
+use crate::statcache::{Cached, StatCache};
+use crate::store::{Store, format_ms, now_ms};
+use crate::tree::{self, Node, NodeKind};
+use crate::walk::{self, Entry, Kind, Skipped};
+use crate::workspace::Workspace;
+
+pub(crate) const NS_SNAPSHOTS: Ns = "snapshots";
+const NS_BY_SESSION: Ns = "snapshots-by-session";
+const SNAPSHOT_SCHEMA: u16 = 1;
+/// Bytes of file content read and sealed per batch (bounds memory).
+const BATCH_BYTES: u64 = 32 * 1024 * 1024;
+
+/// Why a snapshot was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotKind {
+    /// `turnback snapshot`.
+    AdHoc,
+    /// The start of a turn.
+    TurnStart,
+    /// The end of a turn.
+    TurnEnd,
+    /// Before a rewind changed the workspace.
+    PreRewind,
+}
+
+/// A nested repository recorded as a pointer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NestedRepo {
+    /// Its path in the workspace.
+    pub path: String,
+    /// Its checked-out commit.
+    pub commit: String,
+}
+
+/// One snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotRecord {
+    /// Its id (UUID v7).
+    pub snapshot_id: String,
+    /// The session.
+    pub session_id: String,
+    /// The workspace.
+    pub workspace_id: String,
+    /// Why it was taken.
+    pub kind: SnapshotKind,
+    /// The root tree's id (none when skipped).
+    pub root: Option<String>,
+    /// When the walk began (RFC 3339).
+    pub created_at: String,
+    /// Files recorded.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Files that had to be read (new or changed since the previous snapshot).
+    pub read_files: u64,
+    /// Their bytes.
+    pub read_bytes: u64,
+    /// Bytes newly stored (encrypted), content and trees.
+    pub stored_bytes: u64,
+    /// Paths removed by the unconditional exclusions.
+    pub excluded: u64,
+    /// Nested repositories recorded as pointers.
+    pub nested_repos: Vec<NestedRepo>,
+    /// Paths left out with a reason (a nested repository without a commit, unreadable).
+    pub skipped_paths: Vec<Skipped>,
+    /// Why the whole snapshot was skipped, if it was.
+    pub skipped: Option<String>,
+    /// Milliseconds it took.
+    pub duration_ms: u64,
+}
+
+/// Takes a snapshot of `workspace` for `session`.
+///
+/// # Errors
+/// I/O errors of the store; a snapshot over a limit is not an error but a record with
+/// `skipped` set.
+pub fn take(store: &Store, workspace: &Workspace, session: &Session, kind: SnapshotKind) -> Result<SnapshotRecord> {
+    let started = std::time::Instant::now();
+    let _session_turn = lock::session(&store.locks_dir(), &session.id)?;
+    let _objects = lock::objects(&store.locks_dir(), false)?;
+    let taken_at_ns = i128::from(now_ms()) * 1_000_000;
+    let created_at = format_ms(now_ms());
+    let walked = walk::walk(&workspace.root, store.protected_paths())?;
+    let cache = StatCache::load(store, &session.id)?;
+    let first = latest(store, &session.id)?.is_none();
+
+    // Which files must be read: everything the stat cache cannot vouch for.
+    let mut ids: Vec<Option<ContentId>> = Vec::with_capacity(walked.entries.len());
+    let mut to_read = Vec::new();
+    let (mut files, mut bytes, mut read_bytes) = (0u64, 0u64, 0u64);
+    for (i, e) in walked.entries.iter().enumerate() {
+        let id = match e.kind {
+            Kind::File => {
+                files += 1;
+                bytes += e.stat.size;
+                cache.clean_id(&e.path, &e.stat)
+            }
+            _ => None,
+        };
+        if id.is_none() && e.kind == Kind::File {
+            to_read.push(i);
+            read_bytes += e.stat.size;
+        }
+        ids.push(id);
+    }
+    let limits = store.settings().snapshots;
+    let over = if first {
+        limit_reason(files, limits.first_max_files, bytes, limits.first_max_bytes, "")
+    } else {
+        limit_reason(
+            to_read.len() as u64,
+            limits.later_max_files,
+            read_bytes,
+            limits.later_max_bytes,
+            "new or changed ",
+        )
+    };
+    let mut record = SnapshotRecord {
+        snapshot_id: uuid::Uuid::now_v7().to_string(),
+        session_id: session.id.clone(),
+        workspace_id: workspace.id.clone(),
+        kind,
+        root: None,
+        created_at,
+        files,
+        bytes,
+        read_files: to_read.len() as u64,
+        read_bytes,
+        stored_bytes: 0,
+        excluded: walked.excluded,
+        nested_repos: Vec::new(),
+        skipped_paths: walked.skipped.clone(),
+        skipped: over,
+        duration_ms: 0,
+    };
+    if record.skipped.is_some() {
+        record.duration_ms = started.elapsed().as_millis() as u64;
+        commit_record(store, &record)?;
+        return Ok(record);
+    }
+
+    // Read, hash, compress and encrypt in parallel, in batches; store each batch.
+    let mut stat_after = vec![None; walked.entries.len()];
+    for batch in batches(&to_read, &walked.entries) {
+        let sealed: Vec<(usize, Result<ReadFile>)> =
+            batch.par_iter().map(|&i| (i, read_and_seal(store, &workspace.root, &walked.entries[i]))).collect();
+        let mut txn = store.kv().begin()?;
+        for (i, result) in sealed {
+            match result {
+                Ok((id, sealed, stat)) => {
+                    record.stored_bytes += object::store_sealed(&mut *txn, &sealed)?;
+                    ids[i] = Some(id);
+                    stat_after[i] = Some(stat);
+                }
+                // Vanished or became unreadable since the walk: left out, with the reason.
+                Err(e) => record.skipped_paths.push(Skipped {
+                    path: String::from_utf8_lossy(&walked.entries[i].path).into_owned(),
+                    reason: e.message,
+                }),
+            }
+        }
+        txn.commit()?;
+    }
+
+    // Build the trees bottom-up and commit them with the record and the new stat cache.
+    let mut new_cache = StatCache { taken_at_ns, entries: Default::default() };
+    let mut builder = TreeBuilder::default();
+    let mut nested = Vec::new();
+    for (i, e) in walked.entries.iter().enumerate() {
+        let name = e.path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
+        let dir = &e.path[..e.path.len() - name.len()].strip_suffix(b"/").unwrap_or_default();
+        let node = match &e.kind {
+            Kind::File => {
+                let Some(id) = ids[i] else { continue };
+                let stat = stat_after[i].unwrap_or(e.stat);
+                new_cache.entries.insert(e.path.clone(), Cached { stat, id });
+                Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
+            }
+            Kind::Symlink(target) => {
+                let (id, sealed) = object::seal(store.keys(), target, ContentClass::SymlinkTarget, |_| false)?;
+                builder.pending.extend(sealed);
+                Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
+            }
+            Kind::Gitlink(commit) => {
+                nested.push(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() });
+                Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) }
+            }
+        };
+        builder.add(store, dir, node)?;
+    }
+    let root = builder.finish(store)?;
+    record.root = Some(root.to_hex());
+    record.nested_repos = nested;
+    let mut txn_bytes = 0;
+    let pending = std::mem::take(&mut builder.pending);
+    record.duration_ms = started.elapsed().as_millis() as u64;
+    let cache_value = new_cache.seal(store, &session.id)?;
+    {
+        let mut txn = store.kv().begin()?;
+        for sealed in &pending {
+            txn_bytes += object::store_sealed(&mut *txn, sealed)?;
+        }
+        record.stored_bytes += txn_bytes;
+        put_record(store, &mut *txn, &record)?;
+        txn.put(crate::statcache::NS_STATCACHE, session.id.as_bytes(), &cache_value)?;
+        txn.commit()?;
+    }
+    Ok(record)
+}
+
+fn limit_reason(files: u64, max_files: u64, bytes: u64, max_bytes: u64, what: &str) -> Option<String> {
+    if files > max_files {
+        Some(format!("too many {what}files ({files} > {max_files})"))
+    } else if bytes > max_bytes {
+        Some(format!(
+            "{what}files exceed {} ({} > {})",
+            crate::settings::format_size(max_bytes),
+            crate::settings::format_size(bytes),
+            crate::settings::format_size(max_bytes)
+        ))
+    } else {
+        None
+    }
+}
+
+fn batches<'a>(to_read: &'a [usize], entries: &'a [Entry]) -> Vec<&'a [usize]> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0u64);
+    for (k, &i) in to_read.iter().enumerate() {
+        size += entries[i].stat.size;
+        if size >= BATCH_BYTES {
+            out.push(&to_read[start..=k]);
+            start = k + 1;
+            size = 0;
+        }
+    }
+    if start < to_read.len() {
+        out.push(&to_read[start..]);
+    }
+    out
+}
+
+/// A file read and sealed by a worker: its id, its sealed object, its stat after reading.
+type ReadFile = (ContentId, Sealed, walk::Stat);
+
+/// Reads one file without following a symlink, then hashes and seals it.
+fn read_and_seal(store: &Store, root: &std::path::Path, e: &Entry) -> Result<ReadFile> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&path)
+        .map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    let meta = file.metadata().map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorCode::Io, "no longer a regular file"));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes).map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    let class = ContentClass::of(&bytes);
+    let (id, sealed) = object::seal(store.keys(), &bytes, class, |_| false)?;
+    let sealed = sealed.expect("never skipped");
+    use std::os::unix::fs::MetadataExt;
+    let stat = walk::Stat {
+        mode: meta.mode(),
+        size: meta.size(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        device: meta.dev(),
+        inode: meta.ino(),
+    };
+    Ok((id, sealed, stat))
+}
+
+/// Builds directory nodes bottom-up from entries in component order.
+#[derive(Default)]
+struct TreeBuilder {
+    /// Open directories from the root down: (path, entries so far).
+    stack: Vec<(Vec<u8>, Vec<Node>)>,
+    /// Sealed nodes not stored yet.
+    pending: Vec<Sealed>,
+    /// Node ids already sealed in this run.
+    seen: HashSet<ContentId>,
+}
+
+impl TreeBuilder {
+    fn add(&mut self, store: &Store, dir: &[u8], node: Node) -> Result<()> {
+        if self.stack.is_empty() {
+            self.stack.push((Vec::new(), Vec::new()));
+        }
+        // Close directories that are not ancestors of `dir`.
+        while self.stack.len() > 1 && !is_ancestor(&self.stack.last().expect("non-empty").0, dir) {
+            self.close(store)?;
+        }
+        // Open the directories between the innermost open one and `dir`.
+        let open = self.stack.last().expect("non-empty").0.clone();
+        let rest = if open.is_empty() { dir } else { &dir[(open.len() + 1).min(dir.len())..] };
+        if !rest.is_empty() {
+            let mut path = open;
+            for comp in rest.split(|c| *c == b'/') {
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(comp);
+                self.stack.push((path.clone(), Vec::new()));
+            }
+        }
+        self.stack.last_mut().expect("non-empty").1.push(node);
+        Ok(())
+    }
+
+    fn close(&mut self, store: &Store) -> Result<()> {
+        let (path, nodes) = self.stack.pop().expect("non-empty");
+        let id = self.seal(store, nodes)?;
+        let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
+        self.stack.last_mut().expect("a parent").1.push(Node { name, mode: 0, size: 0, kind: NodeKind::Tree(id) });
+        Ok(())
+    }
+
+    fn seal(&mut self, store: &Store, nodes: Vec<Node>) -> Result<ContentId> {
+        let encoded = tree::encode(nodes);
+        let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
+            self.seen.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
+        })?;
+        self.seen.insert(id);
+        self.pending.extend(sealed);
+        Ok(id)
+    }
+
+    fn finish(&mut self, store: &Store) -> Result<ContentId> {
+        if self.stack.is_empty() {
+            self.stack.push((Vec::new(), Vec::new()));
+        }
+        while self.stack.len() > 1 {
+            self.close(store)?;
+        }
+        let (_, nodes) = self.stack.pop().expect("root");
+        self.seal(store, nodes)
+    }
+}
+
+fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
+    dir.is_empty() || of == dir || (of.starts_with(dir) && of.get(dir.len()) == Some(&b'/'))
+}
+
+fn put_record(store: &Store, txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
+    let key = record.snapshot_id.as_bytes();
+    txn.put(NS_SNAPSHOTS, key, &store.seal_record(NS_SNAPSHOTS, key, SNAPSHOT_SCHEMA, record)?)?;
+    txn.put(NS_BY_SESSION, format!("{}/{}", record.session_id, record.snapshot_id).as_bytes(), b"")
+}
+
+fn commit_record(store: &Store, record: &SnapshotRecord) -> Result<()> {
+    let mut txn = store.kv().begin()?;
+    put_record(store, &mut *txn, record)?;
+    txn.commit()
+}
+
+/// The snapshot `id`.
+///
+/// # Errors
+/// `not-found`; `corrupt` if it does not verify.
+pub fn get(store: &Store, id: &str) -> Result<SnapshotRecord> {
+    store.get_record(NS_SNAPSHOTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("snapshot {id}")))
+}
+
+/// The snapshots of `session`, oldest first.
+pub fn list(store: &Store, session: &str) -> Result<Vec<SnapshotRecord>> {
+    let prefix = format!("{session}/");
+    let mut ids = Vec::new();
+    store.kv().scan_keys(NS_BY_SESSION, prefix.as_bytes(), &mut |k| {
+        ids.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
+        Ok(true)
+    })?;
+    ids.iter().map(|id| get(store, id)).collect()
+}
+
+/// The latest snapshot of `session` that was not skipped.
+pub fn latest(store: &Store, session: &str) -> Result<Option<SnapshotRecord>> {
+    Ok(list(store, session)?.into_iter().rev().find(|s| s.root.is_some()))
+}
+
+/// Reads and verifies the tree node `id`.
+pub fn read_tree(store: &Store, id: &ContentId) -> Result<Vec<Node>> {
+    let (header, bytes) = store.read_object(id)?;
+    if header.class != ContentClass::Tree {
+        return Err(Error::corrupt("tree", "object is not a tree"));
+    }
+    tree::decode(&bytes)
+}
+
+/// Every object id some snapshot reaches (trees, file contents, symlink targets).
+pub fn live_objects(store: &Store) -> Result<HashSet<ContentId>> {
+    let mut roots = Vec::new();
+    store.kv().scan(NS_SNAPSHOTS, b"", &mut |k, v| {
+        let r: SnapshotRecord = store.open_record(NS_SNAPSHOTS, k, v)?;
+        if let Some(root) = r.root.as_deref().and_then(ContentId::from_hex) {
+            roots.push(root);
+        }
+        Ok(true)
+    })?;
+    let mut live = HashSet::new();
+    let mut stack = roots;
+    while let Some(id) = stack.pop() {
+        if !live.insert(id) {
+            continue;
+        }
+        for node in read_tree(store, &id)? {
+            match node.kind {
+                NodeKind::Tree(sub) => stack.push(sub),
+                NodeKind::File(f) | NodeKind::Symlink(f) => {
+                    live.insert(f);
+                }
+                NodeKind::Gitlink(_) => {}
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// Every path of a snapshot's tree with its node (for diff and rewind).
+pub fn flatten(store: &Store, root: &ContentId) -> Result<BTreeMap<Vec<u8>, Node>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(Vec::new(), *root)];
+    while let Some((prefix, id)) = stack.pop() {
+        for node in read_tree(store, &id)? {
+            let mut path = prefix.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&node.name);
+            match node.kind {
+                NodeKind::Tree(sub) => stack.push((path, sub)),
+                _ => {
+                    out.insert(path, node);
+                }
+            }
+        }
+    }
+    Ok(out)
+}

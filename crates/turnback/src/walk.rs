@@ -1,0 +1,347 @@
+//! The workspace walk: every path a snapshot may record, found in parallel, never
+//! following a symlink, never entering a `.git` directory.
+//!
+//! Invariants:
+//! - `.gitignore`, `.ignore` and `.git/info/exclude` of the workspace (and of parent
+//!   directories up to the filesystem root, as git would for a subdirectory of a repository)
+//!   are honoured; the user's global git configuration is not.
+//! - The unconditional exclusions of DESIGN.md §2.10 ([`excluded`]) are applied after the
+//!   ignore rules and cannot be undone by them: no negation, no tracked status (turnback
+//!   never reads a git index) brings a secret or a dependency folder back.
+//! - A directory holding `.git` (other than the workspace root) is a nested repository:
+//!   it is recorded as a pointer to its checked-out commit, read from `HEAD`, loose refs or
+//!   `packed-refs` without running git, and never descended into.
+//! - Symlinks are recorded as links (their target), never followed.
+
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+use ignore::{WalkBuilder, WalkState};
+
+use crate::error::{Error, ErrorCode, Result};
+
+/// What a walked path is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A symlink with this target.
+    Symlink(Vec<u8>),
+    /// A nested repository checked out at this commit.
+    Gitlink(String),
+}
+
+/// The stat fields a snapshot compares with its cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    /// `st_mode` (type and permissions).
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, ns.
+    pub mtime_ns: i128,
+    /// Status change time, ns.
+    pub ctime_ns: i128,
+    /// Device.
+    pub device: u64,
+    /// Inode.
+    pub inode: u64,
+}
+
+impl Stat {
+    fn of(m: &std::fs::Metadata) -> Self {
+        Stat {
+            mode: m.mode(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+            device: m.dev(),
+            inode: m.ino(),
+        }
+    }
+}
+
+/// One recorded path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Relative, `/`-separated.
+    pub path: Vec<u8>,
+    /// What it is.
+    pub kind: Kind,
+    /// Its stat.
+    pub stat: Stat,
+}
+
+/// A path left out, and why (shown by `du` and in snapshot records).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Skipped {
+    /// Relative path.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Everything one walk found.
+#[derive(Debug, Default)]
+pub struct Walk {
+    /// Recorded paths, sorted by path components.
+    pub entries: Vec<Entry>,
+    /// Nested repositories that could not be recorded, and other notable skips.
+    pub skipped: Vec<Skipped>,
+    /// How many paths the unconditional exclusions removed.
+    pub excluded: u64,
+}
+
+const EXCLUDED_NAMES: &[&str] = &[
+    ".env",
+    ".envrc",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".git-credentials",
+    "credentials.json",
+    ".git",
+    ".aws",
+    ".ssh",
+    ".gnupg",
+    ".kube",
+    "node_modules",
+    ".venv",
+    "__pycache__",
+];
+const EXCLUDED_PREFIXES: &[&str] = &[".env.", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"];
+const EXCLUDED_SUFFIXES: &[&str] = &[".pem", ".key", ".p12", ".pfx", ".tfvars"];
+
+/// Whether a path with this file name (and parent name) is excluded whatever the ignore
+/// files say: secrets, credentials, dependency folders and `.git`.
+pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
+    let Ok(name) = std::str::from_utf8(name) else { return false };
+    EXCLUDED_NAMES.contains(&name)
+        || EXCLUDED_PREFIXES.iter().any(|p| name.starts_with(p))
+        || EXCLUDED_SUFFIXES.iter().any(|s| name.ends_with(s))
+        || name.contains(".tfstate")
+        || (name == "config.json" && parent == Some(b".docker"))
+}
+
+/// Walks `root`, leaving out ignored and excluded paths and everything under `skip_dirs`
+/// (the store, when it lies inside the workspace).
+///
+/// # Errors
+/// `io` if `root` cannot be read.
+pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
+    let found = Mutex::new(Walk::default());
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let mut builder = WalkBuilder::new(root);
+    builder
+        .hidden(false)
+        .follow_links(false)
+        .git_global(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .ignore(true)
+        .parents(true)
+        .require_git(false)
+        .threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8));
+    let skip: Vec<std::path::PathBuf> =
+        skip_dirs.iter().map(|d| d.canonicalize().unwrap_or_else(|_| d.clone())).collect();
+    let excluded_count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = excluded_count.clone();
+    builder.filter_entry(move |e| {
+        if e.depth() == 0 {
+            return true;
+        }
+        let parent = e.path().parent().and_then(|p| p.file_name()).map(|n| n.as_bytes());
+        let out = excluded(e.file_name().as_bytes(), parent) || skip.iter().any(|s| e.path() == s);
+        // `.git` itself is not counted: it is never part of a workspace's content.
+        if out && e.file_name() != ".git" {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        !out
+    });
+    builder.build_parallel().run(|| {
+        let found = &found;
+        let failure = &failure;
+        Box::new(move |result| {
+            let entry = match result {
+                Ok(e) => e,
+                Err(e) => {
+                    // Unreadable paths are skipped with a reason, never a failed snapshot.
+                    let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+                    f.skipped.push(Skipped { path: String::new(), reason: e.to_string() });
+                    return WalkState::Continue;
+                }
+            };
+            if entry.depth() == 0 {
+                return WalkState::Continue;
+            }
+            let rel = match entry.path().strip_prefix(root) {
+                Ok(r) => r.as_os_str().as_bytes().to_vec(),
+                Err(_) => return WalkState::Continue,
+            };
+            let meta = match entry.path().symlink_metadata() {
+                Ok(m) => m,
+                Err(_) => return WalkState::Continue,
+            };
+            let ft = meta.file_type();
+            let record = if ft.is_dir() {
+                if !entry.path().join(".git").exists() {
+                    return WalkState::Continue;
+                }
+                let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+                match nested_commit(entry.path()) {
+                    Ok(commit) => {
+                        f.entries.push(Entry { path: rel, kind: Kind::Gitlink(commit), stat: Stat::of(&meta) })
+                    }
+                    Err(reason) => f.skipped.push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason }),
+                }
+                return WalkState::Skip;
+            } else if ft.is_symlink() {
+                match std::fs::read_link(entry.path()) {
+                    Ok(target) => Entry {
+                        path: rel,
+                        kind: Kind::Symlink(target.as_os_str().as_bytes().to_vec()),
+                        stat: Stat::of(&meta),
+                    },
+                    Err(e) => {
+                        *failure.lock().unwrap_or_else(|p| p.into_inner()) =
+                            Some(Error::new(ErrorCode::Io, format!("{}: {e}", entry.path().display())));
+                        return WalkState::Quit;
+                    }
+                }
+            } else if ft.is_file() {
+                Entry { path: rel, kind: Kind::File, stat: Stat::of(&meta) }
+            } else {
+                return WalkState::Continue; // sockets, fifos, devices
+            };
+            found.lock().unwrap_or_else(|p| p.into_inner()).entries.push(record);
+            WalkState::Continue
+        })
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
+    walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
+    walk.entries.sort_by(|a, b| component_order(&a.path, &b.path));
+    walk.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(walk)
+}
+
+/// Orders paths component by component (so a directory's entries are contiguous).
+pub fn component_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
+}
+
+/// The commit a nested repository has checked out, read without running git.
+///
+/// # Errors
+/// A reason for people when there is none (an unborn branch) or it cannot be read.
+pub fn nested_commit(dir: &Path) -> std::result::Result<String, String> {
+    let mut git_dir = dir.join(".git");
+    if git_dir.is_file() {
+        // A worktree or submodule: `gitdir: PATH`.
+        let text = std::fs::read_to_string(&git_dir).map_err(|e| format!("unreadable .git file: {e}"))?;
+        let target = text.trim().strip_prefix("gitdir:").ok_or("malformed .git file")?.trim();
+        git_dir = dir.join(target);
+    }
+    let head =
+        std::fs::read_to_string(git_dir.join("HEAD")).map_err(|e| format!("nested repository without HEAD: {e}"))?;
+    let head = head.trim();
+    let Some(reference) = head.strip_prefix("ref:").map(str::trim) else {
+        return valid_commit(head).ok_or_else(|| "nested repository with a malformed HEAD".to_string());
+    };
+    if let Ok(text) = std::fs::read_to_string(git_dir.join(reference)) {
+        return valid_commit(text.trim()).ok_or_else(|| format!("malformed ref {reference}"));
+    }
+    // A worktree's refs live in the common dir.
+    let common = std::fs::read_to_string(git_dir.join("commondir")).ok().map(|c| git_dir.join(c.trim()));
+    for base in std::iter::once(git_dir.clone()).chain(common) {
+        if let Ok(text) = std::fs::read_to_string(base.join(reference)) {
+            return valid_commit(text.trim()).ok_or_else(|| format!("malformed ref {reference}"));
+        }
+        if let Ok(packed) = std::fs::read_to_string(base.join("packed-refs")) {
+            for line in packed.lines() {
+                if let Some((id, name)) = line.split_once(' ')
+                    && name == reference
+                {
+                    return valid_commit(id).ok_or_else(|| format!("malformed packed ref {reference}"));
+                }
+            }
+        }
+    }
+    Err(format!("nested repository with no commit yet ({reference} is unborn)"))
+}
+
+fn valid_commit(s: &str) -> Option<String> {
+    ((s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())).then(|| s.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_and_dependency_folders_are_excluded_by_name() {
+        for name in [
+            ".env",
+            ".env.example",
+            ".env.local",
+            ".envrc",
+            "server.pem",
+            "tls.key",
+            "a.p12",
+            "b.pfx",
+            "id_rsa",
+            "id_rsa.pub",
+            "id_ed25519",
+            ".netrc",
+            ".npmrc",
+            ".pypirc",
+            ".git-credentials",
+            "credentials.json",
+            "prod.tfvars",
+            "terraform.tfstate",
+            "terraform.tfstate.backup",
+            ".aws",
+            ".ssh",
+            ".gnupg",
+            ".kube",
+            "node_modules",
+            ".venv",
+            "__pycache__",
+            ".git",
+        ] {
+            assert!(excluded(name.as_bytes(), None), "{name}");
+        }
+        assert!(excluded(b"config.json", Some(b".docker")));
+        for name in ["config.json", "env.rs", "keys.rs", "main.rs", "environment", "README.md", "keyboard.c"] {
+            assert!(!excluded(name.as_bytes(), None), "{name}");
+        }
+    }
+
+    #[test]
+    fn component_order_keeps_directories_together() {
+        let mut v = vec![b"a.b".to_vec(), b"a/z".to_vec(), b"a/b".to_vec(), b"a-c".to_vec()];
+        v.sort_by(|a, b| component_order(a, b));
+        assert_eq!(v, vec![b"a/b".to_vec(), b"a/z".to_vec(), b"a-c".to_vec(), b"a.b".to_vec()]);
+    }
+
+    #[test]
+    fn nested_commit_reads_loose_and_packed_refs() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(git.join("refs/heads")).unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        assert!(nested_commit(dir.path()).unwrap_err().contains("no commit"));
+        let id = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::write(git.join("packed-refs"), format!("# pack-refs\n{id} refs/heads/main\n")).unwrap();
+        assert_eq!(nested_commit(dir.path()).unwrap(), id);
+        let other = "89abcdef0123456789abcdef0123456789abcdef";
+        std::fs::write(git.join("refs/heads/main"), format!("{other}\n")).unwrap();
+        assert_eq!(nested_commit(dir.path()).unwrap(), other);
+        std::fs::write(git.join("HEAD"), format!("{id}\n")).unwrap();
+        assert_eq!(nested_commit(dir.path()).unwrap(), id);
+    }
+}
