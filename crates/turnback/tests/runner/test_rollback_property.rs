@@ -142,11 +142,12 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>) -> Result<(), TestCaseError> {
         } else if !person_touched.contains(&i) {
             prop_assert_eq!(after.get(&key).map(|f| &f.0), start.get(&key).map(|f| &f.0), "{} was not restored", path);
         } else if let Some((bytes, _)) = after.get(&key) {
-            // Agent wrote last over something the person wrote: the result is the
-            // person's version or the agent's, never anything older than the person's.
+            // Agent wrote last over something the person touched: what is there is left as
+            // it was, or is a version the person wrote, or one the agent took away.
             let text = String::from_utf8_lossy(bytes);
+            let taken_away = agent_pre.get(&i).is_some_and(|v| v.contains(&Some(bytes.clone())));
             prop_assert!(
-                text.starts_with("person") || before.get(&key).map(|f| &f.0) == Some(bytes),
+                text.starts_with("person") || taken_away || before.get(&key).map(|f| &f.0) == Some(bytes),
                 "{}: {}",
                 path,
                 text
@@ -163,8 +164,19 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// 64 cases. Locally the seed is random, so every run explores new interleavings; in CI
+/// (`CI` set) it is fixed, so a red build always means a regression, not a new draw.
+/// `PROPTEST_RNG_SEED` overrides both.
+fn config() -> ProptestConfig {
+    let mut config = ProptestConfig { cases: 64, ..ProptestConfig::default() };
+    if std::env::var_os("CI").is_some() && std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = proptest::test_runner::RngSeed::Fixed(0x7475_726e_6261_636b);
+    }
+    config
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, .. ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn rollback_never_touches_person_work_and_is_itself_undoable(
