@@ -228,7 +228,12 @@ pub fn take(store: &Store, workspace: &Workspace, session: &Session, kind: Snaps
     let mut txn_bytes = 0;
     let pending = std::mem::take(&mut builder.pending);
     record.duration_ms = started.elapsed().as_millis() as u64;
-    let cache_value = new_cache.seal(store, &session.id)?;
+    // Nothing read and the same paths: the old cache still describes this snapshot (its
+    // older walk time only makes it more careful), so it is not rewritten.
+    let unchanged_cache = record.read_files == 0
+        && new_cache.entries.len() == cache.entries.len()
+        && new_cache.entries.keys().all(|k| cache.entries.contains_key(k));
+    let cache_value = if unchanged_cache { None } else { Some(new_cache.seal(store, &session.id)?) };
     {
         let mut txn = store.kv().begin()?;
         for sealed in &pending {
@@ -236,7 +241,9 @@ pub fn take(store: &Store, workspace: &Workspace, session: &Session, kind: Snaps
         }
         record.stored_bytes += txn_bytes;
         put_record(store, &mut *txn, &record)?;
-        txn.put(crate::statcache::NS_STATCACHE, session.id.as_bytes(), &cache_value)?;
+        if let Some(value) = &cache_value {
+            txn.put(crate::statcache::NS_STATCACHE, session.id.as_bytes(), value)?;
+        }
         txn.commit()?;
     }
     Ok(record)

@@ -229,9 +229,16 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     Ok(walk)
 }
 
-/// Orders paths component by component (so a directory's entries are contiguous).
+/// Orders paths component by component (so a directory's entries are contiguous): the
+/// same as comparing the bytes with `/` ranked below every other byte.
 pub fn component_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
-    a.split(|c| *c == b'/').cmp(b.split(|c| *c == b'/'))
+    let rank = |c: u8| if c == b'/' { 0u16 } else { u16::from(c) + 1 };
+    for (x, y) in a.iter().zip(b) {
+        if x != y {
+            return rank(*x).cmp(&rank(*y));
+        }
+    }
+    a.len().cmp(&b.len())
 }
 
 /// The commit a nested repository has checked out, read without running git.
