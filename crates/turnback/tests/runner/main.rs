@@ -4,4 +4,5 @@ mod common;
 mod test_integrity;
 mod test_mutations;
 mod test_rollback_property;
+mod test_snapshot;
 mod test_store;

@@ -20,8 +20,12 @@ pub struct Env {
 }
 
 pub fn options(dir: &Path, key: &str) -> StoreOptions {
+    options_at(&dir.join("store"), key)
+}
+
+pub fn options_at(store: &Path, key: &str) -> StoreOptions {
     StoreOptions {
-        dir: dir.join("store"),
+        dir: store.to_path_buf(),
         keys: KeyConfig { env_key: Some(key.to_string()), ..KeyConfig::default() },
         overrides: SettingsOverrides::default(),
         create: true,

@@ -1,0 +1,228 @@
+//! Snapshots: what they record and leave out, how they share and verify, and that they
+//! never touch the user's repository.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+
+use turnback::object::ContentId;
+use turnback::snapshot::{self, SnapshotKind, SnapshotRecord};
+use turnback::tree::NodeKind;
+use turnback::{Store, maintenance};
+
+use crate::common::Env;
+
+fn take(env: &Env) -> SnapshotRecord {
+    snapshot::take(&env.store, &env.ws, &env.session, SnapshotKind::AdHoc).unwrap()
+}
+
+fn paths(env: &Env, r: &SnapshotRecord) -> BTreeMap<String, NodeKind> {
+    let root = ContentId::from_hex(r.root.as_deref().expect("not skipped")).unwrap();
+    snapshot::flatten(&env.store, &root)
+        .unwrap()
+        .into_iter()
+        .map(|(p, n)| (String::from_utf8(p).unwrap(), n.kind))
+        .collect()
+}
+
+fn write(env: &Env, rel: &str, content: &str) {
+    let p = env.path(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, content).unwrap();
+}
+
+/// Every file under `dir` with its bytes, mode and mtime (to prove nothing changed).
+fn fingerprint(dir: &std::path::Path) -> BTreeMap<String, (Vec<u8>, u32, i64)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                stack.push(p.clone());
+            }
+            let bytes = if m.is_file() { std::fs::read(&p).unwrap() } else { Vec::new() };
+            out.insert(p.display().to_string(), (bytes, m.mode(), m.mtime_nsec() + m.mtime() * 1_000_000_000));
+        }
+    }
+    out
+}
+
+#[test]
+fn secrets_and_dependency_folders_stay_out_whatever_gitignore_says() {
+    let env = Env::new();
+    for f in [".env", ".env.example", "config/.env.local", "certs/server.pem", "id_ed25519", ".aws/credentials"] {
+        write(&env, f, "SECRET=1");
+    }
+    write(&env, "node_modules/pkg/index.js", "x");
+    write(&env, "app/__pycache__/m.pyc", "x");
+    write(&env, ".docker/config.json", "{}");
+    write(&env, "ignored.log", "noise");
+    write(&env, "src/main.rs", "fn main() {}");
+    write(&env, ".gitignore", "*.log\n!.env\n!*.pem\n!node_modules/\n");
+    let r = take(&env);
+    let recorded: Vec<String> = paths(&env, &r).into_keys().collect();
+    assert_eq!(recorded, [".gitignore", "src/main.rs"]);
+    assert!(r.excluded >= 8, "{}", r.excluded);
+}
+
+#[test]
+fn symlinks_are_recorded_as_links_and_never_followed() {
+    let env = Env::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "outside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), env.path("link-to-dir")).unwrap();
+    std::os::unix::fs::symlink("src/a.txt", env.path("link-to-file")).unwrap();
+    write(&env, "src/a.txt", "a");
+    let r = take(&env);
+    let recorded = paths(&env, &r);
+    assert!(matches!(recorded["link-to-dir"], NodeKind::Symlink(_)));
+    assert!(matches!(recorded["link-to-file"], NodeKind::Symlink(_)));
+    assert!(!recorded.keys().any(|p| p.contains("secret")), "{recorded:?}");
+}
+
+#[test]
+fn nested_repositories_are_pointers_or_skipped_with_a_reason() {
+    let env = Env::new();
+    write(&env, "vendor/lib/.git/HEAD", "ref: refs/heads/main\n");
+    write(&env, "vendor/lib/src.c", "int x;");
+    let r = take(&env);
+    assert!(!paths(&env, &r).keys().any(|p| p.starts_with("vendor")));
+    assert!(
+        r.skipped_paths.iter().any(|s| s.path == "vendor/lib" && s.reason.contains("no commit")),
+        "{:?}",
+        r.skipped_paths
+    );
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    write(&env, "vendor/lib/.git/refs/heads/main", &format!("{commit}\n"));
+    let r = take(&env);
+    assert_eq!(paths(&env, &r)["vendor/lib"], NodeKind::Gitlink(commit.into()));
+    assert_eq!(r.nested_repos[0].commit, commit);
+}
+
+#[test]
+fn only_changed_files_are_read_and_unchanged_subtrees_are_shared() {
+    let env = Env::new();
+    for i in 0..20 {
+        write(&env, &format!("d{}/f{i}.txt", i % 4), &format!("content {i}"));
+    }
+    // Make every file older than the racy margin, as if written long ago.
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    for i in 0..20 {
+        let f = std::fs::File::options().write(true).open(env.path(&format!("d{}/f{i}.txt", i % 4))).unwrap();
+        f.set_modified(old).unwrap();
+    }
+    let first = take(&env);
+    assert_eq!(first.read_files, 20);
+    let second = take(&env);
+    assert_eq!((second.read_files, second.stored_bytes), (0, 0));
+    assert_eq!(second.root, first.root);
+    // Same size and the old mtime put back: the ctime still gives the change away.
+    write(&env, "d1/f1.txt", "CONTENT 1");
+    let f = std::fs::File::options().write(true).open(env.path("d1/f1.txt")).unwrap();
+    f.set_modified(old).unwrap();
+    let third = take(&env);
+    assert_eq!(third.read_files, 1);
+    assert_ne!(third.root, second.root);
+    let before = paths(&env, &second);
+    let after = paths(&env, &third);
+    let differing: Vec<&String> = after.keys().filter(|p| after[*p] != before[*p]).collect();
+    assert_eq!(differing, [&"d1/f1.txt".to_string()]);
+}
+
+#[test]
+fn a_racily_clean_file_is_read_again() {
+    let env = Env::new();
+    write(&env, "a.txt", "one");
+    take(&env);
+    // Written right after the snapshot, within the racy margin: must not be trusted.
+    write(&env, "a.txt", "two");
+    let r = take(&env);
+    assert_eq!(r.read_files, 1);
+}
+
+#[test]
+fn limits_skip_a_snapshot_with_the_exact_reason_and_store_nothing() {
+    let mut env = Env::new();
+    std::fs::write(
+        env.dir.path().join("store/settings.toml"),
+        "[snapshots]\nfirst-max-files = 3\nlater-max-files = 1\nlater-max-size = 10\n",
+    )
+    .unwrap();
+    env.reopen();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    for i in 0..4 {
+        write(&env, &format!("f{i}.txt"), "x");
+        std::fs::File::options().write(true).open(env.path(&format!("f{i}.txt"))).unwrap().set_modified(old).unwrap();
+    }
+    let r = take(&env);
+    assert_eq!(r.skipped.as_deref(), Some("too many files (4 > 3)"));
+    assert_eq!((r.root, r.stored_bytes), (None, 0));
+    std::fs::remove_file(env.path("f3.txt")).unwrap();
+    assert!(take(&env).skipped.is_none());
+    write(&env, "big.txt", &"y".repeat(11));
+    let r = take(&env);
+    assert_eq!(r.skipped.as_deref(), Some("new or changed files exceed 10 B (11 B > 10 B)"));
+}
+
+#[test]
+fn the_users_repository_is_never_touched() {
+    let env = Env::new();
+    write(&env, ".git/HEAD", "ref: refs/heads/main\n");
+    write(&env, ".git/config", "[core]\n\tfsmonitor = touch /tmp/turnback-fsmonitor-ran\n");
+    write(&env, ".git/hooks/pre-commit", "#!/bin/sh\ntouch /tmp/turnback-hook-ran\n");
+    write(&env, ".git/info/exclude", "excluded-by-git.txt\n");
+    write(&env, "excluded-by-git.txt", "x");
+    write(&env, "tracked.txt", "x");
+    let before = fingerprint(&env.path(".git"));
+    let r = take(&env);
+    assert_eq!(fingerprint(&env.path(".git")), before);
+    assert_eq!(paths(&env, &r).into_keys().collect::<Vec<_>>(), ["tracked.txt"]);
+    // Works the same once the user deletes .git.
+    std::fs::remove_dir_all(env.path(".git")).unwrap();
+    let r = take(&env);
+    assert_eq!(paths(&env, &r).into_keys().collect::<Vec<_>>(), ["excluded-by-git.txt", "tracked.txt"]);
+    assert!(!env.path(".git").exists(), "no .git is ever created");
+}
+
+#[test]
+fn snapshots_survive_gc_verify_deep_and_keep_plaintext_out_of_the_store() {
+    let env = Env::new();
+    let canary = "canary-5e1f0c3b";
+    write(&env, &format!("{canary}/notes-{canary}.md"), &format!("text {canary}\n"));
+    std::fs::set_permissions(env.path(canary), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = take(&env);
+    maintenance::gc(&env.store).unwrap();
+    assert_eq!(paths(&env, &r).len(), 1, "gc kept everything the snapshot reaches");
+    assert!(maintenance::verify(&env.store, true).unwrap().clean);
+    for entry in walk_files(&env.dir.path().join("store")) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(!bytes.windows(canary.len()).any(|w| w == canary.as_bytes()), "canary in {}", entry.display());
+    }
+}
+
+#[test]
+fn a_store_inside_the_workspace_is_left_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws_dir = dir.path().join("ws");
+    std::fs::create_dir(&ws_dir).unwrap();
+    let store = Store::open(&crate::common::options_at(&ws_dir.join(".turnback"), crate::common::KEY)).unwrap();
+    let ws = turnback::Workspace::ensure(&store, &ws_dir).unwrap();
+    let session = turnback::Session::resolve(&store, &ws, Some("s")).unwrap();
+    std::fs::write(ws_dir.join("a.txt"), "a").unwrap();
+    let r = snapshot::take(&store, &ws, &session, SnapshotKind::AdHoc).unwrap();
+    assert_eq!(r.files, 1);
+}
+
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() { stack.push(p) } else { out.push(p) }
+        }
+    }
+    out
+}
