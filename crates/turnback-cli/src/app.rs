@@ -105,6 +105,9 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         }
         Command::Commit { operation_id, failed } => commands::fs::commit(ctx, &operation_id, failed),
         Command::Snapshot => commands::snapshot::take(ctx),
+        Command::Turn(t) => commands::turn::run(ctx, t),
+        Command::Turns => commands::turn::list(ctx),
+        Command::TurnSnapshot { turn } => commands::turn::detached_snapshot(ctx, &turn),
         Command::Rollback(args) => commands::rollback::run(ctx, args),
         Command::Checkpoints { turn, all } => commands::checkpoints::list(ctx, turn, all),
         Command::Inspect { id } => commands::checkpoints::inspect(ctx, &id),

@@ -78,6 +78,20 @@ pub enum Command {
     /// Without --apply, previews: every target's outcome and a planId.
     /// Example: turnback rollback --turn 3 && turnback rollback --turn 3 --apply --plan <planId>
     Rollback(RollbackArgs),
+    /// Begin or end a turn (a prompt and the agent's reply).
+    #[command(subcommand)]
+    Turn(TurnCommand),
+    /// List the session's turns: index, turnId, kind, preview, startedAt, snapshot.
+    ///
+    /// Example: turnback turns --json
+    Turns,
+    /// Internal: take a turn's start snapshot (run detached by `turn begin`).
+    #[command(name = "__turn-snapshot", hide = true)]
+    TurnSnapshot {
+        /// The turn.
+        #[arg(long)]
+        turn: String,
+    },
     /// Take an ad hoc snapshot of the whole workspace.
     ///
     /// Example: turnback snapshot --json
@@ -199,6 +213,36 @@ pub struct FsTarget {
     /// Proceed without rollback protection if a capacity cap would be exceeded.
     #[arg(long)]
     pub confirm_unprotected: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TurnCommand {
+    /// Begin a turn: records it with a start snapshot; prints the turn id. A begin while a
+    /// turn runs joins it (same id) unless --new; --background turns get their own id.
+    ///
+    /// Example: turnback turn begin --prompt "fix the failing test"
+    Begin {
+        /// The prompt (its first line becomes the preview).
+        #[arg(long, conflicts_with = "prompt_file")]
+        prompt: Option<String>,
+        /// Read the prompt from this file.
+        #[arg(long, value_name = "F")]
+        prompt_file: Option<PathBuf>,
+        /// A background turn (work the agent started on its own).
+        #[arg(long)]
+        background: bool,
+        /// Start a new turn even if one is running.
+        #[arg(long)]
+        new: bool,
+        /// Wait at most this long for the start snapshot; past that the turn starts and the
+        /// snapshot finishes in a detached process, marked late.
+        #[arg(long, value_name = "N", default_value_t = 2000)]
+        wait_ms: u64,
+    },
+    /// End the running turn, with its end snapshot.
+    ///
+    /// Example: turnback turn end
+    End,
 }
 
 #[derive(Debug, Subcommand)]

@@ -12,6 +12,7 @@ pub mod exit {
     pub const PARTIAL: i32 = 3;
     pub const BLOCKED: i32 = 20;
     pub const UNKNOWN_OUTCOME: i32 = 70;
+    pub const CANCELLED: i32 = 130;
 }
 
 /// A finished command: its JSON document, its text, and its exit code.
@@ -39,6 +40,7 @@ pub fn exit_code(code: ErrorCode) -> i32 {
         ErrorCode::InvalidArgument => exit::USAGE,
         ErrorCode::OverCap | ErrorCode::Conflict => exit::BLOCKED,
         ErrorCode::UnknownOutcome => exit::UNKNOWN_OUTCOME,
+        ErrorCode::Cancelled => exit::CANCELLED,
         _ => exit::FAILURE,
     }
 }

@@ -44,6 +44,8 @@ pub enum ErrorCode {
     UnknownOutcome,
     /// A file exists but this user may not read it.
     Inaccessible,
+    /// Interrupted (SIGINT/SIGTERM) before anything was recorded.
+    Cancelled,
 }
 
 impl ErrorCode {
@@ -66,6 +68,7 @@ impl ErrorCode {
             ErrorCode::Io => "io",
             ErrorCode::UnknownOutcome => "unknown-outcome",
             ErrorCode::Inaccessible => "inaccessible",
+            ErrorCode::Cancelled => "cancelled",
         }
     }
 

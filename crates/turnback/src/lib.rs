@@ -42,6 +42,7 @@ pub mod snapshot;
 pub mod statcache;
 pub mod store;
 pub mod tree;
+pub mod turn;
 pub mod walk;
 pub mod workspace;
 

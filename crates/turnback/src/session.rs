@@ -151,7 +151,8 @@ impl Session {
         Session::latest_or_create(store, workspace)
     }
 
-    /// Moves the session to its next prompt round and returns it.
+    /// Moves the session to its next prompt round and returns it (tests and tools; turns
+    /// set the round themselves).
     pub fn advance_round(store: &Store, id: &str) -> Result<u64> {
         let mut txn = store.kv().begin()?;
         let value = txn.get(NS_SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
@@ -161,6 +162,12 @@ impl Session {
         txn.commit()?;
         Ok(session.prompt_round)
     }
+}
+
+/// Writes `session` inside `txn`.
+pub(crate) fn put_in(store: &Store, txn: &mut dyn Txn, session: &Session) -> Result<()> {
+    let key = session.id.as_bytes();
+    txn.put(NS_SESSIONS, key, &store.seal_record(NS_SESSIONS, key, SESSION_SCHEMA, session)?)
 }
 
 #[cfg(test)]

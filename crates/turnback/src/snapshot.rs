@@ -37,6 +37,7 @@ use crate::workspace::Workspace;
 
 pub(crate) const NS_SNAPSHOTS: Ns = "snapshots";
 const NS_BY_SESSION: Ns = "snapshots-by-session";
+const NS_BY_TURN: Ns = "snapshots-by-turn";
 const SNAPSHOT_SCHEMA: u16 = 1;
 /// Bytes of file content read and sealed per batch (bounds memory).
 const BATCH_BYTES: u64 = 32 * 1024 * 1024;
@@ -101,6 +102,41 @@ pub struct SnapshotRecord {
     pub skipped: Option<String>,
     /// Milliseconds it took.
     pub duration_ms: u64,
+    /// The turn it belongs to, if any.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+
+/// A hook run inside the transaction that commits a snapshot record.
+pub type InCommit<'a> = &'a dyn Fn(&mut dyn crate::kv::Txn, &SnapshotRecord) -> Result<()>;
+
+/// How to take a snapshot.
+#[derive(Clone, Copy, Default)]
+pub struct TakeOptions<'a> {
+    /// Why.
+    pub kind: Option<SnapshotKind>,
+    /// The turn it belongs to.
+    pub turn_id: Option<&'a str>,
+    /// Checked between batches and, finally, inside the committing transaction: once set,
+    /// the snapshot is abandoned and nothing of it is committed (`cancelled` error).
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Run inside the committing transaction (a turn attaches the snapshot to itself).
+    pub in_commit: Option<InCommit<'a>>,
+}
+
+impl std::fmt::Debug for TakeOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TakeOptions").field("kind", &self.kind).field("turn_id", &self.turn_id).finish()
+    }
+}
+
+fn cancelled(opts: &TakeOptions<'_>) -> Result<()> {
+    match opts.cancel {
+        Some(flag) if flag.load(std::sync::atomic::Ordering::SeqCst) => {
+            Err(Error::new(ErrorCode::Cancelled, "cancelled; nothing of the snapshot was recorded"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Takes a snapshot of `workspace` for `session`.
@@ -109,12 +145,27 @@ pub struct SnapshotRecord {
 /// I/O errors of the store; a snapshot over a limit is not an error but a record with
 /// `skipped` set.
 pub fn take(store: &Store, workspace: &Workspace, session: &Session, kind: SnapshotKind) -> Result<SnapshotRecord> {
+    take_with(store, workspace, session, &TakeOptions { kind: Some(kind), ..TakeOptions::default() })
+}
+
+/// [`take`] with a turn, a cancellation flag and a commit hook.
+///
+/// # Errors
+/// As [`take`]; `cancelled` if the flag was set before the record committed.
+pub fn take_with(
+    store: &Store,
+    workspace: &Workspace,
+    session: &Session,
+    opts: &TakeOptions<'_>,
+) -> Result<SnapshotRecord> {
+    let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
     let started = std::time::Instant::now();
     let _session_turn = lock::session(&store.locks_dir(), &session.id)?;
     let _objects = lock::objects(&store.locks_dir(), false)?;
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
     let walked = walk::walk(&workspace.root, store.protected_paths())?;
+    crate::failpoint::hit("snapshot-walked");
     let cache = StatCache::load(store, &session.id)?;
     let first = latest(store, &session.id)?.is_none();
 
@@ -166,16 +217,24 @@ pub fn take(store: &Store, workspace: &Workspace, session: &Session, kind: Snaps
         skipped_paths: walked.skipped.clone(),
         skipped: over,
         duration_ms: 0,
+        turn_id: opts.turn_id.map(str::to_string),
     };
     if record.skipped.is_some() {
         record.duration_ms = started.elapsed().as_millis() as u64;
-        commit_record(store, &record)?;
+        let mut txn = store.kv().begin()?;
+        cancelled(opts)?;
+        put_record(store, &mut *txn, &record)?;
+        if let Some(hook) = opts.in_commit {
+            hook(&mut *txn, &record)?;
+        }
+        txn.commit()?;
         return Ok(record);
     }
 
     // Read, hash, compress and encrypt in parallel, in batches; store each batch.
     let mut stat_after = vec![None; walked.entries.len()];
     for batch in batches(&to_read, &walked.entries) {
+        cancelled(opts)?;
         let sealed: Vec<(usize, Result<ReadFile>)> =
             batch.par_iter().map(|&i| (i, read_and_seal(store, &workspace.root, &walked.entries[i]))).collect();
         let mut txn = store.kv().begin()?;
@@ -240,7 +299,11 @@ pub fn take(store: &Store, workspace: &Workspace, session: &Session, kind: Snaps
             txn_bytes += object::store_sealed(&mut *txn, sealed)?;
         }
         record.stored_bytes += txn_bytes;
+        cancelled(opts)?;
         put_record(store, &mut *txn, &record)?;
+        if let Some(hook) = opts.in_commit {
+            hook(&mut *txn, &record)?;
+        }
         if let Some(value) = &cache_value {
             txn.put(crate::statcache::NS_STATCACHE, session.id.as_bytes(), value)?;
         }
@@ -388,13 +451,33 @@ fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
 fn put_record(store: &Store, txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
     let key = record.snapshot_id.as_bytes();
     txn.put(NS_SNAPSHOTS, key, &store.seal_record(NS_SNAPSHOTS, key, SNAPSHOT_SCHEMA, record)?)?;
-    txn.put(NS_BY_SESSION, format!("{}/{}", record.session_id, record.snapshot_id).as_bytes(), b"")
+    txn.put(NS_BY_SESSION, format!("{}/{}", record.session_id, record.snapshot_id).as_bytes(), b"")?;
+    if let Some(turn) = &record.turn_id {
+        txn.put(NS_BY_TURN, by_turn_key(turn, record.kind).as_bytes(), record.snapshot_id.as_bytes())?;
+    }
+    Ok(())
 }
 
-fn commit_record(store: &Store, record: &SnapshotRecord) -> Result<()> {
-    let mut txn = store.kv().begin()?;
-    put_record(store, &mut *txn, record)?;
-    txn.commit()
+fn by_turn_key(turn: &str, kind: SnapshotKind) -> String {
+    format!("{turn}/{}", if kind == SnapshotKind::TurnEnd { "end" } else { "start" })
+}
+
+/// The snapshot id recorded for `turn`'s start or end, read inside `txn`.
+pub(crate) fn of_turn(txn: &mut dyn crate::kv::Txn, turn: &str, kind: SnapshotKind) -> Result<Option<String>> {
+    Ok(txn.get(NS_BY_TURN, by_turn_key(turn, kind).as_bytes())?.map(|v| String::from_utf8_lossy(&v).into_owned()))
+}
+
+/// Removes a snapshot record (and, since the session's stat cache may describe it, the
+/// cache too: the next snapshot reads everything again). Its objects are left for `gc`.
+pub(crate) fn discard(store: &Store, txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
+    txn.delete(NS_SNAPSHOTS, record.snapshot_id.as_bytes())?;
+    txn.delete(NS_BY_SESSION, format!("{}/{}", record.session_id, record.snapshot_id).as_bytes())?;
+    if let Some(turn) = &record.turn_id {
+        txn.delete(NS_BY_TURN, by_turn_key(turn, record.kind).as_bytes())?;
+    }
+    let _ = store;
+    txn.delete(crate::statcache::NS_STATCACHE, record.session_id.as_bytes())?;
+    Ok(())
 }
 
 /// The snapshot `id`.

@@ -38,6 +38,7 @@ pub(crate) const SEALED_NAMESPACES: &[Ns] = &[
     crate::rollback::NS_RESOLUTIONS,
     crate::snapshot::NS_SNAPSHOTS,
     crate::statcache::NS_STATCACHE,
+    crate::turn::NS_TURNS,
 ];
 
 /// How to open a store.

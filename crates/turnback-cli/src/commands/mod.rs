@@ -7,3 +7,4 @@ pub mod key;
 pub mod maintenance;
 pub mod rollback;
 pub mod snapshot;
+pub mod turn;

@@ -7,3 +7,4 @@ mod test_checkpoints;
 mod test_crash;
 mod test_keys;
 mod test_rollback;
+mod test_turns;
