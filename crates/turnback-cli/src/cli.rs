@@ -92,6 +92,24 @@ pub enum Command {
         #[arg(long)]
         turn: String,
     },
+    /// What changed between two snapshots (or in a turn): paths, line counts, patches.
+    ///
+    /// Example: turnback diff --turn 3 --stat
+    Diff {
+        /// The turn to show (its start snapshot against its end, or the live tree).
+        #[arg(long, value_name = "T", conflicts_with_all = ["from", "to"])]
+        turn: Option<u64>,
+        /// The older snapshot id.
+        from: Option<String>,
+        /// The newer snapshot id, or `live` for the workspace now.
+        to: Option<String>,
+        /// Per-file summary with +/- counts.
+        #[arg(long, conflicts_with = "numstat")]
+        stat: bool,
+        /// Added and deleted line counts per file, tab-separated (`-` for binary).
+        #[arg(long)]
+        numstat: bool,
+    },
     /// Take an ad hoc snapshot of the whole workspace.
     ///
     /// Example: turnback snapshot --json

@@ -22,6 +22,7 @@
 pub mod artifact;
 pub mod checkpoint;
 pub mod crypto;
+pub mod diff;
 pub mod error;
 pub mod failpoint;
 pub mod files;

@@ -226,3 +226,46 @@ fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn diff_names_added_modified_deleted_and_type_changed_paths_and_hides_binary_content() {
+    let env = Env::new();
+    write(&env, "keep.txt", "same\n");
+    write(&env, "edit.txt", "one\ntwo\n");
+    write(&env, "gone.txt", "bye\n");
+    write(&env, "kind", "a file first\n");
+    write(&env, "deep/a/b.txt", "x\n");
+    write(&env, "img.bin", "\0\x01binary-secret");
+    let a = take(&env);
+    write(&env, "edit.txt", "one\nTWO\nthree\n");
+    std::fs::remove_file(env.path("gone.txt")).unwrap();
+    std::fs::remove_file(env.path("kind")).unwrap();
+    std::os::unix::fs::symlink("keep.txt", env.path("kind")).unwrap();
+    write(&env, "new/file.txt", "new\n");
+    write(&env, "img.bin", "\0\x02binary-secret-2");
+    let b = take(&env);
+    let root = |r: &SnapshotRecord| ContentId::from_hex(r.root.as_deref().unwrap()).unwrap();
+    let changes = turnback::diff::trees(&env.store, &root(&a), &root(&b)).unwrap();
+    let summary: Vec<(String, String)> = changes
+        .iter()
+        .map(|c| (c.path.clone(), serde_json::to_value(c.change).unwrap().as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("edit.txt".to_string(), "modified".to_string()),
+            ("gone.txt".into(), "deleted".into()),
+            ("img.bin".into(), "modified".into()),
+            ("kind".into(), "type-changed".into()),
+            ("new/file.txt".into(), "added".into()),
+        ]
+    );
+    let counts = turnback::diff::numstat(&env.store, &changes).unwrap();
+    assert_eq!((counts[0].added, counts[0].deleted), (Some(2), Some(1)));
+    assert_eq!((counts[2].added, counts[2].deleted), (None, None), "binary");
+    let patch = turnback::diff::unified(&env.store, &changes).unwrap();
+    assert!(patch.contains("+TWO") && patch.contains("-two"), "{patch}");
+    assert!(patch.contains("Binary files a/img.bin and b/img.bin differ"));
+    assert!(!patch.contains("binary-secret"), "binary content never shown");
+    assert!(turnback::diff::trees(&env.store, &root(&b), &root(&b)).unwrap().is_empty());
+}

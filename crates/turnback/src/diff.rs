@@ -1,0 +1,204 @@
+//! Differences between two snapshots.
+//!
+//! Invariants: the comparison descends only into directories whose node ids differ, so
+//! its cost is proportional to what changed, not to the size of the workspace; content is
+//! decrypted (through the verified path) only to count or show lines; binary files are
+//! named, never shown.
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::object::{ContentClass, ContentId};
+use crate::snapshot;
+use crate::store::Store;
+use crate::tree::{Node, NodeKind};
+
+/// How a path changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// Only in the newer snapshot.
+    Added,
+    /// In both, with other content or mode.
+    Modified,
+    /// Only in the older snapshot.
+    Deleted,
+    /// In both, as different kinds (file, symlink, nested repository).
+    TypeChanged,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changed {
+    /// The path.
+    pub path: String,
+    /// How.
+    pub change: Change,
+    #[serde(skip)]
+    old: Option<Node>,
+    #[serde(skip)]
+    new: Option<Node>,
+}
+
+/// Lines added and deleted in one changed path (`None` for binary content).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NumStat {
+    /// The path.
+    pub path: String,
+    /// How it changed.
+    pub change: Change,
+    /// Lines added (none: binary).
+    pub added: Option<u64>,
+    /// Lines deleted (none: binary).
+    pub deleted: Option<u64>,
+}
+
+/// The changed paths between the trees `from` and `to`, sorted by path.
+pub fn trees(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<Changed>> {
+    let mut out = Vec::new();
+    compare(store, String::new(), Some(*from), Some(*to), &mut out)?;
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn join(prefix: &str, name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") }
+}
+
+fn compare(
+    store: &Store,
+    prefix: String,
+    a: Option<ContentId>,
+    b: Option<ContentId>,
+    out: &mut Vec<Changed>,
+) -> Result<()> {
+    if a == b {
+        return Ok(());
+    }
+    let left = match a {
+        Some(id) => snapshot::read_tree(store, &id)?,
+        None => Vec::new(),
+    };
+    let right = match b {
+        Some(id) => snapshot::read_tree(store, &id)?,
+        None => Vec::new(),
+    };
+    let (mut i, mut j) = (0, 0);
+    while i < left.len() || j < right.len() {
+        let order = match (left.get(i), right.get(j)) {
+            (Some(l), Some(r)) => l.name.cmp(&r.name),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                side(store, &prefix, Some(&left[i]), None, out)?;
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                side(store, &prefix, None, Some(&right[j]), out)?;
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                side(store, &prefix, Some(&left[i]), Some(&right[j]), out)?;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn side(store: &Store, prefix: &str, l: Option<&Node>, r: Option<&Node>, out: &mut Vec<Changed>) -> Result<()> {
+    let path = join(prefix, &l.or(r).expect("one side").name);
+    let tree_of = |n: Option<&Node>| match n.map(|n| &n.kind) {
+        Some(NodeKind::Tree(id)) => Some(*id),
+        _ => None,
+    };
+    let (lt, rt) = (tree_of(l), tree_of(r));
+    // Directories recurse; a directory replaced by a file (or back) is both.
+    if lt.is_some() || rt.is_some() {
+        compare(store, path.clone(), lt, rt, out)?;
+    }
+    let l = l.filter(|n| !matches!(n.kind, NodeKind::Tree(_)));
+    let r = r.filter(|n| !matches!(n.kind, NodeKind::Tree(_)));
+    let change = match (l, r) {
+        (None, None) => return Ok(()),
+        (None, Some(_)) => Change::Added,
+        (Some(_), None) => Change::Deleted,
+        (Some(a), Some(b)) if std::mem::discriminant(&a.kind) != std::mem::discriminant(&b.kind) => Change::TypeChanged,
+        (Some(a), Some(b)) if a.kind == b.kind && a.mode == b.mode => return Ok(()),
+        _ => Change::Modified,
+    };
+    out.push(Changed { path, change, old: l.cloned(), new: r.cloned() });
+    Ok(())
+}
+
+/// The bytes of a file or symlink node (`None` for a nested repository).
+fn content(store: &Store, node: Option<&Node>) -> Result<Option<(ContentClass, Vec<u8>)>> {
+    match node.map(|n| &n.kind) {
+        Some(NodeKind::File(id)) | Some(NodeKind::Symlink(id)) => {
+            let (header, bytes) = store.read_object(id)?;
+            Ok(Some((header.class, bytes)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn text(c: &Option<(ContentClass, Vec<u8>)>) -> Option<&str> {
+    match c {
+        Some((ContentClass::BinaryBlob, _)) => None,
+        Some((_, bytes)) => std::str::from_utf8(bytes).ok(),
+        None => Some(""),
+    }
+}
+
+/// Lines added and deleted per changed path.
+pub fn numstat(store: &Store, changes: &[Changed]) -> Result<Vec<NumStat>> {
+    let mut out = Vec::with_capacity(changes.len());
+    for c in changes {
+        let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
+        let (added, deleted) = match (text(&old), text(&new)) {
+            (Some(a), Some(b)) => {
+                let patch = diffy::create_patch(a, b);
+                let (mut add, mut del) = (0, 0);
+                for hunk in patch.hunks() {
+                    for line in hunk.lines() {
+                        match line {
+                            diffy::Line::Insert(_) => add += 1,
+                            diffy::Line::Delete(_) => del += 1,
+                            diffy::Line::Context(_) => {}
+                        }
+                    }
+                }
+                (Some(add), Some(del))
+            }
+            _ => (None, None),
+        };
+        out.push(NumStat { path: c.path.clone(), change: c.change, added, deleted });
+    }
+    Ok(out)
+}
+
+/// A unified diff of every changed path; binary files are named, not shown.
+pub fn unified(store: &Store, changes: &[Changed]) -> Result<String> {
+    let mut out = String::new();
+    for c in changes {
+        let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
+        out.push_str(&format!("diff --turnback a/{p} b/{p}\n", p = c.path));
+        match (text(&old), text(&new)) {
+            (Some(a), Some(b)) => {
+                let mut options = diffy::DiffOptions::new();
+                let from = if c.old.is_some() { format!("a/{}", c.path) } else { "/dev/null".into() };
+                let to = if c.new.is_some() { format!("b/{}", c.path) } else { "/dev/null".into() };
+                options.set_original_filename(from).set_modified_filename(to);
+                out.push_str(&options.create_patch(a, b).to_string());
+            }
+            _ => out.push_str(&format!("Binary files a/{p} and b/{p} differ\n", p = c.path)),
+        }
+    }
+    Ok(out)
+}
