@@ -189,16 +189,26 @@ pub fn take_with(
         ids.push(id);
     }
     let limits = store.settings().snapshots;
+    let (new_files, new_bytes) = if cache.entries.is_empty() && !to_read.is_empty() {
+        // No stat cache (lost, or an older format): what a later snapshot *adds* is still
+        // judged against the previous snapshot, by path and size, so re-reading unchanged
+        // files does not count against the limit.
+        let previous = match latest(store, &session.id)?.and_then(|r| r.root).as_deref().and_then(ContentId::from_hex) {
+            Some(root) => flatten(store, &root)?,
+            None => BTreeMap::new(),
+        };
+        to_read
+            .iter()
+            .map(|&i| &walked.entries[i])
+            .filter(|e| previous.get(&e.path).is_none_or(|n| n.size != e.stat.size))
+            .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
+    } else {
+        (to_read.len() as u64, read_bytes)
+    };
     let over = if first {
         limit_reason(files, limits.first_max_files, bytes, limits.first_max_bytes, "")
     } else {
-        limit_reason(
-            to_read.len() as u64,
-            limits.later_max_files,
-            read_bytes,
-            limits.later_max_bytes,
-            "new or changed ",
-        )
+        limit_reason(new_files, limits.later_max_files, new_bytes, limits.later_max_bytes, "new or changed ")
     };
     let mut record = SnapshotRecord {
         snapshot_id: uuid::Uuid::now_v7().to_string(),
@@ -256,8 +266,11 @@ pub fn take_with(
     }
 
     // Build the trees bottom-up and commit them with the record and the new stat cache.
-    let mut new_cache = StatCache { taken_at_ns, entries: Default::default() };
-    let mut builder = TreeBuilder::default();
+    // Nothing read and exactly the cached paths (every one of them was a cache hit): the
+    // old cache still describes this snapshot, so no new one is built or written.
+    let unchanged_cache = record.read_files == 0 && files as usize == cache.entries.len();
+    let mut new_cache = StatCache { taken_at_ns, entries: Default::default(), tree_ids: Vec::new() };
+    let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();
     for (i, e) in walked.entries.iter().enumerate() {
         let name = e.path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
@@ -266,7 +279,9 @@ pub fn take_with(
             Kind::File => {
                 let Some(id) = ids[i] else { continue };
                 let stat = stat_after[i].unwrap_or(e.stat);
-                new_cache.entries.insert(e.path.clone(), Cached { stat, id });
+                if !unchanged_cache {
+                    new_cache.entries.insert(e.path.clone(), Cached { stat, id });
+                }
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
             }
             Kind::Symlink(target) => {
@@ -287,12 +302,13 @@ pub fn take_with(
     let mut txn_bytes = 0;
     let pending = std::mem::take(&mut builder.pending);
     record.duration_ms = started.elapsed().as_millis() as u64;
-    // Nothing read and the same paths: the old cache still describes this snapshot (its
-    // older walk time only makes it more careful), so it is not rewritten.
-    let unchanged_cache = record.read_files == 0
-        && new_cache.entries.len() == cache.entries.len()
-        && new_cache.entries.keys().all(|k| cache.entries.contains_key(k));
-    let cache_value = if unchanged_cache { None } else { Some(new_cache.seal(store, &session.id)?) };
+    let unchanged_cache = unchanged_cache && builder.seen.iter().all(|id| builder.previous.contains(id));
+    let cache_value = if unchanged_cache {
+        None
+    } else {
+        new_cache.tree_ids = builder.seen.iter().copied().collect();
+        Some(new_cache.seal(store, &session.id)?)
+    };
     {
         let mut txn = store.kv().begin()?;
         for sealed in &pending {
@@ -386,6 +402,9 @@ struct TreeBuilder {
     pending: Vec<Sealed>,
     /// Node ids already sealed in this run.
     seen: HashSet<ContentId>,
+    /// Node ids of the session's previous snapshot (known to be stored: that snapshot
+    /// keeps them alive), so unchanged directories cost no store lookup.
+    previous: HashSet<ContentId>,
 }
 
 impl TreeBuilder {
@@ -425,7 +444,7 @@ impl TreeBuilder {
     fn seal(&mut self, store: &Store, nodes: Vec<Node>) -> Result<ContentId> {
         let encoded = tree::encode(nodes);
         let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
-            self.seen.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
+            self.seen.contains(id) || self.previous.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
         })?;
         self.seen.insert(id);
         self.pending.extend(sealed);

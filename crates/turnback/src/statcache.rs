@@ -21,7 +21,7 @@ use crate::walk::Stat;
 
 pub(crate) const NS_STATCACHE: Ns = "statcache";
 const SCHEMA: u16 = 1;
-const MAGIC: &[u8; 4] = b"TBS1";
+const MAGIC: &[u8; 4] = b"TBS2";
 /// How much older than the walk a file's mtime must be to be trusted unread.
 pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
 
@@ -41,6 +41,8 @@ pub struct StatCache {
     pub taken_at_ns: i128,
     /// Path → what it was.
     pub entries: HashMap<Vec<u8>, Cached>,
+    /// The directory node ids of the snapshot it describes.
+    pub tree_ids: Vec<ContentId>,
 }
 
 impl StatCache {
@@ -83,6 +85,10 @@ impl StatCache {
             out.extend_from_slice(&s.inode.to_le_bytes());
             out.extend_from_slice(&c.id.0);
         }
+        out.extend_from_slice(&(self.tree_ids.len() as u32).to_le_bytes());
+        for id in &self.tree_ids {
+            out.extend_from_slice(&id.0);
+        }
         out
     }
 }
@@ -96,7 +102,8 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
         Ok(s)
     };
     if take(4)? != MAGIC {
-        return Err(bad());
+        // An older format is not an error: the next snapshot reads everything again.
+        return Ok(StatCache::default());
     }
     let taken_at_ns = i128::from_le_bytes(take(16)?.try_into().expect("16"));
     let count = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
@@ -115,7 +122,12 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
         let id = ContentId(take(32)?.try_into().expect("32"));
         entries.insert(path, Cached { stat, id });
     }
-    Ok(StatCache { taken_at_ns, entries })
+    let trees = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
+    let mut tree_ids = Vec::with_capacity(trees);
+    for _ in 0..trees {
+        tree_ids.push(ContentId(take(32)?.try_into().expect("32")));
+    }
+    Ok(StatCache { taken_at_ns, entries, tree_ids })
 }
 
 #[cfg(test)]
@@ -128,11 +140,12 @@ mod tests {
 
     #[test]
     fn round_trips_and_trusts_only_old_unchanged_files() {
-        let mut cache = StatCache { taken_at_ns: 10_000_000_000, entries: HashMap::new() };
+        let mut cache =
+            StatCache { taken_at_ns: 10_000_000_000, entries: HashMap::new(), tree_ids: vec![ContentId([7; 32])] };
         cache.entries.insert(b"old.txt".to_vec(), Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) });
         cache.entries.insert(b"racy.txt".to_vec(), Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) });
         let back = decode(&cache.encode()).unwrap();
-        assert_eq!(back.taken_at_ns, cache.taken_at_ns);
+        assert_eq!((back.taken_at_ns, back.tree_ids.clone()), (cache.taken_at_ns, cache.tree_ids.clone()));
         assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_000)), Some(ContentId([1; 32])));
         assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_001)), None, "any stat change means read again");
         assert_eq!(back.clean_id(b"racy.txt", &stat(9_500_000_000)), None, "racily clean entries are re-read");

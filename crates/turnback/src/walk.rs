@@ -144,22 +144,31 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
         .parents(true)
         .require_git(false)
         .threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8));
-    let skip: Vec<std::path::PathBuf> =
-        skip_dirs.iter().map(|d| d.canonicalize().unwrap_or_else(|_| d.clone())).collect();
+    let skip: Vec<Vec<u8>> = skip_dirs
+        .iter()
+        .map(|d| d.canonicalize().unwrap_or_else(|_| d.clone()).as_os_str().as_bytes().to_vec())
+        .collect();
     let excluded_count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let counter = excluded_count.clone();
     builder.filter_entry(move |e| {
         if e.depth() == 0 {
             return true;
         }
-        let parent = e.path().parent().and_then(|p| p.file_name()).map(|n| n.as_bytes());
-        let out = excluded(e.file_name().as_bytes(), parent) || skip.iter().any(|s| e.path() == s);
+        // Byte comparisons: this runs for every path of the tree.
+        let path = e.path().as_os_str().as_bytes();
+        let name = e.file_name().as_bytes();
+        let parent = path[..path.len() - name.len()]
+            .strip_suffix(b"/")
+            .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
+        let out = excluded(name, parent) || skip.iter().any(|s| path == s.as_slice());
         // `.git` itself is not counted: it is never part of a workspace's content.
         if out && e.file_name() != ".git" {
             counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         !out
     });
+    let root_bytes = root.as_os_str().as_bytes();
+    let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
     builder.build_parallel().run(|| {
         let found = &found;
         let failure = &failure;
@@ -176,10 +185,11 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
             if entry.depth() == 0 {
                 return WalkState::Continue;
             }
-            let rel = match entry.path().strip_prefix(root) {
-                Ok(r) => r.as_os_str().as_bytes().to_vec(),
-                Err(_) => return WalkState::Continue,
+            let full = entry.path().as_os_str().as_bytes();
+            let Some(rel) = full.strip_prefix(root_bytes).and_then(|r| r.strip_prefix(b"/")) else {
+                return WalkState::Continue;
             };
+            let rel = rel.to_vec();
             let meta = match entry.path().symlink_metadata() {
                 Ok(m) => m,
                 Err(_) => return WalkState::Continue,

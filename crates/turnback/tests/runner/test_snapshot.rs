@@ -269,3 +269,21 @@ fn diff_names_added_modified_deleted_and_type_changed_paths_and_hides_binary_con
     assert!(!patch.contains("binary-secret"), "binary content never shown");
     assert!(turnback::diff::trees(&env.store, &root(&b), &root(&b)).unwrap().is_empty());
 }
+
+#[test]
+fn a_lost_stat_cache_rereads_everything_without_tripping_the_later_limit() {
+    let mut env = Env::new();
+    std::fs::write(env.dir.path().join("store/settings.toml"), "[snapshots]\nlater-max-files = 2\n").unwrap();
+    env.reopen();
+    for i in 0..5 {
+        write(&env, &format!("f{i}.txt"), "x");
+    }
+    let first = take(&env);
+    let mut txn = env.store.kv().begin().unwrap();
+    txn.delete("statcache", env.session.id.as_bytes()).unwrap();
+    txn.commit().unwrap();
+    let again = take(&env);
+    assert_eq!(again.read_files, 5);
+    assert!(again.skipped.is_none(), "{:?}", again.skipped);
+    assert_eq!(again.root, first.root);
+}
