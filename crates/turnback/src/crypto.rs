@@ -138,8 +138,14 @@ impl Binding<'_> {
 
 /// Compresses then encrypts `plaintext`; returns `nonce || ciphertext || tag`.
 pub fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> Result<Vec<u8>> {
+    seal_at_level(key, binding, plaintext, ZSTD_LEVEL)
+}
+
+/// [`seal`] with a chosen zstd level (1 for large, often rewritten records such as the
+/// stat cache, where speed matters more than size).
+pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
     let compressed =
-        zstd::bulk::compress(plaintext, ZSTD_LEVEL).map_err(|e| Error::new(ErrorCode::Io, format!("compress: {e}")))?;
+        zstd::bulk::compress(plaintext, level).map_err(|e| Error::new(ErrorCode::Io, format!("compress: {e}")))?;
     let mut nonce = [0u8; NONCE_LEN];
     fill_random(&mut nonce)?;
     let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");

@@ -266,9 +266,15 @@ pub fn take_with(
     }
 
     // Build the trees bottom-up and commit them with the record and the new stat cache.
-    // Nothing read and exactly the cached paths (every one of them was a cache hit): the
-    // old cache still describes this snapshot, so no new one is built or written.
-    let unchanged_cache = record.read_files == 0 && files as usize == cache.entries.len();
+    // Exactly the cached paths, every one a cache hit or re-read (racily clean) with the
+    // content the cache already names: the old cache still describes this snapshot, so
+    // no new one is built or written. (A racy file stays racy and is read again next time:
+    // one file, cheaper than rewriting the whole cache.)
+    let reread_same = to_read.iter().all(|&i| {
+        let e = &walked.entries[i];
+        ids[i].is_some() && cache.entries.get(&e.path).map(|c| c.id) == ids[i]
+    });
+    let unchanged_cache = reread_same && files as usize == cache.entries.len();
     let mut new_cache = StatCache { taken_at_ns, entries: Default::default(), tree_ids: Vec::new() };
     let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();

@@ -65,7 +65,7 @@ impl StatCache {
 
     /// The sealed value to store for `session`.
     pub(crate) fn seal(&self, store: &Store, session: &str) -> Result<Vec<u8>> {
-        store.seal_bytes(NS_STATCACHE, session.as_bytes(), SCHEMA, &self.encode())
+        store.seal_bytes_at_level(NS_STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
     }
 
     fn encode(&self) -> Vec<u8> {

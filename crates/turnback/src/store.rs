@@ -196,10 +196,22 @@ impl Store {
     /// Seals raw bytes as the record `key` of namespace `ns` (binary records such as the
     /// stat cache use this directly).
     pub(crate) fn seal_bytes(&self, ns: Ns, key: &[u8], schema: u16, bytes: &[u8]) -> Result<Vec<u8>> {
+        self.seal_bytes_at_level(ns, key, schema, bytes, 3)
+    }
+
+    /// [`seal_bytes`](Self::seal_bytes) with a chosen zstd level.
+    pub(crate) fn seal_bytes_at_level(
+        &self,
+        ns: Ns,
+        key: &[u8],
+        schema: u16,
+        bytes: &[u8],
+        level: i32,
+    ) -> Result<Vec<u8>> {
         let (version, data_key) = self.keys.current_key();
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
-        let sealed = crypto::seal(data_key, binding, bytes)?;
+        let sealed = crypto::seal_at_level(data_key, binding, bytes, level)?;
         let mut out = Vec::with_capacity(RECORD_HEADER_LEN + sealed.len());
         out.extend_from_slice(RECORD_MAGIC);
         out.extend_from_slice(&version.to_be_bytes());
