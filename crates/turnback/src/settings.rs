@@ -45,6 +45,10 @@ pub struct SnapshotLimits {
     pub later_max_bytes: u64,
     /// …and this many new or changed files.
     pub later_max_files: u64,
+    /// A session keeps at most this many snapshots (oldest whole turns are pruned)…
+    pub max_per_session: u64,
+    /// …and at most this many stored bytes of them.
+    pub max_session_bytes: u64,
 }
 
 impl Default for SnapshotLimits {
@@ -54,6 +58,8 @@ impl Default for SnapshotLimits {
             first_max_files: 100_000,
             later_max_bytes: 100 * MIB,
             later_max_files: 20_000,
+            max_per_session: 200,
+            max_session_bytes: 2 * 1024 * MIB,
         }
     }
 }
@@ -96,6 +102,8 @@ struct FileSnapshots {
     first_max_files: Option<u64>,
     later_max_size: Option<SizeValue>,
     later_max_files: Option<u64>,
+    max_per_session: Option<u64>,
+    max_session_size: Option<SizeValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -142,6 +150,10 @@ first-max-files = 100000
 # Each later snapshot may add at most this much and this many new or changed files.
 later-max-size = \"100 MiB\"
 later-max-files = 20000
+# Each session keeps at most this many snapshots, and this much of them; the oldest
+# whole turns (start and end together) go first, and `turnback gc` reclaims the space.
+max-per-session = 200
+max-session-size = \"2 GiB\"
 ";
 
 impl Settings {
@@ -179,6 +191,12 @@ impl Settings {
         }
         if let Some(n) = f.later_max_files {
             s.snapshots.later_max_files = n;
+        }
+        if let Some(n) = f.max_per_session {
+            s.snapshots.max_per_session = n.max(1);
+        }
+        if let Some(v) = &f.max_session_size {
+            s.snapshots.max_session_bytes = v.bytes("max-session-size")?;
         }
         if let Some(r) = overrides.retention_prompt_rounds {
             s.retention_prompt_rounds = validate_retention(i64::from(r))?;

@@ -238,6 +238,7 @@ pub fn take_with(
             hook(&mut *txn, &record)?;
         }
         txn.commit()?;
+        prune(store, &session.id)?;
         return Ok(record);
     }
 
@@ -331,6 +332,7 @@ pub fn take_with(
         }
         txn.commit()?;
     }
+    prune(store, &session.id)?;
     Ok(record)
 }
 
@@ -494,15 +496,76 @@ pub(crate) fn of_turn(txn: &mut dyn crate::kv::Txn, turn: &str, kind: SnapshotKi
 
 /// Removes a snapshot record (and, since the session's stat cache may describe it, the
 /// cache too: the next snapshot reads everything again). Its objects are left for `gc`.
-pub(crate) fn discard(store: &Store, txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
+pub(crate) fn discard(txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
+    remove(txn, record)?;
+    txn.delete(crate::statcache::NS_STATCACHE, record.session_id.as_bytes())?;
+    Ok(())
+}
+
+fn remove(txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
     txn.delete(NS_SNAPSHOTS, record.snapshot_id.as_bytes())?;
     txn.delete(NS_BY_SESSION, format!("{}/{}", record.session_id, record.snapshot_id).as_bytes())?;
     if let Some(turn) = &record.turn_id {
         txn.delete(NS_BY_TURN, by_turn_key(turn, record.kind).as_bytes())?;
     }
-    let _ = store;
-    txn.delete(crate::statcache::NS_STATCACHE, record.session_id.as_bytes())?;
     Ok(())
+}
+
+/// What pruning removed.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PruneReport {
+    /// Snapshots removed.
+    pub snapshots: u64,
+    /// Turns whose snapshots were removed.
+    pub turns: Vec<String>,
+}
+
+/// Keeps `session` within its snapshot budget (count and stored bytes): removes the oldest
+/// whole turns — a turn's start and end snapshots together — and oldest ad hoc snapshots,
+/// never the newest snapshot (the stat cache describes it). The turns keep their records,
+/// with their snapshots marked pruned. Space comes back with `gc`.
+pub fn prune(store: &Store, session: &str) -> Result<PruneReport> {
+    let limits = store.settings().snapshots;
+    let snaps = list(store, session)?;
+    let mut count = snaps.len() as u64;
+    let mut bytes: u64 = snaps.iter().map(|s| s.stored_bytes).sum();
+    let mut report = PruneReport::default();
+    if count <= limits.max_per_session && bytes <= limits.max_session_bytes {
+        return Ok(report);
+    }
+    let newest = snaps.last().map(|s| s.snapshot_id.clone());
+    // Units in order of their oldest snapshot: a turn's snapshots together, others alone.
+    let mut units: Vec<Vec<&SnapshotRecord>> = Vec::new();
+    for s in &snaps {
+        match s.turn_id.as_deref().and_then(|t| units.iter().position(|u| u[0].turn_id.as_deref() == Some(t))) {
+            Some(i) => units[i].push(s),
+            None => units.push(vec![s]),
+        }
+    }
+    for unit in units {
+        if count <= limits.max_per_session && bytes <= limits.max_session_bytes {
+            break;
+        }
+        if unit.iter().any(|s| Some(&s.snapshot_id) == newest.as_ref()) {
+            break;
+        }
+        let mut txn = store.kv().begin()?;
+        for s in &unit {
+            remove(&mut *txn, s)?;
+            if let Some(turn) = &s.turn_id {
+                crate::turn::mark_pruned(store, &mut *txn, turn, s.kind)?;
+            }
+        }
+        txn.commit()?;
+        count -= unit.len() as u64;
+        bytes = bytes.saturating_sub(unit.iter().map(|s| s.stored_bytes).sum());
+        report.snapshots += unit.len() as u64;
+        if let Some(turn) = &unit[0].turn_id {
+            report.turns.push(turn.clone());
+        }
+    }
+    Ok(report)
 }
 
 /// The snapshot `id`.

@@ -240,6 +240,21 @@ pub fn attach_hook<'a>(store: &'a Store) -> impl Fn(&mut dyn Txn, &SnapshotRecor
     }
 }
 
+/// Marks turn `turn_id`'s start or end snapshot as pruned, inside `txn`.
+pub(crate) fn mark_pruned(store: &Store, txn: &mut dyn Txn, turn_id: &str, kind: SnapshotKind) -> Result<()> {
+    let Some(mut turn) = get_in(store, txn, turn_id)? else { return Ok(()) };
+    let slot = match kind {
+        SnapshotKind::TurnEnd => turn.end_snapshot.as_mut(),
+        _ => Some(&mut turn.snapshot),
+    };
+    if let Some(slot) = slot {
+        slot.id = None;
+        slot.skipped = Some("pruned (the session's snapshot budget)".into());
+        put(store, txn, &turn)?;
+    }
+    Ok(())
+}
+
 /// Ends the running turn of `session`, with its end snapshot.
 ///
 /// # Errors
@@ -289,7 +304,7 @@ pub fn discard_start_snapshot(store: &Store, turn_id: &str) -> Result<()> {
         && let Some(v) = txn.get(snapshot::NS_SNAPSHOTS, id.as_bytes())?
     {
         let record: SnapshotRecord = store.open_record(snapshot::NS_SNAPSHOTS, id.as_bytes(), &v)?;
-        snapshot::discard(store, &mut *txn, &record)?;
+        snapshot::discard(&mut *txn, &record)?;
     }
     txn.commit()
 }

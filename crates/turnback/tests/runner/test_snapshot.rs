@@ -287,3 +287,39 @@ fn a_lost_stat_cache_rereads_everything_without_tripping_the_later_limit() {
     assert!(again.skipped.is_none(), "{:?}", again.skipped);
     assert_eq!(again.root, first.root);
 }
+
+#[test]
+fn pruning_keeps_the_budget_by_removing_oldest_whole_turns_and_gc_reclaims_them() {
+    let mut env = Env::new();
+    std::fs::write(env.dir.path().join("store/settings.toml"), "[snapshots]\nmax-per-session = 3\n").unwrap();
+    env.reopen();
+    let session = env.session.clone();
+    let mut turn_ids = Vec::new();
+    for i in 0..3 {
+        write(&env, "f.txt", &format!("version {i}"));
+        let id = turnback::turn::new_id();
+        let req = turnback::turn::BeginRequest { prompt: Some(format!("turn {i}")), ..Default::default() };
+        turnback::turn::take_start_snapshot(&env.store, &env.ws, &session, &id, None).unwrap();
+        turnback::turn::record(&env.store, &session, &id, &req, false).unwrap();
+        write(&env, "f.txt", &format!("version {i} edited"));
+        turnback::turn::end(&env.store, &env.ws, &session).unwrap();
+        turn_ids.push(id);
+    }
+    let kept = snapshot::list(&env.store, &session.id).unwrap();
+    assert!(kept.len() <= 3, "{}", kept.len());
+    let turns = turnback::turn::list(&env.store, &session.id).unwrap();
+    // The oldest turns went whole: never a start without its end.
+    for t in &turns {
+        let start = t.snapshot.id.is_some();
+        let end = t.end_snapshot.as_ref().is_some_and(|e| e.id.is_some());
+        assert_eq!(start, end, "turn {} kept half its snapshots", t.index);
+    }
+    assert!(turns[0].snapshot.skipped.as_deref().unwrap_or("").starts_with("pruned"));
+    assert!(turns[2].snapshot.id.is_some(), "the newest turn is kept");
+    let report = maintenance::gc(&env.store).unwrap();
+    assert!(report.objects_removed > 0, "gc reclaims what only pruned snapshots used");
+    for s in &kept {
+        assert!(!paths(&env, s).is_empty());
+    }
+    assert!(maintenance::verify(&env.store, true).unwrap().clean);
+}
