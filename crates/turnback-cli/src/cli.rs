@@ -78,6 +78,9 @@ pub enum Command {
     /// Without --apply, previews: every target's outcome and a planId.
     /// Example: turnback rollback --turn 3 && turnback rollback --turn 3 --apply --plan <planId>
     Rollback(RollbackArgs),
+    /// Sessions: one agent conversation in one workspace.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Begin or end a turn (a prompt and the agent's reply).
     #[command(subcommand)]
     Turn(TurnCommand),
@@ -231,6 +234,36 @@ pub struct FsTarget {
     /// Proceed without rollback protection if a capacity cap would be exceeded.
     #[arg(long)]
     pub confirm_unprotected: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Start a new session in the workspace (it becomes the workspace's latest).
+    ///
+    /// Example: turnback session new --id my-task
+    New {
+        /// Its id (default: a fresh UUID v7).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// The workspace's sessions.
+    ///
+    /// Example: turnback session list
+    List,
+    /// One session: turns, snapshots, checkpoints.
+    ///
+    /// Example: turnback session show
+    Show {
+        /// The session (default: the current one).
+        id: Option<String>,
+    },
+    /// Delete a session with its turns, snapshots and checkpoints.
+    ///
+    /// Example: turnback session delete old-task
+    Delete {
+        /// The session.
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -992,6 +992,42 @@ fn clean_workspace(store: &Store, ws: &Workspace, record: &CheckpointRecord, rep
     }
 }
 
+/// Deletes every checkpoint of `session` (records, artifacts, indexes) inside `txn`.
+///
+/// # Errors
+/// `conflict` if one of them is still being written by a live process.
+pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<u64> {
+    let prefix = format!("{session}/");
+    let mut deleted = 0;
+    for key in txn.keys(NS_BY_SESSION, prefix.as_bytes())? {
+        let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        if let Some(owner) = txn.get(NS_PENDING, id.as_bytes())?
+            && !owner.is_empty()
+            && lock::owner_alive(&store.locks_dir(), &String::from_utf8_lossy(&owner))?
+        {
+            return Err(Error::new(ErrorCode::Conflict, format!("checkpoint {id} is being written right now")));
+        }
+        if let Some(record) = load_in(store, txn, &id).ok() {
+            let mut freed = 0;
+            for a in &record.artifact_ids {
+                if let Some(size) = artifact::remove(txn, a)?
+                    && artifact_counted(&record, a)
+                    && record.retention_state != RetentionState::Evicted
+                {
+                    freed += size;
+                }
+            }
+            add_usage(txn, -i128::from(freed))?;
+            txn.delete(NS_BY_OPERATION, record.mutation.operation_id.as_bytes())?;
+        }
+        txn.delete(NS_CHECKPOINTS, id.as_bytes())?;
+        txn.delete(NS_PENDING, id.as_bytes())?;
+        txn.delete(NS_BY_SESSION, &key)?;
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
 /// What an eviction pass did.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -164,6 +164,67 @@ impl Session {
     }
 }
 
+/// What deleting a session removed.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deleted {
+    /// The session.
+    pub session_id: String,
+    /// Turns removed.
+    pub turns: u64,
+    /// Snapshots removed (their space comes back with `gc`).
+    pub snapshots: u64,
+    /// Checkpoints removed, with their content.
+    pub checkpoints: u64,
+}
+
+impl Session {
+    /// The sessions of `workspace`, oldest first.
+    pub fn list(store: &Store, workspace: &Workspace) -> Result<Vec<Session>> {
+        let mut ids = Vec::new();
+        store.kv().scan_keys(NS_WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
+            ids.push(String::from_utf8_lossy(k).rsplit('/').next().unwrap_or_default().to_string());
+            Ok(true)
+        })?;
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(s) = Session::get(store, &id)? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes session `id` with its turns, snapshots, stat cache and checkpoints, in one
+    /// transaction. A fork of it keeps what it carried.
+    ///
+    /// # Errors
+    /// `not-found`; `conflict` if a turn is running or a checkpoint is being written.
+    pub fn delete(store: &Store, id: &str) -> Result<Deleted> {
+        let session = Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        if crate::turn::running(store, id)?.is_some() {
+            return Err(Error::new(
+                crate::ErrorCode::Conflict,
+                format!("session {id} has a running turn; end it first (turnback turn end)"),
+            ));
+        }
+        let _snapshots = crate::lock::session(&store.locks_dir(), id)?;
+        let mut txn = store.kv().begin()?;
+        let checkpoints = crate::checkpoint::delete_session_in(store, &mut *txn, id)?;
+        let snapshots = crate::snapshot::delete_session_in(store, &mut *txn, id)?;
+        let turns = crate::turn::delete_session_in(&mut *txn, id)?;
+        txn.delete(NS_SESSIONS, id.as_bytes())?;
+        let suffix = format!("/{id}");
+        for key in txn.keys(NS_WORKSPACE_SESSIONS, format!("{}/", session.workspace_id).as_bytes())? {
+            if key.ends_with(suffix.as_bytes()) {
+                txn.delete(NS_WORKSPACE_SESSIONS, &key)?;
+            }
+        }
+        txn.commit()?;
+        Ok(Deleted { session_id: id.to_string(), turns, snapshots, checkpoints })
+    }
+}
+
 /// Writes `session` inside `txn`.
 pub(crate) fn put_in(store: &Store, txn: &mut dyn Txn, session: &Session) -> Result<()> {
     let key = session.id.as_bytes();

@@ -511,6 +511,24 @@ fn remove(txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
     Ok(())
 }
 
+/// Deletes every snapshot of `session` and its stat cache inside `txn`; returns how many.
+pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn crate::kv::Txn, session: &str) -> Result<u64> {
+    let prefix = format!("{session}/");
+    let mut deleted = 0;
+    for key in txn.keys(NS_BY_SESSION, prefix.as_bytes())? {
+        let id = String::from_utf8_lossy(&key[prefix.len()..]).into_owned();
+        match txn.get(NS_SNAPSHOTS, id.as_bytes())? {
+            Some(v) => remove(txn, &store.open_record::<SnapshotRecord>(NS_SNAPSHOTS, id.as_bytes(), &v)?)?,
+            None => {
+                txn.delete(NS_BY_SESSION, &key)?;
+            }
+        }
+        deleted += 1;
+    }
+    txn.delete(crate::statcache::NS_STATCACHE, session.as_bytes())?;
+    Ok(deleted)
+}
+
 /// What pruning removed.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]

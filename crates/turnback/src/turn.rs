@@ -240,6 +240,20 @@ pub fn attach_hook<'a>(store: &'a Store) -> impl Fn(&mut dyn Txn, &SnapshotRecor
     }
 }
 
+/// Deletes every turn of `session` inside `txn`; returns how many.
+pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<u64> {
+    let prefix = format!("{session}/");
+    let mut deleted = 0;
+    for key in txn.keys(NS_BY_SESSION, prefix.as_bytes())? {
+        if let Some(id) = txn.get(NS_BY_SESSION, &key)? {
+            txn.delete(NS_TURNS, &id)?;
+        }
+        txn.delete(NS_BY_SESSION, &key)?;
+        deleted += 1;
+    }
+    Ok(deleted)
+}
+
 /// Marks turn `turn_id`'s start or end snapshot as pruned, inside `txn`.
 pub(crate) fn mark_pruned(store: &Store, txn: &mut dyn Txn, turn_id: &str, kind: SnapshotKind) -> Result<()> {
     let Some(mut turn) = get_in(store, txn, turn_id)? else { return Ok(()) };

@@ -7,5 +7,6 @@ pub mod init;
 pub mod key;
 pub mod maintenance;
 pub mod rollback;
+pub mod session;
 pub mod snapshot;
 pub mod turn;

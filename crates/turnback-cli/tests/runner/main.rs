@@ -7,4 +7,5 @@ mod test_checkpoints;
 mod test_crash;
 mod test_keys;
 mod test_rollback;
+mod test_sessions;
 mod test_turns;
