@@ -1007,7 +1007,7 @@ pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str)
         {
             return Err(Error::new(ErrorCode::Conflict, format!("checkpoint {id} is being written right now")));
         }
-        if let Some(record) = load_in(store, txn, &id).ok() {
+        if let Ok(record) = load_in(store, txn, &id) {
             let mut freed = 0;
             for a in &record.artifact_ids {
                 if let Some(size) = artifact::remove(txn, a)?
