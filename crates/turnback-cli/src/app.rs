@@ -111,6 +111,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Turns => commands::turn::list(ctx),
         Command::TurnSnapshot { turn } => commands::turn::detached_snapshot(ctx, &turn),
         Command::Rollback(args) => commands::rollback::run(ctx, args),
+        Command::Rewind { to, apply, plan, force } => commands::rewind::run(ctx, to, apply, plan, force),
         Command::Checkpoints { turn, all } => commands::checkpoints::list(ctx, turn, all),
         Command::Inspect { id } => commands::checkpoints::inspect(ctx, &id),
         Command::Verify { deep } => commands::maintenance::verify(ctx, deep),

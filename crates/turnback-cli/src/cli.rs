@@ -117,6 +117,25 @@ pub enum Command {
     ///
     /// Example: turnback snapshot --json
     Snapshot,
+    /// Take the workspace back to the start of turn T (undoing T and every later turn).
+    ///
+    /// Without --apply, previews: files to restore, to delete and to leave alone, and a planId.
+    /// Example: turnback rewind --to 3 && turnback rewind --to 3 --apply --plan <planId>
+    Rewind {
+        /// The turn (index) to go back to the start of.
+        #[arg(long, value_name = "T")]
+        to: u64,
+        /// Apply (without it, only preview).
+        #[arg(long)]
+        apply: bool,
+        /// Apply only if the plan made now still has this id.
+        #[arg(long, value_name = "PLANID", requires = "apply")]
+        plan: Option<String>,
+        /// Rewind this path even though it was edited by hand (its current content is kept
+        /// in the rewind's checkpoint).
+        #[arg(long, value_name = "PATH")]
+        force: Vec<PathBuf>,
+    },
     /// List the session's checkpoints.
     ///
     /// Example: turnback checkpoints --turn 3

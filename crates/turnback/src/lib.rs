@@ -36,6 +36,7 @@ pub mod mutation;
 pub mod object;
 pub mod patch;
 pub mod retention;
+pub mod rewind;
 pub mod rollback;
 pub mod session;
 pub mod settings;

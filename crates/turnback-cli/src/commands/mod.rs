@@ -6,6 +6,7 @@ pub mod fs;
 pub mod init;
 pub mod key;
 pub mod maintenance;
+pub mod rewind;
 pub mod rollback;
 pub mod session;
 pub mod snapshot;

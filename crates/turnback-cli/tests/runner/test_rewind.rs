@@ -1,0 +1,178 @@
+//! Rewind: the workspace back to the start of a turn, hand edits protected, undoable.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+
+use crate::common::{Env, parse_json, show_output};
+
+fn tree(env: &Env) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![env.ws.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let rel = p.strip_prefix(&env.ws).unwrap().to_string_lossy().into_owned();
+            if m.is_dir() {
+                stack.push(p);
+                out.insert(format!("{rel}/"), Vec::new());
+            } else {
+                out.insert(rel, std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+fn turn(env: &Env, prompt: &str, work: impl FnOnce(&Env)) {
+    env.ok(&["turn", "begin", "--prompt", prompt], None);
+    work(env);
+    env.ok(&["turn", "end"], None);
+}
+
+/// The preview's JSON, whatever its exit code (3 partial, 20 blocked are answers too).
+fn preview(env: &Env, to: &str) -> serde_json::Value {
+    parse_json(&env.run(&["--json", "rewind", "--to", to], None))
+}
+
+fn plan_id(env: &Env, to: &str) -> String {
+    let out = env.run(&["--json", "rewind", "--to", to], None);
+    parse_json(&out)["planId"].as_str().unwrap().to_string()
+}
+
+fn actions(plan: &serde_json::Value) -> BTreeMap<String, String> {
+    plan["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["path"].as_str().unwrap().to_string(), p["action"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[test]
+fn rewinding_the_last_turn_restores_changed_deleted_and_created_paths_and_is_undoable() {
+    let env = Env::new();
+    env.write("edit.txt", "original\n");
+    env.write("gone.txt", "keep me\n");
+    env.write("ignored.log", "not in any snapshot\n");
+    env.write(".gitignore", "*.log\n");
+    turn(&env, "first", |_| {});
+    let before_turn_2 = tree(&env);
+    turn(&env, "second", |env| {
+        env.write("edit.txt", "agent changed this\n");
+        std::fs::remove_file(env.ws.join("gone.txt")).unwrap();
+        env.write("new/dir/created.txt", "agent created\n");
+        env.write("ignored.log", "still ignored\n");
+    });
+    let before_rewind = tree(&env);
+    let preview = preview(&env, "2");
+    let a = actions(&preview);
+    assert_eq!(a["edit.txt"], "restore");
+    assert_eq!(a["gone.txt"], "restore");
+    assert_eq!(a["new/dir/created.txt"], "delete");
+    assert!(!a.contains_key("ignored.log"), "ignored files are never touched");
+    let plan = plan_id(&env, "2");
+    let done = env.json(&["rewind", "--to", "2", "--apply", "--plan", &plan]);
+    let mut expected = before_turn_2.clone();
+    expected.insert("ignored.log".into(), b"still ignored\n".to_vec());
+    assert_eq!(tree(&env), expected, "back to the start of turn 2, ignored file untouched, new dirs gone");
+    // Undo the rewind through its checkpoint: exactly the tree before it.
+    let id = done["checkpointId"].as_str().unwrap();
+    env.ok(&["rollback", id, "--apply"], None);
+    assert_eq!(tree(&env), before_rewind);
+    env.assert_verify_clean();
+}
+
+#[test]
+fn hand_edits_between_turns_and_after_the_last_are_left_alone_unless_forced() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    env.write("b.txt", "b0\n");
+    turn(&env, "one", |env| {
+        env.write("a.txt", "a1 by agent\n");
+        env.write("b.txt", "b1 by agent\n");
+    });
+    env.write("a.txt", "a by hand between turns\n");
+    turn(&env, "two", |env| env.write("c.txt", "c by agent\n"));
+    env.write("b.txt", "b by hand after the last turn\n");
+    let preview = preview(&env, "1");
+    let paths = preview["paths"].as_array().unwrap();
+    let reason = |p: &str| paths.iter().find(|x| x["path"] == p).unwrap()["reason"].as_str().unwrap_or("").to_string();
+    assert_eq!(reason("a.txt"), "hand-edit-between-turns");
+    assert_eq!(reason("b.txt"), "hand-edit-after-last-turn");
+    let out = env.run(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(out.status.code(), Some(3), "partial: {}", show_output(&out));
+    assert_eq!(env.read("a.txt").unwrap(), b"a by hand between turns\n");
+    assert_eq!(env.read("b.txt").unwrap(), b"b by hand after the last turn\n");
+    assert!(env.read("c.txt").is_none(), "the agent's own file went");
+    let out = env.run(&["rewind", "--to", "1", "--apply", "--force", "b.txt"], None);
+    assert_eq!(out.status.code(), Some(3), "a.txt is still left alone: {}", show_output(&out));
+    assert_eq!(env.read("b.txt").unwrap(), b"b0\n", "forced");
+    assert_eq!(env.read("a.txt").unwrap(), b"a by hand between turns\n");
+}
+
+#[test]
+fn a_missing_end_snapshot_makes_changed_paths_unverified() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    env.write("a.txt", "a1\n");
+    // A new prompt supersedes the running turn: it ends without an end snapshot.
+    env.ok(&["turn", "begin", "--new", "--prompt", "two"], None);
+    env.write("b.txt", "b\n");
+    env.ok(&["turn", "end"], None);
+    let preview = preview(&env, "1");
+    let a = preview["paths"].as_array().unwrap().iter().find(|p| p["path"] == "a.txt").unwrap().clone();
+    assert_eq!(a["reason"], "unverified");
+    assert_eq!(a["action"], "leave-alone");
+}
+
+#[test]
+fn a_stale_plan_is_refused_and_nothing_changes() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    turn(&env, "one", |env| env.write("a.txt", "a1\n"));
+    let plan = plan_id(&env, "1");
+    env.write("other.txt", "someone added this\n");
+    let f = env.fail(&["rewind", "--to", "1", "--apply", "--plan", &plan], None);
+    assert_eq!((f.exit, f.code.as_str()), (20, "conflict"));
+    assert_eq!(env.read("a.txt").unwrap(), b"a1\n");
+}
+
+#[test]
+fn nested_repositories_are_never_changed() {
+    let env = Env::new();
+    env.write("lib/.git/HEAD", "0123456789abcdef0123456789abcdef01234567\n");
+    turn(&env, "one", |env| env.write("lib/.git/HEAD", "89abcdef0123456789abcdef0123456789abcdef\n"));
+    let preview = preview(&env, "1");
+    let lib = preview["paths"].as_array().unwrap().iter().find(|p| p["path"] == "lib").unwrap().clone();
+    assert_eq!((lib["action"].as_str(), lib["reason"].as_str()), (Some("leave-alone"), Some("nested-repository")));
+}
+
+#[test]
+fn a_file_swapped_for_a_symlink_mid_rewind_is_not_written_through() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    turn(&env, "one", |env| env.write("a.txt", "a1\n"));
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("victim"), "outside\n").unwrap();
+    let flag = env.root.join("go");
+    let mut cmd = env.command(&["--json", "rewind", "--to", "1", "--apply"]);
+    cmd.env("TURNBACK_PAUSE", format!("rewind-before-swap={}", flag.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+    assert!(line.contains("rewind-before-swap"), "{line}");
+    std::fs::remove_file(env.ws.join("a.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("victim"), env.ws.join("a.txt")).unwrap();
+    std::fs::write(&flag, "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let done = parse_json(&out);
+    let a = done["plan"]["paths"].as_array().unwrap().iter().find(|p| p["path"] == "a.txt").unwrap().clone();
+    assert_eq!(a["action"], "leave-alone", "{done}");
+    assert_eq!(std::fs::read_to_string(outside.path().join("victim")).unwrap(), "outside\n");
+    assert!(std::fs::symlink_metadata(env.ws.join("a.txt")).unwrap().file_type().is_symlink());
+}

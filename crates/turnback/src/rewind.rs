@@ -1,0 +1,447 @@
+//! Rewind: the workspace back to the start of a turn, undoing that turn and every later
+//! one, without overwriting anyone else's work.
+//!
+//! Invariants:
+//! - The target is the start snapshot of turn T; the current state is a snapshot taken now
+//!   (kind `pre-rewind`), so both sides are complete, verified trees.
+//! - A path is changed only if every difference between the target and now is the agents'
+//!   work: its state must be carried unchanged from each turn's end snapshot to the next
+//!   turn's start, and from the last turn's end to now. Anything else is a hand edit (a
+//!   conflict, left alone unless `--force PATH`). A needed end snapshot that is missing
+//!   (late, skipped or pruned) makes the path `unverified`, also left alone.
+//! - Nothing is deleted that the current snapshot does not hold, so a file ignored or
+//!   excluded at snapshot time is never deleted; nothing is written through a symlinked
+//!   parent; nested repositories are never changed.
+//! - Before any write, a checkpoint holding the current bytes of everything to be
+//!   overwritten or deleted is committed (roll it back to undo the rewind), and the
+//!   pre-rewind snapshot is kept; every write is a compare-and-swap against the state the
+//!   plan saw.
+//! - The plan id digests the target, the current tree, the turns and the forced paths:
+//!   an unchanged workspace gives the same id, so `--apply --plan` refuses if anything moved.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::checkpoint::{self, CommitMode, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest};
+use crate::crypto::hex;
+use crate::error::{Error, ErrorCode, Result};
+use crate::files::{self, Current, Expect, FileIdentity, Swap};
+use crate::object::ContentId;
+use crate::session::Session;
+use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
+use crate::store::Store;
+use crate::tree::{Node, NodeKind};
+use crate::turn::{self, Turn};
+use crate::workspace::{RelPath, Workspace};
+
+/// What a rewind does with one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Written back to its content at the target turn's start.
+    Restore,
+    /// Removed: it did not exist at the target turn's start.
+    Delete,
+    /// Left as it is (a conflict, unverified, or a nested repository).
+    LeaveAlone,
+}
+
+/// Why a path is left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// Changed by someone else between two turns.
+    HandEditBetweenTurns,
+    /// Changed by someone else after the last turn.
+    HandEditAfterLastTurn,
+    /// An end snapshot needed to tell is missing.
+    Unverified,
+    /// A nested repository: its own history is not turnback's to change.
+    NestedRepository,
+    /// Changed between the plan and the write.
+    ChangedDuringRewind,
+    /// A symlinked parent or another obstacle on the way.
+    BehindSymlink,
+    /// A symlink on either side: restore it by hand (the plan shows its target).
+    Symlink,
+}
+
+/// One path of the plan.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathPlan {
+    /// The path.
+    pub path: String,
+    /// What happens to it.
+    pub action: Action,
+    /// Why it is left alone.
+    pub reason: Option<Reason>,
+    /// For people.
+    pub detail: Option<String>,
+    /// Forced over a conflict with `--force`.
+    pub forced: bool,
+    #[serde(skip)]
+    target: Option<Node>,
+    #[serde(skip)]
+    current: Option<Node>,
+}
+
+/// A rewind plan (the preview).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Digest of everything the plan depends on.
+    pub plan_id: String,
+    /// The turn rewound to (its start).
+    pub to_turn: u64,
+    /// The turns undone.
+    pub turns: Vec<String>,
+    /// The target snapshot.
+    pub target_snapshot: String,
+    /// The snapshot of the workspace now.
+    pub current_snapshot: String,
+    /// Every path that differs, with what happens to it.
+    pub paths: Vec<PathPlan>,
+    /// Counts by action.
+    pub counts: BTreeMap<String, u64>,
+    /// Effects no rewind takes back (shell commands and the like), never protected.
+    pub excluded_effects: Vec<crate::rollback::ExcludedEffect>,
+}
+
+/// The result of applying a rewind.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rewound {
+    /// The plan, with the outcome of every path.
+    pub plan: Plan,
+    /// The checkpoint holding what the rewind overwrote (roll it back to undo the rewind).
+    pub checkpoint_id: Option<String>,
+}
+
+fn root_of(r: &SnapshotRecord) -> Result<ContentId> {
+    r.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| {
+        Error::new(
+            ErrorCode::NotFound,
+            format!("snapshot {} was skipped ({})", r.snapshot_id, r.skipped.as_deref().unwrap_or("no tree")),
+        )
+    })
+}
+
+fn tree_at(store: &Store, id: Option<&str>) -> Result<Option<BTreeMap<Vec<u8>, Node>>> {
+    let Some(id) = id else { return Ok(None) };
+    let record = match snapshot::get(store, id) {
+        Ok(r) => r,
+        Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match record.root.as_deref().and_then(ContentId::from_hex) {
+        Some(root) => Ok(Some(snapshot::flatten(store, &root)?)),
+        None => Ok(None),
+    }
+}
+
+fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.kind == y.kind && (x.mode & 0o7777) == (y.mode & 0o7777),
+        _ => false,
+    }
+}
+
+/// Plans rewinding `session` to the start of turn `to` (1-based index), taking a
+/// pre-rewind snapshot of the workspace now. Changes no workspace file.
+///
+/// # Errors
+/// `not-found` if the turn or its start snapshot does not exist.
+pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &BTreeSet<String>) -> Result<Plan> {
+    let turns: Vec<Turn> = turn::list(store, &session.id)?.into_iter().filter(|t| t.index >= to).collect();
+    let first = turns.first().filter(|t| t.index == to).ok_or_else(|| Error::not_found(format!("turn {to}")))?;
+    let target_id = first.snapshot.id.clone().ok_or_else(|| {
+        Error::not_found(format!(
+            "turn {to}'s start snapshot ({})",
+            first.snapshot.skipped.as_deref().unwrap_or("not taken")
+        ))
+    })?;
+    let target_record = snapshot::get(store, &target_id)?;
+    let target = snapshot::flatten(store, &root_of(&target_record)?)?;
+    let current_record = snapshot::take(store, ws, session, SnapshotKind::PreRewind)?;
+    let current = snapshot::flatten(store, &root_of(&current_record)?)?;
+
+    // The chain each path must follow: start(T) -> end(T) = start(T+1) -> ... -> end(last) = now.
+    let mut ends = Vec::new();
+    let mut starts = Vec::new();
+    for (i, t) in turns.iter().enumerate() {
+        let end = match &t.end_snapshot {
+            Some(e) => tree_at(store, e.id.as_deref())?,
+            // A running last turn: its end is now.
+            None if i + 1 == turns.len() => Some(current.clone()),
+            None => None,
+        };
+        ends.push(end);
+        if i > 0 {
+            starts.push(tree_at(store, t.snapshot.id.as_deref())?);
+        }
+    }
+    let paths_all: BTreeSet<&Vec<u8>> = target.keys().chain(current.keys()).collect();
+    let mut paths = Vec::new();
+    for p in paths_all {
+        let (t, c) = (target.get(p), current.get(p));
+        if same(t, c) {
+            continue;
+        }
+        let name = String::from_utf8_lossy(p).into_owned();
+        let mut reason = None;
+        let mut detail = None;
+        for (k, end) in ends.iter().enumerate() {
+            let Some(end) = end else {
+                reason = Some(Reason::Unverified);
+                detail = Some(format!("turn {}'s end snapshot is missing", turns[k].index));
+                break;
+            };
+            let next = if k + 1 < ends.len() {
+                match &starts[k] {
+                    Some(s) => Some(s),
+                    None => {
+                        reason = Some(Reason::Unverified);
+                        detail = Some(format!("turn {}'s start snapshot is missing", turns[k + 1].index));
+                        break;
+                    }
+                }
+            } else {
+                Some(&current)
+            };
+            if !same(end.get(p), next.and_then(|n| n.get(p))) {
+                reason =
+                    Some(if k + 1 < ends.len() { Reason::HandEditBetweenTurns } else { Reason::HandEditAfterLastTurn });
+                detail = Some(if k + 1 < ends.len() {
+                    format!("changed by hand between turns {} and {}", turns[k].index, turns[k + 1].index)
+                } else {
+                    "changed by hand after the last turn".to_string()
+                });
+                break;
+            }
+        }
+        let nested = matches!(t.map(|n| &n.kind), Some(NodeKind::Gitlink(_)))
+            || matches!(c.map(|n| &n.kind), Some(NodeKind::Gitlink(_)));
+        if nested {
+            reason = Some(Reason::NestedRepository);
+            detail = Some("a nested repository is never changed by a rewind".into());
+        }
+        let is_link = |n: Option<&Node>| matches!(n.map(|n| &n.kind), Some(NodeKind::Symlink(_)));
+        if !nested && (is_link(t) || is_link(c)) {
+            reason = Some(Reason::Symlink);
+            detail = Some("a symlink: rewind restores files only; restore the link by hand".into());
+        }
+        let forced = reason.is_some() && !nested && reason != Some(Reason::Symlink) && force.contains(&name);
+        let action = match (reason.is_some() && !forced, t) {
+            (true, _) => Action::LeaveAlone,
+            (false, Some(_)) => Action::Restore,
+            (false, None) => Action::Delete,
+        };
+        paths.push(PathPlan {
+            path: name,
+            action,
+            reason: if forced { None } else { reason },
+            detail,
+            forced,
+            target: t.cloned(),
+            current: c.cloned(),
+        });
+    }
+    let material = serde_json::json!({
+        "target": target_record.root,
+        "current": current_record.root,
+        "turns": turns.iter().map(|t| &t.turn_id).collect::<Vec<_>>(),
+        "force": force,
+        "paths": paths.iter().map(|p| (&p.path, p.action)).collect::<Vec<_>>(),
+    });
+    let plan_id = hex(&store.keys().lookup_id("rewind-plan", &serde_json::to_vec(&material).expect("json"))[..16]);
+    let mut counts = BTreeMap::new();
+    for p in &paths {
+        let key = serde_json::to_value(p.action).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    Ok(Plan {
+        plan_id,
+        to_turn: to,
+        turns: turns.iter().map(|t| t.turn_id.clone()).collect(),
+        target_snapshot: target_id,
+        current_snapshot: current_record.snapshot_id,
+        paths,
+        counts,
+        excluded_effects: crate::rollback::excluded_effects(),
+    })
+}
+
+fn bytes_of(store: &Store, node: &Node) -> Result<Vec<u8>> {
+    match &node.kind {
+        NodeKind::File(id) | NodeKind::Symlink(id) => Ok(store.read_object(id)?.1),
+        _ => Err(Error::invalid("not a file")),
+    }
+}
+
+/// Applies a rewind of `session` to the start of turn `to`. With `plan_id`, refuses
+/// (changing nothing) unless the plan made now has that id.
+///
+/// # Errors
+/// `conflict` for a stale plan; `over-cap` if the undo checkpoint would break a cap.
+pub fn apply(
+    store: &Store,
+    ws: &Workspace,
+    session: &Session,
+    to: u64,
+    force: &BTreeSet<String>,
+    plan_id: Option<&str>,
+) -> Result<Rewound> {
+    let _turn = crate::lock::workspace(&store.locks_dir(), &ws.id)?;
+    let mut plan = plan(store, ws, session, to, force)?;
+    if let Some(expected) = plan_id
+        && expected != plan.plan_id
+    {
+        return Err(Error::new(
+            ErrorCode::Conflict,
+            format!(
+                "the workspace changed since plan {expected} was made (it is now {}); nothing was changed — preview again",
+                plan.plan_id
+            ),
+        ));
+    }
+    let work: Vec<usize> = (0..plan.paths.len()).filter(|&i| plan.paths[i].action != Action::LeaveAlone).collect();
+    if work.is_empty() {
+        return Ok(Rewound { plan, checkpoint_id: None });
+    }
+    // Symlinks are restored only where nothing is in the way; files go through the
+    // checked path with a checkpoint of what they replace.
+    let mut targets = Vec::new();
+    let mut posts = Vec::new();
+    let mut contents = BTreeMap::new();
+    for &i in &work {
+        let p = &plan.paths[i];
+        let rel = RelPath::new(p.path.as_bytes().to_vec())?;
+        let current = match &p.current {
+            Some(n @ Node { kind: NodeKind::File(_), .. }) => Current::File {
+                bytes: bytes_of(store, n)?,
+                identity: FileIdentity { device: 0, inode: 0, mode: n.mode, size: n.size, mtime_ns: 0, ctime_ns: 0 },
+            },
+            _ => Current::Absent,
+        };
+        let intended = match &p.target {
+            Some(n @ Node { kind: NodeKind::File(_), .. }) => Some(bytes_of(store, n)?),
+            _ => None,
+        };
+        let effect = match (matches!(current, Current::File { .. }), intended.is_some()) {
+            (false, _) => EffectKind::Create,
+            (true, false) => EffectKind::Delete,
+            (true, true) => EffectKind::Edit,
+        };
+        let planned_dirs =
+            if intended.is_some() { files::missing_parents(&ws.root, &rel).unwrap_or_default() } else { Vec::new() };
+        posts.push(PostState {
+            current: match &intended {
+                Some(b) => Current::File {
+                    bytes: b.clone(),
+                    identity: FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
+                },
+                None => Current::Absent,
+            },
+            created_dirs: Vec::new(),
+            identity_known: false,
+        });
+        contents.insert(i, (current.clone(), intended));
+        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs });
+    }
+    let owner = store.owner()?.id().to_string();
+    let staged = checkpoint::stage(
+        store,
+        StageRequest {
+            session,
+            workspace: ws,
+            kind: OperationKind::Rollback,
+            targets,
+            protect: true,
+            owner: Some(owner),
+        },
+    )?;
+    let committed = checkpoint::commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
+    let id = committed.checkpoint_id;
+    let mut applied = 0;
+    for &i in &work {
+        crate::failpoint::hit("rewind-before-swap");
+        let p = &plan.paths[i];
+        let rel = RelPath::new(p.path.as_bytes().to_vec())?;
+        let (current, intended) = &contents[&i];
+        let result = write(store, ws, &rel, p, current, intended.as_deref(), &id);
+        match result {
+            Ok(Swap::Done) => applied += 1,
+            Ok(Swap::Changed) => {
+                let p = &mut plan.paths[i];
+                p.action = Action::LeaveAlone;
+                p.reason = Some(Reason::ChangedDuringRewind);
+                p.detail = Some("changed between the plan and the write; left as it is".into());
+            }
+            Err(e) if matches!(e.code, ErrorCode::PathRejected | ErrorCode::NotFound | ErrorCode::Io) => {
+                let p = &mut plan.paths[i];
+                p.action = Action::LeaveAlone;
+                p.reason = Some(Reason::BehindSymlink);
+                p.detail = Some(e.message);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    // Directories the undone turns created and that are now empty go too.
+    for &i in &work {
+        let p = &plan.paths[i];
+        if p.action == Action::Delete {
+            let mut dir = p.path.as_str();
+            while let Some((parent, _)) = dir.rsplit_once('/') {
+                if let Ok(rel) = RelPath::new(parent.as_bytes().to_vec())
+                    && !files::remove_empty_dir(&ws.root, &rel).unwrap_or(false)
+                {
+                    break;
+                }
+                dir = parent;
+            }
+        }
+    }
+    checkpoint::finish(store, &id, applied == 0)?;
+    let mut counts = BTreeMap::new();
+    for p in &plan.paths {
+        let key = serde_json::to_value(p.action).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        *counts.entry(key).or_insert(0) += 1;
+    }
+    plan.counts = counts;
+    Ok(Rewound { plan, checkpoint_id: Some(id) })
+}
+
+/// Writes one path back with a compare-and-swap against what the plan saw now.
+fn write(
+    store: &Store,
+    ws: &Workspace,
+    rel: &RelPath,
+    p: &PathPlan,
+    current: &Current,
+    intended: Option<&[u8]>,
+    checkpoint_id: &str,
+) -> Result<Swap> {
+    let temp = files::temp_name(rel, checkpoint_id);
+    let expected = match current {
+        Current::File { bytes, .. } => Some(hex(&store.keys().content_id(bytes))),
+        Current::Absent => None,
+    };
+    let matcher =
+        |bytes: &[u8], _: &FileIdentity| expected.as_deref() == Some(hex(&store.keys().content_id(bytes)).as_str());
+    match intended {
+        Some(bytes) => {
+            let parent = files::open_parent(&ws.root, rel, true)?;
+            let expect = if expected.is_some() { Expect::File(&matcher) } else { Expect::Absent };
+            let mode = p.target.as_ref().map(|n| n.mode);
+            parent.swap_in(&temp, bytes, mode, &expect).map(|(s, _)| s)
+        }
+        None => match files::open_parent(&ws.root, rel, false) {
+            Ok(parent) => parent.remove_if(&temp, &matcher),
+            Err(e) if e.code == ErrorCode::NotFound => Ok(Swap::Done),
+            Err(e) => Err(e),
+        },
+    }
+}
