@@ -276,6 +276,25 @@ pub enum SessionCommand {
         /// The session (default: the current one).
         id: Option<String>,
     },
+    /// Fork a session after a turn: the new session carries its turns and snapshots (and
+    /// outlives it); --into DIR also writes the files as they were right after that turn
+    /// into DIR, a separate working tree.
+    ///
+    /// Example: turnback session fork --from main-task --after-turn 3 --into ../try-b
+    Fork {
+        /// The session to fork.
+        #[arg(long)]
+        from: String,
+        /// Carry turns 1..T (default: all).
+        #[arg(long, value_name = "T")]
+        after_turn: Option<u64>,
+        /// Materialise the files into this new (or empty) directory, the fork's workspace.
+        #[arg(long, value_name = "DIR")]
+        into: Option<PathBuf>,
+        /// The new session's id (default: a fresh UUID v7).
+        #[arg(long)]
+        id: Option<String>,
+    },
     /// Delete a session with its turns, snapshots and checkpoints.
     ///
     /// Example: turnback session delete old-task

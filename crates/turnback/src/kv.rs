@@ -82,6 +82,9 @@ const SCHEMA_VERSION: i64 = 1;
 pub struct SqliteKv {
     conn: Mutex<Connection>,
     path: PathBuf,
+    /// The thread holding the write transaction, if any: a read from that same thread
+    /// would wait for itself forever, so it is refused with an error instead.
+    writer: Mutex<Option<std::thread::ThreadId>>,
 }
 
 impl fmt::Debug for SqliteKv {
@@ -118,11 +121,21 @@ impl SqliteKv {
             conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY;")?;
             migrate(&conn)
         })?;
-        Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf() })
+        Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None) })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    fn conn(&self) -> Result<MutexGuard<'_, Connection>> {
+        if *self.writer.lock().unwrap_or_else(|p| p.into_inner()) == Some(std::thread::current().id()) {
+            return Err(Error::new(
+                ErrorCode::Io,
+                "internal error: a store read on the thread that holds the write transaction (read through the transaction)",
+            ));
+        }
+        Ok(self.conn.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn set_writer(&self, writer: Option<std::thread::ThreadId>) {
+        *self.writer.lock().unwrap_or_else(|p| p.into_inner()) = writer;
     }
 }
 
@@ -205,33 +218,34 @@ fn sqlite_scan(conn: &Connection, ns: Ns, prefix: &[u8], keys_only: bool, f: &mu
 
 impl KeyValueStore for SqliteKv {
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare_cached("SELECT value FROM kv WHERE ns = ?1 AND key = ?2")?;
         Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
     }
 
     fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         let mut stmt = conn.prepare_cached("SELECT 1 FROM kv WHERE ns = ?1 AND key = ?2")?;
         Ok(stmt.exists(params![ns, key])?)
     }
 
     fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()> {
-        sqlite_scan(&self.conn(), ns, prefix, false, f)
+        sqlite_scan(&*self.conn()?, ns, prefix, false, f)
     }
 
     fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()> {
-        sqlite_scan(&self.conn(), ns, prefix, true, &mut |k, _| f(k))
+        sqlite_scan(&*self.conn()?, ns, prefix, true, &mut |k, _| f(k))
     }
 
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         conn.execute_batch("BEGIN IMMEDIATE")?;
-        Ok(Box::new(SqliteTxn { conn, open: true }))
+        self.set_writer(Some(std::thread::current().id()));
+        Ok(Box::new(SqliteTxn { conn, open: true, kv: self }))
     }
 
     fn compact(&self) -> Result<()> {
-        let conn = self.conn();
+        let conn = self.conn()?;
         conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
         Ok(())
     }
@@ -252,6 +266,7 @@ impl KeyValueStore for SqliteKv {
 struct SqliteTxn<'a> {
     conn: MutexGuard<'a, Connection>,
     open: bool,
+    kv: &'a SqliteKv,
 }
 
 impl Txn for SqliteTxn<'_> {
@@ -287,6 +302,7 @@ impl Txn for SqliteTxn<'_> {
 
     fn commit(mut self: Box<Self>) -> Result<()> {
         self.open = false;
+        self.kv.set_writer(None);
         if let Err(e) = self.conn.execute_batch("COMMIT") {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(e.into());
@@ -298,6 +314,7 @@ impl Txn for SqliteTxn<'_> {
 impl Drop for SqliteTxn<'_> {
     fn drop(&mut self) {
         if self.open {
+            self.kv.set_writer(None);
             let _ = self.conn.execute_batch("ROLLBACK");
         }
     }
@@ -474,6 +491,16 @@ mod tests {
             .unwrap();
             assert_eq!(seen, vec![b"p".to_vec(), b"p/1".to_vec(), b"p/2".to_vec(), b"p\xff".to_vec()]);
         }
+    }
+
+    #[test]
+    fn a_read_inside_the_same_threads_transaction_is_an_error_not_a_deadlock() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = SqliteKv::open(&dir.path().join("store.db")).unwrap();
+        let txn = kv.begin().unwrap();
+        assert!(kv.get("a", b"k").is_err());
+        drop(txn);
+        assert!(kv.get("a", b"k").unwrap().is_none());
     }
 
     #[test]

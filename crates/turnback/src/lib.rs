@@ -26,6 +26,7 @@ pub mod diff;
 pub mod error;
 pub mod failpoint;
 pub mod files;
+pub mod fork;
 pub mod handles;
 pub mod journal;
 pub mod keys;

@@ -475,7 +475,7 @@ fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
     dir.is_empty() || of == dir || (of.starts_with(dir) && of.get(dir.len()) == Some(&b'/'))
 }
 
-fn put_record(store: &Store, txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
+pub(crate) fn put_record(store: &Store, txn: &mut dyn crate::kv::Txn, record: &SnapshotRecord) -> Result<()> {
     let key = record.snapshot_id.as_bytes();
     txn.put(NS_SNAPSHOTS, key, &store.seal_record(NS_SNAPSHOTS, key, SNAPSHOT_SCHEMA, record)?)?;
     txn.put(NS_BY_SESSION, format!("{}/{}", record.session_id, record.snapshot_id).as_bytes(), b"")?;

@@ -93,7 +93,7 @@ pub fn preview(prompt: &str) -> String {
     out
 }
 
-fn put(store: &Store, txn: &mut dyn Txn, turn: &Turn) -> Result<()> {
+pub(crate) fn put(store: &Store, txn: &mut dyn Txn, turn: &Turn) -> Result<()> {
     let key = turn.turn_id.as_bytes();
     txn.put(NS_TURNS, key, &store.seal_record(NS_TURNS, key, TURN_SCHEMA, turn)?)?;
     txn.put(NS_BY_SESSION, format!("{}/{:010}", turn.session_id, turn.index).as_bytes(), key)

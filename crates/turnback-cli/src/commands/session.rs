@@ -60,6 +60,26 @@ pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
             );
             Ok(Outcome::ok(json, text))
         }
+        SessionCommand::Fork { from, after_turn, into, id } => {
+            let store = ctx.open(false)?;
+            let into = match into {
+                Some(d) if d.is_absolute() => Some(d),
+                Some(d) => Some(ctx.cwd()?.join(d)),
+                None => None,
+            };
+            let f = turnback::fork::fork(&store, &from, after_turn, into.as_deref(), id.as_deref())?;
+            let mut text = format!(
+                "{}\n  forked from {} with {} turns and {} snapshots",
+                f.session.id, from, f.turns, f.snapshots
+            );
+            if let Some(dir) = &f.into {
+                text.push_str(&format!("\n  wrote {} files into {}", f.files_written, dir.display()));
+            }
+            for n in &f.not_written {
+                text.push_str(&format!("\n  not written: {n}"));
+            }
+            Ok(Outcome::ok(json!(f), text))
+        }
         SessionCommand::Delete { id } => {
             let store = ctx.open(false)?;
             let d = Session::delete(&store, &id)?;

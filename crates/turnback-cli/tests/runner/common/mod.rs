@@ -151,6 +151,13 @@ impl Env {
         parse_json(&out)
     }
 
+    /// [`json`](Self::json) run in `dir` instead of the workspace root.
+    pub fn json_in<S: AsRef<OsStr>>(&self, dir: &Path, args: &[S]) -> Value {
+        let out = self.run_in(dir, &with_json(args), None);
+        assert_success(&out, args);
+        parse_json(&out)
+    }
+
     /// Runs `turnback --json ARGS`, asserting it fails, and returns the exit code and error.
     pub fn fail<S: AsRef<OsStr>>(&self, args: &[S], stdin: Option<&[u8]>) -> Failure {
         let out = self.run(&with_json(args), stdin);
