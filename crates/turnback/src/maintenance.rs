@@ -253,6 +253,24 @@ pub struct DuReport {
     pub checkpoints: BTreeMap<String, u64>,
     /// Journal entries.
     pub journal_entries: u64,
+    /// Snapshots per session.
+    pub sessions: Vec<SessionUsage>,
+}
+
+/// One session's snapshots.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionUsage {
+    /// The session.
+    pub session_id: String,
+    /// Snapshots kept.
+    pub snapshots: u64,
+    /// Bytes they stored (what the session budget counts).
+    pub stored_bytes: u64,
+    /// Snapshots skipped, with their reasons.
+    pub skipped: Vec<String>,
+    /// Paths left out of the latest snapshot, with why.
+    pub left_out: Vec<String>,
 }
 
 /// Usage of content objects.
@@ -301,5 +319,23 @@ pub fn du(store: &Store) -> Result<DuReport> {
         artifacts,
         checkpoints,
         journal_entries: journal::count(store.kv())?,
+        sessions: session_usage(store)?,
     })
+}
+
+fn session_usage(store: &Store) -> Result<Vec<SessionUsage>> {
+    let mut by_session: BTreeMap<String, SessionUsage> = BTreeMap::new();
+    for r in crate::snapshot::all(store)? {
+        let u = by_session
+            .entry(r.session_id.clone())
+            .or_insert_with(|| SessionUsage { session_id: r.session_id.clone(), ..SessionUsage::default() });
+        u.snapshots += 1;
+        u.stored_bytes += r.stored_bytes;
+        if let Some(reason) = &r.skipped {
+            u.skipped.push(format!("{}: {reason}", r.snapshot_id));
+        } else {
+            u.left_out = r.skipped_paths.iter().map(|s| format!("{}: {}", s.path, s.reason)).collect();
+        }
+    }
+    Ok(by_session.into_values().collect())
 }

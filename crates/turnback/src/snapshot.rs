@@ -605,6 +605,16 @@ pub fn list(store: &Store, session: &str) -> Result<Vec<SnapshotRecord>> {
     ids.iter().map(|id| get(store, id)).collect()
 }
 
+/// Every snapshot in the store, oldest first per session.
+pub fn all(store: &Store) -> Result<Vec<SnapshotRecord>> {
+    let mut out = Vec::new();
+    store.kv().scan(NS_SNAPSHOTS, b"", &mut |k, v| {
+        out.push(store.open_record(NS_SNAPSHOTS, k, v)?);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
 /// The latest snapshot of `session` that was not skipped.
 pub fn latest(store: &Store, session: &str) -> Result<Option<SnapshotRecord>> {
     Ok(list(store, session)?.into_iter().rev().find(|s| s.root.is_some()))

@@ -75,8 +75,8 @@ pub fn du(ctx: &Ctx) -> Result<Outcome> {
     let store = ctx.open(false)?;
     let r = maintenance::du(&store)?;
     let states: Vec<String> = r.checkpoints.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let text = format!(
-        "store        {} ({} on disk)\ncontent      {} objects, {} stored for {} of content\ncheckpoints  {} of {} store cap used by retained artifacts ({} artifacts); {}\njournal      {} entries\nsnapshot usage is not recorded yet (no snapshots in this store)",
+    let mut text = format!(
+        "store        {} ({} on disk)\ncontent      {} objects, {} stored for {} of content\ncheckpoints  {} of {} store cap used by retained artifacts ({} artifacts); {}\njournal      {} entries",
         r.store,
         format_size(r.disk_bytes),
         r.objects.count,
@@ -88,5 +88,19 @@ pub fn du(ctx: &Ctx) -> Result<Outcome> {
         if states.is_empty() { "none".to_string() } else { states.join(", ") },
         r.journal_entries,
     );
+    for s in &r.sessions {
+        text.push_str(&format!(
+            "\nsession      {}: {} snapshots, {} stored",
+            s.session_id,
+            s.snapshots,
+            format_size(s.stored_bytes)
+        ));
+        for k in &s.skipped {
+            text.push_str(&format!("\n  skipped snapshot {k}"));
+        }
+        for l in &s.left_out {
+            text.push_str(&format!("\n  left out {l}"));
+        }
+    }
     Ok(Outcome::ok(json!(r), text))
 }

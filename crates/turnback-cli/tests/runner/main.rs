@@ -6,6 +6,7 @@ mod test_canary;
 mod test_checkpoints;
 mod test_crash;
 mod test_keys;
+mod test_repository;
 mod test_rewind;
 mod test_rollback;
 mod test_sessions;
