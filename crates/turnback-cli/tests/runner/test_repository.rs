@@ -77,8 +77,8 @@ fn hostile_repo(env: &Env) -> std::path::PathBuf {
     git(&ws, &["config", "filter.evil.smudge", &cmd]);
     git(&ws, &["config", "core.hooksPath", ".githooks"]);
     env.write(".gitattributes", "* filter=evil\n");
-    env.write(".githooks/pre-commit", &format!("#!/bin/sh\n{cmd}\n"));
-    env.write(".git/hooks/post-checkout", &format!("#!/bin/sh\n{cmd}\n"));
+    env.write(".githooks/pre-commit", format!("#!/bin/sh\n{cmd}\n"));
+    env.write(".git/hooks/post-checkout", format!("#!/bin/sh\n{cmd}\n"));
     env.write("src/main.rs", "fn main() {}\n");
     env.write(".env", "SECRET=1\n");
     env.write("deploy.key", "KEY\n");
@@ -142,7 +142,7 @@ fn a_workspace_inside_a_repository_follows_the_repositorys_ignore_rules() {
 fn two_processes_snapshotting_one_session_take_turns_and_neither_is_skipped() {
     let env = Env::new();
     for i in 0..200 {
-        env.write(&format!("d{}/f{i}.txt", i % 10), &format!("{i}\n"));
+        env.write(&format!("d{}/f{i}.txt", i % 10), format!("{i}\n"));
     }
     env.ok(&["session", "new", "--id", "s"], None);
     let children: Vec<_> = (0..4)
