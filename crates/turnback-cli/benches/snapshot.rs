@@ -7,7 +7,8 @@
 //! `RUNS` (default 5) sets the repetitions of the no-change and one-change rows; each
 //! row reports the median. Every run is a fresh process; peak memory is its max RSS.
 //! Targets (DESIGN.md §5): first ≤ 1/5 of shadow git, no-change and one change ≤ 1/2,
-//! store ≤ the repacked shadow repository, peak memory ≤ 256 MiB.
+//! store ≤ the repacked shadow repository, peak memory ≤ 256 MiB, and a rewind preview of
+//! the last turn ≤ 1 s (measured on turns that each change one file).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -145,6 +146,30 @@ fn main() {
         peak_git = peak_git.max(r.max_rss_kib);
         one_git.push(r.seconds);
     }
+    // Rewind preview of the last turn: a turn that changes one file, then the preview.
+    let tb = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_turnback"))
+            .args(args)
+            .current_dir(&work)
+            .env("TURNBACK_HOME", tb_dir.path().join("store"))
+            .env("TURNBACK_KEY", KEY)
+            .env("TURNBACK_SESSION", "bench")
+            .env("HOME", tb_dir.path())
+            .output()
+            .expect("run turnback");
+        assert!(out.status.success(), "turnback {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let mut rewind = Vec::new();
+    for i in 0..runs {
+        tb(&["turn", "begin", "--new", "--prompt", "bench"]);
+        let mut bytes = original.clone();
+        bytes.extend_from_slice(format!("// turn {i}\n").as_bytes());
+        std::fs::write(&changed, &bytes).unwrap();
+        tb(&["turn", "end"]);
+        let start = Instant::now();
+        tb(&["rewind", "--to", &(i + 1).to_string()]);
+        rewind.push(start.elapsed().as_secs_f64());
+    }
     std::fs::write(&changed, &original).unwrap();
     let store_tb = du(&tb_dir.path().join("store"));
     let repack = Command::new("git")
@@ -173,6 +198,7 @@ fn main() {
         store_tb as f64 / store_git as f64,
         "<= 1.00"
     );
+    println!("{:<28} {:>11.3}s {:>12} {:>8} {:>8}", "rewind preview, last turn", median(rewind), "", "", "<= 1s");
     println!(
         "{:<28} {:>9.1}MiB {:>9.1}MiB {:>8} {:>8}",
         "peak memory (max RSS)",
