@@ -65,6 +65,11 @@ pub enum Reason {
     BehindSymlink,
     /// A symlink on either side: restore it by hand (the plan shows its target).
     Symlink,
+    /// Absent from the target snapshot because it was ignored, excluded or inside a nested
+    /// repository then — it may well have existed, so it is never deleted.
+    NotSnapshotted,
+    /// Another session's checkpointed mutation wrote it after the target turn began.
+    OtherSession,
 }
 
 /// One path of the plan.
@@ -81,6 +86,8 @@ pub struct PathPlan {
     pub detail: Option<String>,
     /// Forced over a conflict with `--force`.
     pub forced: bool,
+    #[serde(skip)]
+    raw: Vec<u8>,
     #[serde(skip)]
     target: Option<Node>,
     #[serde(skip)]
@@ -184,6 +191,8 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         }
     }
     let paths_all: BTreeSet<&Vec<u8>> = target.keys().chain(current.keys()).collect();
+    let hidden_at_target = HiddenAtTarget::new(store, ws, &target, &target_record)?;
+    let others = other_sessions_paths(store, ws, session, &first.turn_id)?;
     let mut paths = Vec::new();
     for p in paths_all {
         let (t, c) = (target.get(p), current.get(p));
@@ -233,13 +242,30 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
             reason = Some(Reason::Symlink);
             detail = Some("a symlink: rewind restores files only; restore the link by hand".into());
         }
-        let forced = reason.is_some() && !nested && reason != Some(Reason::Symlink) && force.contains(&name);
+        if reason.is_none() && t.is_none() && hidden_at_target.hides(p) {
+            reason = Some(Reason::NotSnapshotted);
+            detail = Some("not in the target snapshot because it was ignored or excluded then; never deleted".into());
+        }
+        if reason.is_none() && others.contains(p) {
+            reason = Some(Reason::OtherSession);
+            detail = Some("written by another session since this turn began".into());
+        }
+        if reason.is_none()
+            && files::open_parent(&ws.root, &RelPath::new(p.clone())?, false)
+                .is_err_and(|e| e.code == ErrorCode::PathRejected)
+        {
+            reason = Some(Reason::BehindSymlink);
+            detail = Some("behind a symlink now; never written through".into());
+        }
+        let hard = matches!(reason, Some(Reason::Symlink | Reason::NotSnapshotted | Reason::BehindSymlink));
+        let forced = reason.is_some() && !nested && !hard && force.contains(&name);
         let action = match (reason.is_some() && !forced, t) {
             (true, _) => Action::LeaveAlone,
             (false, Some(_)) => Action::Restore,
             (false, None) => Action::Delete,
         };
         paths.push(PathPlan {
+            raw: p.clone(),
             path: name,
             action,
             reason: if forced { None } else { reason },
@@ -318,7 +344,7 @@ pub fn apply(
     let mut contents = BTreeMap::new();
     for &i in &work {
         let p = &plan.paths[i];
-        let rel = RelPath::new(p.path.as_bytes().to_vec())?;
+        let rel = RelPath::new(p.raw.clone())?;
         let current = match &p.current {
             Some(n @ Node { kind: NodeKind::File(_), .. }) => Current::File {
                 bytes: bytes_of(store, n)?,
@@ -366,11 +392,23 @@ pub fn apply(
     let committed = checkpoint::commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
     let id = committed.checkpoint_id;
     let mut applied = 0;
-    for &i in &work {
+    // Deletions deepest first, then restores: a directory that replaced a file is gone
+    // before the file comes back.
+    let mut order = work.clone();
+    order.sort_by_key(|&i| {
+        let p = &plan.paths[i];
+        (p.action != Action::Delete, std::cmp::Reverse(p.raw.iter().filter(|c| **c == b'/').count()))
+    });
+    for &i in &order {
         crate::failpoint::hit("rewind-before-swap");
         let p = &plan.paths[i];
-        let rel = RelPath::new(p.path.as_bytes().to_vec())?;
+        let rel = RelPath::new(p.raw.clone())?;
         let (current, intended) = &contents[&i];
+        if p.action == Action::Restore && p.current.is_none() {
+            // A directory the turns put where this file was, emptied by the deletions
+            // above: it gives way (only if empty) so the file can come back.
+            let _ = files::remove_empty_dir(&ws.root, &rel);
+        }
         let result = write(store, ws, &rel, p, current, intended.as_deref(), &id);
         match result {
             Ok(Swap::Done) => applied += 1,
@@ -389,21 +427,8 @@ pub fn apply(
             Err(e) => return Err(e),
         }
     }
-    // Directories the undone turns created and that are now empty go too.
-    for &i in &work {
-        let p = &plan.paths[i];
-        if p.action == Action::Delete {
-            let mut dir = p.path.as_str();
-            while let Some((parent, _)) = dir.rsplit_once('/') {
-                if let Ok(rel) = RelPath::new(parent.as_bytes().to_vec())
-                    && !files::remove_empty_dir(&ws.root, &rel).unwrap_or(false)
-                {
-                    break;
-                }
-                dir = parent;
-            }
-        }
-    }
+    // Directories emptied by the deletions are left: an empty directory may have existed
+    // before the turn (snapshots record files, not empty directories).
     checkpoint::finish(store, &id, applied == 0)?;
     let mut counts = BTreeMap::new();
     for p in &plan.paths {
@@ -412,6 +437,84 @@ pub fn apply(
     }
     plan.counts = counts;
     Ok(Rewound { plan, checkpoint_id: Some(id) })
+}
+
+/// What the target snapshot could not see: paths ignored by its own ignore files (and the
+/// workspace's `.git/info/exclude`), excluded by name, inside a nested repository, or left
+/// out with a reason when it was taken.
+struct HiddenAtTarget {
+    matchers: Vec<(Vec<u8>, ignore::gitignore::Gitignore)>,
+    under: Vec<Vec<u8>>,
+}
+
+impl HiddenAtTarget {
+    fn new(store: &Store, ws: &Workspace, target: &BTreeMap<Vec<u8>, Node>, record: &SnapshotRecord) -> Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut matchers = Vec::new();
+        for (path, node) in target {
+            let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default();
+            if (name == b".gitignore" || name == b".ignore") && matches!(node.kind, NodeKind::File(_)) {
+                let dir = path[..path.len() - name.len()].to_vec();
+                let root = ws.root.join(std::ffi::OsStr::from_bytes(&dir));
+                let mut b = ignore::gitignore::GitignoreBuilder::new(&root);
+                for line in String::from_utf8_lossy(&bytes_of(store, node)?).lines() {
+                    let _ = b.add_line(None, line);
+                }
+                if let Ok(g) = b.build() {
+                    matchers.push((dir, g));
+                }
+            }
+        }
+        let exclude = ws.root.join(".git/info/exclude");
+        if let Ok(text) = std::fs::read_to_string(&exclude) {
+            let mut b = ignore::gitignore::GitignoreBuilder::new(&ws.root);
+            for line in text.lines() {
+                let _ = b.add_line(None, line);
+            }
+            if let Ok(g) = b.build() {
+                matchers.push((Vec::new(), g));
+            }
+        }
+        let mut under: Vec<Vec<u8>> =
+            target.iter().filter(|(_, n)| matches!(n.kind, NodeKind::Gitlink(_))).map(|(p, _)| p.clone()).collect();
+        under.extend(record.skipped_paths.iter().map(|s| s.path.as_bytes().to_vec()));
+        Ok(HiddenAtTarget { matchers, under })
+    }
+
+    fn hides(&self, path: &[u8]) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let within = |dir: &[u8]| dir.is_empty() || path.starts_with(dir);
+        if self.under.iter().any(|u| path == u.as_slice() || (path.starts_with(u) && path.get(u.len()) == Some(&b'/')))
+        {
+            return true;
+        }
+        let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default();
+        let parent = path[..path.len() - name.len()]
+            .strip_suffix(b"/")
+            .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
+        if crate::walk::excluded(name, parent) {
+            return true;
+        }
+        self.matchers.iter().any(|(dir, g)| {
+            within(dir) && {
+                let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(&path[dir.len()..]));
+                g.matched_path_or_any_parents(rel, false).is_ignore()
+            }
+        })
+    }
+}
+
+/// Paths that checkpoints of *other* sessions in this workspace wrote since the turn
+/// `since` began (UUID v7 ids sort by creation time).
+fn other_sessions_paths(store: &Store, ws: &Workspace, session: &Session, since: &str) -> Result<BTreeSet<Vec<u8>>> {
+    let mut out = BTreeSet::new();
+    for id in checkpoint::all_ids(store)?.into_iter().filter(|id| id.as_str() >= since) {
+        let Ok(r) = checkpoint::load(store, &id) else { continue };
+        if r.workspace_id == ws.id && r.session_id != session.id {
+            out.extend(r.targets.iter().map(|t| t.path.as_bytes().to_vec()));
+        }
+    }
+    Ok(out)
 }
 
 /// Writes one path back with a compare-and-swap against what the plan saw now.

@@ -203,9 +203,19 @@ pub fn take_with(
             .filter(|e| previous.get(&e.path).is_none_or(|n| n.size != e.stat.size))
             .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
     } else {
-        (to_read.len() as u64, read_bytes)
+        // A racily clean file (stat as cached, only too recent to trust) is read again but
+        // adds nothing new: it does not count against the limit.
+        to_read
+            .iter()
+            .map(|&i| &walked.entries[i])
+            .filter(|e| cache.entries.get(&e.path).is_none_or(|c| c.stat != e.stat))
+            .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
     };
-    let over = if first {
+    // A pre-rewind snapshot is how a rewind sees the workspace: however much an agent
+    // added, it must be taken, or the mess could never be rewound.
+    let over = if kind == SnapshotKind::PreRewind {
+        None
+    } else if first {
         limit_reason(files, limits.first_max_files, bytes, limits.first_max_bytes, "")
     } else {
         limit_reason(new_files, limits.later_max_files, new_bytes, limits.later_max_bytes, "new or changed ")
@@ -267,15 +277,10 @@ pub fn take_with(
     }
 
     // Build the trees bottom-up and commit them with the record and the new stat cache.
-    // Exactly the cached paths, every one a cache hit or re-read (racily clean) with the
-    // content the cache already names: the old cache still describes this snapshot, so
-    // no new one is built or written. (A racy file stays racy and is read again next time:
-    // one file, cheaper than rewriting the whole cache.)
-    let reread_same = to_read.iter().all(|&i| {
-        let e = &walked.entries[i];
-        ids[i].is_some() && cache.entries.get(&e.path).map(|c| c.id) == ids[i]
-    });
-    let unchanged_cache = reread_same && files as usize == cache.entries.len();
+    // Nothing read and exactly the cached paths: the old cache still describes this
+    // snapshot, so no new one is built or written. Anything read (even a racily clean file
+    // that turned out unchanged) rewrites it, so the racy file settles.
+    let unchanged_cache = record.read_files == 0 && files as usize == cache.entries.len();
     let mut new_cache = StatCache { taken_at_ns, entries: Default::default(), tree_ids: Vec::new() };
     let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();
@@ -552,8 +557,11 @@ pub fn prune(store: &Store, session: &str) -> Result<PruneReport> {
     if count <= limits.max_per_session && bytes <= limits.max_session_bytes {
         return Ok(report);
     }
-    let newest = snaps.last().map(|s| s.snapshot_id.clone());
-    // Units in order of their oldest snapshot: a turn's snapshots together, others alone.
+    // The stat cache describes the newest snapshot that was not skipped: it is never pruned.
+    let newest = snaps.iter().rev().find(|s| s.root.is_some()).map(|s| s.snapshot_id.clone());
+    // Units, cheapest loss first: skipped records (they hold nothing), then snapshots that
+    // belong to no turn (ad hoc, pre-rewind, previews), then whole turns; oldest first in
+    // each group.
     let mut units: Vec<Vec<&SnapshotRecord>> = Vec::new();
     for s in &snaps {
         match s.turn_id.as_deref().and_then(|t| units.iter().position(|u| u[0].turn_id.as_deref() == Some(t))) {
@@ -561,12 +569,18 @@ pub fn prune(store: &Store, session: &str) -> Result<PruneReport> {
             None => units.push(vec![s]),
         }
     }
+    let rank = |u: &Vec<&SnapshotRecord>| match (u.iter().all(|s| s.root.is_none()), u[0].turn_id.is_some()) {
+        (true, _) => 0,
+        (false, false) => 1,
+        (false, true) => 2,
+    };
+    units.sort_by_key(rank);
     for unit in units {
         if count <= limits.max_per_session && bytes <= limits.max_session_bytes {
             break;
         }
         if unit.iter().any(|s| Some(&s.snapshot_id) == newest.as_ref()) {
-            break;
+            continue;
         }
         let mut txn = store.kv().begin()?;
         for s in &unit {

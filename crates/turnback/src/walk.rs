@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use ignore::{WalkBuilder, WalkState};
 
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::Result;
 
 /// What a walked path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,12 +117,12 @@ const EXCLUDED_SUFFIXES: &[&str] = &[".pem", ".key", ".p12", ".pfx", ".tfvars"];
 /// Whether a path with this file name (and parent name) is excluded whatever the ignore
 /// files say: secrets, credentials, dependency folders and `.git`.
 pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
-    let Ok(name) = std::str::from_utf8(name) else { return false };
-    EXCLUDED_NAMES.contains(&name)
-        || EXCLUDED_PREFIXES.iter().any(|p| name.starts_with(p))
-        || EXCLUDED_SUFFIXES.iter().any(|s| name.ends_with(s))
-        || name.contains(".tfstate")
-        || (name == "config.json" && parent == Some(b".docker"))
+    // Bytes, not text: a name that is not UTF-8 is matched all the same.
+    EXCLUDED_NAMES.iter().any(|n| name == n.as_bytes())
+        || EXCLUDED_PREFIXES.iter().any(|p| name.starts_with(p.as_bytes()))
+        || EXCLUDED_SUFFIXES.iter().any(|s| name.ends_with(s.as_bytes()))
+        || name.windows(8).any(|w| w == b".tfstate")
+        || (name == b"config.json" && parent == Some(b".docker"))
 }
 
 /// Walks `root`, leaving out ignored and excluded paths and everything under `skip_dirs`
@@ -132,7 +132,6 @@ pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
 /// `io` if `root` cannot be read.
 pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     let found = Mutex::new(Walk::default());
-    let failure: Mutex<Option<Error>> = Mutex::new(None);
     let mut builder = WalkBuilder::new(root);
     builder
         .hidden(false)
@@ -171,7 +170,6 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
     builder.build_parallel().run(|| {
         let found = &found;
-        let failure = &failure;
         Box::new(move |result| {
             let entry = match result {
                 Ok(e) => e,
@@ -214,10 +212,12 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
                         kind: Kind::Symlink(target.as_os_str().as_bytes().to_vec()),
                         stat: Stat::of(&meta),
                     },
+                    // Gone or changed since it was listed: left out, with the reason.
                     Err(e) => {
-                        *failure.lock().unwrap_or_else(|p| p.into_inner()) =
-                            Some(Error::new(ErrorCode::Io, format!("{}: {e}", entry.path().display())));
-                        return WalkState::Quit;
+                        let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+                        f.skipped
+                            .push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason: e.to_string() });
+                        return WalkState::Continue;
                     }
                 }
             } else if ft.is_file() {
@@ -229,9 +229,6 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
             WalkState::Continue
         })
     });
-    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
     let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
     walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
     walk.entries.sort_by(|a, b| component_order(&a.path, &b.path));
@@ -333,6 +330,7 @@ mod tests {
             assert!(excluded(name.as_bytes(), None), "{name}");
         }
         assert!(excluded(b"config.json", Some(b".docker")));
+        assert!(excluded(b"sec\xff.key", None) && excluded(b".env.\xff", None), "non-UTF-8 names too");
         for name in ["config.json", "env.rs", "keys.rs", "main.rs", "environment", "README.md", "keyboard.c"] {
             assert!(!excluded(name.as_bytes(), None), "{name}");
         }

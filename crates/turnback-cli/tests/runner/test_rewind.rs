@@ -75,7 +75,11 @@ fn rewinding_the_last_turn_restores_changed_deleted_and_created_paths_and_is_und
     let done = env.json(&["rewind", "--to", "2", "--apply", "--plan", &plan]);
     let mut expected = before_turn_2.clone();
     expected.insert("ignored.log".into(), b"still ignored\n".to_vec());
-    assert_eq!(tree(&env), expected, "back to the start of turn 2, ignored file untouched, new dirs gone");
+    // Directories emptied by the rewind stay: snapshots do not record empty directories,
+    // so one that existed before the turn could not be told from one the agent made.
+    expected.insert("new/".into(), Vec::new());
+    expected.insert("new/dir/".into(), Vec::new());
+    assert_eq!(tree(&env), expected, "back to the start of turn 2, ignored file untouched");
     // Undo the rewind through its checkpoint: exactly the tree before it.
     let id = done["checkpointId"].as_str().unwrap();
     env.ok(&["rollback", id, "--apply"], None);
@@ -175,4 +179,62 @@ fn a_file_swapped_for_a_symlink_mid_rewind_is_not_written_through() {
     assert_eq!(a["action"], "leave-alone", "{done}");
     assert_eq!(std::fs::read_to_string(outside.path().join("victim")).unwrap(), "outside\n");
     assert!(std::fs::symlink_metadata(env.ws.join("a.txt")).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn files_hidden_from_the_target_snapshot_are_never_deleted() {
+    let env = Env::new();
+    env.write(".gitignore", "data/\n");
+    env.write("data/user.db", "precious\n");
+    env.write("lib/.git/HEAD", "0123456789abcdef0123456789abcdef01234567\n");
+    env.write("lib/work.c", "person's code\n");
+    turn(&env, "one", |env| {
+        env.write(".gitignore", "# the agent dropped the rule\n");
+        std::fs::remove_dir_all(env.ws.join("lib/.git")).unwrap();
+    });
+    let plan = preview(&env, "1");
+    let reason = |p: &str| {
+        plan["paths"].as_array().unwrap().iter().find(|x| x["path"] == p).map(|x| x["reason"].clone()).unwrap()
+    };
+    assert_eq!(reason("data/user.db"), "not-snapshotted");
+    assert_eq!(reason("lib/work.c"), "not-snapshotted");
+    let _ = env.run(&["rewind", "--to", "1", "--apply", "--force", "data/user.db"], None);
+    assert_eq!(env.read("data/user.db").unwrap(), b"precious\n", "never deleted, even when forced");
+    assert_eq!(env.read("lib/work.c").unwrap(), b"person's code\n");
+    assert_eq!(env.read(".gitignore").unwrap(), b"data/\n", "the agent's own change is rewound");
+}
+
+#[test]
+fn another_sessions_work_during_the_turn_is_left_alone() {
+    let env = Env::new();
+    env.write("shared.txt", "v0\n");
+    env.ok(&["session", "new", "--id", "a"], None);
+    env.ok(&["session", "new", "--id", "b"], None);
+    env.ok(&["--session", "a", "turn", "begin", "--prompt", "a1"], None);
+    env.ok(&["--session", "b", "fs", "create", "b_feature.txt"], Some(b"b's work\n"));
+    env.ok(&["--session", "b", "fs", "write", "shared.txt"], Some(b"b changed it\n"));
+    env.write("a_only.txt", "a's agent\n");
+    env.ok(&["--session", "a", "turn", "end"], None);
+    let plan = parse_json(&env.run(&["--json", "--session", "a", "rewind", "--to", "1"], None));
+    let get = |p: &str| plan["paths"].as_array().unwrap().iter().find(|x| x["path"] == p).unwrap().clone();
+    assert_eq!(get("b_feature.txt")["reason"], "other-session");
+    assert_eq!(get("shared.txt")["reason"], "other-session");
+    assert_eq!(get("a_only.txt")["action"], "delete");
+    let _ = env.run(&["--session", "a", "rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("b_feature.txt").unwrap(), b"b's work\n");
+    assert_eq!(env.read("shared.txt").unwrap(), b"b changed it\n");
+    assert!(env.read("a_only.txt").is_none());
+}
+
+#[test]
+fn a_directory_that_replaced_a_file_is_rewound_to_the_file() {
+    let env = Env::new();
+    env.write("a", "a file\n");
+    turn(&env, "one", |env| {
+        std::fs::remove_file(env.ws.join("a")).unwrap();
+        env.write("a/b", "now a dir\n");
+    });
+    let out = env.run(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert_eq!(env.read("a").unwrap(), b"a file\n");
 }
