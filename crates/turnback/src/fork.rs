@@ -54,6 +54,12 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         return Err(Error::not_found(format!("turn {last} of session {from}")));
     }
     let carried: Vec<&Turn> = all.iter().filter(|t| t.index <= last).collect();
+    // Everything that can fail is checked before anything is written, and gc waits.
+    let _objects = crate::lock::objects(&store.locks_dir(), false)?;
+    let state = match into {
+        Some(_) => Some(state_after(store, &all, last)?),
+        None => None,
+    };
     let workspace = match into {
         Some(dir) => {
             prepare_dir(dir)?;
@@ -99,8 +105,7 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
     txn.commit()?;
 
     let (mut files_written, mut not_written) = (0, Vec::new());
-    if let Some(dir) = into {
-        let state = state_after(store, &all, last)?;
+    if let (Some(dir), Some(state)) = (into, state) {
         let root = state.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| Error::not_found("a tree"))?;
         for (path, node) in snapshot::flatten(store, &root)? {
             let target = dir.join(OsStr::from_bytes(&path));

@@ -98,6 +98,20 @@ pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         }
         verify_artifacts(store, &record, deep, &mut counts, &mut problems);
     }
+    // Every snapshot tree must resolve: its nodes decrypt and every object it names exists.
+    match crate::snapshot::live_objects(store) {
+        Ok(live) => {
+            for id in live {
+                if !store.kv().contains(NS_OBJECTS, &id.0)? {
+                    problems.push(problem(
+                        format!("object {}", id.to_hex()),
+                        &crate::Error::corrupt("snapshot", "a snapshot names an object the store does not hold"),
+                    ));
+                }
+            }
+        }
+        Err(e) => problems.push(problem("snapshot trees".into(), &e)),
+    }
     let mut object_ids = Vec::new();
     store.kv().scan_keys(NS_OBJECTS, b"", &mut |k| {
         object_ids.push(k.to_vec());

@@ -122,9 +122,11 @@ pub fn list(store: &Store, session: &str) -> Result<Vec<Turn>> {
     ids.iter().map(|id| get(store, id)).collect()
 }
 
-/// The session's running turn, if any.
+/// The session's running turn, if any (a prompt turn before a background one).
 pub fn running(store: &Store, session: &str) -> Result<Option<Turn>> {
-    Ok(list(store, session)?.into_iter().rev().find(Turn::running))
+    let turns = list(store, session)?;
+    let prompt = turns.iter().rev().find(|t| t.running() && t.kind == TurnKind::Prompt);
+    Ok(prompt.or_else(|| turns.iter().rev().find(|t| t.running())).cloned())
 }
 
 /// The turn with 1-based `index` in `session`.
@@ -150,7 +152,8 @@ pub fn joins(store: &Store, session: &Session, req: &BeginRequest) -> Result<Opt
     if req.background || req.new {
         return Ok(None);
     }
-    running(store, &session.id)
+    // Only a running prompt turn is joined; a background one never captures a prompt.
+    Ok(running(store, &session.id)?.filter(|t| t.kind == TurnKind::Prompt))
 }
 
 /// A fresh turn id for a turn about to begin (its snapshot is taken under this id).
@@ -159,30 +162,43 @@ pub fn new_id() -> String {
 }
 
 /// Records the new turn `turn_id`, with its start snapshot if it is done (`late` if it
-/// was not done within the wait; it is attached when it commits, see [`attach_hook`]).
+/// was not done within the wait; it is attached when it commits, see [`attach_hook`]);
+/// `failure` says why there is none when the snapshot process failed.
 /// Ends a running turn it supersedes. Advances the session's prompt round.
-pub fn record(store: &Store, session: &Session, turn_id: &str, req: &BeginRequest, late: bool) -> Result<Turn> {
+pub fn record(
+    store: &Store,
+    session: &Session,
+    turn_id: &str,
+    req: &BeginRequest,
+    late: bool,
+    failure: Option<String>,
+) -> Result<Turn> {
     let mut txn = store.kv().begin()?;
     let prefix = format!("{}/", session.id);
     let keys = txn.keys(NS_BY_SESSION, prefix.as_bytes())?;
     let index =
         keys.last().and_then(|k| std::str::from_utf8(&k[prefix.len()..]).ok()?.parse::<u64>().ok()).unwrap_or(0) + 1;
     let now = format_ms(now_ms());
-    // A new prompt supersedes a running turn: it ends (without an end snapshot).
+    let snapshot_id = snapshot::of_turn(&mut *txn, turn_id, SnapshotKind::TurnStart)?;
+    // A new prompt supersedes a running prompt turn: it ends where the new one starts, so
+    // its end is the new turn's start snapshot (when that is already taken).
     for key in &keys {
         if let Some(id) = txn.get(NS_BY_SESSION, key)?
             && let Some(mut t) = get_in(store, &mut *txn, &String::from_utf8_lossy(&id))?
             && t.running()
+            && t.kind == TurnKind::Prompt
             && !req.background
         {
             t.ended_at = Some(now.clone());
+            if snapshot_id.is_some() {
+                t.end_snapshot = Some(SnapshotRef { id: snapshot_id.clone(), late, skipped: None });
+            }
             put(store, &mut *txn, &t)?;
         }
     }
-    let snapshot_id = snapshot::of_turn(&mut *txn, turn_id, SnapshotKind::TurnStart)?;
     let skipped = match &snapshot_id {
         Some(id) => snapshot_skip_reason(store, &mut *txn, id)?,
-        None => None,
+        None => failure,
     };
     let turn = Turn {
         turn_id: turn_id.to_string(),
@@ -202,9 +218,12 @@ pub fn record(store: &Store, session: &Session, turn_id: &str, req: &BeginReques
         s.prompt_round = index;
         crate::session::put_in(store, &mut *txn, &s)?;
     }
-    // Keep the newest MAX_TURNS in the index.
+    // Keep the newest MAX_TURNS (index entries and records).
     if keys.len() + 1 > MAX_TURNS {
         for key in &keys[..keys.len() + 1 - MAX_TURNS] {
+            if let Some(id) = txn.get(NS_BY_SESSION, key)? {
+                txn.delete(NS_TURNS, &id)?;
+            }
             txn.delete(NS_BY_SESSION, key)?;
         }
     }

@@ -30,6 +30,9 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let ws = ctx.workspace(&store)?;
             let session = ctx.session(&store, &ws)?;
             let t = turn::end(&store, &ws, &session)?;
+            if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
+                eprintln!("turnback: turn {} ended without an end snapshot: {reason}", t.index);
+            }
             let text = format!("ended turn {} ({})", t.index, t.turn_id);
             Ok(Outcome::ok(json!(t), text))
         }
@@ -74,13 +77,20 @@ fn begin(ctx: &Ctx, req: BeginRequest, wait: Duration) -> Result<Outcome> {
             return Err(Error::new(ErrorCode::Cancelled, "turn begin cancelled; no turn was recorded"));
         }
         match child.try_wait() {
-            Ok(Some(_)) => break false,
-            Ok(None) if started.elapsed() >= wait => break true,
+            Ok(Some(status)) if status.success() => break (false, None),
+            Ok(Some(status)) => {
+                break (false, Some(format!("the start snapshot failed ({status}); see turnback snapshot")));
+            }
+            Ok(None) if started.elapsed() >= wait => break (true, None),
             Ok(None) => std::thread::sleep(Duration::from_millis(5)),
             Err(e) => return Err(Error::new(ErrorCode::Io, format!("start snapshot: {e}"))),
         }
     };
-    let t = turn::record(&store, &session, &turn_id, &req, late)?;
+    let (late, failure) = late;
+    let t = turn::record(&store, &session, &turn_id, &req, late, failure)?;
+    if let Some(reason) = &t.snapshot.skipped {
+        eprintln!("turnback: turn {} started without a start snapshot: {reason}", t.index);
+    }
     Ok(Outcome::ok(json!({ "joined": false, "turn": t }), t.turn_id.clone()))
 }
 

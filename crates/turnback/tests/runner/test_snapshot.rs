@@ -300,7 +300,7 @@ fn pruning_keeps_the_budget_by_removing_oldest_whole_turns_and_gc_reclaims_them(
         let id = turnback::turn::new_id();
         let req = turnback::turn::BeginRequest { prompt: Some(format!("turn {i}")), ..Default::default() };
         turnback::turn::take_start_snapshot(&env.store, &env.ws, &session, &id, None).unwrap();
-        turnback::turn::record(&env.store, &session, &id, &req, false).unwrap();
+        turnback::turn::record(&env.store, &session, &id, &req, false, None).unwrap();
         write(&env, "f.txt", &format!("version {i} edited"));
         turnback::turn::end(&env.store, &env.ws, &session).unwrap();
         turn_ids.push(id);
