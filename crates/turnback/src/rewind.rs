@@ -108,6 +108,9 @@ pub struct Plan {
     pub target_snapshot: String,
     /// The snapshot of the workspace now.
     pub current_snapshot: String,
+    /// The target snapshot was taken late (after the turn had begun): it may already hold
+    /// some of that turn's own edits, which the rewind then cannot take back.
+    pub target_late: bool,
     /// Every path that differs, with what happens to it.
     pub paths: Vec<PathPlan>,
     /// Counts by action.
@@ -294,6 +297,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         turns: turns.iter().map(|t| t.turn_id.clone()).collect(),
         target_snapshot: target_id,
         current_snapshot: current_record.snapshot_id,
+        target_late: first.snapshot.late,
         paths,
         counts,
         excluded_effects: crate::rollback::excluded_effects(),

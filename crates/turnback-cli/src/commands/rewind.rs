@@ -49,6 +49,9 @@ fn exit_for(plan: &Plan) -> i32 {
 
 fn paths_text(plan: &Plan) -> String {
     let mut text = String::new();
+    if plan.target_late {
+        text.push_str("  note: this turn's start snapshot was taken late; edits made before it cannot be rewound\n");
+    }
     if plan.paths.is_empty() {
         text.push_str("  nothing to change\n");
     }
