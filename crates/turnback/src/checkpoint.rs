@@ -845,6 +845,8 @@ pub struct ReconcileReport {
     pub recovered_files: Vec<String>,
     /// Pending records that could not be read (left for `verify` to report).
     pub unreadable: Vec<String>,
+    /// Turns whose late start snapshot's process died, told so.
+    pub late_snapshots_failed: u64,
 }
 
 /// One reconciled checkpoint.

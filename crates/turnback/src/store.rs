@@ -140,6 +140,7 @@ impl Store {
             protected,
         };
         store.reconciled = checkpoint::reconcile(&store)?;
+        store.reconciled.late_snapshots_failed = crate::turn::reconcile(&store)?;
         Ok(store)
     }
 

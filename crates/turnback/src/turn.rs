@@ -23,6 +23,8 @@ use crate::store::{Store, format_ms, now_ms};
 
 pub(crate) const NS_TURNS: Ns = "turns";
 const NS_BY_SESSION: Ns = "turns-by-session";
+/// Start snapshots being taken, by turn id, with the owner id of the process taking them.
+const NS_TAKING: Ns = "turns-taking-snapshot";
 const TURN_SCHEMA: u16 = 1;
 /// How many turns a session's index keeps.
 pub const MAX_TURNS: usize = 1000;
@@ -320,14 +322,66 @@ pub fn take_start_snapshot(
     turn_id: &str,
     cancel: Option<&std::sync::atomic::AtomicBool>,
 ) -> Result<SnapshotRecord> {
-    let hook = attach_hook(store);
+    // Say who is taking it, so that if this process dies before it commits, reconcile can
+    // tell the turn its snapshot will never come.
+    let owner = store.owner()?.id().to_string();
+    let mut txn = store.kv().begin()?;
+    txn.put(NS_TAKING, turn_id.as_bytes(), owner.as_bytes())?;
+    txn.commit()?;
+    let attach = attach_hook(store);
+    let hook = |txn: &mut dyn Txn, record: &SnapshotRecord| {
+        txn.delete(NS_TAKING, turn_id.as_bytes())?;
+        attach(txn, record)
+    };
     let opts = snapshot::TakeOptions {
         kind: Some(SnapshotKind::TurnStart),
         turn_id: Some(turn_id),
         cancel,
         in_commit: Some(&hook),
     };
-    snapshot::take_with(store, workspace, session, &opts)
+    let taken = snapshot::take_with(store, workspace, session, &opts);
+    if taken.is_err() {
+        let mut txn = store.kv().begin()?;
+        txn.delete(NS_TAKING, turn_id.as_bytes())?;
+        mark_start_failed(store, &mut *txn, turn_id, "the start snapshot failed")?;
+        txn.commit()?;
+    }
+    taken
+}
+
+fn mark_start_failed(store: &Store, txn: &mut dyn Txn, turn_id: &str, why: &str) -> Result<()> {
+    if let Some(mut turn) = get_in(store, txn, turn_id)?
+        && turn.snapshot.id.is_none()
+        && turn.snapshot.skipped.is_none()
+    {
+        turn.snapshot.skipped = Some(why.to_string());
+        put(store, txn, &turn)?;
+    }
+    Ok(())
+}
+
+/// Tells turns whose late start snapshot's process died that it will never come (their
+/// snapshot is marked skipped with the reason). Runs at every store open.
+pub fn reconcile(store: &Store) -> Result<u64> {
+    let mut taking = Vec::new();
+    store.kv().scan(NS_TAKING, b"", &mut |k, v| {
+        taking.push((String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()));
+        Ok(true)
+    })?;
+    let mut fixed = 0;
+    for (turn_id, owner) in taking {
+        if crate::lock::owner_alive(&store.locks_dir(), &owner)? {
+            continue;
+        }
+        let mut txn = store.kv().begin()?;
+        if txn.get(NS_TAKING, turn_id.as_bytes())?.is_some() {
+            txn.delete(NS_TAKING, turn_id.as_bytes())?;
+            mark_start_failed(store, &mut *txn, &turn_id, "the process taking the late start snapshot died")?;
+            fixed += 1;
+        }
+        txn.commit()?;
+    }
+    Ok(fixed)
 }
 
 /// Removes the start snapshot of a turn that was cancelled before it was recorded.

@@ -111,3 +111,33 @@ fn turn_end_without_a_running_turn_is_not_found() {
     let f = env.fail(&["turn", "end"], None);
     assert_eq!(f.code, "not-found");
 }
+
+#[test]
+fn a_late_start_snapshot_whose_process_dies_is_reported_not_left_pending() {
+    let env = Env::new();
+    env.write("a.txt", "a");
+    env.ok(&["init"], None);
+    let flag = env.root.join("never");
+    let (child, _stderr) = spawn_begin(&env, &flag, "200");
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", crate::common::show_output(&out));
+    let turn_id = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    // Kill the detached process that is (still, paused) taking the start snapshot.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let killed = std::process::Command::new("pkill")
+            .args(["-9", "-f", &format!("__turn-snapshot --turn {turn_id}")])
+            .status()
+            .unwrap();
+        if killed.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the detached snapshot process was never seen");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let listed = turns(&env);
+    assert!(listed[0]["snapshot"]["id"].is_null());
+    let reason = listed[0]["snapshot"]["skipped"].as_str().unwrap_or_default().to_string();
+    assert!(reason.contains("died"), "{}", listed[0]);
+}
