@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds turnback and runs its main job in a throwaway workspace and store: checkpointed
 # create/edit, an agent-style stage/commit, a person's edit, a rollback that leaves the
-# person's edit alone, undoing that rollback, and a deep verification. Touches nothing
-# outside a fresh temp directory.
+# person's edit alone, undoing that rollback, a whole turn with its diff and a rewind of
+# it, and a deep verification. Touches nothing outside a fresh temp directory.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" --bin turnback
@@ -38,6 +38,15 @@ step "turnback rollback $undo --apply   # undo the rollback itself"
 "$tb" rollback "$undo" --apply
 step "cat src/main.rs"
 cat src/main.rs
+step 'turnback turn begin --prompt "add a greeting"   # a whole turn: snapshot at its start'
+"$tb" turn begin --prompt "add a greeting" >/dev/null
+printf 'hello\n' > greeting.txt; printf '// tweaked by the agent\n' >> src/main.rs
+step "turnback turn end && turnback diff --stat   # what the turn changed"
+"$tb" turn end; "$tb" diff --stat
+step "turnback rewind --to 1 --apply   # the workspace back to the start of that turn"
+"$tb" rewind --to 1 --apply || true
+step "ls; cat src/main.rs"
+ls; cat src/main.rs
 step "turnback verify --deep";               "$tb" verify --deep
 step "grep -r hello $TURNBACK_HOME   # plaintext never enters the store"
 if grep -rq hello "$TURNBACK_HOME"; then echo "FOUND plaintext (this is a bug)"; exit 1; else echo "(no match)"; fi
