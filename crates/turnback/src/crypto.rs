@@ -144,8 +144,7 @@ pub fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> Result<V
 /// [`seal`] with a chosen zstd level (1 for large, often rewritten records such as the
 /// stat cache, where speed matters more than size).
 pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
-    let compressed =
-        zstd::bulk::compress(plaintext, level).map_err(|e| Error::new(ErrorCode::Io, format!("compress: {e}")))?;
+    let compressed = compress(plaintext, level)?;
     let mut nonce = [0u8; NONCE_LEN];
     fill_random(&mut nonce)?;
     let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
@@ -157,6 +156,27 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
     out.extend_from_slice(&nonce);
     out.extend_from_slice(&ct);
     Ok(out)
+}
+
+/// zstd with one compression context per thread and level (a snapshot compresses
+/// thousands of files per thread; making a context each time is measurable).
+fn compress(plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
+    use std::cell::RefCell;
+    thread_local! {
+        static CONTEXTS: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(Vec::new()) };
+    }
+    let failed = |e: std::io::Error| Error::new(ErrorCode::Io, format!("compress: {e}"));
+    CONTEXTS.with(|cell| {
+        let mut contexts = cell.borrow_mut();
+        let at = match contexts.iter().position(|(l, _)| *l == level) {
+            Some(i) => i,
+            None => {
+                contexts.push((level, zstd::bulk::Compressor::new(level).map_err(failed)?));
+                contexts.len() - 1
+            }
+        };
+        contexts[at].1.compress(plaintext).map_err(failed)
+    })
 }
 
 /// Decrypts and decompresses what [`seal`] produced under the same `binding`.
