@@ -665,6 +665,69 @@ pub(crate) fn commit_with(
     Ok(record)
 }
 
+/// One path a write-back operation (rollback, resolution, rewind) is about to change:
+/// what is there now (its real bytes) and what it will hold (`None`: removed).
+#[derive(Debug, Clone)]
+pub(crate) struct PlannedWrite {
+    pub path: RelPath,
+    pub current: Current,
+    pub intended: Option<Vec<u8>>,
+}
+
+/// Commits the checkpoint of a write-back operation before anything is written: the real
+/// bytes of everything it will overwrite or delete, the intended results, and the journal
+/// dispatch, in one transaction ([`CommitMode::BeforeMutation`]). Rolling it back undoes
+/// the operation whatever happens next; [`finish`] closes it after the writes.
+///
+/// # Errors
+/// `over-cap` if it would break a cap (such a checkpoint is never unprotected).
+pub(crate) fn record_before_writes(
+    store: &Store,
+    session: &Session,
+    workspace: &Workspace,
+    writes: Vec<PlannedWrite>,
+) -> Result<CheckpointRecord> {
+    let bytes: u64 = writes
+        .iter()
+        .map(|w| {
+            let now = match &w.current {
+                Current::File { bytes, .. } => bytes.len() as u64,
+                Current::Absent => 0,
+            };
+            now + w.intended.as_ref().map_or(0, |b| b.len() as u64)
+        })
+        .sum();
+    let verdict = retention::evaluate_capacity(store.settings(), usage(store)?, bytes);
+    if !verdict.fits() {
+        return Err(over_cap_error(&verdict, writes.iter().map(|w| &w.path)));
+    }
+    // The identity of a file not written yet is unknown; `identity_known: false` drops it.
+    let unknown = FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 };
+    let mut targets = Vec::with_capacity(writes.len());
+    let mut posts = Vec::with_capacity(writes.len());
+    for w in writes {
+        let effect = EffectKind::infer(matches!(w.current, Current::File { .. }), w.intended.is_some());
+        let planned_dirs = match &w.intended {
+            Some(_) => files::missing_parents(&workspace.root, &w.path).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        posts.push(PostState {
+            current: match w.intended {
+                Some(bytes) => Current::File { bytes, identity: unknown },
+                None => Current::Absent,
+            },
+            created_dirs: Vec::new(),
+            identity_known: false,
+        });
+        targets.push(PreparedTarget { path: w.path, effect, current: w.current, planned_dirs });
+    }
+    let owner = store.owner()?.id().to_string();
+    let request =
+        StageRequest { session, workspace, kind: OperationKind::Rollback, targets, protect: true, owner: Some(owner) };
+    let staged = stage(store, request)?;
+    commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)
+}
+
 /// Writes the terminal journal event of a checkpoint committed with
 /// [`CommitMode::BeforeMutation`] once its writes are done.
 pub(crate) fn finish(store: &Store, checkpoint_id: &str, failed: bool) -> Result<CheckpointRecord> {

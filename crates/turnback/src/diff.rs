@@ -158,14 +158,25 @@ fn text(c: &Option<(ContentClass, Vec<u8>)>) -> Option<&str> {
 
 /// Lines added and deleted per changed path.
 pub fn numstat(store: &Store, changes: &[Changed]) -> Result<Vec<NumStat>> {
-    let mut out = Vec::with_capacity(changes.len());
+    Ok(report(store, changes, false)?.0)
+}
+
+/// A unified diff of every changed path; binary files are named, not shown.
+pub fn unified(store: &Store, changes: &[Changed]) -> Result<String> {
+    Ok(report(store, changes, true)?.1)
+}
+
+/// The line counts and, with `patch`, the unified diff, decrypting each content once.
+pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<NumStat>, String)> {
+    let mut counts = Vec::with_capacity(changes.len());
+    let mut out = String::new();
     for c in changes {
         let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
-        let (added, deleted) = match (text(&old), text(&new)) {
+        let texts = (text(&old), text(&new));
+        let (added, deleted) = match texts {
             (Some(a), Some(b)) => {
-                let patch = diffy::create_patch(a, b);
                 let (mut add, mut del) = (0, 0);
-                for hunk in patch.hunks() {
+                for hunk in diffy::create_patch(a, b).hunks() {
                     for line in hunk.lines() {
                         match line {
                             diffy::Line::Insert(_) => add += 1,
@@ -178,18 +189,12 @@ pub fn numstat(store: &Store, changes: &[Changed]) -> Result<Vec<NumStat>> {
             }
             _ => (None, None),
         };
-        out.push(NumStat { path: c.path.clone(), change: c.change, added, deleted });
-    }
-    Ok(out)
-}
-
-/// A unified diff of every changed path; binary files are named, not shown.
-pub fn unified(store: &Store, changes: &[Changed]) -> Result<String> {
-    let mut out = String::new();
-    for c in changes {
-        let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
+        counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted });
+        if !patch {
+            continue;
+        }
         out.push_str(&format!("diff --turnback a/{p} b/{p}\n", p = c.path));
-        match (text(&old), text(&new)) {
+        match texts {
             (Some(a), Some(b)) => {
                 let mut options = diffy::DiffOptions::new();
                 let from = if c.old.is_some() { format!("a/{}", c.path) } else { "/dev/null".into() };
@@ -200,5 +205,5 @@ pub fn unified(store: &Store, changes: &[Changed]) -> Result<String> {
             _ => out.push_str(&format!("Binary files a/{p} and b/{p} differ\n", p = c.path)),
         }
     }
-    Ok(out)
+    Ok((counts, out))
 }

@@ -417,13 +417,6 @@ impl Parent {
         Ok(FileIdentity::of(&st))
     }
 
-    /// Removes the target (a regular file) and syncs the directory.
-    pub fn remove(&self) -> Result<()> {
-        rustix::fs::unlinkat(&self.fd, &self.name, AtFlags::empty()).context(&self.shown)?;
-        failpoint::hit("remove-unlinked");
-        rustix::fs::fsync(&self.fd).context(&self.shown)
-    }
-
     /// Removes the temporary file `temp` if a crash left it behind; true if one was there.
     pub fn remove_temp(&self, temp: &OsStr) -> Result<bool> {
         match rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()) {

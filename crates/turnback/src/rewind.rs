@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
-use crate::checkpoint::{self, CommitMode, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest};
+use crate::checkpoint::{self, PlannedWrite};
 use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
 use crate::files::{self, Current, Expect, FileIdentity, Swap};
@@ -343,12 +343,10 @@ pub fn apply(
     }
     // Symlinks are restored only where nothing is in the way; files go through the
     // checked path with a checkpoint of what they replace.
-    let mut targets = Vec::new();
-    let mut posts = Vec::new();
+    let mut writes = Vec::with_capacity(work.len());
     let mut contents = BTreeMap::new();
     for &i in &work {
         let p = &plan.paths[i];
-        let rel = RelPath::new(p.raw.clone())?;
         let current = match &p.current {
             Some(n @ Node { kind: NodeKind::File(_), .. }) => Current::File {
                 bytes: bytes_of(store, n)?,
@@ -360,41 +358,10 @@ pub fn apply(
             Some(n @ Node { kind: NodeKind::File(_), .. }) => Some(bytes_of(store, n)?),
             _ => None,
         };
-        let effect = match (matches!(current, Current::File { .. }), intended.is_some()) {
-            (false, _) => EffectKind::Create,
-            (true, false) => EffectKind::Delete,
-            (true, true) => EffectKind::Edit,
-        };
-        let planned_dirs =
-            if intended.is_some() { files::missing_parents(&ws.root, &rel).unwrap_or_default() } else { Vec::new() };
-        posts.push(PostState {
-            current: match &intended {
-                Some(b) => Current::File {
-                    bytes: b.clone(),
-                    identity: FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 },
-                },
-                None => Current::Absent,
-            },
-            created_dirs: Vec::new(),
-            identity_known: false,
-        });
-        contents.insert(i, (current.clone(), intended));
-        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs });
+        contents.insert(i, (current.clone(), intended.clone()));
+        writes.push(PlannedWrite { path: RelPath::new(p.raw.clone())?, current, intended });
     }
-    let owner = store.owner()?.id().to_string();
-    let staged = checkpoint::stage(
-        store,
-        StageRequest {
-            session,
-            workspace: ws,
-            kind: OperationKind::Rollback,
-            targets,
-            protect: true,
-            owner: Some(owner),
-        },
-    )?;
-    let committed = checkpoint::commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
-    let id = committed.checkpoint_id;
+    let id = checkpoint::record_before_writes(store, session, ws, writes)?.checkpoint_id;
     let mut applied = 0;
     // Deletions deepest first, then restores: a directory that replaced a file is gone
     // before the file comes back.

@@ -54,7 +54,7 @@ pub fn run(
         }
     };
     let changes = diff::trees(&store, &root(&a)?, &root(&b)?)?;
-    let counts = diff::numstat(&store, &changes)?;
+    let (counts, patch) = diff::report(&store, &changes, !stat && !numstat)?;
     let mut json = json!({ "from": a.snapshot_id, "to": b.snapshot_id, "changes": counts });
     let text = if numstat {
         counts
@@ -86,7 +86,6 @@ pub fn run(
         t.push_str(&format!(" {} files changed, {add} insertions(+), {del} deletions(-)\n", counts.len()));
         t
     } else {
-        let patch = diff::unified(&store, &changes)?;
         json["patch"] = json!(patch);
         patch
     };

@@ -7,14 +7,11 @@ use super::analysis::*;
 use super::choice::*;
 use super::decision::*;
 use super::*;
-use crate::checkpoint::{
-    self, CheckpointRecord, CommitMode, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest,
-};
+use crate::checkpoint::{self, CheckpointRecord, PlannedWrite};
 use crate::crypto::hex;
 use crate::error::{Error, ErrorCode, Result};
 use crate::failpoint;
 use crate::files::{self, Current, Expect, FileIdentity, Swap};
-use crate::retention;
 use crate::workspace::RelPath;
 
 /// Applies the rollback of `selection`. With `plan`, refuses (changing nothing) unless the
@@ -167,70 +164,23 @@ pub fn apply(
 /// # Errors
 /// `over-cap` if the checkpoint would break a cap (a rollback is never unprotected).
 pub(super) fn record_rollback(ctx: Context<'_>, plans: &[&PathPlan]) -> Result<String> {
-    let targets: Vec<PreparedTarget> = plans
+    let writes = plans
         .iter()
-        .map(|p| {
-            let current = match (&p.real, &p.real_bytes) {
+        .map(|p| PlannedWrite {
+            path: p.path.clone(),
+            current: match (&p.real, &p.real_bytes) {
                 (Seen::File { identity: Some(identity), .. }, Some(bytes)) => {
                     Current::File { bytes: bytes.clone(), identity: *identity }
                 }
                 _ => Current::Absent,
-            };
-            let final_present = matches!(p.write, Some(Final::File { .. }));
-            let effect = match (matches!(current, Current::File { .. }), final_present) {
-                (false, _) => EffectKind::Create,
-                (true, false) => EffectKind::Delete,
-                (true, true) => EffectKind::Edit,
-            };
-            let planned_dirs = if final_present {
-                files::missing_parents(&ctx.workspace.root, &p.path).unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            PreparedTarget { path: p.path.clone(), effect, current, planned_dirs }
-        })
-        .collect();
-    let bytes: u64 = plans
-        .iter()
-        .map(|p| {
-            p.real_bytes.as_ref().map_or(0, |b| b.len() as u64)
-                + match &p.write {
-                    Some(Final::File { bytes, .. }) => bytes.len() as u64,
-                    _ => 0,
-                }
-        })
-        .sum();
-    let verdict = retention::evaluate_capacity(ctx.store.settings(), checkpoint::usage(ctx.store)?, bytes);
-    if !verdict.fits() {
-        return Err(checkpoint::over_cap_error(&verdict, targets.iter().map(|t| &t.path)));
-    }
-    let owner = ctx.store.owner()?.id().to_string();
-    let staged = checkpoint::stage(
-        ctx.store,
-        StageRequest {
-            session: ctx.session,
-            workspace: ctx.workspace,
-            kind: OperationKind::Rollback,
-            targets,
-            protect: true,
-            owner: Some(owner),
-        },
-    )?;
-    let unknown = FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 };
-    let posts: Vec<PostState> = plans
-        .iter()
-        .map(|p| PostState {
-            current: match &p.write {
-                Some(Final::File { bytes, .. }) => Current::File { bytes: bytes.clone(), identity: unknown },
-                _ => Current::Absent,
             },
-            created_dirs: Vec::new(),
-            identity_known: false,
+            intended: match &p.write {
+                Some(Final::File { bytes, .. }) => Some(bytes.clone()),
+                _ => None,
+            },
         })
         .collect();
-    // The dispatch is journaled in the same transaction as the commit.
-    let committed = checkpoint::commit_with(ctx.store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)?;
-    Ok(committed.checkpoint_id)
+    Ok(checkpoint::record_before_writes(ctx.store, ctx.session, ctx.workspace, writes)?.checkpoint_id)
 }
 
 /// After taking back a create, removes the directories that create made, if empty.
