@@ -235,6 +235,28 @@ impl Parent {
         Ok(out)
     }
 
+    /// Whether the sibling `name` is the file `recorded` describes, under another name.
+    /// The inode number alone does not say so: a freed inode is soon handed to a new
+    /// file. The sibling must also have been born no later than the recorded state was
+    /// stamped (its birth time, where the file system keeps one) or, where it keeps
+    /// none, still carry the recorded size and modification time.
+    pub fn is_same_file(&self, name: &OsStr, recorded: &FileIdentity) -> bool {
+        use rustix::fs::StatxFlags;
+        let mask = StatxFlags::INO | StatxFlags::BTIME | StatxFlags::MTIME | StatxFlags::SIZE;
+        let Ok(st) = rustix::fs::statx(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) else {
+            return false;
+        };
+        let ns = |t: rustix::fs::StatxTimestamp| i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+        if st.stx_ino != recorded.inode {
+            return false;
+        }
+        if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME) {
+            ns(st.stx_btime) <= recorded.ctime_ns
+        } else {
+            st.stx_size == recorded.size && ns(st.stx_mtime) == recorded.mtime_ns
+        }
+    }
+
     /// Reads another entry of the same directory (never following a symlink).
     pub fn read_sibling(&self, name: &OsStr) -> Result<Current> {
         self.read_name(name)
@@ -484,7 +506,7 @@ pub fn temp_name(rel: &RelPath, checkpoint_id: &str) -> OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn replace_keeps_mode_and_leaves_no_temp() {
@@ -499,6 +521,31 @@ mod tests {
         assert_eq!(std::fs::read(&f).unwrap(), b"new");
         assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o751);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_renamed_file_is_the_same_file_and_a_reused_inode_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "two").unwrap();
+        let parent = open_parent(dir.path(), &RelPath::new("a.txt").unwrap(), false).unwrap();
+        let Current::File { identity, .. } = parent.read().unwrap() else { panic!() };
+        std::fs::rename(dir.path().join("a.txt"), dir.path().join("b.txt")).unwrap();
+        assert!(parent.is_same_file(OsStr::new("b.txt"), &identity), "a rename keeps the file");
+        // A file born after the recorded state, holding the same inode number (as a freed
+        // inode handed out again would), is another file.
+        let older = FileIdentity { ctime_ns: 0, mtime_ns: 0, ..identity };
+        assert!(!parent.is_same_file(OsStr::new("b.txt"), &older));
+        // And the real thing where the file system hands the inode out again soon.
+        std::fs::remove_file(dir.path().join("b.txt")).unwrap();
+        for i in 0..200 {
+            let name = format!("new-{i}");
+            std::fs::write(dir.path().join(&name), "another").unwrap();
+            if std::fs::symlink_metadata(dir.path().join(&name)).unwrap().ino() == identity.inode {
+                assert!(!parent.is_same_file(OsStr::new(&name), &identity), "reused inode taken for the file");
+                break;
+            }
+            std::fs::remove_file(dir.path().join(&name)).unwrap();
+        }
     }
 
     #[test]

@@ -111,7 +111,9 @@ pub(super) fn moved_to(parent: &files::Parent, recorded: Option<&FileIdentity>) 
     let target = fold(parent.name());
     siblings
         .iter()
-        .find(|(name, ino)| recorded.is_some_and(|r| r.inode == *ino) || fold(name) == target)
+        .find(|(name, ino)| {
+            recorded.is_some_and(|r| r.inode == *ino && parent.is_same_file(name, r)) || fold(name) == target
+        })
         .map(|(name, _)| String::from_utf8_lossy(name.as_bytes()).into_owned())
 }
 
