@@ -35,6 +35,7 @@ pub mod lock;
 pub mod maintenance;
 pub mod mutation;
 pub mod object;
+pub mod pack;
 pub mod patch;
 pub mod retention;
 pub mod rewind;

@@ -102,7 +102,7 @@ pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
     match crate::snapshot::live_objects(store) {
         Ok(live) => {
             for id in live {
-                if !store.kv().contains(NS_OBJECTS, &id.0)? {
+                if !object::exists(store.kv(), &id)? {
                     problems.push(problem(
                         format!("object {}", id.to_hex()),
                         &crate::Error::corrupt("snapshot", "a snapshot names an object the store does not hold"),
@@ -117,7 +117,9 @@ pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         object_ids.push(k.to_vec());
         Ok(true)
     })?;
-    counts.objects = object_ids.len() as u64;
+    let (packed, packed_problems) = crate::pack::verify(store.keys(), store.kv(), deep)?;
+    counts.objects = object_ids.len() as u64 + packed;
+    problems.extend(packed_problems.iter().map(|(what, e)| problem(what.clone(), e)));
     for key in object_ids {
         let what = format!("object {}", crate::crypto::hex(&key));
         let Ok(id) = <[u8; 32]>::try_from(key.as_slice()).map(ContentId) else {
@@ -242,7 +244,9 @@ pub fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
         }
     }
     txn.commit()?;
-    Ok((removed, bytes))
+    let live: HashSet<ContentId> = live.iter().filter_map(|k| ContentId::try_from_slice(k)).collect();
+    let packed = crate::pack::sweep(store.keys(), store.kv(), &live)?;
+    Ok((removed + packed.objects, bytes + packed.bytes))
 }
 
 /// Store usage by kind.
@@ -308,6 +312,10 @@ pub fn du(store: &Store) -> Result<DuReport> {
         objects.plaintext_bytes += object::parse(v).map(|(h, _)| h.size).unwrap_or(0);
         Ok(true)
     })?;
+    let (packed, packed_stored, packed_plain) = crate::pack::usage(store.kv())?;
+    objects.count += packed;
+    objects.stored_bytes += packed_stored;
+    objects.plaintext_bytes += packed_plain;
     let mut artifacts = 0;
     store.kv().scan_keys(NS_ARTIFACTS, b"", &mut |_| {
         artifacts += 1;

@@ -1,4 +1,8 @@
-//! Content-addressed, encrypted objects: the bytes behind artifacts (and, later, snapshots).
+//! Content-addressed, encrypted objects: the bytes behind artifacts and snapshots.
+//!
+//! An object is stored on its own (artifacts, snapshot trees, symlink targets) or packed
+//! with others in shared blocks ([`pack`](crate::pack): snapshot file content); `get`,
+//! `exists` and `header` look in both, so callers never care which.
 //!
 //! Invariants:
 //! - An object's key is its keyed content id: HMAC-SHA-256 of the plaintext under a key
@@ -57,7 +61,7 @@ impl ContentClass {
         }
     }
 
-    fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             ContentClass::FileContent => 1,
             ContentClass::BinaryBlob => 2,
@@ -66,7 +70,7 @@ impl ContentClass {
         }
     }
 
-    fn from_code(code: u8) -> Option<Self> {
+    pub(crate) fn from_code(code: u8) -> Option<Self> {
         match code {
             1 => Some(ContentClass::FileContent),
             2 => Some(ContentClass::BinaryBlob),
@@ -91,6 +95,11 @@ impl ContentId {
     /// Lower-case hex, as shown in `digest` fields.
     pub fn to_hex(&self) -> String {
         hex(&self.0)
+    }
+
+    /// The id stored as `bytes`, if they are 32 bytes long.
+    pub fn try_from_slice(bytes: &[u8]) -> Option<Self> {
+        bytes.try_into().ok().map(ContentId)
     }
 
     /// Parses the hex form.
@@ -149,7 +158,7 @@ fn encode(keys: &KeyRing, id: &ContentId, class: ContentClass, version: u32, byt
 pub(crate) fn put(keys: &KeyRing, txn: &mut dyn Txn, bytes: &[u8]) -> Result<(ContentId, ContentClass)> {
     let class = ContentClass::of(bytes);
     let id = ContentId(keys.content_id(bytes));
-    if txn.get(NS_OBJECTS, &id.0)?.is_none() {
+    if txn.get(NS_OBJECTS, &id.0)?.is_none() && txn.get(crate::pack::NS_PACKED, &id.0)?.is_none() {
         txn.put(NS_OBJECTS, &id.0, &encode(keys, &id, class, keys.current_version(), bytes)?)?;
     }
     Ok((id, class))
@@ -184,9 +193,9 @@ pub(crate) fn store_sealed(txn: &mut dyn Txn, sealed: &Sealed) -> Result<u64> {
     if txn.put_if_absent(NS_OBJECTS, &sealed.id.0, &sealed.value)? { Ok(sealed.value.len() as u64) } else { Ok(0) }
 }
 
-/// Whether the object `id` is stored.
+/// Whether the object `id` is stored, on its own or packed.
 pub(crate) fn exists(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
-    kv.contains(NS_OBJECTS, &id.0)
+    Ok(kv.contains(NS_OBJECTS, &id.0)? || crate::pack::contains(kv, id)?)
 }
 
 /// Decrypts and verifies a stored value read under `id`.
@@ -211,15 +220,17 @@ pub(crate) fn decode(keys: &KeyRing, id: &ContentId, value: &[u8]) -> Result<(Ob
 /// # Errors
 /// `not-found` if absent; `corrupt` if it does not verify.
 pub(crate) fn get(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Result<(ObjectHeader, Vec<u8>)> {
-    let value = kv.get(NS_OBJECTS, &id.0)?.ok_or_else(|| Error::not_found(format!("object {}", id.to_hex())))?;
-    decode(keys, id, &value)
+    match kv.get(NS_OBJECTS, &id.0)? {
+        Some(value) => decode(keys, id, &value),
+        None => crate::pack::read(keys, kv, id)?.ok_or_else(|| Error::not_found(format!("object {}", id.to_hex()))),
+    }
 }
 
 /// The header of object `id`, without decrypting it.
 pub(crate) fn header(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<ObjectHeader>> {
     match kv.get(NS_OBJECTS, &id.0)? {
         Some(v) => Ok(Some(parse(&v)?.0)),
-        None => Ok(None),
+        None => crate::pack::header(kv, id),
     }
 }
 

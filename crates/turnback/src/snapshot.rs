@@ -5,8 +5,9 @@
 //! - A snapshot never reads or writes anything under `.git` but the nested repositories'
 //!   `HEAD` and refs (read-only, see [`walk`](crate::walk)); it runs no process.
 //! - Only files whose stat changed since the session's last snapshot are read (the
-//!   [`statcache`](crate::statcache) decides, re-reading racily clean files); their
-//!   content is hashed, compressed and encrypted on a thread pool.
+//!   [`statcache`](crate::statcache) decides, re-reading racily clean files); they are
+//!   read and hashed on a thread pool, and content the store lacks is packed into shared
+//!   blocks ([`pack`](crate::pack)) compressed and encrypted on the thread pool too.
 //! - Limits are checked after the walk and before any content is read or stored; a
 //!   snapshot over a limit is recorded as skipped with the reason, and nothing else.
 //! - Content objects are written before the transaction that commits the snapshot record
@@ -28,6 +29,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::kv::Ns;
 use crate::lock;
 use crate::object::{self, ContentClass, ContentId, Sealed};
+use crate::pack::Packer;
 use crate::session::Session;
 use crate::statcache::{Cached, StatCache};
 use crate::store::{Store, format_ms, now_ms};
@@ -252,17 +254,20 @@ pub fn take_with(
         return Ok(record);
     }
 
-    // Read, hash, compress and encrypt in parallel, in batches; store each batch.
+    // Read and hash in parallel, in batches; pack what the store lacks into shared blocks,
+    // compress and encrypt those in parallel, and store each batch.
     let mut stat_after = vec![None; walked.entries.len()];
     for batch in batches(&to_read, &walked.entries) {
         cancelled(opts)?;
-        let sealed: Vec<(usize, Result<ReadFile>)> =
-            batch.par_iter().map(|&i| (i, read_and_seal(store, &workspace.root, &walked.entries[i]))).collect();
-        let mut txn = store.kv().begin()?;
-        for (i, result) in sealed {
+        let read: Vec<(usize, Result<ReadFile>)> =
+            batch.par_iter().map(|&i| (i, read_and_hash(store, &workspace.root, &walked.entries[i]))).collect();
+        let mut packer = Packer::default();
+        for (i, result) in read {
             match result {
-                Ok((id, sealed, stat)) => {
-                    record.stored_bytes += object::store_sealed(&mut *txn, &sealed)?;
+                Ok((id, bytes, stat)) => {
+                    if !packer.contains(&id) && !object::exists(store.kv(), &id)? {
+                        packer.add(id, ContentClass::of(&bytes), &bytes);
+                    }
                     ids[i] = Some(id);
                     stat_after[i] = Some(stat);
                 }
@@ -273,6 +278,12 @@ pub fn take_with(
                 }),
             }
         }
+        if packer.is_empty() {
+            continue;
+        }
+        let sealed = packer.seal(store.keys())?;
+        let mut txn = store.kv().begin()?;
+        record.stored_bytes += sealed.store(&mut *txn)?;
         txn.commit()?;
     }
 
@@ -373,11 +384,11 @@ fn batches<'a>(to_read: &'a [usize], entries: &'a [Entry]) -> Vec<&'a [usize]> {
     out
 }
 
-/// A file read and sealed by a worker: its id, its sealed object, its stat after reading.
-type ReadFile = (ContentId, Sealed, walk::Stat);
+/// A file read and hashed by a worker: its id, its bytes, its stat after reading.
+type ReadFile = (ContentId, Vec<u8>, walk::Stat);
 
-/// Reads one file without following a symlink, then hashes and seals it.
-fn read_and_seal(store: &Store, root: &std::path::Path, e: &Entry) -> Result<ReadFile> {
+/// Reads one file without following a symlink, and hashes it.
+fn read_and_hash(store: &Store, root: &std::path::Path, e: &Entry) -> Result<ReadFile> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
     let mut file = std::fs::OpenOptions::new()
@@ -391,9 +402,7 @@ fn read_and_seal(store: &Store, root: &std::path::Path, e: &Entry) -> Result<Rea
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.read_to_end(&mut bytes).map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
-    let class = ContentClass::of(&bytes);
-    let (id, sealed) = object::seal(store.keys(), &bytes, class, |_| false)?;
-    let sealed = sealed.expect("never skipped");
+    let id = ContentId(store.keys().content_id(&bytes));
     use std::os::unix::fs::MetadataExt;
     let stat = walk::Stat {
         mode: meta.mode(),
@@ -403,7 +412,7 @@ fn read_and_seal(store: &Store, root: &std::path::Path, e: &Entry) -> Result<Rea
         device: meta.dev(),
         inode: meta.ino(),
     };
-    Ok((id, sealed, stat))
+    Ok((id, bytes, stat))
 }
 
 /// Builds directory nodes bottom-up from entries in component order.

@@ -291,6 +291,7 @@ impl Store {
             }
             txn.commit()?;
         }
+        count += crate::pack::reencrypt(&self.keys, self.kv.as_ref())?;
         for ns in SEALED_NAMESPACES {
             let mut stale = Vec::new();
             self.kv.scan(ns, b"", &mut |k, v| {
@@ -329,6 +330,7 @@ impl Store {
             *usage.entry(object::parse(v)?.0.key_version).or_insert(0) += 1;
             Ok(true)
         })?;
+        crate::pack::key_usage(self.kv.as_ref(), &mut usage)?;
         for ns in SEALED_NAMESPACES {
             self.kv.scan(ns, b"", &mut |_, v| {
                 *usage.entry(record_header(v)?.0).or_insert(0) += 1;
