@@ -76,7 +76,7 @@ fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// The production backend: one SQLite database file.
 pub struct SqliteKv {
@@ -168,16 +168,31 @@ fn migrate(conn: &Connection) -> Result<()> {
     let result = (|| -> Result<()> {
         // Re-read under the write lock: another process may have migrated meanwhile.
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        // Version 2: small values in one B-tree keyed by (ns, key) (`WITHOUT ROWID`), not a
+        // rowid table plus an index that repeated every key; namespaces of large values in
+        // a rowid table of their own (see [`LARGE_VALUE_NAMESPACES`]).
+        let large = LARGE_VALUE_NAMESPACES.iter().map(|ns| format!("'{ns}'")).collect::<Vec<_>>().join(", ");
+        let tables = "CREATE TABLE kv_small (
+                          ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
+                      ) WITHOUT ROWID;
+                      CREATE TABLE IF NOT EXISTS kv_large (
+                          ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
+                      );";
         if version < 1 {
-            conn.execute_batch(
-                "CREATE TABLE IF NOT EXISTS kv (
-                     ns TEXT NOT NULL,
-                     key BLOB NOT NULL,
-                     value BLOB NOT NULL,
-                     PRIMARY KEY (ns, key)
-                 );
-                 PRAGMA user_version = 1;",
-            )?;
+            conn.execute_batch(&format!(
+                "{tables}
+                 ALTER TABLE kv_small RENAME TO kv;
+                 PRAGMA user_version = 2;"
+            ))?;
+        } else if version < 2 {
+            conn.execute_batch(&format!(
+                "{tables}
+                 INSERT INTO kv_large (ns, key, value) SELECT ns, key, value FROM kv WHERE ns IN ({large});
+                 INSERT INTO kv_small (ns, key, value) SELECT ns, key, value FROM kv WHERE ns NOT IN ({large});
+                 DROP TABLE kv;
+                 ALTER TABLE kv_small RENAME TO kv;
+                 PRAGMA user_version = 2;"
+            ))?;
         }
         Ok(())
     })();
@@ -190,18 +205,35 @@ fn migrate(conn: &Connection) -> Result<()> {
     }
 }
 
-fn scan_sql(keys_only: bool, bounded: bool) -> &'static str {
+/// Namespaces whose values may be large (content objects, packed blocks, stat caches,
+/// history entries). They live in a rowid table: in a `WITHOUT ROWID` table the whole row
+/// is the B-tree key, so lookups passing a large row read its overflow pages (a 100k-file
+/// first snapshot took three times as long).
+pub const LARGE_VALUE_NAMESPACES: &[&str] = &["objects", "blocks", "statcache", "history"];
+
+/// One statement, written once per table: `sql!(ns, "SELECT … FROM ", " WHERE …")`.
+macro_rules! sql {
+    ($ns:expr, $head:literal, $tail:literal) => {
+        if LARGE_VALUE_NAMESPACES.contains(&$ns) {
+            concat!($head, "kv_large", $tail)
+        } else {
+            concat!($head, "kv", $tail)
+        }
+    };
+}
+
+fn scan_sql(ns: Ns, keys_only: bool, bounded: bool) -> &'static str {
     match (keys_only, bounded) {
-        (false, true) => "SELECT key, value FROM kv WHERE ns = ?1 AND key >= ?2 AND key < ?3 ORDER BY key",
-        (false, false) => "SELECT key, value FROM kv WHERE ns = ?1 AND key >= ?2 ORDER BY key",
-        (true, true) => "SELECT key FROM kv WHERE ns = ?1 AND key >= ?2 AND key < ?3 ORDER BY key",
-        (true, false) => "SELECT key FROM kv WHERE ns = ?1 AND key >= ?2 ORDER BY key",
+        (false, true) => sql!(ns, "SELECT key, value FROM ", " WHERE ns = ?1 AND key >= ?2 AND key < ?3 ORDER BY key"),
+        (false, false) => sql!(ns, "SELECT key, value FROM ", " WHERE ns = ?1 AND key >= ?2 ORDER BY key"),
+        (true, true) => sql!(ns, "SELECT key FROM ", " WHERE ns = ?1 AND key >= ?2 AND key < ?3 ORDER BY key"),
+        (true, false) => sql!(ns, "SELECT key FROM ", " WHERE ns = ?1 AND key >= ?2 ORDER BY key"),
     }
 }
 
 fn sqlite_scan(conn: &Connection, ns: Ns, prefix: &[u8], keys_only: bool, f: &mut Visit<'_>) -> Result<()> {
     let end = prefix_end(prefix);
-    let mut stmt = conn.prepare_cached(scan_sql(keys_only, end.is_some()))?;
+    let mut stmt = conn.prepare_cached(scan_sql(ns, keys_only, end.is_some()))?;
     let mut rows = match &end {
         Some(end) => stmt.query(params![ns, prefix, end])?,
         None => stmt.query(params![ns, prefix])?,
@@ -219,13 +251,13 @@ fn sqlite_scan(conn: &Connection, ns: Ns, prefix: &[u8], keys_only: bool, f: &mu
 impl KeyValueStore for SqliteKv {
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached("SELECT value FROM kv WHERE ns = ?1 AND key = ?2")?;
+        let mut stmt = conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
         Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
     }
 
     fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
         let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached("SELECT 1 FROM kv WHERE ns = ?1 AND key = ?2")?;
+        let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
         Ok(stmt.exists(params![ns, key])?)
     }
 
@@ -271,7 +303,7 @@ struct SqliteTxn<'a> {
 
 impl Txn for SqliteTxn<'_> {
     fn get(&mut self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut stmt = self.conn.prepare_cached("SELECT value FROM kv WHERE ns = ?1 AND key = ?2")?;
+        let mut stmt = self.conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
         Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
     }
 
@@ -285,18 +317,20 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn put(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<()> {
-        let mut stmt = self.conn.prepare_cached("INSERT OR REPLACE INTO kv (ns, key, value) VALUES (?1, ?2, ?3)")?;
+        let mut stmt =
+            self.conn.prepare_cached(sql!(ns, "INSERT OR REPLACE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)"))?;
         stmt.execute(params![ns, key, value])?;
         Ok(())
     }
 
     fn put_if_absent(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("INSERT OR IGNORE INTO kv (ns, key, value) VALUES (?1, ?2, ?3)")?;
+        let mut stmt =
+            self.conn.prepare_cached(sql!(ns, "INSERT OR IGNORE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)"))?;
         Ok(stmt.execute(params![ns, key, value])? == 1)
     }
 
     fn delete(&mut self, ns: Ns, key: &[u8]) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached("DELETE FROM kv WHERE ns = ?1 AND key = ?2")?;
+        let mut stmt = self.conn.prepare_cached(sql!(ns, "DELETE FROM ", " WHERE ns = ?1 AND key = ?2"))?;
         Ok(stmt.execute(params![ns, key])? == 1)
     }
 
@@ -448,6 +482,33 @@ impl Txn for MemoryTxn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_version_1_store_is_migrated_with_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE kv (ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key));
+                 INSERT INTO kv VALUES ('objects', x'01', x'0203');
+                 INSERT INTO kv VALUES ('sessions', x'04', x'05');
+                 PRAGMA user_version = 1;",
+            )
+            .unwrap();
+        }
+        let kv = SqliteKv::open(&path).unwrap();
+        assert_eq!(kv.get("objects", &[1]).unwrap(), Some(vec![2, 3]));
+        assert_eq!(kv.get("sessions", &[4]).unwrap(), Some(vec![5]));
+        let conn = Connection::open(&path).unwrap();
+        let sql: String = conn.query_row("SELECT sql FROM sqlite_master WHERE name = 'kv'", [], |r| r.get(0)).unwrap();
+        assert!(sql.contains("WITHOUT ROWID"), "{sql}");
+        let large: i64 =
+            conn.query_row("SELECT count(*) FROM kv_large WHERE ns = 'objects'", [], |r| r.get(0)).unwrap();
+        assert_eq!(large, 1, "large values moved to their own table");
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
 
     fn backends() -> Vec<(Box<dyn KeyValueStore>, Option<tempfile::TempDir>)> {
         let dir = tempfile::tempdir().unwrap();

@@ -47,6 +47,7 @@ pub mod statcache;
 pub mod store;
 pub mod tree;
 pub mod turn;
+mod varint;
 pub mod walk;
 pub mod workspace;
 

@@ -29,6 +29,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::keys::KeyRing;
 use crate::kv::{KeyValueStore, Ns, Txn};
 use crate::object::{ContentClass, ContentId, OBJECT_SCHEMA, ObjectHeader};
+use crate::varint;
 
 /// Sealed blocks, keyed by block id.
 pub(crate) const NS_BLOCKS: Ns = "blocks";
@@ -65,40 +66,43 @@ pub(crate) struct Location {
 }
 
 impl Location {
+    /// Version, class, then LEB128 varints: size, piece count, and per piece its block id,
+    /// offset and length (an index entry of a small file is about 25 bytes).
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(1 + 1 + 8 + 4 + self.pieces.len() * 24);
+        let mut out = Vec::with_capacity(16 + self.pieces.len() * 24);
         out.push(INDEX_VERSION);
         out.push(self.class.code());
-        out.extend_from_slice(&self.size.to_be_bytes());
-        out.extend_from_slice(&(self.pieces.len() as u32).to_be_bytes());
+        varint::put(&mut out, self.size);
+        varint::put(&mut out, self.pieces.len() as u64);
         for p in &self.pieces {
             out.extend_from_slice(&p.block);
-            out.extend_from_slice(&p.offset.to_be_bytes());
-            out.extend_from_slice(&p.len.to_be_bytes());
+            varint::put(&mut out, u64::from(p.offset));
+            varint::put(&mut out, u64::from(p.len));
         }
         out
     }
 
     pub(crate) fn decode(value: &[u8]) -> Result<Self> {
         let bad = || Error::corrupt("packed index", "malformed entry");
-        if value.len() < 14 || value[0] != INDEX_VERSION {
+        let [version, class, rest @ ..] = value else { return Err(bad()) };
+        if *version != INDEX_VERSION {
             return Err(bad());
         }
-        let class = ContentClass::from_code(value[1]).ok_or_else(bad)?;
-        let size = u64::from_be_bytes(value[2..10].try_into().expect("8 bytes"));
-        let count = u32::from_be_bytes(value[10..14].try_into().expect("4 bytes")) as usize;
-        let rest = &value[14..];
-        if rest.len() != count.checked_mul(24).ok_or_else(bad)? {
+        let class = ContentClass::from_code(*class).ok_or_else(bad)?;
+        let mut rest = rest;
+        let size = varint::take(&mut rest).ok_or_else(bad)?;
+        let count = varint::take(&mut rest).ok_or_else(bad)?;
+        let mut pieces = Vec::new();
+        for _ in 0..count {
+            let (block, tail) = rest.split_first_chunk::<16>().ok_or_else(bad)?;
+            rest = tail;
+            let offset = varint::take(&mut rest).and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?;
+            let len = varint::take(&mut rest).and_then(|v| u32::try_from(v).ok()).ok_or_else(bad)?;
+            pieces.push(Piece { block: *block, offset, len });
+        }
+        if !rest.is_empty() {
             return Err(bad());
         }
-        let pieces = rest
-            .chunks_exact(24)
-            .map(|c| Piece {
-                block: c[..16].try_into().expect("16 bytes"),
-                offset: u32::from_be_bytes(c[16..20].try_into().expect("4 bytes")),
-                len: u32::from_be_bytes(c[20..24].try_into().expect("4 bytes")),
-            })
-            .collect();
         Ok(Location { class, size, pieces })
     }
 }
@@ -237,9 +241,8 @@ fn block(keys: &KeyRing, kv: &dyn KeyValueStore, id: &BlockId) -> Result<Rc<Vec<
     if let Some(hit) = CACHE.with_borrow(|c| c.iter().find(|(b, _)| b == id).map(|(_, p)| Rc::clone(p))) {
         return Ok(hit);
     }
-    let value = kv
-        .get(NS_BLOCKS, id)?
-        .ok_or_else(|| Error::corrupt("packed object", "its block is missing from the store"))?;
+    let value =
+        kv.get(NS_BLOCKS, id)?.ok_or_else(|| Error::corrupt("packed object", "its block is missing from the store"))?;
     let plain = Rc::new(decode_block(keys, id, &value)?);
     CACHE.with_borrow_mut(|c| {
         if c.len() == CACHED_BLOCKS {
@@ -275,7 +278,9 @@ pub(crate) fn read(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Re
         return Err(Error::corrupt("packed object", "digest mismatch"));
     }
     let version = match loc.pieces.first() {
-        Some(p) => kv.get(NS_BLOCKS, &p.block)?.map_or(Ok(keys.current_version()), |v| block_header(&v).map(|h| h.0))?,
+        Some(p) => {
+            kv.get(NS_BLOCKS, &p.block)?.map_or(Ok(keys.current_version()), |v| block_header(&v).map(|h| h.0))?
+        }
         None => keys.current_version(),
     };
     Ok(Some((ObjectHeader { key_version: version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }, bytes)))
@@ -553,6 +558,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!(blocks, 3, "small objects share blocks");
+    }
+
+    #[test]
+    fn index_entries_round_trip_and_reject_trailing_or_missing_bytes() {
+        let loc = Location {
+            class: ContentClass::BinaryBlob,
+            size: 3 * BLOCK_LEN as u64,
+            pieces: vec![
+                Piece { block: [1; 16], offset: 0, len: 127 },
+                Piece { block: [2; 16], offset: 1_048_575, len: 1 << 20 },
+            ],
+        };
+        let bytes = loc.encode();
+        assert_eq!(Location::decode(&bytes).unwrap(), loc);
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(Location::decode(&longer).is_err());
+        assert!(Location::decode(&bytes[..bytes.len() - 1]).is_err());
     }
 
     #[test]

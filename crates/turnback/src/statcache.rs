@@ -17,11 +17,12 @@ use crate::error::{Error, Result};
 use crate::kv::Ns;
 use crate::object::ContentId;
 use crate::store::Store;
+use crate::varint;
 use crate::walk::Stat;
 
 pub(crate) const NS_STATCACHE: Ns = "statcache";
 const SCHEMA: u16 = 1;
-const MAGIC: &[u8; 4] = b"TBS2";
+const MAGIC: &[u8; 4] = b"TBS3";
 /// How much older than the walk a file's mtime must be to be trusted unread.
 pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
 
@@ -68,24 +69,32 @@ impl StatCache {
         store.seal_bytes_at_level(NS_STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
     }
 
+    /// Sorted by path, then column by column (each path as the length it shares with the
+    /// previous one plus the rest; then every mode, size, mtime, ctime, device, inode, id),
+    /// so that similar bytes sit together and compress: about a third of the row layout.
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24 + self.entries.len() * 120);
+        let mut sorted: Vec<(&Vec<u8>, &Cached)> = self.entries.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::with_capacity(24 + sorted.len() * 100);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.taken_at_ns.to_le_bytes());
-        out.extend_from_slice(&(self.entries.len() as u32).to_le_bytes());
-        for (path, c) in &self.entries {
-            out.extend_from_slice(&(path.len() as u32).to_le_bytes());
-            out.extend_from_slice(path);
-            let s = &c.stat;
-            out.extend_from_slice(&s.mode.to_le_bytes());
-            out.extend_from_slice(&s.size.to_le_bytes());
-            out.extend_from_slice(&s.mtime_ns.to_le_bytes());
-            out.extend_from_slice(&s.ctime_ns.to_le_bytes());
-            out.extend_from_slice(&s.device.to_le_bytes());
-            out.extend_from_slice(&s.inode.to_le_bytes());
-            out.extend_from_slice(&c.id.0);
+        varint::put(&mut out, sorted.len() as u64);
+        let mut previous: &[u8] = &[];
+        for (path, _) in &sorted {
+            let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
+            varint::put(&mut out, shared as u64);
+            varint::put(&mut out, (path.len() - shared) as u64);
+            out.extend_from_slice(&path[shared..]);
+            previous = path;
         }
-        out.extend_from_slice(&(self.tree_ids.len() as u32).to_le_bytes());
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.size.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.mtime_ns.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.ctime_ns.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.device.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.id.0));
+        varint::put(&mut out, self.tree_ids.len() as u64);
         for id in &self.tree_ids {
             out.extend_from_slice(&id.0);
         }
@@ -95,39 +104,63 @@ impl StatCache {
 
 fn decode(bytes: &[u8]) -> Result<StatCache> {
     let bad = || Error::corrupt("stat cache", "malformed");
-    let mut at = 0;
-    let mut take = |n: usize| -> Result<&[u8]> {
-        let s = bytes.get(at..at + n).ok_or_else(bad)?;
-        at += n;
-        Ok(s)
-    };
-    if take(4)? != MAGIC {
+    let Some(rest) = bytes.strip_prefix(MAGIC) else {
         // An older format is not an error: the next snapshot reads everything again.
         return Ok(StatCache::default());
+    };
+    let mut rest = rest;
+    let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
+    let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+    // Every entry needs at least 2 + 4 + 8 + 16 + 16 + 8 + 8 + 32 bytes: a count the
+    // bytes cannot hold is malformed, not an allocation to attempt.
+    if count > rest.len() / 94 {
+        return Err(bad());
     }
-    let taken_at_ns = i128::from_le_bytes(take(16)?.try_into().expect("16"));
-    let count = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
-    let mut entries = HashMap::with_capacity(count);
+    let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count);
     for _ in 0..count {
-        let len = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
-        let path = take(len)?.to_vec();
+        let shared = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let len = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let prefix: &[u8] =
+            if shared == 0 { &[] } else { paths.last().and_then(|p| p.get(..shared)).ok_or_else(bad)? };
+        let suffix = split(&mut rest, len).ok_or_else(bad)?;
+        let mut path = Vec::with_capacity(shared + len);
+        path.extend_from_slice(prefix);
+        path.extend_from_slice(suffix);
+        paths.push(path);
+    }
+    let mut column = |width: usize| split(&mut rest, width * count).ok_or_else(bad);
+    let (modes, sizes, mtimes, ctimes) = (column(4)?, column(8)?, column(16)?, column(16)?);
+    let (devices, inodes, ids) = (column(8)?, column(8)?, column(32)?);
+    let mut entries = HashMap::with_capacity(count);
+    for (i, path) in paths.into_iter().enumerate() {
         let stat = Stat {
-            mode: u32::from_le_bytes(take(4)?.try_into().expect("4")),
-            size: u64::from_le_bytes(take(8)?.try_into().expect("8")),
-            mtime_ns: i128::from_le_bytes(take(16)?.try_into().expect("16")),
-            ctime_ns: i128::from_le_bytes(take(16)?.try_into().expect("16")),
-            device: u64::from_le_bytes(take(8)?.try_into().expect("8")),
-            inode: u64::from_le_bytes(take(8)?.try_into().expect("8")),
+            mode: u32::from_le_bytes(nth(modes, i)),
+            size: u64::from_le_bytes(nth(sizes, i)),
+            mtime_ns: i128::from_le_bytes(nth(mtimes, i)),
+            ctime_ns: i128::from_le_bytes(nth(ctimes, i)),
+            device: u64::from_le_bytes(nth(devices, i)),
+            inode: u64::from_le_bytes(nth(inodes, i)),
         };
-        let id = ContentId(take(32)?.try_into().expect("32"));
-        entries.insert(path, Cached { stat, id });
+        entries.insert(path, Cached { stat, id: ContentId(nth(ids, i)) });
     }
-    let trees = u32::from_le_bytes(take(4)?.try_into().expect("4")) as usize;
-    let mut tree_ids = Vec::with_capacity(trees);
-    for _ in 0..trees {
-        tree_ids.push(ContentId(take(32)?.try_into().expect("32")));
+    let trees = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+    if rest.len() != trees.checked_mul(32).ok_or_else(bad)? {
+        return Err(bad());
     }
+    let tree_ids = rest.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
     Ok(StatCache { taken_at_ns, entries, tree_ids })
+}
+
+/// The first `n` bytes of `rest`, which then starts after them.
+fn split<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (head, tail) = rest.split_at_checked(n)?;
+    *rest = tail;
+    Some(head)
+}
+
+/// The `i`th `N`-byte value of a column (whose length was checked).
+fn nth<const N: usize>(column: &[u8], i: usize) -> [u8; N] {
+    column[i * N..(i + 1) * N].try_into().expect("column holds count values")
 }
 
 #[cfg(test)]
@@ -150,5 +183,20 @@ mod tests {
         assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_001)), None, "any stat change means read again");
         assert_eq!(back.clean_id(b"racy.txt", &stat(9_500_000_000)), None, "racily clean entries are re-read");
         assert_eq!(back.clean_id(b"new.txt", &stat(1)), None);
+    }
+
+    #[test]
+    fn shared_prefixes_round_trip_and_any_truncation_is_malformed_not_a_panic() {
+        let mut cache = StatCache { taken_at_ns: 5, entries: HashMap::new(), tree_ids: vec![ContentId([3; 32])] };
+        for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
+            cache.entries.insert(p.as_bytes().to_vec(), Cached { stat: stat(i as i128), id: ContentId([i as u8; 32]) });
+        }
+        let bytes = cache.encode();
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.entries, cache.entries);
+        assert_eq!(back.tree_ids, cache.tree_ids);
+        for cut in MAGIC.len()..bytes.len() {
+            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut} accepted");
+        }
     }
 }

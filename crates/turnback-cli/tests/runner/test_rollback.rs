@@ -334,9 +334,9 @@ fn corrupt_every_object(env: &Env) {
     let script = "import sqlite3, sys\n\
         c = sqlite3.connect(sys.argv[1])\n\
         n = 0\n\
-        for k, v in c.execute(\"SELECT key, value FROM kv WHERE ns = 'objects'\").fetchall():\n\
+        for k, v in c.execute(\"SELECT key, value FROM kv_large WHERE ns = 'objects'\").fetchall():\n\
         \x20   v = bytearray(v); v[-1] ^= 0xff\n\
-        \x20   c.execute(\"UPDATE kv SET value = ? WHERE ns = 'objects' AND key = ?\", (bytes(v), k)); n += 1\n\
+        \x20   c.execute(\"UPDATE kv_large SET value = ? WHERE ns = 'objects' AND key = ?\", (bytes(v), k)); n += 1\n\
         c.commit()\n\
         print(n)\n";
     let out = Command::new("python3")
