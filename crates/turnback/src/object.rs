@@ -198,6 +198,14 @@ pub(crate) fn exists(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
     Ok(kv.contains(NS_OBJECTS, &id.0)? || crate::pack::contains(kv, id)?)
 }
 
+/// Which of `ids` are stored, on their own or packed (one read of each namespace).
+pub(crate) fn exist_each(kv: &dyn KeyValueStore, ids: &[ContentId]) -> Result<Vec<bool>> {
+    let keys: Vec<&[u8]> = ids.iter().map(|id| id.0.as_slice()).collect();
+    let own = kv.contains_each(NS_OBJECTS, &keys)?;
+    let packed = kv.contains_each(crate::pack::NS_PACKED, &keys)?;
+    Ok(own.iter().zip(packed).map(|(a, b)| *a || b).collect())
+}
+
 /// Decrypts and verifies a stored value read under `id`.
 ///
 /// # Errors

@@ -128,11 +128,6 @@ impl Packer {
         self.entries.is_empty()
     }
 
-    /// Whether `id` was added to this packer.
-    pub fn contains(&self, id: &ContentId) -> bool {
-        self.added.contains(id)
-    }
-
     /// Appends the object `id` (whose content is `bytes`) unless it was added already.
     pub fn add(&mut self, id: ContentId, class: ContentClass, bytes: &[u8]) {
         if !self.added.insert(id) {

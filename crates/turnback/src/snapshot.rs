@@ -254,38 +254,58 @@ pub fn take_with(
         return Ok(record);
     }
 
-    // Read and hash in parallel, in batches; pack what the store lacks into shared blocks,
-    // compress and encrypt those in parallel, and store each batch.
+    // Read, hash and pack what the store lacks; each batch is stored by a writer thread
+    // while the next one is read.
     let mut stat_after = vec![None; walked.entries.len()];
-    for batch in batches(&to_read, &walked.entries) {
-        cancelled(opts)?;
-        let read: Vec<(usize, Result<ReadFile>)> =
-            batch.par_iter().map(|&i| (i, read_and_hash(store, &workspace.root, &walked.entries[i]))).collect();
-        let mut packer = Packer::default();
-        for (i, result) in read {
-            match result {
-                Ok((id, bytes, stat)) => {
-                    if !packer.contains(&id) && !object::exists(store.kv(), &id)? {
-                        packer.add(id, ContentClass::of(&bytes), &bytes);
-                    }
-                    ids[i] = Some(id);
-                    stat_after[i] = Some(stat);
-                }
-                // Vanished or became unreadable since the walk: left out, with the reason.
-                Err(e) => record.skipped_paths.push(Skipped {
-                    path: String::from_utf8_lossy(&walked.entries[i].path).into_owned(),
-                    reason: e.message,
-                }),
+    let mut packed = HashSet::new();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<crate::pack::SealedPack>(1);
+    let stored = std::thread::scope(|scope| -> Result<u64> {
+        let writer = scope.spawn(move || -> Result<u64> {
+            let mut written = 0;
+            for sealed in rx {
+                let mut txn = store.kv().begin()?;
+                written += sealed.store(&mut *txn)?;
+                txn.commit()?;
             }
-        }
-        if packer.is_empty() {
-            continue;
-        }
-        let sealed = packer.seal(store.keys())?;
-        let mut txn = store.kv().begin()?;
-        record.stored_bytes += sealed.store(&mut *txn)?;
-        txn.commit()?;
-    }
+            Ok(written)
+        });
+        let reading = (|| -> Result<()> {
+            for batch in batches(&to_read, &walked.entries) {
+                cancelled(opts)?;
+                let read: Vec<(usize, Result<ReadFile>)> =
+                    batch.par_iter().map(|&i| (i, read_and_hash(store, &workspace.root, &walked.entries[i]))).collect();
+                let read_ids: Vec<ContentId> = read.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
+                let mut in_store = object::exist_each(store.kv(), &read_ids)?.into_iter();
+                let mut packer = Packer::default();
+                for (i, result) in read {
+                    match result {
+                        Ok((id, bytes, stat)) => {
+                            // `packed`: an earlier batch may still be on its way to the store.
+                            if !in_store.next().unwrap_or(false) && packed.insert(id) {
+                                packer.add(id, ContentClass::of(&bytes), &bytes);
+                            }
+                            ids[i] = Some(id);
+                            stat_after[i] = Some(stat);
+                        }
+                        // Vanished or became unreadable since the walk: left out, with the reason.
+                        Err(e) => record.skipped_paths.push(Skipped {
+                            path: String::from_utf8_lossy(&walked.entries[i].path).into_owned(),
+                            reason: e.message,
+                        }),
+                    }
+                }
+                if !packer.is_empty() && tx.send(packer.seal(store.keys())?).is_err() {
+                    break; // the writer failed; its error is reported below
+                }
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let written = writer.join().map_err(|_| Error::new(ErrorCode::Io, "snapshot writer thread panicked"))?;
+        reading?;
+        written
+    })?;
+    record.stored_bytes += stored;
 
     // Build the trees bottom-up and commit them with the record and the new stat cache.
     // Nothing read and exactly the cached paths: the old cache still describes this
@@ -400,8 +420,20 @@ fn read_and_hash(store: &Store, root: &std::path::Path, e: &Entry) -> Result<Rea
     if !meta.is_file() {
         return Err(Error::new(ErrorCode::Io, "no longer a regular file"));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.read_to_end(&mut bytes).map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    // Exactly the size fstat gave (what the stat cache records with it): a file that grew
+    // meanwhile has a new size and is read again next time; one that shrank ends early.
+    // (`read_to_end` would stat and seek again and read once more to see the end.)
+    let mut bytes = vec![0u8; meta.len() as usize];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(Error::new(ErrorCode::Io, format!("{}: {err}", path.display()))),
+        }
+    }
+    bytes.truncate(filled);
     let id = ContentId(store.keys().content_id(&bytes));
     use std::os::unix::fs::MetadataExt;
     let stat = walk::Stat {
