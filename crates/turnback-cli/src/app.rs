@@ -109,6 +109,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Session(c) => commands::session::run(ctx, c),
         Command::Turn(t) => commands::turn::run(ctx, t),
         Command::Turns => commands::turn::list(ctx),
+        Command::History(h) => commands::history::run(ctx, h),
         Command::TurnSnapshot { turn } => commands::turn::detached_snapshot(ctx, &turn),
         Command::Rollback(args) => commands::rollback::run(ctx, args),
         Command::Rewind { to, apply, plan, force } => commands::rewind::run(ctx, to, apply, plan, force),

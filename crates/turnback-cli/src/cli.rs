@@ -88,6 +88,9 @@ pub enum Command {
     ///
     /// Example: turnback turns --json
     Turns,
+    /// The session's conversation history: append, show, export, import.
+    #[command(subcommand)]
+    History(HistoryCommand),
     /// Internal: take a turn's start snapshot (run detached by `turn begin`).
     #[command(name = "__turn-snapshot", hide = true)]
     TurnSnapshot {
@@ -302,6 +305,59 @@ pub enum SessionCommand {
         /// The session.
         id: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// Append entries read from stdin: one JSON object, an array of them, or JSON lines.
+    /// Fields: role (user|assistant), content, and optionally turnId (default: the running
+    /// turn, else the newest), prompt, thinking, toolCalls [{name, input, output}],
+    /// background, at. Each entry is durable once appended; caps are applied and noted.
+    ///
+    /// Example: echo '{"role":"user","content":"fix the test"}' | turnback history append
+    Append,
+    /// Show the history: all of it, one turn, or a tail widened to start at a user entry
+    /// (marked partial).
+    ///
+    /// Example: turnback history show --tail 20
+    Show {
+        /// Only turn T (its index or id).
+        #[arg(long, value_name = "T", conflicts_with = "tail")]
+        turn: Option<String>,
+        /// Only the newest N entries (more, to start at a user entry).
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+    },
+    /// Export the history: `jsonl` (one entry per line) or `messages` (a role/content array
+    /// to seed a stateless model API). A file written with --output is owner-only (0600).
+    ///
+    /// Example: turnback history export --format messages --output context.json
+    Export {
+        /// The format.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+        /// Write to this file instead of stdout.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
+    /// Rebuild the session's history and turns from an agent's own transcript, once
+    /// (re-running adds only rows the transcript gained since).
+    ///
+    /// Example: turnback history import --claude-code ~/.claude/projects/-src-app/3f2c….jsonl
+    Import {
+        /// A Claude Code session transcript (JSON lines).
+        #[arg(long, value_name = "TRANSCRIPT")]
+        claude_code: PathBuf,
+    },
+}
+
+/// History export formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// One entry per line, every field.
+    Jsonl,
+    /// A JSON array of {role, content}.
+    Messages,
 }
 
 #[derive(Debug, Subcommand)]

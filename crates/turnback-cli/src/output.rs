@@ -21,11 +21,18 @@ pub struct Outcome {
     pub json: Value,
     pub text: String,
     pub exit: i32,
+    /// Printed exactly as it is, with or without `--json` (an export's own format).
+    pub raw: bool,
 }
 
 impl Outcome {
     pub fn ok(json: Value, text: impl Into<String>) -> Self {
-        Outcome { json, text: text.into(), exit: exit::SUCCESS }
+        Outcome { json, text: text.into(), exit: exit::SUCCESS, raw: false }
+    }
+
+    /// Output that is a document of its own (JSON lines, a JSON array).
+    pub fn raw(text: String) -> Self {
+        Outcome { json: Value::Null, text, exit: exit::SUCCESS, raw: true }
     }
 
     pub fn with_exit(mut self, code: i32) -> Self {
@@ -46,7 +53,9 @@ pub fn exit_code(code: ErrorCode) -> i32 {
 }
 
 pub fn print(outcome: &Outcome, json_mode: bool) {
-    if json_mode {
+    if outcome.raw {
+        print!("{}", outcome.text);
+    } else if json_mode {
         println!("{}", serde_json::to_string_pretty(&outcome.json).expect("JSON values serialize"));
     } else if !outcome.text.is_empty() {
         println!("{}", outcome.text.trim_end());

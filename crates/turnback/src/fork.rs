@@ -1,4 +1,5 @@
-//! Forks: a new session that carries an earlier one's turns and snapshots through a turn,
+//! Forks: a new session that carries an earlier one's turns, snapshots and conversation
+//! history through a turn,
 //! optionally with its files materialised into a separate working tree.
 //!
 //! Invariants: the fork holds its own copies of the turn and snapshot records (pointing at
@@ -31,6 +32,8 @@ pub struct Forked {
     pub turns: u64,
     /// Snapshots carried.
     pub snapshots: u64,
+    /// History entries carried (those of the carried turns).
+    pub history_entries: u64,
     /// Where the files were written, with `--into`.
     pub into: Option<PathBuf>,
     /// Files written there.
@@ -76,11 +79,14 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
             originals.insert(id.clone(), snapshot::get(store, id)?);
         }
     }
+    let history = crate::history::read(store, from, &crate::history::Selection::All)?.entries;
+    let mut turn_map = std::collections::HashMap::new();
     let mut txn = store.kv().begin()?;
     let mut snapshots = 0;
     for t in &carried {
         let mut copy = (*t).clone();
         copy.turn_id = turn::new_id();
+        turn_map.insert(t.turn_id.clone(), copy.turn_id.clone());
         copy.session_id = session.id.clone();
         let mut refs = vec![&mut copy.snapshot];
         if let Some(e) = copy.end_snapshot.as_mut() {
@@ -100,6 +106,7 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         }
         turn::put(store, &mut *txn, &copy)?;
     }
+    let history_entries = crate::history::copy_in(store, &mut *txn, &session.id, &history, &turn_map)?;
     let forked = Session { parent: Some(from.to_string()), prompt_round: last, ..session };
     crate::session::put_in(store, &mut *txn, &forked)?;
     txn.commit()?;
@@ -134,6 +141,7 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         session: forked,
         turns: carried.len() as u64,
         snapshots,
+        history_entries,
         into: into.map(Path::to_path_buf),
         files_written,
         not_written,

@@ -127,6 +127,10 @@ pub struct Rewound {
     pub plan: Plan,
     /// The checkpoint holding what the rewind overwrote (roll it back to undo the rewind).
     pub checkpoint_id: Option<String>,
+    /// The prompt that started the turn rewound to, so it can be offered again.
+    pub restored_prompt: Option<String>,
+    /// History entries removed (those of the rewound turns).
+    pub history_entries_removed: u64,
 }
 
 fn root_of(r: &SnapshotRecord) -> Result<ContentId> {
@@ -194,7 +198,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         }
     }
     let paths_all: BTreeSet<&Vec<u8>> = target.keys().chain(current.keys()).collect();
-    let hidden_at_target = HiddenAtTarget::new(store, ws, &target, &target_record)?;
+    let hidden_at_target = HiddenAtTarget::new(store, ws, &target, &target_record);
     let others = other_sessions_paths(store, ws, session, &first.turn_id)?;
     let mut paths = Vec::new();
     for p in paths_all {
@@ -339,7 +343,8 @@ pub fn apply(
     }
     let work: Vec<usize> = (0..plan.paths.len()).filter(|&i| plan.paths[i].action != Action::LeaveAlone).collect();
     if work.is_empty() {
-        return Ok(Rewound { plan, checkpoint_id: None });
+        let (restored_prompt, history_entries_removed) = cut_history(store, session, to)?;
+        return Ok(Rewound { plan, checkpoint_id: None, restored_prompt, history_entries_removed });
     }
     // Symlinks are restored only where nothing is in the way; files go through the
     // checked path with a checkpoint of what they replace.
@@ -407,54 +412,64 @@ pub fn apply(
         *counts.entry(key).or_insert(0) += 1;
     }
     plan.counts = counts;
-    Ok(Rewound { plan, checkpoint_id: Some(id) })
+    let (restored_prompt, history_entries_removed) = cut_history(store, session, to)?;
+    Ok(Rewound { plan, checkpoint_id: Some(id), restored_prompt, history_entries_removed })
+}
+
+/// Cuts the conversation history before turn `to` (its entries and every later turn's go)
+/// and returns turn `to`'s prompt with how many entries went.
+fn cut_history(store: &Store, session: &Session, to: u64) -> Result<(Option<String>, u64)> {
+    let turns = crate::turn::list(store, &session.id)?;
+    let Some(target) = turns.iter().find(|t| t.index == to) else { return Ok((None, 0)) };
+    let prompt = crate::history::prompt_of(store, &session.id, &target.turn_id)?;
+    let cut: std::collections::HashSet<String> =
+        turns.iter().filter(|t| t.index >= to).map(|t| t.turn_id.clone()).collect();
+    let keyed = crate::history::keyed(store, &session.id)?;
+    let mut txn = store.kv().begin()?;
+    let removed = crate::history::cut_in(store, &mut *txn, &session.id, &keyed, &cut)?;
+    txn.commit()?;
+    Ok((prompt, removed))
 }
 
 /// What the target snapshot could not see: paths ignored by its own ignore files (and the
 /// workspace's `.git/info/exclude`), excluded by name, inside a nested repository, or left
 /// out with a reason when it was taken.
-struct HiddenAtTarget {
-    matchers: Vec<(Vec<u8>, ignore::gitignore::Gitignore)>,
+///
+/// An ignore file is read from the snapshot only when a path below its directory is asked
+/// about (a large tree holds hundreds; a rewind usually asks about a few paths). One that
+/// cannot be read hides everything below it: a rewind then never deletes there.
+struct HiddenAtTarget<'a> {
+    store: &'a Store,
+    root: std::path::PathBuf,
+    /// (directory with trailing `/` or empty, the ignore file's node), in path order.
+    ignore_files: Vec<(Vec<u8>, Node)>,
+    /// Matchers built so far, by index into `ignore_files` (`None`: unreadable).
+    built: std::cell::RefCell<BTreeMap<usize, Option<ignore::gitignore::Gitignore>>>,
+    exclude: Option<ignore::gitignore::Gitignore>,
     under: Vec<Vec<u8>>,
 }
 
-impl HiddenAtTarget {
-    fn new(store: &Store, ws: &Workspace, target: &BTreeMap<Vec<u8>, Node>, record: &SnapshotRecord) -> Result<Self> {
-        use std::os::unix::ffi::OsStrExt;
-        let mut matchers = Vec::new();
-        for (path, node) in target {
-            let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default();
-            if (name == b".gitignore" || name == b".ignore") && matches!(node.kind, NodeKind::File(_)) {
-                let dir = path[..path.len() - name.len()].to_vec();
-                let root = ws.root.join(std::ffi::OsStr::from_bytes(&dir));
-                let mut b = ignore::gitignore::GitignoreBuilder::new(&root);
-                for line in String::from_utf8_lossy(&bytes_of(store, node)?).lines() {
-                    let _ = b.add_line(None, line);
-                }
-                if let Ok(g) = b.build() {
-                    matchers.push((dir, g));
-                }
-            }
-        }
-        let exclude = ws.root.join(".git/info/exclude");
-        if let Ok(text) = std::fs::read_to_string(&exclude) {
-            let mut b = ignore::gitignore::GitignoreBuilder::new(&ws.root);
-            for line in text.lines() {
-                let _ = b.add_line(None, line);
-            }
-            if let Ok(g) = b.build() {
-                matchers.push((Vec::new(), g));
-            }
-        }
+impl<'a> HiddenAtTarget<'a> {
+    fn new(store: &'a Store, ws: &Workspace, target: &BTreeMap<Vec<u8>, Node>, record: &SnapshotRecord) -> Self {
+        let ignore_files = target
+            .iter()
+            .filter_map(|(path, node)| {
+                let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default();
+                ((name == b".gitignore" || name == b".ignore") && matches!(node.kind, NodeKind::File(_)))
+                    .then(|| (path[..path.len() - name.len()].to_vec(), node.clone()))
+            })
+            .collect();
+        let exclude = std::fs::read_to_string(ws.root.join(".git/info/exclude"))
+            .ok()
+            .and_then(|text| matcher(&ws.root, text.lines()));
         let mut under: Vec<Vec<u8>> =
             target.iter().filter(|(_, n)| matches!(n.kind, NodeKind::Gitlink(_))).map(|(p, _)| p.clone()).collect();
         under.extend(record.skipped_paths.iter().map(|s| s.path.as_bytes().to_vec()));
-        Ok(HiddenAtTarget { matchers, under })
+        HiddenAtTarget { store, root: ws.root.clone(), ignore_files, built: Default::default(), exclude, under }
     }
 
     fn hides(&self, path: &[u8]) -> bool {
         use std::os::unix::ffi::OsStrExt;
-        let within = |dir: &[u8]| dir.is_empty() || path.starts_with(dir);
         if self.under.iter().any(|u| path == u.as_slice() || (path.starts_with(u) && path.get(u.len()) == Some(&b'/')))
         {
             return true;
@@ -466,13 +481,39 @@ impl HiddenAtTarget {
         if crate::walk::excluded(name, parent) {
             return true;
         }
-        self.matchers.iter().any(|(dir, g)| {
-            within(dir) && {
-                let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(&path[dir.len()..]));
-                g.matched_path_or_any_parents(rel, false).is_ignore()
+        let ignored = |dir: &[u8], g: &ignore::gitignore::Gitignore| {
+            let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(&path[dir.len()..]));
+            g.matched_path_or_any_parents(rel, false).is_ignore()
+        };
+        if self.exclude.as_ref().is_some_and(|g| ignored(&[], g)) {
+            return true;
+        }
+        let mut built = self.built.borrow_mut();
+        for (i, (dir, node)) in self.ignore_files.iter().enumerate() {
+            if !path.starts_with(dir) {
+                continue;
             }
-        })
+            let g = built.entry(i).or_insert_with(|| {
+                let text = bytes_of(self.store, node).ok()?;
+                matcher(&self.root.join(std::ffi::OsStr::from_bytes(dir)), String::from_utf8_lossy(&text).lines())
+            });
+            match g {
+                Some(g) if ignored(dir, g) => return true,
+                Some(_) => {}
+                None => return true,
+            }
+        }
+        false
     }
+}
+
+/// A gitignore matcher rooted at `root` from `lines` (`None` if it cannot be built).
+fn matcher<'l>(root: &std::path::Path, lines: impl Iterator<Item = &'l str>) -> Option<ignore::gitignore::Gitignore> {
+    let mut b = ignore::gitignore::GitignoreBuilder::new(root);
+    for line in lines {
+        let _ = b.add_line(None, line);
+    }
+    b.build().ok()
 }
 
 /// Paths that checkpoints of *other* sessions in this workspace wrote since the turn

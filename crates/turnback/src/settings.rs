@@ -32,7 +32,12 @@ pub struct Settings {
     pub store_cap: u64,
     /// Snapshot limits.
     pub snapshots: SnapshotLimits,
+    /// A session's conversation history is compacted to half of this when it grows over.
+    pub history_max_session_bytes: u64,
 }
+
+/// Default history budget per session: 32 MiB.
+pub const DEFAULT_HISTORY_BUDGET: u64 = 32 * MIB;
 
 /// Limits on snapshots, checked before any content is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +76,7 @@ impl Default for Settings {
             checkpoint_cap: DEFAULT_CHECKPOINT_CAP,
             store_cap: DEFAULT_STORE_CAP,
             snapshots: SnapshotLimits::default(),
+            history_max_session_bytes: DEFAULT_HISTORY_BUDGET,
         }
     }
 }
@@ -93,6 +99,14 @@ struct File {
     checkpoints: FileCheckpoints,
     #[serde(default)]
     snapshots: FileSnapshots,
+    #[serde(default)]
+    history: FileHistory,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileHistory {
+    max_session_size: Option<SizeValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -154,6 +168,11 @@ later-max-files = 20000
 # whole turns (start and end together) go first, and `turnback gc` reclaims the space.
 max-per-session = 200
 max-session-size = \"2 GiB\"
+
+[history]
+# A session's conversation history keeps at most this much; when an entry takes it over,
+# the oldest entries go, keeping the newest half (starting at a user prompt).
+max-session-size = \"32 MiB\"
 ";
 
 impl Settings {
@@ -197,6 +216,9 @@ impl Settings {
         }
         if let Some(v) = &f.max_session_size {
             s.snapshots.max_session_bytes = v.bytes("max-session-size")?;
+        }
+        if let Some(v) = &file.history.max_session_size {
+            s.history_max_session_bytes = v.bytes("history max-session-size")?.max(64 * 1024);
         }
         if let Some(r) = overrides.retention_prompt_rounds {
             s.retention_prompt_rounds = validate_retention(i64::from(r))?;

@@ -39,6 +39,8 @@ pub(crate) const SEALED_NAMESPACES: &[Ns] = &[
     crate::snapshot::NS_SNAPSHOTS,
     crate::statcache::NS_STATCACHE,
     crate::turn::NS_TURNS,
+    crate::history::NS_HISTORY,
+    crate::history::NS_HISTORY_TOTALS,
 ];
 
 /// How to open a store.

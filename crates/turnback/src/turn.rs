@@ -233,6 +233,41 @@ pub fn record(
     Ok(turn)
 }
 
+/// Records a finished turn rebuilt from elsewhere (an imported transcript) inside `txn`:
+/// the next index, the given times, no snapshot (with `why`). Advances the session's round.
+pub(crate) fn insert_finished_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    session: &str,
+    prompt: &str,
+    started_at: &str,
+    ended_at: &str,
+    why: &str,
+) -> Result<Turn> {
+    let prefix = format!("{session}/");
+    let keys = txn.keys(NS_BY_SESSION, prefix.as_bytes())?;
+    let index =
+        keys.last().and_then(|k| std::str::from_utf8(&k[prefix.len()..]).ok()?.parse::<u64>().ok()).unwrap_or(0) + 1;
+    let turn = Turn {
+        turn_id: new_id(),
+        session_id: session.to_string(),
+        index,
+        kind: TurnKind::Prompt,
+        preview: preview(prompt),
+        started_at: started_at.to_string(),
+        ended_at: Some(ended_at.to_string()),
+        snapshot: SnapshotRef { id: None, late: false, skipped: Some(why.to_string()) },
+        end_snapshot: None,
+    };
+    put(store, txn, &turn)?;
+    if let Some(v) = txn.get(NS_SESSIONS, session.as_bytes())? {
+        let mut s: Session = store.open_record(NS_SESSIONS, session.as_bytes(), &v)?;
+        s.prompt_round = index;
+        crate::session::put_in(store, txn, &s)?;
+    }
+    Ok(turn)
+}
+
 fn snapshot_skip_reason(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<String>> {
     Ok(match txn.get(snapshot::NS_SNAPSHOTS, id.as_bytes())? {
         Some(v) => store.open_record::<SnapshotRecord>(snapshot::NS_SNAPSHOTS, id.as_bytes(), &v)?.skipped,

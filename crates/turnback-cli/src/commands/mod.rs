@@ -3,6 +3,7 @@
 pub mod checkpoints;
 pub mod diff;
 pub mod fs;
+pub mod history;
 pub mod init;
 pub mod key;
 pub mod maintenance;

@@ -26,6 +26,12 @@ pub fn run(ctx: &Ctx, to: u64, apply: bool, plan_id: Option<String>, force: Vec<
         if let Some(id) = &done.checkpoint_id {
             text.push_str(&format!("undo it with `turnback rollback {id} --apply`\n"));
         }
+        if done.history_entries_removed > 0 {
+            text.push_str(&format!("history: {} entries of the rewound turns removed\n", done.history_entries_removed));
+        }
+        if let Some(prompt) = &done.restored_prompt {
+            text.push_str(&format!("turn {to}'s prompt, to send again:\n{prompt}\n"));
+        }
         let code = exit_for(&done.plan);
         Ok(Outcome::ok(json!(done), text).with_exit(code))
     } else {

@@ -5,6 +5,7 @@ mod common;
 mod test_canary;
 mod test_checkpoints;
 mod test_crash;
+mod test_history;
 mod test_keys;
 mod test_repository;
 mod test_rewind;
