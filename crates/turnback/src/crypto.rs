@@ -196,7 +196,23 @@ pub fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize
     let compressed = cipher
         .decrypt(&Nonce::<Aes256Gcm>::from(nonce), Payload { msg: ct, aad: &aad })
         .map_err(|_| Error::corrupt(what, "authentication failed (altered ciphertext or metadata)"))?;
-    zstd::bulk::decompress(&compressed, max_len).map_err(|_| Error::corrupt(what, "bad compressed frame"))
+    decompress(&compressed, max_len).ok_or_else(|| Error::corrupt(what, "bad compressed frame"))
+}
+
+/// zstd decompression with one context per thread (a rewind or diff opens thousands of
+/// tree nodes; making a context each time showed in profiles).
+fn decompress(compressed: &[u8], max_len: usize) -> Option<Vec<u8>> {
+    use std::cell::RefCell;
+    thread_local! {
+        static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+    }
+    CONTEXT.with(|cell| {
+        let mut context = cell.borrow_mut();
+        if context.is_none() {
+            *context = zstd::bulk::Decompressor::new().ok();
+        }
+        context.as_mut()?.decompress(compressed, max_len).ok()
+    })
 }
 
 /// Lower-case hex of `bytes`.

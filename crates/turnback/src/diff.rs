@@ -57,23 +57,53 @@ pub struct NumStat {
 
 /// The changed paths between the trees `from` and `to`, sorted by path.
 pub fn trees(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<Changed>> {
-    let mut out = Vec::new();
-    compare(store, String::new(), Some(*from), Some(*to), &mut out)?;
+    let mut out: Vec<Changed> = raw(store, from, to)?
+        .into_iter()
+        .map(|r| Changed {
+            path: String::from_utf8_lossy(&r.path).into_owned(),
+            change: r.change,
+            old: r.old,
+            new: r.new,
+        })
+        .collect();
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 
-fn join(prefix: &str, name: &[u8]) -> String {
-    let name = String::from_utf8_lossy(name);
-    if prefix.is_empty() { name.into_owned() } else { format!("{prefix}/{name}") }
+/// One changed path as raw bytes, with its nodes on each side (files, symlinks and nested
+/// repositories; a directory is never a node here, only the paths below it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawChange {
+    pub path: Vec<u8>,
+    pub change: Change,
+    pub old: Option<Node>,
+    pub new: Option<Node>,
+}
+
+/// The changed paths between `from` and `to` as raw bytes, sorted bytewise.
+pub(crate) fn raw(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<RawChange>> {
+    let mut out = Vec::new();
+    compare(store, Vec::new(), Some(*from), Some(*to), &mut out)?;
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(prefix.len() + 1 + name.len());
+    path.extend_from_slice(prefix);
+    if !prefix.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
 }
 
 fn compare(
     store: &Store,
-    prefix: String,
+    prefix: Vec<u8>,
     a: Option<ContentId>,
     b: Option<ContentId>,
-    out: &mut Vec<Changed>,
+    out: &mut Vec<RawChange>,
 ) -> Result<()> {
     if a == b {
         return Ok(());
@@ -112,7 +142,7 @@ fn compare(
     Ok(())
 }
 
-fn side(store: &Store, prefix: &str, l: Option<&Node>, r: Option<&Node>, out: &mut Vec<Changed>) -> Result<()> {
+fn side(store: &Store, prefix: &[u8], l: Option<&Node>, r: Option<&Node>, out: &mut Vec<RawChange>) -> Result<()> {
     let path = join(prefix, &l.or(r).expect("one side").name);
     let tree_of = |n: Option<&Node>| match n.map(|n| &n.kind) {
         Some(NodeKind::Tree(id)) => Some(*id),
@@ -133,7 +163,7 @@ fn side(store: &Store, prefix: &str, l: Option<&Node>, r: Option<&Node>, out: &m
         (Some(a), Some(b)) if a.kind == b.kind && a.mode == b.mode => return Ok(()),
         _ => Change::Modified,
     };
-    out.push(Changed { path, change, old: l.cloned(), new: r.cloned() });
+    out.push(RawChange { path, change, old: l.cloned(), new: r.cloned() });
     Ok(())
 }
 

@@ -142,16 +142,13 @@ fn root_of(r: &SnapshotRecord) -> Result<ContentId> {
     })
 }
 
-fn tree_at(store: &Store, id: Option<&str>) -> Result<Option<BTreeMap<Vec<u8>, Node>>> {
+/// The root of snapshot `id`, if it exists and was not skipped.
+fn root_at(store: &Store, id: Option<&str>) -> Result<Option<ContentId>> {
     let Some(id) = id else { return Ok(None) };
-    let record = match snapshot::get(store, id) {
-        Ok(r) => r,
-        Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    match record.root.as_deref().and_then(ContentId::from_hex) {
-        Some(root) => Ok(Some(snapshot::flatten(store, &root)?)),
-        None => Ok(None),
+    match snapshot::get(store, id) {
+        Ok(r) => Ok(r.root.as_deref().and_then(ContentId::from_hex)),
+        Err(e) if e.code == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
@@ -178,31 +175,34 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         ))
     })?;
     let target_record = snapshot::get(store, &target_id)?;
-    let target = snapshot::flatten(store, &root_of(&target_record)?)?;
+    let target_root = root_of(&target_record)?;
     let current_record = snapshot::take(store, ws, session, SnapshotKind::PreRewind)?;
-    let current = snapshot::flatten(store, &root_of(&current_record)?)?;
+    let current_root = root_of(&current_record)?;
 
     // The chain each path must follow: start(T) -> end(T) = start(T+1) -> ... -> end(last) = now.
     let mut ends = Vec::new();
     let mut starts = Vec::new();
     for (i, t) in turns.iter().enumerate() {
         let end = match &t.end_snapshot {
-            Some(e) => tree_at(store, e.id.as_deref())?,
+            Some(e) => root_at(store, e.id.as_deref())?,
             // A running last turn: its end is now.
-            None if i + 1 == turns.len() => Some(current.clone()),
+            None if i + 1 == turns.len() => Some(current_root),
             None => None,
         };
         ends.push(end);
         if i > 0 {
-            starts.push(tree_at(store, t.snapshot.id.as_deref())?);
+            starts.push(root_at(store, t.snapshot.id.as_deref())?);
         }
     }
-    let paths_all: BTreeSet<&Vec<u8>> = target.keys().chain(current.keys()).collect();
-    let hidden_at_target = HiddenAtTarget::new(store, ws, &target, &target_record);
+    // Only the paths that differ between the target and now (found by descending into the
+    // directories whose ids differ), each looked up along the chain.
+    let changed = crate::diff::raw(store, &target_root, &current_root)?;
+    let mut lookup = snapshot::Lookup::new(store);
+    let mut hidden_at_target = HiddenAtTarget::new(store, ws, target_root, &target_record);
     let others = other_sessions_paths(store, ws, session, &first.turn_id)?;
     let mut paths = Vec::new();
-    for p in paths_all {
-        let (t, c) = (target.get(p), current.get(p));
+    for change in &changed {
+        let (p, t, c) = (&change.path, change.old.as_ref(), change.new.as_ref());
         if same(t, c) {
             continue;
         }
@@ -217,7 +217,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
             };
             let next = if k + 1 < ends.len() {
                 match &starts[k] {
-                    Some(s) => Some(s),
+                    Some(s) => *s,
                     None => {
                         reason = Some(Reason::Unverified);
                         detail = Some(format!("turn {}'s start snapshot is missing", turns[k + 1].index));
@@ -225,9 +225,11 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
                     }
                 }
             } else {
-                Some(&current)
+                current_root
             };
-            if !same(end.get(p), next.and_then(|n| n.get(p))) {
+            let at_end = lookup.node(end, p)?;
+            let at_next = if next == current_root { c.cloned() } else { lookup.node(&next, p)? };
+            if !same(at_end.as_ref(), at_next.as_ref()) {
                 reason =
                     Some(if k + 1 < ends.len() { Reason::HandEditBetweenTurns } else { Reason::HandEditAfterLastTurn });
                 detail = Some(if k + 1 < ends.len() {
@@ -249,7 +251,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
             reason = Some(Reason::Symlink);
             detail = Some("a symlink: rewind restores files only; restore the link by hand".into());
         }
-        if reason.is_none() && t.is_none() && hidden_at_target.hides(p) {
+        if reason.is_none() && t.is_none() && hidden_at_target.hides(p)? {
             reason = Some(Reason::NotSnapshotted);
             detail = Some("not in the target snapshot because it was ignored or excluded then; never deleted".into());
         }
@@ -435,75 +437,84 @@ fn cut_history(store: &Store, session: &Session, to: u64) -> Result<(Option<Stri
 /// workspace's `.git/info/exclude`), excluded by name, inside a nested repository, or left
 /// out with a reason when it was taken.
 ///
-/// An ignore file is read from the snapshot only when a path below its directory is asked
-/// about (a large tree holds hundreds; a rewind usually asks about a few paths). One that
-/// cannot be read hides everything below it: a rewind then never deletes there.
+/// Only the ignore files of a path's own ancestor directories are looked up and read, once
+/// each. One that cannot be read hides everything below it: a rewind then never deletes
+/// there.
 struct HiddenAtTarget<'a> {
     store: &'a Store,
     root: std::path::PathBuf,
-    /// (directory with trailing `/` or empty, the ignore file's node), in path order.
-    ignore_files: Vec<(Vec<u8>, Node)>,
-    /// Matchers built so far, by index into `ignore_files` (`None`: unreadable).
-    built: std::cell::RefCell<BTreeMap<usize, Option<ignore::gitignore::Gitignore>>>,
+    target: ContentId,
+    lookup: snapshot::Lookup<'a>,
+    /// Matchers by ignore file path (`None`: none there; `Some(None)`: unreadable).
+    matchers: BTreeMap<Vec<u8>, Option<Option<ignore::gitignore::Gitignore>>>,
     exclude: Option<ignore::gitignore::Gitignore>,
-    under: Vec<Vec<u8>>,
+    skipped: Vec<Vec<u8>>,
 }
 
 impl<'a> HiddenAtTarget<'a> {
-    fn new(store: &'a Store, ws: &Workspace, target: &BTreeMap<Vec<u8>, Node>, record: &SnapshotRecord) -> Self {
-        let ignore_files = target
-            .iter()
-            .filter_map(|(path, node)| {
-                let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default();
-                ((name == b".gitignore" || name == b".ignore") && matches!(node.kind, NodeKind::File(_)))
-                    .then(|| (path[..path.len() - name.len()].to_vec(), node.clone()))
-            })
-            .collect();
+    fn new(store: &'a Store, ws: &Workspace, target: ContentId, record: &SnapshotRecord) -> Self {
         let exclude = std::fs::read_to_string(ws.root.join(".git/info/exclude"))
             .ok()
             .and_then(|text| matcher(&ws.root, text.lines()));
-        let mut under: Vec<Vec<u8>> =
-            target.iter().filter(|(_, n)| matches!(n.kind, NodeKind::Gitlink(_))).map(|(p, _)| p.clone()).collect();
-        under.extend(record.skipped_paths.iter().map(|s| s.path.as_bytes().to_vec()));
-        HiddenAtTarget { store, root: ws.root.clone(), ignore_files, built: Default::default(), exclude, under }
+        HiddenAtTarget {
+            store,
+            root: ws.root.clone(),
+            target,
+            lookup: snapshot::Lookup::new(store),
+            matchers: BTreeMap::new(),
+            exclude,
+            skipped: record.skipped_paths.iter().map(|s| s.path.as_bytes().to_vec()).collect(),
+        }
     }
 
-    fn hides(&self, path: &[u8]) -> bool {
+    fn hides(&mut self, path: &[u8]) -> Result<bool> {
         use std::os::unix::ffi::OsStrExt;
-        if self.under.iter().any(|u| path == u.as_slice() || (path.starts_with(u) && path.get(u.len()) == Some(&b'/')))
-        {
-            return true;
+        let below = |u: &[u8]| path == u || (path.starts_with(u) && path.get(u.len()) == Some(&b'/'));
+        if self.skipped.iter().any(|u| below(u)) || self.lookup.under_gitlink(&self.target, path)? {
+            return Ok(true);
         }
         let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default();
         let parent = path[..path.len() - name.len()]
             .strip_suffix(b"/")
             .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
         if crate::walk::excluded(name, parent) {
-            return true;
+            return Ok(true);
         }
         let ignored = |dir: &[u8], g: &ignore::gitignore::Gitignore| {
             let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(&path[dir.len()..]));
             g.matched_path_or_any_parents(rel, false).is_ignore()
         };
         if self.exclude.as_ref().is_some_and(|g| ignored(&[], g)) {
-            return true;
+            return Ok(true);
         }
-        let mut built = self.built.borrow_mut();
-        for (i, (dir, node)) in self.ignore_files.iter().enumerate() {
-            if !path.starts_with(dir) {
-                continue;
-            }
-            let g = built.entry(i).or_insert_with(|| {
-                let text = bytes_of(self.store, node).ok()?;
-                matcher(&self.root.join(std::ffi::OsStr::from_bytes(dir)), String::from_utf8_lossy(&text).lines())
-            });
-            match g {
-                Some(g) if ignored(dir, g) => return true,
-                Some(_) => {}
-                None => return true,
+        // Every ancestor directory ("", "a/", "a/b/", …) and its ignore files.
+        let dirs = std::iter::once(0).chain(path.iter().enumerate().filter(|(_, c)| **c == b'/').map(|(i, _)| i + 1));
+        for end in dirs.collect::<Vec<_>>() {
+            let dir = &path[..end];
+            for file in [&b".gitignore"[..], b".ignore"] {
+                let key = [dir, file].concat();
+                if !self.matchers.contains_key(&key) {
+                    let built = match self.lookup.node(&self.target, &key)? {
+                        Some(node @ Node { kind: NodeKind::File(_), .. }) => {
+                            Some(bytes_of(self.store, &node).ok().and_then(|text| {
+                                matcher(
+                                    &self.root.join(std::ffi::OsStr::from_bytes(dir)),
+                                    String::from_utf8_lossy(&text).lines(),
+                                )
+                            }))
+                        }
+                        _ => None,
+                    };
+                    self.matchers.insert(key.clone(), built);
+                }
+                match &self.matchers[&key] {
+                    Some(Some(g)) if ignored(dir, g) => return Ok(true),
+                    Some(None) => return Ok(true),
+                    _ => {}
+                }
             }
         }
-        false
+        Ok(false)
     }
 }
 
