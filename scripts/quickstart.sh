@@ -40,10 +40,12 @@ step "cat src/main.rs"
 cat src/main.rs
 step 'turnback turn begin --prompt "add a greeting"   # a whole turn: snapshot at its start'
 "$tb" turn begin --prompt "add a greeting" >/dev/null
+step "turnback history append   # the conversation of the turn, encrypted too"
+printf '{"role":"user","content":"add a greeting"}\n{"role":"assistant","content":"Added greeting.txt."}\n' | "$tb" history append
 printf 'hello\n' > greeting.txt; printf '// tweaked by the agent\n' >> src/main.rs
 step "turnback turn end && turnback diff --stat   # what the turn changed"
 "$tb" turn end; "$tb" diff --stat
-step "turnback rewind --to 1 --apply   # the workspace back to the start of that turn"
+step "turnback rewind --to 1 --apply   # the workspace (and the history) back to the start of that turn"
 "$tb" rewind --to 1 --apply || true
 step "ls; cat src/main.rs"
 ls; cat src/main.rs

@@ -42,7 +42,7 @@ const NS_BY_SESSION: Ns = "snapshots-by-session";
 const NS_BY_TURN: Ns = "snapshots-by-turn";
 const SNAPSHOT_SCHEMA: u16 = 1;
 /// Bytes of file content read and sealed per batch (bounds memory).
-const BATCH_BYTES: u64 = 32 * 1024 * 1024;
+const BATCH_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Why a snapshot was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -270,10 +270,25 @@ pub fn take_with(
             Ok(written)
         });
         let reading = (|| -> Result<()> {
+            // While one batch is read and hashed, the previous one is compressed and
+            // encrypted: both cores stay busy through the batch boundaries.
+            let mut previous: Option<Packer> = None;
             for batch in batches(&to_read, &walked.entries) {
                 cancelled(opts)?;
-                let read: Vec<(usize, Result<ReadFile>)> =
-                    batch.par_iter().map(|&i| (i, read_and_hash(store, &workspace.root, &walked.entries[i]))).collect();
+                let (sealed, read) = rayon::join(
+                    || previous.take().map(|p| p.seal(store.keys())).transpose(),
+                    || -> Vec<(usize, Result<ReadFile>)> {
+                        batch
+                            .par_iter()
+                            .map(|&i| (i, read_and_hash(store, &workspace.root, &walked.entries[i])))
+                            .collect()
+                    },
+                );
+                if let Some(sealed) = sealed?
+                    && tx.send(sealed).is_err()
+                {
+                    return Ok(()); // the writer failed; its error is reported below
+                }
                 let read_ids: Vec<ContentId> = read.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
                 let mut in_store = object::exist_each(store.kv(), &read_ids)?.into_iter();
                 let mut packer = Packer::default();
@@ -294,9 +309,10 @@ pub fn take_with(
                         }),
                     }
                 }
-                if !packer.is_empty() && tx.send(packer.seal(store.keys())?).is_err() {
-                    break; // the writer failed; its error is reported below
-                }
+                previous = Some(packer).filter(|p| !p.is_empty());
+            }
+            if let Some(last) = previous {
+                let _ = tx.send(last.seal(store.keys())?);
             }
             Ok(())
         })();
