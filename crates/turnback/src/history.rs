@@ -134,6 +134,9 @@ pub struct Totals {
     /// The last transcript row imported into this session (`history import`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_imported_row: Option<String>,
+    /// The turn that row belonged to (a transcript that grew mid-turn continues it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_imported_turn: Option<String>,
 }
 
 /// A read of a session's history.
@@ -169,7 +172,7 @@ fn prefix(session: &str) -> Vec<u8> {
     format!("{session}/").into_bytes()
 }
 
-fn totals_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Totals> {
+pub(crate) fn totals_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Totals> {
     match txn.get(NS_HISTORY_TOTALS, session.as_bytes())? {
         Some(v) => store.open_record(NS_HISTORY_TOTALS, session.as_bytes(), &v),
         None => Ok(Totals::default()),
@@ -227,7 +230,8 @@ fn cap_value(value: &mut Value, what: &str, cap: usize, notes: &mut Vec<String>)
     if let Value::String(s) = value {
         // Cut until the JSON form fits (escapes can make it longer than the text).
         let original = s.len();
-        let mut target = cap.saturating_sub(2);
+        // Start below the text's own length: a short text can be long as JSON (escapes).
+        let mut target = cap.saturating_sub(2).min(s.len().saturating_sub(1));
         loop {
             let Some((cut, n)) = cut_text(s, target) else { return };
             if serde_json::to_string(&cut).map_or(usize::MAX, |j| j.len()) <= cap {
@@ -286,12 +290,29 @@ pub fn cap(entry: &mut Entry) {
     if dropped > 0 {
         entry.notes.push(format!("dropped the {dropped} oldest tool calls to fit {ENTRY_CAP} bytes"));
     }
-    // Text alone can still be over (three fields at their cap fit; this is a backstop).
-    if size(entry) > ENTRY_CAP {
+    // Text alone can still be over once escaped as JSON (control characters take six
+    // bytes each): halve the longest text field until the entry fits.
+    while size(entry) > ENTRY_CAP {
         let mut notes = std::mem::take(&mut entry.notes);
-        cap_field(&mut entry.thinking, "thinking", TEXT_CAP / 4, &mut notes);
-        cap_field(&mut entry.prompt, "prompt", TEXT_CAP / 4, &mut notes);
+        let mut content = Some(std::mem::take(&mut entry.content));
+        let longest = [content.as_ref(), entry.prompt.as_ref(), entry.thinking.as_ref()]
+            .map(|f| f.map_or(0, String::len))
+            .into_iter()
+            .enumerate()
+            .max_by_key(|(_, len)| *len)
+            .map_or(0, |(i, _)| i);
+        let (field, name) = match longest {
+            0 => (&mut content, "content"),
+            1 => (&mut entry.prompt, "prompt"),
+            _ => (&mut entry.thinking, "thinking"),
+        };
+        let half = field.as_ref().map_or(0, |f| f.len() / 2);
+        cap_field(field, name, half, &mut notes);
+        entry.content = content.unwrap_or_default();
         entry.notes = notes;
+        if half < 128 {
+            break;
+        }
     }
 }
 
@@ -351,6 +372,11 @@ pub(crate) fn append_prepared(store: &Store, session: &str, entries: &[Entry]) -
     append_in(store, &mut *txn, session, entries)?;
     crate::failpoint::hit("history-before-commit");
     txn.commit()?;
+    enforce_budget(store, session)
+}
+
+/// Compacts the session's history to half its budget if it is over.
+pub(crate) fn enforce_budget(store: &Store, session: &str) -> Result<()> {
     let budget = store.settings().history_max_session_bytes;
     if totals(store, session)?.bytes > budget {
         compact(store, session, budget / 2)?;
@@ -399,17 +425,22 @@ pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
     }
     let mut txn = store.kv().begin()?;
     let mut totals = totals_in(store, &mut *txn, session)?;
-    let removed_bytes: u64 = all[..start].iter().map(|e| e.2).sum();
-    for (key, _, _) in &all[..start] {
-        txn.delete(NS_HISTORY, key)?;
+    // Counted only where the delete found the entry: a concurrent compaction or rewind
+    // may have removed some already.
+    let (mut removed, mut removed_bytes) = (0u64, 0u64);
+    for (key, _, len) in &all[..start] {
+        if txn.delete(NS_HISTORY, key)? {
+            removed += 1;
+            removed_bytes += len;
+        }
     }
-    totals.entries -= start as u64;
+    totals.entries = totals.entries.saturating_sub(removed);
     totals.bytes = totals.bytes.saturating_sub(removed_bytes);
-    totals.compacted_entries += start as u64;
+    totals.compacted_entries += removed;
     totals.compacted_bytes += removed_bytes;
     put_totals_in(store, &mut *txn, session, &totals)?;
     txn.commit()?;
-    Ok(start as u64)
+    Ok(removed)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -443,9 +474,13 @@ pub fn read(store: &Store, session: &str, selection: &Selection) -> Result<View>
     let (entries, partial) = match selection {
         Selection::All => (all, compacted > 0),
         Selection::Turn(id) => (all.into_iter().filter(|e| e.turn_id == *id).collect(), false),
+        Selection::Tail(0) => {
+            let partial = !all.is_empty() || compacted > 0;
+            (Vec::new(), partial)
+        }
         Selection::Tail(n) => {
             let mut start = all.len().saturating_sub(*n);
-            while start > 0 && all[start].role != Role::User {
+            while start > 0 && start < all.len() && all[start].role != Role::User {
                 start -= 1;
             }
             let partial = start > 0 || compacted > 0;
@@ -495,9 +530,8 @@ pub(crate) fn cut_in(
     let mut totals = totals_in(store, txn, session)?;
     let mut removed = 0;
     for (key, entry, len) in keyed {
-        if turn_ids.contains(&entry.turn_id) {
-            txn.delete(NS_HISTORY, key)?;
-            totals.entries -= 1;
+        if turn_ids.contains(&entry.turn_id) && txn.delete(NS_HISTORY, key)? {
+            totals.entries = totals.entries.saturating_sub(1);
             totals.bytes = totals.bytes.saturating_sub(*len);
             removed += 1;
         }
@@ -590,6 +624,25 @@ mod tests {
         assert!(serde_json::to_string(&call.input).unwrap().len() <= TOOL_CAP);
         assert!(serde_json::to_string(call.output.as_ref().unwrap()).unwrap().len() <= TOOL_CAP);
         assert_eq!(e.notes.len(), 2, "{:?}", e.notes);
+    }
+
+    #[test]
+    fn caps_hold_for_text_that_json_escapes_long() {
+        let mut e = entry("ok");
+        e.tool_calls = Some(vec![ToolCall {
+            name: "Bash".into(),
+            input: Value::Null,
+            output: Some(Value::String("\u{1}".repeat(60_000))),
+        }]);
+        cap(&mut e);
+        let out = serde_json::to_string(e.tool_calls.as_ref().unwrap()[0].output.as_ref().unwrap()).unwrap();
+        assert!(out.len() <= TOOL_CAP, "{}", out.len());
+        assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
+        let mut e = entry("ok");
+        e.thinking = Some("\u{2}".repeat(250_000)); // under 256 KiB as text, 1.5 MB as JSON
+        cap(&mut e);
+        assert!(size(&e) <= ENTRY_CAP, "{}", size(&e));
+        assert!(e.notes.iter().any(|n| n.starts_with("thinking: cut")), "{:?}", e.notes);
     }
 
     #[test]

@@ -227,14 +227,7 @@ pub fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
     let snapshot_live = crate::snapshot::live_objects(store)?;
     let mut txn = store.kv().begin()?;
     let mut live: HashSet<Vec<u8>> = snapshot_live.into_iter().map(|id| id.0.to_vec()).collect();
-    for key in txn.keys(NS_ARTIFACTS, b"")? {
-        if let Some(v) = txn.get(NS_ARTIFACTS, &key)?
-            && let Ok(rec) = serde_json::from_slice::<ArtifactRecord>(&v)
-            && let Some(id) = ContentId::from_hex(&rec.digest)
-        {
-            live.insert(id.0.to_vec());
-        }
-    }
+    live.extend(artifact_content_in(&mut *txn)?.into_iter().map(|id| id.0.to_vec()));
     let (mut removed, mut bytes) = (0, 0);
     for key in txn.keys(NS_OBJECTS, b"")? {
         if !live.contains(&key) {
@@ -245,8 +238,22 @@ pub fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
     }
     txn.commit()?;
     let live: HashSet<ContentId> = live.iter().filter_map(|k| ContentId::try_from_slice(k)).collect();
-    let packed = crate::pack::sweep(store.keys(), store.kv(), &live)?;
+    let packed = crate::pack::sweep(store.keys(), store.kv(), &live, &artifact_content_in)?;
     Ok((removed + packed.objects, bytes + packed.bytes))
+}
+
+/// The content every artifact record names, read inside `txn`.
+fn artifact_content_in(txn: &mut dyn crate::kv::Txn) -> Result<HashSet<ContentId>> {
+    let mut out = HashSet::new();
+    for key in txn.keys(NS_ARTIFACTS, b"")? {
+        if let Some(v) = txn.get(NS_ARTIFACTS, &key)?
+            && let Ok(rec) = serde_json::from_slice::<ArtifactRecord>(&v)
+            && let Some(id) = ContentId::from_hex(&rec.digest)
+        {
+            out.insert(id);
+        }
+    }
+    Ok(out)
 }
 
 /// Store usage by kind.

@@ -43,6 +43,8 @@ const BLOCK_MAGIC: &[u8; 3] = b"TB1";
 const BLOCK_HEADER_LEN: usize = 3 + 4 + 2 + 4;
 const BLOCK_SCHEMA: u16 = 1;
 const INDEX_VERSION: u8 = 1;
+/// How a read names a block that is not there (retried once: gc may have just moved it).
+const MISSING_BLOCK: &str = "its block is missing from the store";
 /// Decrypted blocks kept per thread for reads (a rewind reads neighbours together).
 const CACHED_BLOCKS: usize = 8;
 
@@ -264,8 +266,17 @@ pub(crate) fn contains(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
 /// `corrupt` if a block is missing or does not authenticate, or the joined bytes do not
 /// match the id's digest and the recorded size.
 pub(crate) fn read(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<(ObjectHeader, Vec<u8>)>> {
-    let Some(loc) = locate(kv, id)? else { return Ok(None) };
-    let bytes = join(keys, kv, &loc)?;
+    let Some(mut loc) = locate(kv, id)? else { return Ok(None) };
+    let bytes = match join(keys, kv, &loc) {
+        Ok(b) => b,
+        // `gc` may have moved the object to a new block between our two reads: look again.
+        Err(e) if e.message.contains(MISSING_BLOCK) => {
+            let Some(moved) = locate(kv, id)?.filter(|l| *l != loc) else { return Err(e) };
+            loc = moved;
+            join(keys, kv, &loc)?
+        }
+        Err(e) => return Err(e),
+    };
     if bytes.len() as u64 != loc.size {
         return Err(Error::corrupt("packed object", "size mismatch"));
     }
@@ -321,21 +332,31 @@ pub(crate) struct Swept {
 
 /// Removes the index entries of objects not in `live`, deletes blocks nothing points into,
 /// and copies the live objects of blocks whose live share fell under half into new blocks.
-/// The caller holds the objects lock exclusively (no snapshot is writing).
-pub(crate) fn sweep(keys: &KeyRing, kv: &dyn KeyValueStore, live: &HashSet<ContentId>) -> Result<Swept> {
+/// The caller holds the objects lock exclusively (no snapshot is writing); writers that do
+/// not take it (checkpoint staging, which may refer to a packed object instead of storing
+/// its own copy) are seen by `refresh`, which names what they reference from inside the
+/// very transaction that deletes.
+pub(crate) fn sweep(
+    keys: &KeyRing,
+    kv: &dyn KeyValueStore,
+    live: &HashSet<ContentId>,
+    refresh: &dyn Fn(&mut dyn Txn) -> Result<HashSet<ContentId>>,
+) -> Result<Swept> {
     let mut swept = Swept::default();
     // 1. Drop dead entries and empty blocks.
     let mut entries: Vec<(ContentId, Location)> = Vec::new();
     let mut dead = Vec::new();
+    let mut malformed = false;
     kv.scan(NS_PACKED, b"", &mut |k, v| {
-        let id = ContentId(k.try_into().map_err(|_| Error::corrupt("packed index", "malformed id"))?);
-        if live.contains(&id) {
-            // A malformed entry is kept for `verify` to report, not silently removed.
-            if let Ok(loc) = Location::decode(v) {
-                entries.push((id, loc));
-            }
-        } else {
-            dead.push((id, v.len() as u64));
+        let Some(id) = ContentId::try_from_slice(k) else {
+            malformed = true;
+            return Ok(true);
+        };
+        match Location::decode(v) {
+            Ok(loc) if live.contains(&id) => entries.push((id, loc)),
+            Ok(loc) => dead.push((id, loc, v.len() as u64)),
+            // Kept for `verify` to report, not silently removed.
+            Err(_) => malformed = true,
         }
         Ok(true)
     })?;
@@ -347,26 +368,38 @@ pub(crate) fn sweep(keys: &KeyRing, kv: &dyn KeyValueStore, live: &HashSet<Conte
         }
         Ok(true)
     })?;
+    {
+        let mut txn = kv.begin()?;
+        let referenced = refresh(&mut *txn)?;
+        for (id, loc, len) in dead {
+            if referenced.contains(&id) {
+                entries.push((id, loc));
+            } else if txn.delete(NS_PACKED, &id.0)? {
+                swept.objects += 1;
+                swept.bytes += len;
+            }
+        }
+        // An entry that does not parse hides which blocks it needs: none is deleted.
+        if !malformed {
+            let live_blocks: HashSet<BlockId> =
+                entries.iter().flat_map(|(_, l)| l.pieces.iter().map(|p| p.block)).collect();
+            for (block, (stored, _)) in &block_sizes {
+                if !live_blocks.contains(block) {
+                    txn.delete(NS_BLOCKS, block)?;
+                    swept.bytes += stored;
+                }
+            }
+        }
+        txn.commit()?;
+    }
+    if malformed {
+        return Ok(swept);
+    }
     let mut live_bytes: HashMap<BlockId, u64> = HashMap::new();
     for (_, loc) in &entries {
         for p in &loc.pieces {
             *live_bytes.entry(p.block).or_insert(0) += u64::from(p.len);
         }
-    }
-    {
-        let mut txn = kv.begin()?;
-        for (id, len) in &dead {
-            txn.delete(NS_PACKED, &id.0)?;
-            swept.objects += 1;
-            swept.bytes += len;
-        }
-        for (block, (stored, _)) in &block_sizes {
-            if !live_bytes.contains_key(block) {
-                txn.delete(NS_BLOCKS, block)?;
-                swept.bytes += stored;
-            }
-        }
-        txn.commit()?;
     }
     // 2. Repack blocks mostly dead, a batch at a time.
     let sparse: HashSet<BlockId> = block_sizes
@@ -556,6 +589,34 @@ mod tests {
     }
 
     #[test]
+    fn an_object_referenced_meanwhile_survives_the_sweep_that_found_it_dead() {
+        let kv = MemoryKv::new();
+        let keys = keys(&kv);
+        let ids = pack(&keys, &kv, &[b"staged by a checkpoint meanwhile"]);
+        let swept = sweep(&keys, &kv, &HashSet::new(), &|_| Ok(HashSet::from([ids[0]]))).unwrap();
+        assert_eq!(swept.objects, 0);
+        assert_eq!(read(&keys, &kv, &ids[0]).unwrap().unwrap().1, b"staged by a checkpoint meanwhile");
+    }
+
+    #[test]
+    fn a_malformed_live_entry_keeps_every_block() {
+        let kv = MemoryKv::new();
+        let keys = keys(&kv);
+        let ids = pack(&keys, &kv, &[b"one", b"two"]);
+        let mut txn = kv.begin().unwrap();
+        txn.put(NS_PACKED, &ids[0].0, b"garbage").unwrap();
+        txn.commit().unwrap();
+        sweep(&keys, &kv, &HashSet::from([ids[0]]), &|_| Ok(HashSet::new())).unwrap();
+        let mut blocks = 0;
+        kv.scan_keys(NS_BLOCKS, b"", &mut |_| {
+            blocks += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(blocks, 1, "the block a malformed entry may need is kept");
+    }
+
+    #[test]
     fn index_entries_round_trip_and_reject_trailing_or_missing_bytes() {
         let loc = Location {
             class: ContentClass::BinaryBlob,
@@ -613,7 +674,7 @@ mod tests {
         let b = b"kept".to_vec();
         let ids = pack(&keys, &kv, &[&a, &b]);
         let old_block = locate(&kv, &ids[1]).unwrap().unwrap().pieces[0].block;
-        let swept = sweep(&keys, &kv, &HashSet::from([ids[1]])).unwrap();
+        let swept = sweep(&keys, &kv, &HashSet::from([ids[1]]), &|_| Ok(HashSet::new())).unwrap();
         assert_eq!(swept.objects, 1);
         assert!(locate(&kv, &ids[0]).unwrap().is_none());
         let now = locate(&kv, &ids[1]).unwrap().unwrap().pieces[0].block;

@@ -251,7 +251,10 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
             reason = Some(Reason::Symlink);
             detail = Some("a symlink: rewind restores files only; restore the link by hand".into());
         }
-        if reason.is_none() && t.is_none() && hidden_at_target.hides(p)? {
+        // Whatever else is said about it (a hand edit, an unverified chain), a path the
+        // target could not see is never deleted, forced or not.
+        let soft = !matches!(reason, Some(Reason::NestedRepository | Reason::Symlink));
+        if soft && t.is_none() && hidden_at_target.hides(p)? {
             reason = Some(Reason::NotSnapshotted);
             detail = Some("not in the target snapshot because it was ignored or excluded then; never deleted".into());
         }
@@ -447,22 +450,37 @@ struct HiddenAtTarget<'a> {
     lookup: snapshot::Lookup<'a>,
     /// Matchers by ignore file path (`None`: none there; `Some(None)`: unreadable).
     matchers: BTreeMap<Vec<u8>, Option<Option<ignore::gitignore::Gitignore>>>,
-    exclude: Option<ignore::gitignore::Gitignore>,
+    /// Ignore rules from outside the snapshot: the workspace's and its parents'
+    /// `.git/info/exclude`, and the parents' `.gitignore` and `.ignore`, as on disk now.
+    outside: Vec<ignore::gitignore::Gitignore>,
     skipped: Vec<Vec<u8>>,
 }
 
 impl<'a> HiddenAtTarget<'a> {
     fn new(store: &'a Store, ws: &Workspace, target: ContentId, record: &SnapshotRecord) -> Self {
-        let exclude = std::fs::read_to_string(ws.root.join(".git/info/exclude"))
-            .ok()
-            .and_then(|text| matcher(&ws.root, text.lines()));
+        // The walk also honoured ignore files in the directories above the workspace and
+        // the enclosing repository's exclude file; their rules now stand in for then's.
+        let mut outside = Vec::new();
+        for dir in ws.root.ancestors() {
+            let files = [dir.join(".git/info/exclude"), dir.join(".gitignore"), dir.join(".ignore")];
+            for (i, file) in files.iter().enumerate() {
+                if i > 0 && dir == ws.root {
+                    continue; // the workspace's own ignore files come from the snapshot
+                }
+                if let Ok(text) = std::fs::read_to_string(file)
+                    && let Some(g) = matcher(dir, text.lines())
+                {
+                    outside.push(g);
+                }
+            }
+        }
         HiddenAtTarget {
             store,
             root: ws.root.clone(),
             target,
             lookup: snapshot::Lookup::new(store),
             matchers: BTreeMap::new(),
-            exclude,
+            outside,
             skipped: record.skipped_paths.iter().map(|s| s.path.as_bytes().to_vec()).collect(),
         }
     }
@@ -484,7 +502,8 @@ impl<'a> HiddenAtTarget<'a> {
             let rel = std::path::Path::new(std::ffi::OsStr::from_bytes(&path[dir.len()..]));
             g.matched_path_or_any_parents(rel, false).is_ignore()
         };
-        if self.exclude.as_ref().is_some_and(|g| ignored(&[], g)) {
+        let absolute = self.root.join(std::ffi::OsStr::from_bytes(path));
+        if self.outside.iter().any(|g| g.matched_path_or_any_parents(&absolute, false).is_ignore()) {
             return Ok(true);
         }
         // Every ancestor directory ("", "a/", "a/b/", …) and its ignore files.
@@ -503,7 +522,10 @@ impl<'a> HiddenAtTarget<'a> {
                                 )
                             }))
                         }
-                        _ => None,
+                        // The walk followed a symlinked ignore file; its rules are not in
+                        // the snapshot, so everything below counts as hidden.
+                        Some(_) => Some(None),
+                        None => None,
                     };
                     self.matchers.insert(key.clone(), built);
                 }

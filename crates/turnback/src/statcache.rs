@@ -117,12 +117,16 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
         return Err(bad());
     }
     let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count);
+    // Shared prefixes make paths longer than their encoding, but only so much: a real
+    // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
+    let mut budget = bytes.len().saturating_mul(64).saturating_add(1 << 20);
     for _ in 0..count {
         let shared = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
         let len = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
         let prefix: &[u8] =
             if shared == 0 { &[] } else { paths.last().and_then(|p| p.get(..shared)).ok_or_else(bad)? };
         let suffix = split(&mut rest, len).ok_or_else(bad)?;
+        budget = budget.checked_sub(shared + len).ok_or_else(bad)?;
         let mut path = Vec::with_capacity(shared + len);
         path.extend_from_slice(prefix);
         path.extend_from_slice(suffix);
@@ -198,5 +202,24 @@ mod tests {
         for cut in MAGIC.len()..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut} accepted");
         }
+    }
+
+    #[test]
+    fn shared_prefixes_cannot_blow_up_a_small_input() {
+        let (len, count) = (100_000usize, 1_000usize);
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&0i128.to_le_bytes());
+        varint::put(&mut b, count as u64);
+        varint::put(&mut b, 0);
+        varint::put(&mut b, len as u64);
+        b.extend(std::iter::repeat_n(b'a', len));
+        for i in 1..count {
+            varint::put(&mut b, len as u64);
+            varint::put(&mut b, 1);
+            b.push(i as u8);
+        }
+        b.extend(std::iter::repeat_n(0u8, 92 * count));
+        varint::put(&mut b, 0);
+        assert!(decode(&b).is_err(), "{} input bytes must not decode into ~100 MB of paths", b.len());
     }
 }

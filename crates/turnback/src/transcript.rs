@@ -38,6 +38,8 @@ const NO_SNAPSHOT: &str = "imported from a Claude Code transcript (no snapshot)"
 
 /// A turn being rebuilt.
 struct Building {
+    /// The turn already imported that these rows continue (no new turn, no user entry).
+    continues: Option<String>,
     prompt: String,
     started_at: String,
     ended_at: String,
@@ -101,6 +103,7 @@ pub fn import_claude_code(store: &Store, session: &Session, text: &str) -> Resul
                 }
                 match text {
                     Some(text) if !is_local_command(&text) => turns.push(Building {
+                        continues: None,
                         prompt: text,
                         started_at: at.clone(),
                         ended_at: at,
@@ -112,6 +115,19 @@ pub fn import_claude_code(store: &Store, session: &Session, text: &str) -> Resul
                 }
             }
             _ => {
+                if turns.is_empty()
+                    && let Some(turn) = totals.last_imported_turn.clone().filter(|_| start > 0)
+                {
+                    // The transcript grew in the middle of the turn imported last.
+                    turns.push(Building {
+                        continues: Some(turn),
+                        prompt: String::new(),
+                        started_at: at.clone(),
+                        ended_at: at.clone(),
+                        assistant: None,
+                        calls: HashMap::new(),
+                    });
+                }
                 let Some(t) = turns.last_mut() else {
                     // An assistant row before any prompt (the transcript began mid-turn).
                     report.skipped_rows += 1;
@@ -160,8 +176,24 @@ pub fn import_claude_code(store: &Store, session: &Session, text: &str) -> Resul
     let Some(last_uuid) = last_uuid else { return Ok(report) };
     // One transaction: turns, entries, and the marker of what was imported.
     let mut txn = store.kv().begin()?;
+    if history::totals_in(store, &mut *txn, &session.id)?.last_imported_row != totals.last_imported_row {
+        return Err(Error::new(
+            crate::ErrorCode::ConcurrentUpdate,
+            "another import into this session finished meanwhile; run the import again",
+        ));
+    }
     let mut entries = Vec::new();
+    let mut last_turn = totals.last_imported_turn.clone();
     for b in turns {
+        if let Some(turn_id) = b.continues {
+            if let Some(mut a) = b.assistant {
+                a.turn_id = turn_id.clone();
+                history::cap(&mut a);
+                entries.push(a);
+            }
+            last_turn = Some(turn_id);
+            continue;
+        }
         let turn = crate::turn::insert_finished_in(
             store,
             &mut *txn,
@@ -186,16 +218,19 @@ pub fn import_claude_code(store: &Store, session: &Session, text: &str) -> Resul
         history::cap(&mut user);
         entries.push(user);
         if let Some(mut a) = b.assistant {
-            a.turn_id = turn.turn_id;
+            a.turn_id = turn.turn_id.clone();
             history::cap(&mut a);
             entries.push(a);
         }
+        last_turn = Some(turn.turn_id);
     }
     report.entries = entries.len() as u64;
     totals = history::append_in(store, &mut *txn, &session.id, &entries)?;
     totals.last_imported_row = Some(last_uuid);
+    totals.last_imported_turn = last_turn;
     history::put_totals_in(store, &mut *txn, &session.id, &totals)?;
     txn.commit()?;
+    history::enforce_budget(store, &session.id)?;
     Ok(report)
 }
 

@@ -624,3 +624,16 @@ fn the_key_file_and_the_store_cannot_be_touched_through_a_workspace() {
     assert!(key.exists());
     env.ok(&["verify", "--deep"], None);
 }
+
+#[test]
+fn a_file_whose_bytes_equal_a_snapshotted_symlink_target_stays_restorable() {
+    let env = Env::new();
+    std::os::unix::fs::symlink("hello", env.ws.join("link")).unwrap();
+    env.write("a.txt", "hello");
+    env.ok(&["snapshot"], None); // stores the link's target "hello" first, as a symlink target
+    env.ok(&["fs", "write", "a.txt"], Some(b"bye"));
+    env.assert_verify_clean();
+    let id = env.checkpoints()[0]["checkpointId"].as_str().unwrap().to_string();
+    env.ok(&["rollback", &id, "--apply"], None);
+    assert_eq!(env.read("a.txt").unwrap(), b"hello");
+}

@@ -354,3 +354,41 @@ fn a_claude_code_transcript_is_imported_once_and_then_only_what_it_gained() {
     assert_eq!((grown["turns"].as_u64(), grown["entries"].as_u64()), (Some(1), Some(1)), "{grown:#}");
     assert_eq!(env.json(&["--session", "imported", "turns"])["turns"].as_array().unwrap().len(), 3);
 }
+
+#[test]
+fn a_tail_of_zero_is_empty_and_partial() {
+    let env = Env::new();
+    exchange(&env, "p", "r");
+    let view = shown(&env, &["--tail", "0"]);
+    assert!(entries(&view).is_empty());
+    assert_eq!(view["partial"], true);
+}
+
+#[test]
+fn a_transcript_that_grew_mid_turn_continues_that_turn() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let rows = |rs: &[Value]| rs.iter().map(|r| format!("{r}\n")).collect::<String>();
+    let first = [
+        json!({ "type": "user", "uuid": "u1", "timestamp": "t0", "message": { "role": "user", "content": "do x" } }),
+        json!({ "type": "assistant", "uuid": "a1", "timestamp": "t1", "message": { "role": "assistant", "content": [
+            { "type": "text", "text": "working" }, { "type": "tool_use", "id": "t1", "name": "Bash", "input": {} } ] } }),
+    ];
+    let then = [
+        json!({ "type": "user", "uuid": "u2", "timestamp": "t2", "message": { "role": "user", "content": [
+            { "type": "tool_result", "tool_use_id": "t1", "content": "f" } ] } }),
+        json!({ "type": "assistant", "uuid": "a2", "timestamp": "t3", "message": { "role": "assistant", "content": [
+            { "type": "text", "text": "FINAL ANSWER" } ] } }),
+    ];
+    let file = env.root.join("t.jsonl");
+    std::fs::write(&file, rows(&first)).unwrap();
+    env.ok(&["history", "import", "--claude-code", file.to_str().unwrap()], None);
+    std::fs::write(&file, rows(&first) + &rows(&then)).unwrap();
+    let again = env.json(&["history", "import", "--claude-code", file.to_str().unwrap()]);
+    assert_eq!((again["turns"].as_u64(), again["entries"].as_u64()), (Some(0), Some(1)), "{again:#}");
+    let got = entries(&shown(&env, &[]));
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[2]["content"], "FINAL ANSWER");
+    assert_eq!(got[2]["turnId"], got[0]["turnId"], "the continuation joins the turn it continues");
+    assert_eq!(env.json(&["turns"])["turns"].as_array().unwrap().len(), 1);
+}

@@ -239,3 +239,42 @@ fn a_directory_that_replaced_a_file_is_rewound_to_the_file() {
     assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
     assert_eq!(env.read("a").unwrap(), b"a file\n");
 }
+
+#[test]
+fn a_file_ignored_at_the_target_is_not_deleted_even_when_forced_over_a_hand_edit() {
+    let env = Env::new();
+    env.write(".gitignore", "data/\n");
+    env.write("data/user.db", "precious\n");
+    turn(&env, "one", |env| env.write(".gitignore", "# dropped\n"));
+    env.write("data/user.db", "precious, edited by hand\n");
+    let plan = preview(&env, "1");
+    assert_eq!(actions(&plan)["data/user.db"], "leave-alone", "{plan:#}");
+    let _ = env.run(&["rewind", "--to", "1", "--apply", "--force", "data/user.db"], None);
+    assert_eq!(env.read("data/user.db").unwrap(), b"precious, edited by hand\n");
+}
+
+#[test]
+fn rules_of_a_symlinked_ignore_file_or_of_parent_directories_still_protect() {
+    // A symlinked .gitignore: the walk followed it; the snapshot holds only the link.
+    let env = Env::new();
+    env.write("shared.ignore", "data/\n");
+    std::os::unix::fs::symlink("shared.ignore", env.ws.join(".gitignore")).unwrap();
+    env.write("data/user.db", "precious\n");
+    turn(&env, "one", |env| {
+        std::fs::remove_file(env.ws.join(".gitignore")).unwrap();
+        env.write(".gitignore", "#\n");
+    });
+    let _ = env.run(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("data/user.db").unwrap(), b"precious\n");
+
+    // A rule in a directory above the workspace.
+    let env = Env::new();
+    std::fs::write(env.root.join(".gitignore"), "*.local\n").unwrap();
+    env.write("dev.local", "precious\n");
+    env.write("src.txt", "code\n");
+    turn(&env, "one", |env| env.write(".gitignore", "!dev.local\n"));
+    let plan = preview(&env, "1");
+    assert_eq!(actions(&plan).get("dev.local").map(String::as_str), Some("leave-alone"), "{plan:#}");
+    let _ = env.run(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("dev.local").unwrap(), b"precious\n");
+}
