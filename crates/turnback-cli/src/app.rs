@@ -51,6 +51,11 @@ impl Ctx {
         Workspace::ensure(store, &dir)
     }
 
+    /// The store directory, whether or not a store is there yet.
+    pub fn store_dir(&self) -> Result<PathBuf> {
+        Ok(self.store_options(false)?.dir)
+    }
+
     pub fn session(&self, store: &Store, workspace: &Workspace) -> Result<Session> {
         Session::resolve(store, workspace, self.global.session.as_deref())
     }
@@ -110,6 +115,15 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Turn(t) => commands::turn::run(ctx, t),
         Command::Turns => commands::turn::list(ctx),
         Command::History(h) => commands::history::run(ctx, h),
+        Command::Run { prompt, wait_ms, command } => commands::run::run(ctx, prompt, wait_ms, &command),
+        Command::Hook { agent } => Ok(commands::hook::run(ctx, agent)),
+        Command::Install { agent, scope, uninstall } => commands::hook::install(ctx, agent, scope, uninstall),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut cmd, "turnback", &mut out);
+            Ok(Outcome::raw(String::from_utf8_lossy(&out).into_owned()))
+        }
         Command::TurnSnapshot { turn } => commands::turn::detached_snapshot(ctx, &turn),
         Command::Rollback(args) => commands::rollback::run(ctx, args),
         Command::Rewind { to, apply, plan, force } => commands::rewind::run(ctx, to, apply, plan, force),

@@ -15,7 +15,7 @@ pub struct Cli {
 }
 
 /// Options every command takes.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct Global {
     /// Print one JSON document on stdout instead of text.
     #[arg(long, global = true)]
@@ -91,6 +91,53 @@ pub enum Command {
     /// The session's conversation history: append, show, export, import.
     #[command(subcommand)]
     History(HistoryCommand),
+    /// Run any command-line agent as one turn: a start snapshot, the command with the
+    /// terminal attached (its exit code passed through), an end snapshot.
+    ///
+    /// Example: turnback run --prompt "fix the flaky test" -- codex exec "fix the flaky test"
+    Run {
+        /// The prompt (recorded in the turn and the history).
+        #[arg(long)]
+        prompt: Option<String>,
+        /// Wait at most this long for the start snapshot (it then finishes, marked late).
+        #[arg(long, value_name = "N", default_value_t = 2000)]
+        wait_ms: u64,
+        /// The command and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Handle one agent hook event (JSON on stdin). Never fails the agent: problems are
+    /// logged to hooks.log in the store and the exit code is 0.
+    ///
+    /// Example: echo '{"hook_event_name":"Stop","session_id":"s1","cwd":"/src/app"}' | turnback hook claude-code
+    Hook {
+        /// The agent whose hook format the event is in.
+        #[arg(value_enum)]
+        agent: HookAgent,
+    },
+    /// Connect turnback to an agent: merges its hooks into the agent's settings, keeping
+    /// everything else there; idempotent; --uninstall removes exactly what it added.
+    ///
+    /// Example: turnback install claude-code --scope project
+    Install {
+        /// The agent.
+        #[arg(value_enum)]
+        agent: HookAgent,
+        /// project: .claude/settings.json in the workspace; user: ~/.claude/settings.json.
+        #[arg(long, value_enum, default_value_t = Scope::Project)]
+        scope: Scope,
+        /// Remove turnback's hooks instead.
+        #[arg(long)]
+        uninstall: bool,
+    },
+    /// Print a shell completion script.
+    ///
+    /// Example: turnback completions bash > ~/.local/share/bash-completion/completions/turnback
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Internal: take a turn's start snapshot (run detached by `turn begin`).
     #[command(name = "__turn-snapshot", hide = true)]
     TurnSnapshot {
@@ -349,6 +396,22 @@ pub enum HistoryCommand {
         #[arg(long, value_name = "TRANSCRIPT")]
         claude_code: PathBuf,
     },
+}
+
+/// Agents with hook integrations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum HookAgent {
+    /// Claude Code.
+    ClaudeCode,
+}
+
+/// Where an agent's settings live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scope {
+    /// The workspace's own settings.
+    Project,
+    /// The user's settings, for every project.
+    User,
 }
 
 /// History export formats.

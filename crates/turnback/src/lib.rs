@@ -38,6 +38,7 @@ pub mod mutation;
 pub mod object;
 pub mod pack;
 pub mod patch;
+pub mod redact;
 pub mod retention;
 pub mod rewind;
 pub mod rollback;

@@ -438,6 +438,59 @@ pub fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Resul
     checkpoint::commit(store, &id, posts, failed)
 }
 
+/// External operations by the caller's own key (an agent's tool-use id), per session.
+const NS_KEYED: crate::kv::Ns = "external-operations";
+
+fn keyed(session: &str, key: &str) -> Vec<u8> {
+    format!("{session}/{key}").into_bytes()
+}
+
+/// Forgets a session's keyed operations inside `txn` (its checkpoints go with it).
+pub(crate) fn delete_session_in(txn: &mut dyn crate::kv::Txn, session: &str) -> Result<()> {
+    for key in txn.keys(NS_KEYED, format!("{session}/").as_bytes())? {
+        txn.delete(NS_KEYED, &key)?;
+    }
+    Ok(())
+}
+
+/// [`stage_external`] under the caller's own `key` (for hooks, whose "before" and "after"
+/// events arrive in separate processes): a key staged already returns its checkpoint
+/// instead of staging twice.
+///
+/// # Errors
+/// As [`stage_external`].
+pub fn stage_external_keyed(
+    ctx: Context<'_>,
+    key: &str,
+    paths: &[PathBuf],
+    kind: Option<EffectKind>,
+) -> Result<CheckpointRecord> {
+    if let Some(op) = ctx.store.kv().get(NS_KEYED, &keyed(&ctx.session.id, key))? {
+        let op = String::from_utf8_lossy(&op).into_owned();
+        return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
+    }
+    let record = stage_external(ctx, paths, kind)?;
+    let mut txn = ctx.store.kv().begin()?;
+    txn.put(NS_KEYED, &keyed(&ctx.session.id, key), record.mutation.operation_id.as_bytes())?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// Commits the operation staged under `key`; `None` if nothing was staged under it (an
+/// "after" event without its "before", or one that arrived twice is still answered).
+///
+/// # Errors
+/// As [`commit_external`].
+pub fn commit_external_keyed(
+    store: &Store,
+    session: &str,
+    key: &str,
+    failed: bool,
+) -> Result<Option<CheckpointRecord>> {
+    let Some(op) = store.kv().get(NS_KEYED, &keyed(session, key))? else { return Ok(None) };
+    commit_external(store, &String::from_utf8_lossy(&op), failed).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

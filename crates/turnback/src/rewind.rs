@@ -117,6 +117,8 @@ pub struct Plan {
     pub counts: BTreeMap<String, u64>,
     /// Effects no rewind takes back (shell commands and the like), never protected.
     pub excluded_effects: Vec<crate::rollback::ExcludedEffect>,
+    /// The shell commands the undone turns ran (secrets redacted): their effects stay.
+    pub shell_effects: Vec<String>,
 }
 
 /// The result of applying a rewind.
@@ -310,6 +312,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         paths,
         counts,
         excluded_effects: crate::rollback::excluded_effects(),
+        shell_effects: turns.iter().flat_map(|t| t.shell_effects.iter().map(|e| e.command.clone())).collect(),
     })
 }
 

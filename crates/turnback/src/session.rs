@@ -214,6 +214,7 @@ impl Session {
         let snapshots = crate::snapshot::delete_session_in(store, &mut *txn, id)?;
         let turns = crate::turn::delete_session_in(&mut *txn, id)?;
         crate::history::delete_session_in(&mut *txn, id)?;
+        crate::mutation::delete_session_in(&mut *txn, id)?;
         txn.delete(NS_SESSIONS, id.as_bytes())?;
         let suffix = format!("/{id}");
         for key in txn.keys(NS_WORKSPACE_SESSIONS, format!("{}/", session.workspace_id).as_bytes())? {

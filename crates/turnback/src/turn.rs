@@ -75,6 +75,23 @@ pub struct Turn {
     pub snapshot: SnapshotRef,
     /// The snapshot at its end.
     pub end_snapshot: Option<SnapshotRef>,
+    /// Shell commands the agent ran in the turn (secrets redacted): never reversible, kept
+    /// so a rewind can say exactly what it cannot take back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shell_effects: Vec<ShellEffect>,
+}
+
+/// A shell command run during a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShellEffect {
+    /// The command, secrets redacted.
+    pub command: String,
+    /// When it was recorded.
+    pub at: String,
+    /// The caller's id for it (a tool-use id), so a repeated report is recorded once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 impl Turn {
@@ -212,6 +229,7 @@ pub fn record(
         ended_at: None,
         snapshot: SnapshotRef { id: snapshot_id, late, skipped },
         end_snapshot: None,
+        shell_effects: Vec::new(),
     };
     put(store, &mut *txn, &turn)?;
     // The session's round is the newest turn's index.
@@ -258,6 +276,7 @@ pub(crate) fn insert_finished_in(
         ended_at: Some(ended_at.to_string()),
         snapshot: SnapshotRef { id: None, late: false, skipped: Some(why.to_string()) },
         end_snapshot: None,
+        shell_effects: Vec::new(),
     };
     put(store, txn, &turn)?;
     if let Some(v) = txn.get(NS_SESSIONS, session.as_bytes())? {
@@ -323,6 +342,25 @@ pub(crate) fn mark_pruned(store: &Store, txn: &mut dyn Txn, turn_id: &str, kind:
         put(store, txn, &turn)?;
     }
     Ok(())
+}
+
+/// Records a shell command (redacted here) as an effect of the session's running turn, once
+/// per `id`. Returns the turn, or `None` when no turn is running.
+pub fn record_shell(store: &Store, session: &str, command: &str, id: Option<&str>) -> Result<Option<Turn>> {
+    let Some(running) = running(store, session)? else { return Ok(None) };
+    let mut txn = store.kv().begin()?;
+    let Some(mut turn) = get_in(store, &mut *txn, &running.turn_id)? else { return Ok(None) };
+    if id.is_some() && turn.shell_effects.iter().any(|e| e.id.as_deref() == id) {
+        return Ok(Some(turn));
+    }
+    turn.shell_effects.push(ShellEffect {
+        command: crate::redact::redact(command),
+        at: format_ms(now_ms()),
+        id: id.map(str::to_string),
+    });
+    put(store, &mut *txn, &turn)?;
+    txn.commit()?;
+    Ok(Some(turn))
 }
 
 /// Ends the running turn of `session`, with its end snapshot.

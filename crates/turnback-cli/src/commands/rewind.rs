@@ -72,5 +72,8 @@ fn paths_text(plan: &Plan) -> String {
         text.push_str(&format!("  {what:<12} {}{why}{forced}\n", p.path));
     }
     text.push_str("  never reversible (never-protected): shell, remote, permission, process, symlink-side, external\n");
+    for command in &plan.shell_effects {
+        text.push_str(&format!("  ran in these turns, not undone: $ {command}\n"));
+    }
     text
 }

@@ -39,9 +39,15 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
     }
 }
 
+fn begin(ctx: &Ctx, req: BeginRequest, wait: Duration) -> Result<Outcome> {
+    let (t, joined) = begin_turn(ctx, req, wait)?;
+    Ok(Outcome::ok(json!({ "joined": joined, "turn": t }), t.turn_id.clone()))
+}
+
 /// Begins a turn: the start snapshot runs in a detached child process; this one waits for
 /// it at most `wait`, and a SIGINT/SIGTERM meanwhile cancels everything (exit 130).
-fn begin(ctx: &Ctx, req: BeginRequest, wait: Duration) -> Result<Outcome> {
+/// Returns the turn and whether it was a running one joined.
+pub fn begin_turn(ctx: &Ctx, req: BeginRequest, wait: Duration) -> Result<(Turn, bool)> {
     let cancel = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, Arc::clone(&cancel))
@@ -53,7 +59,7 @@ fn begin(ctx: &Ctx, req: BeginRequest, wait: Duration) -> Result<Outcome> {
     let _one_begin_at_a_time =
         turnback::lock::NamedLock::exclusive(&store.locks_dir(), &format!("turn-begin-{}", session.id))?;
     if let Some(t) = turn::joins(&store, &session, &req)? {
-        return Ok(Outcome::ok(json!({ "joined": true, "turn": t }), t.turn_id.clone()));
+        return Ok((t, true));
     }
     let turn_id = turn::new_id();
     let exe = std::env::current_exe().map_err(|e| Error::new(ErrorCode::Io, format!("own executable: {e}")))?;
@@ -91,7 +97,7 @@ fn begin(ctx: &Ctx, req: BeginRequest, wait: Duration) -> Result<Outcome> {
     if let Some(reason) = &t.snapshot.skipped {
         eprintln!("turnback: turn {} started without a start snapshot: {reason}", t.index);
     }
-    Ok(Outcome::ok(json!({ "joined": false, "turn": t }), t.turn_id.clone()))
+    Ok((t, false))
 }
 
 pub fn detached_snapshot(ctx: &Ctx, turn_id: &str) -> Result<Outcome> {

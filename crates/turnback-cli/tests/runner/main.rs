@@ -6,6 +6,7 @@ mod test_canary;
 mod test_checkpoints;
 mod test_crash;
 mod test_history;
+mod test_integrations;
 mod test_keys;
 mod test_repository;
 mod test_rewind;

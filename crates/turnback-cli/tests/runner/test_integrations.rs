@@ -1,0 +1,169 @@
+//! Agent integrations: `turnback run` around any command, Claude Code hooks fed the
+//! documented event payloads in order, the settings installer, shell completions.
+
+use serde_json::{Value, json};
+
+use crate::common::{Env, parse_json, show_output, str_at};
+
+fn hook(env: &Env, event: &Value) {
+    let out = env.run(&["hook", "claude-code"], Some(event.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "a hook always exits 0: {}", show_output(&out));
+    assert!(out.stdout.is_empty(), "a hook prints nothing on stdout: {}", show_output(&out));
+}
+
+/// A Claude Code hook event as documented: common fields plus the event's own.
+fn event(env: &Env, name: &str, extra: Value) -> Value {
+    let mut e = json!({
+        "session_id": "cc-3f2c9a",
+        "transcript_path": env.home.join(".claude/projects/x/cc-3f2c9a.jsonl"),
+        "cwd": env.ws,
+        "hook_event_name": name,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    e
+}
+
+fn tool(env: &Env, when: &str, id: &str, name: &str, input: Value) -> Value {
+    let mut extra = json!({ "tool_name": name, "tool_input": input, "tool_use_id": id });
+    if when == "PostToolUse" {
+        extra["tool_response"] = json!({ "success": true });
+    }
+    event(env, when, extra)
+}
+
+#[test]
+fn run_wraps_any_command_in_a_turn_passes_its_exit_code_and_the_turn_rewinds() {
+    let env = Env::new();
+    env.write("a.txt", "one\n");
+    let out = env
+        .run(&["run", "--prompt", "edit things", "--", "sh", "-c", "echo two > a.txt; echo new > b.txt; exit 3"], None);
+    assert_eq!(out.status.code(), Some(3), "the command's exit code: {}", show_output(&out));
+    let turns = env.json(&["turns"])["turns"].as_array().unwrap().clone();
+    assert_eq!(turns.len(), 1);
+    assert!(turns[0]["snapshot"]["id"].is_string() && turns[0]["endSnapshot"]["id"].is_string(), "{turns:#?}");
+    assert_eq!(turns[0]["preview"], "edit things");
+    let history = env.json(&["history", "show"]);
+    assert_eq!(history["entries"][0]["content"], "edit things");
+    let plan = env.json(&["rewind", "--to", "1"]);
+    env.ok(&["rewind", "--to", "1", "--apply", "--plan", str_at(&plan, "/planId")], None);
+    assert_eq!(env.read("a.txt").unwrap(), b"one\n");
+    assert!(env.read("b.txt").is_none());
+}
+
+#[test]
+fn claude_code_hooks_record_turns_checkpoints_shell_effects_and_history_and_turn_2_rewinds() {
+    let env = Env::new();
+    env.write("README.md", "# app\n");
+    hook(&env, &event(&env, "SessionStart", json!({ "source": "startup" })));
+    hook(&env, &event(&env, "UserPromptSubmit", json!({ "prompt": "create the app" })));
+    // Write creates a file: the agent's tool writes it between Pre and Post.
+    let main_rs = env.ws.join("src/main.rs");
+    let write = json!({ "file_path": main_rs, "content": "fn main() {}\n" });
+    hook(&env, &tool(&env, "PreToolUse", "toolu_1", "Write", write.clone()));
+    env.write("src/main.rs", "fn main() {}\n");
+    hook(&env, &tool(&env, "PostToolUse", "toolu_1", "Write", write.clone()));
+    hook(&env, &tool(&env, "PostToolUse", "toolu_1", "Write", write)); // twice: harmless
+    let edit = json!({ "file_path": env.ws.join("README.md"), "old_string": "# app", "new_string": "# App" });
+    hook(&env, &tool(&env, "PreToolUse", "toolu_2", "Edit", edit.clone()));
+    env.write("README.md", "# App\n");
+    hook(&env, &tool(&env, "PostToolUse", "toolu_2", "Edit", edit));
+    let bash = json!({ "command": "API_TOKEN=abc123 cargo build", "description": "build" });
+    hook(&env, &tool(&env, "PreToolUse", "toolu_3", "Bash", bash.clone()));
+    hook(&env, &tool(&env, "PostToolUse", "toolu_3", "Bash", bash));
+    hook(&env, &event(&env, "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, &event(&env, "Stop", json!({ "stop_hook_active": false }))); // twice: harmless
+    // Out of order: an "after" with no "before".
+    hook(&env, &tool(&env, "PostToolUse", "toolu_9", "Edit", json!({ "file_path": env.ws.join("README.md") })));
+
+    hook(&env, &event(&env, "UserPromptSubmit", json!({ "prompt": "now improve it" })));
+    let edit = json!({ "file_path": main_rs, "old_string": "{}", "new_string": "{ println!(\"hi\"); }" });
+    hook(&env, &tool(&env, "PreToolUse", "toolu_4", "Edit", edit.clone()));
+    env.write("src/main.rs", "fn main() { println!(\"hi\"); }\n");
+    hook(&env, &tool(&env, "PostToolUse", "toolu_4", "Edit", edit));
+    hook(&env, &event(&env, "Stop", json!({ "stop_hook_active": false })));
+
+    let session = ["--session", "cc-3f2c9a"];
+    let turns = env.json(&[&session[..], &["turns"]].concat())["turns"].as_array().unwrap().clone();
+    assert_eq!(turns.len(), 2, "{turns:#?}");
+    assert_eq!(turns[0]["preview"], "create the app");
+    assert!(turns.iter().all(|t| t["endSnapshot"]["id"].is_string()), "{turns:#?}");
+    let checkpoints = env.json(&[&session[..], &["checkpoints"]].concat())["checkpoints"].as_array().unwrap().clone();
+    assert_eq!(checkpoints.len(), 3, "Write, Edit, Edit: {checkpoints:#?}");
+    let history = env.json(&[&session[..], &["history", "show"]].concat());
+    let prompts: Vec<&str> =
+        history["entries"].as_array().unwrap().iter().map(|e| e["content"].as_str().unwrap()).collect();
+    assert_eq!(prompts, ["create the app", "now improve it"]);
+
+    // Rewind turn 2: main.rs back to turn 1's version; the plan names turn 1's shell
+    // command only when turn 1 is undone too, redacted.
+    let plan = env.json(&[&session[..], &["rewind", "--to", "2"]].concat());
+    env.ok(&[&session[..], &["rewind", "--to", "2", "--apply", "--plan", str_at(&plan, "/planId")]].concat(), None);
+    assert_eq!(env.read("src/main.rs").unwrap(), b"fn main() {}\n");
+    assert_eq!(env.read("README.md").unwrap(), b"# App\n");
+    let to1 = parse_json(&env.run(&[&session[..], &["--json", "rewind", "--to", "1"]].concat(), None));
+    assert_eq!(to1["shellEffects"], json!(["API_TOKEN=[redacted] cargo build"]), "{to1:#}");
+}
+
+#[test]
+fn a_failing_hook_logs_and_exits_zero_without_output() {
+    let env = Env::new();
+    for input in [&b"not json"[..], br#"{"hook_event_name":"PreToolUse","session_id":"s","cwd":"/nonexistent/dir","tool_name":"Write","tool_input":{}}"#] {
+        let out = env.run(&["hook", "claude-code"], Some(input));
+        assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+        assert!(out.stdout.is_empty());
+    }
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap();
+    assert_eq!(log.lines().count(), 2, "{log}");
+}
+
+#[test]
+fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_cleanly() {
+    let env = Env::new();
+    let file = env.ws.join(".claude/settings.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let original = json!({
+        "model": "opus",
+        "permissions": { "allow": ["Bash(npm test)"] },
+        "hooks": {
+            "PreToolUse": [{ "matcher": "Bash", "hooks": [{ "type": "command", "command": "my-linter --check" }] }],
+            "Notification": [{ "hooks": [{ "type": "command", "command": "notify-send done" }] }]
+        }
+    });
+    std::fs::write(&file, serde_json::to_string_pretty(&original).unwrap()).unwrap();
+    let first = env.json(&["install", "claude-code"]);
+    assert_eq!(first["changed"], true);
+    let installed = std::fs::read(&file).unwrap();
+    let second = env.json(&["install", "claude-code"]);
+    assert_eq!(second["changed"], false, "{second:#}");
+    assert_eq!(std::fs::read(&file).unwrap(), installed, "running it twice changes nothing");
+    let settings: Value = serde_json::from_slice(&installed).unwrap();
+    assert_eq!(settings["model"], "opus");
+    assert_eq!(settings["permissions"], original["permissions"]);
+    assert_eq!(settings["hooks"]["Notification"], original["hooks"]["Notification"]);
+    for event in ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"] {
+        let ours = settings["hooks"][event]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["hooks"].as_array().unwrap().clone())
+            .filter(|h| h["command"].as_str().unwrap().ends_with("turnback hook claude-code"))
+            .count();
+        assert_eq!(ours, 1, "one turnback hook for {event}: {settings:#}");
+    }
+    assert_eq!(settings["hooks"]["PreToolUse"][0], original["hooks"]["PreToolUse"][0], "the user's hook stays first");
+    env.ok(&["install", "claude-code", "--uninstall"], None);
+    let after: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(after, original, "uninstall leaves exactly the user's settings");
+}
+
+#[test]
+fn completions_are_printed_for_common_shells() {
+    let env = Env::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = env.ok(&["completions", shell], None);
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("turnback") && text.contains("rewind"), "{shell}: {}", &text[..text.len().min(200)]);
+    }
+}
