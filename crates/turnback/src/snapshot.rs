@@ -324,10 +324,20 @@ pub fn take_with(
     record.stored_bytes += stored;
 
     // Build the trees bottom-up and commit them with the record and the new stat cache.
-    // Nothing read and exactly the cached paths: the old cache still describes this
-    // snapshot, so no new one is built or written. Anything read (even a racily clean file
-    // that turned out unchanged) rewrites it, so the racy file settles.
-    let unchanged_cache = record.read_files == 0 && files as usize == cache.entries.len();
+    // The old cache still describes this snapshot when every file kept the stat and id it
+    // holds. A racily clean file read again and found the same does not make it stale:
+    // the cache is rewritten for it (with this walk's time) only once that would settle
+    // it, i.e. its mtime is past the margin now; until then it is simply read again,
+    // which costs far less than rewriting the cache of a large tree at every snapshot.
+    let unchanged_cache = files as usize == cache.entries.len()
+        && walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File).all(|(i, e)| {
+            let stat = stat_after[i].unwrap_or(e.stat);
+            let same =
+                ids[i].is_some_and(|id| cache.entries.get(&e.path).is_some_and(|c| c.id == id && c.stat == stat));
+            let would_settle =
+                stat_after[i].is_some() && stat.mtime_ns + crate::statcache::RACY_MARGIN_NS < taken_at_ns;
+            same && !would_settle
+        });
     let mut new_cache = StatCache { taken_at_ns, entries: Default::default(), tree_ids: Vec::new() };
     let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();
