@@ -118,6 +118,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Run { prompt, wait_ms, command } => commands::run::run(ctx, prompt, wait_ms, &command),
         Command::Hook { agent } => Ok(commands::hook::run(ctx, agent)),
         Command::Install { agent, scope, uninstall } => commands::hook::install(ctx, agent, scope, uninstall),
+        Command::Demo => commands::demo::run(),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut out = Vec::new();

@@ -130,6 +130,11 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// A short real story in a throwaway workspace and store: an agent's two turns, a
+    /// person's edits, a rewind that leaves the person's work alone, and its undo.
+    ///
+    /// Example: turnback demo
+    Demo,
     /// Print a shell completion script.
     ///
     /// Example: turnback completions bash > ~/.local/share/bash-completion/completions/turnback
@@ -451,6 +456,14 @@ pub enum TurnCommand {
     ///
     /// Example: turnback turn end
     End,
+    /// Record a shell command the agent ran in the running turn (secrets redacted): its
+    /// effects are never reversible, and rewind plans name it.
+    ///
+    /// Example: turnback turn shell "npm install left-pad"
+    Shell {
+        /// The command as it was run.
+        command: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub mod checkpoints;
+pub mod demo;
 pub mod diff;
 pub mod fs;
 pub mod history;

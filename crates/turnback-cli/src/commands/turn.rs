@@ -36,6 +36,15 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let text = format!("ended turn {} ({})", t.index, t.turn_id);
             Ok(Outcome::ok(json!(t), text))
         }
+        TurnCommand::Shell { command } => {
+            let store = ctx.open(true)?;
+            let ws = ctx.workspace(&store)?;
+            let session = ctx.session(&store, &ws)?;
+            let t = turn::record_shell(&store, &session.id, &command, None)?
+                .ok_or_else(|| Error::not_found("a running turn (begin one with turnback turn begin)"))?;
+            let recorded = t.shell_effects.last().map(|e| e.command.clone()).unwrap_or_default();
+            Ok(Outcome::ok(json!({ "turn": t }), format!("recorded in turn {}: $ {recorded}", t.index)))
+        }
     }
 }
 

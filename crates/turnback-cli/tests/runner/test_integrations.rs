@@ -167,3 +167,31 @@ fn completions_are_printed_for_common_shells() {
         assert!(text.contains("turnback") && text.contains("rewind"), "{shell}: {}", &text[..text.len().min(200)]);
     }
 }
+
+#[test]
+fn the_demo_tells_its_story_and_leaves_nothing_behind() {
+    let env = Env::new();
+    let tmp = env.root.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut cmd = env.command(&["demo"]);
+    cmd.env("TMPDIR", &tmp).env_remove("TURNBACK_KEY");
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    for expected in [
+        "$ turnback turn begin --prompt \"Create a greeting app\"",
+        "LEAVE ALONE  app.py (changed by hand after the last turn)",
+        "delete       test_app.py",
+        "ran in these turns, not undone: $ pytest > results.txt",
+        "return 'Goodbye, ' + name", // the person's fix survived the rewind
+        "Says hello, politely.",     // and so did their README edit
+        "cat: test_app.py: No such file or directory",
+        "rollback full: 2 path(s) restored",
+        "1 passed", // restored by undoing the rewind
+        "clean: 7 checkpoints",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+    assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the demo's workspace and store are removed");
+    assert!(std::fs::read_dir(&env.store).unwrap().next().is_none(), "the user's store is untouched");
+}
