@@ -119,6 +119,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Hook { agent } => Ok(commands::hook::run(ctx, agent)),
         Command::Install { agent, scope, uninstall } => commands::hook::install(ctx, agent, scope, uninstall),
         Command::Demo => commands::demo::run(),
+        Command::Mcp => commands::mcp::serve(ctx),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             let mut out = Vec::new();

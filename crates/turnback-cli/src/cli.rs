@@ -130,6 +130,13 @@ pub enum Command {
         #[arg(long)]
         uninstall: bool,
     },
+    /// Serve the Model Context Protocol on stdio: checkpointed file tools (read_file,
+    /// create_file, write_file, edit_file, delete_file) and undo tools (list_turns,
+    /// list_checkpoints, rollback_preview, rollback_apply, rewind_preview, rewind_apply,
+    /// diff_turn) for the workspace.
+    ///
+    /// Example: claude mcp add turnback -- turnback mcp --workspace ~/src/app
+    Mcp,
     /// A short real story in a throwaway workspace and store: an agent's two turns, a
     /// person's edits, a rewind that leaves the person's work alone, and its undo.
     ///

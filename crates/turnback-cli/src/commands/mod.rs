@@ -9,6 +9,7 @@ pub mod hook;
 pub mod init;
 pub mod key;
 pub mod maintenance;
+pub mod mcp;
 pub mod rewind;
 pub mod rollback;
 pub mod run;

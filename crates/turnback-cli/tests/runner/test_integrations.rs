@@ -195,3 +195,45 @@ fn the_demo_tells_its_story_and_leaves_nothing_behind() {
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the demo's workspace and store are removed");
     assert!(std::fs::read_dir(&env.store).unwrap().next().is_none(), "the user's store is untouched");
 }
+
+/// Whether the official MCP Python SDK is importable. `.ci/run` installs it and sets
+/// `TURNBACK_REQUIRE_MCP_CLIENT=1`, so CI never skips the end-to-end test.
+fn mcp_client_available() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import mcp.client.stdio"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("TURNBACK_REQUIRE_MCP_CLIENT").is_none(),
+            "the MCP Python SDK is required here: python3 -m pip install mcp"
+        );
+        eprintln!("skipping: the MCP Python SDK is not installed (python3 -m pip install mcp)");
+    }
+    found
+}
+
+#[test]
+fn an_mcp_client_we_did_not_write_lists_tools_edits_files_and_rolls_back() {
+    if !mcp_client_available() {
+        return;
+    }
+    let env = Env::new();
+    std::fs::write(env.root.join("outside.txt"), "secret").unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).arg(env!("CARGO_BIN_EXE_turnback")).arg(&env.ws);
+    cmd.env("TURNBACK_HOME", &env.store)
+        .env("XDG_CONFIG_HOME", &env.conf)
+        .env("HOME", &env.home)
+        .env("TURNBACK_KEY", crate::common::test_key())
+        .env("TURNBACK_NO_KEYCHAIN", "1");
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", show_output(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(r#""rolledBack""#), "{stdout}");
+    // The files on disk are back where they were before the client's changes.
+    assert!(env.read("notes.md").is_none(), "created then rolled back");
+    assert!(env.read("src/app.py").is_none());
+    env.assert_verify_clean();
+}
