@@ -3,7 +3,8 @@
 //! `git add`, `write-tree`, `commit-tree`, `update-ref`), side by side in one run.
 //!
 //! Run: `cargo bench -p turnback-cli --bench stage_commit` (set `ROUNDS`, default 40).
-//! Target (DESIGN.md §5): median ≤ 15 ms for each of stage and commit.
+//! Target (DESIGN.md §5): median ≤ 15 ms for each of stage and commit. Also reports the
+//! Claude Code file hooks (PreToolUse stages, PostToolUse commits) around the same edit.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -12,8 +13,13 @@ use std::time::{Duration, Instant};
 const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 fn turnback(dir: &Path, args: &[&str]) -> (Duration, String) {
+    turnback_with(dir, args, None)
+}
+
+fn turnback_with(dir: &Path, args: &[&str], stdin: Option<&[u8]>) -> (Duration, String) {
+    use std::io::Write;
     let start = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_turnback"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_turnback"))
         .args(args)
         .current_dir(dir.join("ws"))
         .env("TURNBACK_HOME", dir.join("store"))
@@ -21,9 +27,16 @@ fn turnback(dir: &Path, args: &[&str]) -> (Duration, String) {
         .env("XDG_CONFIG_HOME", dir.join("conf"))
         .env("HOME", dir.join("home"))
         .env_remove("TURNBACK_SESSION")
-        .stdin(Stdio::null())
-        .output()
+        .env_remove("CLAUDE_PROJECT_DIR")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run turnback");
+    if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(bytes).expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("run turnback");
     let elapsed = start.elapsed();
     assert!(out.status.success(), "turnback {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     (elapsed, String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -105,13 +118,33 @@ fn main() {
         std::fs::write(&file, content(round + 1_000_000)).unwrap();
         baseline.push(shadow_checkpoint(&shadow, &work, round));
     }
+    // Claude Code's file hooks around the same edit: PreToolUse stages, PostToolUse
+    // commits; each is a fresh process on the agent's critical path.
+    let (mut pre, mut post) = (Vec::new(), Vec::new());
+    let ws = work.display().to_string();
+    for round in 1..=rounds {
+        let event = |name: &str| {
+            format!(
+                r#"{{"session_id":"bench-hooks","cwd":"{ws}","hook_event_name":"{name}","tool_name":"Write","tool_use_id":"toolu_{round}","tool_input":{{"file_path":"{ws}/file.txt","content":"…"}}}}"#
+            )
+        };
+        let (t_pre, _) = turnback_with(dir.path(), &["hook", "claude-code"], Some(event("PreToolUse").as_bytes()));
+        std::fs::write(&file, content(round + 2_000_000)).unwrap();
+        let (t_post, _) = turnback_with(dir.path(), &["hook", "claude-code"], Some(event("PostToolUse").as_bytes()));
+        pre.push(t_pre);
+        post.push(t_post);
+    }
+    assert!(!dir.path().join("store/hooks.log").exists(), "a hook failed: see hooks.log");
     let (s, c, p, b) = (stats(stage), stats(commit), stats(pair), stats(baseline));
+    let (h1, h2) = (stats(pre), stats(post));
     println!("stage + commit of a 10 KiB file, each a fresh process, {rounds} rounds (ms)");
     println!("{:<36} {:>8} {:>8} {:>8}", "", "median", "p90", "min");
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback stage", s.median, s.p90, s.min);
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback commit", c.median, c.p90, c.min);
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback stage + commit", p.median, p.p90, p.min);
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "shadow git add+write-tree+commit", b.median, b.p90, b.min);
+    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "hook claude-code PreToolUse (Write)", h1.median, h1.p90, h1.min);
+    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "hook claude-code PostToolUse (Write)", h2.median, h2.p90, h2.min);
     println!("ratio turnback (stage + commit) / shadow git: {:.2}", p.median / b.median);
     let verdict = |m: f64| if m <= 15.0 { "meets" } else { "MISSES" };
     println!("target median <= 15 ms each: stage {}, commit {}", verdict(s.median), verdict(c.median));

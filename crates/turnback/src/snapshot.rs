@@ -124,6 +124,8 @@ pub struct TakeOptions<'a> {
     pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
     /// Run inside the committing transaction (a turn attaches the snapshot to itself).
     pub in_commit: Option<InCommit<'a>>,
+    /// Told, after each batch, the bytes read so far and the bytes to read in all.
+    pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
 }
 
 impl std::fmt::Debug for TakeOptions<'_> {
@@ -273,8 +275,13 @@ pub fn take_with(
             // While one batch is read and hashed, the previous one is compressed and
             // encrypted: both cores stay busy through the batch boundaries.
             let mut previous: Option<Packer> = None;
+            let mut done_bytes = 0u64;
             for batch in batches(&to_read, &walked.entries) {
                 cancelled(opts)?;
+                if let Some(progress) = opts.progress {
+                    progress(done_bytes, read_bytes);
+                }
+                done_bytes += batch.iter().map(|&i| walked.entries[i].stat.size).sum::<u64>();
                 let (sealed, read) = rayon::join(
                     || previous.take().map(|p| p.seal(store.keys())).transpose(),
                     || -> Vec<(usize, Result<ReadFile>)> {

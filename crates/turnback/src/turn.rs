@@ -376,6 +376,7 @@ pub fn end(store: &Store, workspace: &crate::Workspace, session: &Session) -> Re
         turn_id: Some(&turn.turn_id),
         cancel: None,
         in_commit: Some(&hook),
+        progress: None,
     };
     let snap = snapshot::take_with(store, workspace, session, &opts)?;
     let mut txn = store.kv().begin()?;
@@ -411,6 +412,7 @@ pub fn take_start_snapshot(
         turn_id: Some(turn_id),
         cancel,
         in_commit: Some(&hook),
+        progress: None,
     };
     let taken = snapshot::take_with(store, workspace, session, &opts);
     if taken.is_err() {
