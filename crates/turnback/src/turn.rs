@@ -368,6 +368,19 @@ pub fn record_shell(store: &Store, session: &str, command: &str, id: Option<&str
 /// # Errors
 /// `not-found` if no turn is running.
 pub fn end(store: &Store, workspace: &crate::Workspace, session: &Session) -> Result<Turn> {
+    end_with(store, workspace, session, None)
+}
+
+/// [`end`], telling `progress` how the end snapshot's reading goes (bytes read, to read).
+///
+/// # Errors
+/// As [`end`].
+pub fn end_with(
+    store: &Store,
+    workspace: &crate::Workspace,
+    session: &Session,
+    progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+) -> Result<Turn> {
     let turn = running(store, &session.id)?
         .ok_or_else(|| Error::new(ErrorCode::NotFound, format!("no turn is running in session {}", session.id)))?;
     let hook = attach_hook(store);
@@ -376,7 +389,7 @@ pub fn end(store: &Store, workspace: &crate::Workspace, session: &Session) -> Re
         turn_id: Some(&turn.turn_id),
         cancel: None,
         in_commit: Some(&hook),
-        progress: None,
+        progress,
     };
     let snap = snapshot::take_with(store, workspace, session, &opts)?;
     let mut txn = store.kv().begin()?;

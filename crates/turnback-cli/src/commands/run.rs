@@ -37,7 +37,11 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     }
     eprintln!("turnback: turn {} ({}) begins: {}", t.index, t.turn_id, command.join(" "));
     let status = Command::new(&command[0]).args(&command[1..]).status();
-    let ended = turn::end(&store, &ws, &session)?;
+    let bar = super::snapshot::Progress::new();
+    let report = |done: u64, total: u64| bar.show(done, total);
+    let ended = turn::end_with(&store, &ws, &session, Some(&report));
+    bar.clear();
+    let ended = ended?;
     let code = match &status {
         Ok(s) => s.code().unwrap_or_else(|| {
             use std::os::unix::process::ExitStatusExt;

@@ -41,14 +41,14 @@ pub fn take(ctx: &Ctx) -> Result<Outcome> {
 
 /// A one-line progress bar on stderr for snapshots that take more than a moment; only on
 /// a terminal (never in pipes, logs or `--json` consumers' stderr captures), no colours.
-struct Progress {
+pub struct Progress {
     started: std::time::Instant,
     terminal: bool,
     shown: std::sync::atomic::AtomicBool,
 }
 
 impl Progress {
-    fn new() -> Self {
+    pub fn new() -> Self {
         use std::io::IsTerminal;
         Progress {
             started: std::time::Instant::now(),
@@ -57,7 +57,7 @@ impl Progress {
         }
     }
 
-    fn show(&self, done: u64, total: u64) {
+    pub fn show(&self, done: u64, total: u64) {
         if !self.terminal || total == 0 || self.started.elapsed() < std::time::Duration::from_millis(700) {
             return;
         }
@@ -73,7 +73,7 @@ impl Progress {
         );
     }
 
-    fn clear(&self) {
+    pub fn clear(&self) {
         if self.shown.load(std::sync::atomic::Ordering::Relaxed) {
             eprint!("\r{}\r", " ".repeat(72));
         }

@@ -29,7 +29,11 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let store = ctx.open(true)?;
             let ws = ctx.workspace(&store)?;
             let session = ctx.session(&store, &ws)?;
-            let t = turn::end(&store, &ws, &session)?;
+            let bar = super::snapshot::Progress::new();
+            let report = |done: u64, total: u64| bar.show(done, total);
+            let t = turn::end_with(&store, &ws, &session, Some(&report));
+            bar.clear();
+            let t = t?;
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
                 eprintln!("turnback: turn {} ended without an end snapshot: {reason}", t.index);
             }

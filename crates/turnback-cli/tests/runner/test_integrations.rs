@@ -237,3 +237,39 @@ fn an_mcp_client_we_did_not_write_lists_tools_edits_files_and_rolls_back() {
     assert!(env.read("src/app.py").is_none());
     env.assert_verify_clean();
 }
+
+#[test]
+fn a_slow_snapshot_shows_progress_on_a_terminal_and_never_in_a_pipe() {
+    let env = Env::new();
+    env.write("big.bin", vec![7u8; 256 * 1024]);
+    let flag = env.root.join("go");
+    let exe = env!("CARGO_BIN_EXE_turnback");
+    // Held after the walk for a second, the snapshot is "more than a moment".
+    let release = |flag: std::path::PathBuf| {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(1200));
+            std::fs::write(flag, "").unwrap();
+        })
+    };
+    let waiter = release(flag.clone());
+    let mut on_tty = std::process::Command::new("script");
+    on_tty.args(["-qec", &format!("'{exe}' snapshot"), "/dev/null"]);
+    let mut cmd = env.command::<&str>(&[]);
+    for (k, v) in cmd.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))).collect::<Vec<_>>() {
+        on_tty.env(k, v);
+    }
+    on_tty.current_dir(&env.ws).env("TURNBACK_PAUSE", format!("snapshot-walked={}", flag.display()));
+    let out = on_tty.output().unwrap();
+    waiter.join().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", show_output(&out));
+    assert!(shown.contains("snapshot [") && shown.contains('\r'), "no progress bar on a terminal: {shown:?}");
+
+    std::fs::remove_file(&flag).unwrap();
+    let waiter = release(flag.clone());
+    cmd.arg("snapshot").env("TURNBACK_PAUSE", format!("snapshot-walked={}", flag.display()));
+    let piped = cmd.output().unwrap();
+    waiter.join().unwrap();
+    assert!(piped.status.success(), "{}", show_output(&piped));
+    assert!(!String::from_utf8_lossy(&piped.stderr).contains("snapshot ["), "{}", show_output(&piped));
+}
