@@ -469,6 +469,14 @@ pub fn stage_external_keyed(
         let op = String::from_utf8_lossy(&op).into_owned();
         return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
     }
+    // An earlier call on the same file that never got its "after" event was denied or
+    // failed (calls on one file run one after another): it is finished now, while the
+    // file still holds what that call left, so it records no change it did not make.
+    let rels = paths
+        .iter()
+        .map(|p| ctx.workspace.resolve(p, ctx.cwd, ctx.store.protected_paths()))
+        .collect::<Result<Vec<_>>>()?;
+    finish_abandoned(ctx.store, &ctx.session.id, Some(&rels))?;
     let record = stage_external(ctx, paths, kind)?;
     let mut txn = ctx.store.kv().begin()?;
     txn.put(NS_KEYED, &keyed(&ctx.session.id, key), record.mutation.operation_id.as_bytes())?;
@@ -488,7 +496,52 @@ pub fn commit_external_keyed(
     failed: bool,
 ) -> Result<Option<CheckpointRecord>> {
     let Some(op) = store.kv().get(NS_KEYED, &keyed(session, key))? else { return Ok(None) };
-    commit_external(store, &String::from_utf8_lossy(&op), failed).map(Some)
+    let record = commit_external(store, &String::from_utf8_lossy(&op), failed)?;
+    let mut txn = store.kv().begin()?;
+    txn.delete(NS_KEYED, &keyed(session, key))?;
+    txn.commit()?;
+    Ok(Some(record))
+}
+
+/// Commits, as failed and with what the files hold now, every keyed operation of `session`
+/// still waiting for its "after" event — a tool call that was denied or failed never sends
+/// one, and an unfinished stage would block taking back the path's other changes. Run at
+/// turn boundaries, when no tool of the turn is still running. Returns how many.
+pub fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
+    finish_abandoned(store, session, None)
+}
+
+/// [`finish_abandoned_keyed`], limited to operations on one of `paths` when given.
+fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
+    let mut keys = Vec::new();
+    store.kv().scan_keys(NS_KEYED, format!("{session}/").as_bytes(), &mut |k| {
+        keys.push(String::from_utf8_lossy(&k[session.len() + 1..]).into_owned());
+        Ok(true)
+    })?;
+    let mut finished = 0;
+    for key in keys {
+        if let Some(paths) = paths {
+            let Some(op) = store.kv().get(NS_KEYED, &keyed(session, &key))? else { continue };
+            let on_path = checkpoint::by_operation(store, &String::from_utf8_lossy(&op))
+                .and_then(|id| checkpoint::load(store, &id))
+                .map(|r| r.targets.iter().any(|t| paths.contains(&t.path)))
+                .unwrap_or(true);
+            if !on_path {
+                continue;
+            }
+        }
+        match commit_external_keyed(store, session, &key, true) {
+            Ok(_) => finished += 1,
+            // Reconciled away meanwhile (recovery-locked) or gone: forget the key.
+            Err(e) if matches!(e.code, ErrorCode::RecoveryLocked | ErrorCode::NotFound) => {
+                let mut txn = store.kv().begin()?;
+                txn.delete(NS_KEYED, &keyed(session, &key))?;
+                txn.commit()?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(finished)
 }
 
 #[cfg(test)]

@@ -175,6 +175,16 @@ pub fn joins(store: &Store, session: &Session, req: &BeginRequest) -> Result<Opt
     Ok(running(store, &session.id)?.filter(|t| t.kind == TurnKind::Prompt))
 }
 
+/// Whether a prompt arriving while `running` runs is the same prompt delivered again (an
+/// agent's hook firing twice) rather than a new prompt: the same preview, within a minute
+/// of the turn's start. A new prompt starts a new turn even if the last one never ended
+/// (an agent interrupted without its stop event).
+pub fn repeats(running: &Turn, prompt: &str) -> bool {
+    let started = running.started_at.parse::<jiff::Timestamp>().ok();
+    let recent = started.is_some_and(|t| jiff::Timestamp::now().duration_since(t).as_secs() < 60);
+    recent && running.preview == preview(prompt)
+}
+
 /// A fresh turn id for a turn about to begin (its snapshot is taken under this id).
 pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()

@@ -28,11 +28,12 @@ const FILE_TOOLS: [&str; 4] = ["Write", "Edit", "MultiEdit", "NotebookEdit"];
 /// How long a prompt hook waits for the start snapshot before the turn goes on (late).
 const PROMPT_WAIT: Duration = Duration::from_millis(1500);
 /// The events turnback hooks, with their tool matcher.
-const EVENTS: [(&str, Option<&str>); 5] = [
+const EVENTS: [(&str, Option<&str>); 6] = [
     ("SessionStart", None),
     ("UserPromptSubmit", None),
     ("PreToolUse", Some("Write|Edit|MultiEdit|NotebookEdit|Bash")),
     ("PostToolUse", Some("Write|Edit|MultiEdit|NotebookEdit|Bash")),
+    ("PostToolUseFailure", Some("Write|Edit|MultiEdit|NotebookEdit")),
     ("Stop", None),
 ];
 
@@ -93,11 +94,18 @@ fn handle(ctx: &Ctx, event: Event) -> Result<()> {
         }
         "UserPromptSubmit" => {
             let prompt = event.prompt.unwrap_or_default();
-            let req = BeginRequest { prompt: Some(prompt.clone()), background: false, new: false };
-            let (t, _) = super::turn::begin_turn(&ctx, req, PROMPT_WAIT)?;
-            let store = ctx.open(false)?;
+            let store = ctx.open(true)?;
             let ws = ctx.workspace(&store)?;
             let session = ctx.session(&store, &ws)?;
+            mutation::finish_abandoned_keyed(&store, &session.id)?;
+            // A new prompt is a new turn, even when the last one got no Stop (interrupted);
+            // the same prompt delivered twice joins the turn it began.
+            let new = !turn::running(&store, &session.id)?.is_some_and(|t| turn::repeats(&t, &prompt));
+            let req = BeginRequest { prompt: Some(prompt.clone()), background: false, new };
+            let (t, joined) = super::turn::begin_turn(&ctx, req, PROMPT_WAIT)?;
+            if joined {
+                return Ok(());
+            }
             let entry = NewEntry {
                 turn_id: Some(t.turn_id),
                 role: Role::User,
@@ -141,10 +149,20 @@ fn handle(ctx: &Ctx, event: Event) -> Result<()> {
                 turn::record_shell(&store, &session.id, command, Some(&key))?;
             }
         }
+        "PostToolUseFailure" => {
+            let store = ctx.open(true)?;
+            let ws = ctx.workspace(&store)?;
+            let session = ctx.session(&store, &ws)?;
+            let input = event.tool_input.unwrap_or(Value::Null);
+            let tool = event.tool_name.as_deref().unwrap_or("");
+            let key = event.tool_use_id.clone().unwrap_or_else(|| fallback_key(tool, &input));
+            mutation::commit_external_keyed(&store, &session.id, &key, true)?;
+        }
         "Stop" => {
             let store = ctx.open(true)?;
             let ws = ctx.workspace(&store)?;
             let session = ctx.session(&store, &ws)?;
+            mutation::finish_abandoned_keyed(&store, &session.id)?;
             if turn::running(&store, &session.id)?.is_some() {
                 turn::end(&store, &ws, &session)?;
             }

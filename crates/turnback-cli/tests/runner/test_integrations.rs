@@ -142,7 +142,7 @@ fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_clean
     assert_eq!(settings["model"], "opus");
     assert_eq!(settings["permissions"], original["permissions"]);
     assert_eq!(settings["hooks"]["Notification"], original["hooks"]["Notification"]);
-    for event in ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"] {
+    for event in ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop"] {
         let ours = settings["hooks"][event]
             .as_array()
             .unwrap()
@@ -272,4 +272,42 @@ fn a_slow_snapshot_shows_progress_on_a_terminal_and_never_in_a_pipe() {
     waiter.join().unwrap();
     assert!(piped.status.success(), "{}", show_output(&piped));
     assert!(!String::from_utf8_lossy(&piped.stderr).contains("snapshot ["), "{}", show_output(&piped));
+}
+
+#[test]
+fn a_denied_edit_and_an_interrupted_turn_leave_every_turn_undoable() {
+    let env = Env::new();
+    env.write("f.txt", "v0\n");
+    let session = ["--session", "cc-3f2c9a"];
+    let edit = |id: &str, old: &str, new: &str| json!({ "file_path": env.ws.join("f.txt"), "old_string": old, "new_string": new, "x": id });
+    hook(&env, &event(&env, "UserPromptSubmit", json!({ "prompt": "first" })));
+    hook(&env, &tool(&env, "PreToolUse", "t1", "Edit", edit("t1", "v0", "v1")));
+    env.write("f.txt", "v1\n");
+    hook(&env, &tool(&env, "PostToolUse", "t1", "Edit", edit("t1", "v0", "v1")));
+    // The person denies this one: Claude Code sends no PostToolUse.
+    hook(&env, &tool(&env, "PreToolUse", "t2", "Edit", edit("t2", "v1", "nope")));
+    hook(&env, &tool(&env, "PreToolUse", "t3", "Edit", edit("t3", "v1", "v2")));
+    env.write("f.txt", "v2\n");
+    hook(&env, &tool(&env, "PostToolUse", "t3", "Edit", edit("t3", "v1", "v2")));
+    hook(&env, &event(&env, "Stop", json!({})));
+    let preview = parse_json(&env.run(&[&session[..], &["--json", "rollback", "--turn", "1"]].concat(), None));
+    assert_eq!(preview["resultType"], "full", "the denied edit does not block the turn's rollback: {preview:#}");
+
+    // Interrupted (no Stop), then a new prompt: a new turn, not merged into the old one.
+    hook(&env, &event(&env, "UserPromptSubmit", json!({ "prompt": "second" })));
+    hook(&env, &tool(&env, "PreToolUse", "t4", "Edit", edit("t4", "v2", "v3")));
+    env.write("f.txt", "v3\n");
+    hook(&env, &tool(&env, "PostToolUse", "t4", "Edit", edit("t4", "v2", "v3")));
+    hook(&env, &event(&env, "UserPromptSubmit", json!({ "prompt": "third" })));
+    hook(&env, &event(&env, "UserPromptSubmit", json!({ "prompt": "third" }))); // delivered twice
+    hook(&env, &tool(&env, "PreToolUse", "t5", "Edit", edit("t5", "v3", "v4")));
+    env.write("f.txt", "v4\n");
+    hook(&env, &tool(&env, "PostToolUse", "t5", "Edit", edit("t5", "v3", "v4")));
+    hook(&env, &event(&env, "Stop", json!({})));
+    let turns = env.json(&[&session[..], &["turns"]].concat())["turns"].as_array().unwrap().clone();
+    let previews: Vec<&str> = turns.iter().map(|t| t["preview"].as_str().unwrap()).collect();
+    assert_eq!(previews, ["first", "second", "third"]);
+    let plan = env.json(&[&session[..], &["rewind", "--to", "3"]].concat());
+    env.ok(&[&session[..], &["rewind", "--to", "3", "--apply", "--plan", str_at(&plan, "/planId")]].concat(), None);
+    assert_eq!(env.read("f.txt").unwrap(), b"v3\n", "rewinding turn 3 alone keeps turn 2's edit");
 }
