@@ -13,13 +13,19 @@ const MARK: &str = "[redacted]";
 fn rules() -> &'static [(Regex, &'static str)] {
     static RULES: OnceLock<Vec<(Regex, &'static str)>> = OnceLock::new();
     RULES.get_or_init(|| {
-        let named = r"[A-Za-z0-9_]*(?:api[_-]?key|secret|token|passw(?:or)?d|pwd|auth|credential)[A-Za-z0-9_]*";
+        // `auth` but not `author`; words joined by `_` or `-` (DB_PASSWORD, --client-secret).
+        let word = r"(?:api[_-]?key|secret|token|passw(?:or)?d|pwd|auth(?:[^o]|$)|credentials?)";
+        let named = format!(r"[A-Za-z0-9_-]*{word}[A-Za-z0-9_-]*");
         [
             // NAME=value (environment assignments, config flags)
             (format!(r#"(?i)\b({named})=(?:'[^']*'|"[^"]*"|\S+)"#), "${1}=[redacted]"),
-            // --password value, --token=value, -p value is left alone (too common a flag)
+            // --password value, --token=value (-p value is left alone: too common a flag)
             (format!(r#"(?i)(--{named})(=|\s+)(?:'[^']*'|"[^"]*"|\S+)"#), "${1}${2}[redacted]"),
-            (r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]+".to_string(), "${1}[redacted]"),
+            // Authorization: Bearer/Basic/Token …, X-Api-Key: … (headers)
+            (r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=:-]+".to_string(), "${1}${2}[redacted]"),
+            (r"(?i)\b([A-Za-z0-9-]*(?:api-?key|token|secret)\s*:\s*)[^\s'\x22]+".to_string(), "${1}[redacted]"),
+            // curl -u user:password
+            (r"(\s-u\s+[^\s:]+:)\S+".to_string(), "${1}[redacted]"),
             (r"(://[^/\s:@]+:)[^/\s@]+@".to_string(), "${1}[redacted]@"),
             (r"\bAKIA[0-9A-Z]{16}\b".to_string(), MARK),
             (r"\bgh[pousr]_[A-Za-z0-9]{20,}".to_string(), MARK),
@@ -56,6 +62,16 @@ mod tests {
             ("git clone https://me:hunter2@example.com/r.git", "git clone https://me:[redacted]@example.com/r.git"),
             ("aws s3 ls # AKIAABCDEFGHIJKLMNOP", "aws s3 ls # [redacted]"),
             ("cargo test --workspace", "cargo test --workspace"),
+            (
+                "app --db-password hunter2 --client-secret s3 --auth-token t",
+                "app --db-password [redacted] --client-secret [redacted] --auth-token [redacted]",
+            ),
+            (
+                "curl -H 'Authorization: Basic dXNlcjpwYXNz' -H 'X-Api-Key: abc123' x",
+                "curl -H 'Authorization: Basic [redacted]' -H 'X-Api-Key: [redacted]' x",
+            ),
+            ("curl -u ann:hunter2 https://x", "curl -u ann:[redacted] https://x"),
+            ("git commit --author 'Ann <a@b.c>' -m fix", "git commit --author 'Ann <a@b.c>' -m fix"),
         ];
         for (input, expected) in cases {
             assert_eq!(redact(input), expected, "{input}");

@@ -235,9 +235,17 @@ pub fn install(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool) -> Re
     Ok(Outcome::ok(json!({ "settings": file, "changed": changed, "installed": !uninstall, "command": command }), what))
 }
 
-/// How Claude Code runs the hook: this very binary, by absolute path.
+/// How Claude Code runs the hook: `turnback` when that name on PATH is this very binary
+/// (so an upgrade that moves the binary keeps working), else this binary's absolute path.
 fn hook_command() -> Result<String> {
     let exe = std::env::current_exe().map_err(|e| Error::new(ErrorCode::Io, format!("own executable: {e}")))?;
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("turnback")).find(|c| c.is_file()))
+        .unwrap_or_default()
+        .and_then(|c| std::fs::canonicalize(c).ok());
+    if on_path.is_some() && on_path == std::fs::canonicalize(&exe).ok() {
+        return Ok("turnback hook claude-code".to_string());
+    }
     let exe = exe.to_string_lossy();
     let quoted = if exe.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)) {
         exe.into_owned()
@@ -292,6 +300,9 @@ fn add_ours(settings: &mut Value, command: &str) {
 }
 
 fn write_atomically(file: &Path, bytes: &[u8]) -> Result<()> {
+    // A settings file that is a symlink (dotfiles managers) is written where it points,
+    // never replaced by a regular file.
+    let file = &std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
     let io = |e: std::io::Error| Error::new(ErrorCode::Io, format!("{}: {e}", file.display()));
     let dir = file.parent().ok_or_else(|| Error::invalid("settings file has no directory"))?;
     std::fs::create_dir_all(dir).map_err(io)?;

@@ -67,7 +67,8 @@ struct RollbackParams {
     /// Everything since this turn, inclusive.
     #[serde(default)]
     since_turn: Option<u64>,
-    /// For apply: the planId of the preview; refused (nothing changed) if anything moved.
+    /// Required for apply: the planId of the preview; refused (nothing changed) if anything
+    /// moved since.
     #[serde(default)]
     plan_id: Option<String>,
 }
@@ -242,6 +243,9 @@ impl Server {
     }
 
     fn rollback(&self, p: RollbackParams, apply: bool) -> Result<Outcome> {
+        if apply && p.plan_id.is_none() {
+            return Err(Error::invalid("preview first: pass the planId that rollback_preview returned"));
+        }
         let args = RollbackArgs {
             command: None,
             ids: p.checkpoint_ids,
@@ -275,6 +279,9 @@ impl Server {
         &self,
         Parameters(p): Parameters<RewindParams>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
+        if p.plan_id.is_none() {
+            return result(Err(Error::invalid("preview first: pass the planId that rewind_preview returned")));
+        }
         result(super::rewind::run(&self.ctx(), p.to, true, p.plan_id, Vec::new()))
     }
 

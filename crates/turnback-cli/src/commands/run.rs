@@ -4,9 +4,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
+use turnback::Result;
 use turnback::history::{self, NewEntry, Role};
 use turnback::turn::{self, BeginRequest};
-use turnback::{Error, ErrorCode, Result};
 
 use crate::app::Ctx;
 use crate::output::Outcome;
@@ -36,27 +36,61 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
         history::append(&store, &session, entry)?;
     }
     eprintln!("turnback: turn {} ({}) begins: {}", t.index, t.turn_id, command.join(" "));
-    let status = Command::new(&command[0]).args(&command[1..]).status();
+    let code = match Command::new(&command[0]).args(&command[1..]).spawn() {
+        Ok(child) => wait_forwarding(child),
+        Err(e) => {
+            eprintln!("turnback: {}: {e}", command[0]);
+            127
+        }
+    };
+    // The command's exit code is what the caller gets, whatever happens to the end snapshot.
     let bar = super::snapshot::Progress::new();
     let report = |done: u64, total: u64| bar.show(done, total);
     let ended = turn::end_with(&store, &ws, &session, Some(&report));
     bar.clear();
-    let ended = ended?;
-    let code = match &status {
+    match &ended {
+        Ok(t) => eprintln!(
+            "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`",
+            t.index,
+            t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default(),
+            t.index
+        ),
+        Err(e) => {
+            eprintln!("turnback: the turn could not be ended ({}: {}); run `turnback turn end`", e.code, e.message)
+        }
+    }
+    let turn = ended.ok();
+    Ok(Outcome::ok(json!({ "turn": turn, "exitCode": code }), String::new()).with_exit(code))
+}
+
+/// Waits for `child`, passing on SIGTERM and SIGHUP sent to turnback (a supervisor stopping
+/// the run) so the command stops too; Ctrl-C reaches it directly (same process group).
+/// Returns its exit code, 128 + N if signal N ended it.
+fn wait_forwarding(mut child: std::process::Child) -> i32 {
+    use signal_hook::consts::{SIGHUP, SIGTERM};
+    let pid = rustix::process::Pid::from_raw(child.id() as i32);
+    let forwarder = signal_hook::iterator::Signals::new([SIGTERM, SIGHUP]).ok().map(|mut signals| {
+        let handle = signals.handle();
+        let thread = std::thread::spawn(move || {
+            for sig in signals.forever() {
+                let signal = if sig == SIGHUP { rustix::process::Signal::HUP } else { rustix::process::Signal::TERM };
+                if let Some(pid) = pid {
+                    let _ = rustix::process::kill_process(pid, signal);
+                }
+            }
+        });
+        (handle, thread)
+    });
+    let status = child.wait();
+    if let Some((handle, thread)) = forwarder {
+        handle.close();
+        let _ = thread.join();
+    }
+    match status {
         Ok(s) => s.code().unwrap_or_else(|| {
             use std::os::unix::process::ExitStatusExt;
             128 + s.signal().unwrap_or(0)
         }),
-        Err(_) => 127,
-    };
-    eprintln!(
-        "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`",
-        ended.index,
-        ended.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default(),
-        ended.index
-    );
-    if let Err(e) = status {
-        return Err(Error::new(ErrorCode::Io, format!("{}: {e}", command[0])));
+        Err(_) => 1,
     }
-    Ok(Outcome::ok(json!({ "turn": ended, "exitCode": code }), String::new()).with_exit(code))
 }

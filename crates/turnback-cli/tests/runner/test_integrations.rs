@@ -124,8 +124,8 @@ fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_clean
     let file = env.ws.join(".claude/settings.json");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
     let original = json!({
-        "model": "opus",
         "permissions": { "allow": ["Bash(npm test)"] },
+        "model": "opus",
         "hooks": {
             "PreToolUse": [{ "matcher": "Bash", "hooks": [{ "type": "command", "command": "my-linter --check" }] }],
             "Notification": [{ "hooks": [{ "type": "command", "command": "notify-send done" }] }]
@@ -156,6 +156,19 @@ fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_clean
     env.ok(&["install", "claude-code", "--uninstall"], None);
     let after: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(after, original, "uninstall leaves exactly the user's settings");
+    assert_eq!(
+        String::from_utf8(std::fs::read(&file).unwrap()).unwrap().trim_end(),
+        serde_json::to_string_pretty(&original).unwrap(),
+        "in the user's key order"
+    );
+
+    // A settings file that is a symlink (a dotfiles manager's) is written through, not replaced.
+    let real = env.root.join("dotfiles-settings.json");
+    std::fs::rename(&file, &real).unwrap();
+    std::os::unix::fs::symlink(&real, &file).unwrap();
+    env.ok(&["install", "claude-code"], None);
+    assert!(std::fs::symlink_metadata(&file).unwrap().file_type().is_symlink(), "still a link");
+    assert!(std::fs::read_to_string(&real).unwrap().contains("hook claude-code"));
 }
 
 #[test]
@@ -310,4 +323,30 @@ fn a_denied_edit_and_an_interrupted_turn_leave_every_turn_undoable() {
     let plan = env.json(&[&session[..], &["rewind", "--to", "3"]].concat());
     env.ok(&[&session[..], &["rewind", "--to", "3", "--apply", "--plan", str_at(&plan, "/planId")]].concat(), None);
     assert_eq!(env.read("f.txt").unwrap(), b"v3\n", "rewinding turn 3 alone keeps turn 2's edit");
+}
+
+#[test]
+fn run_passes_sigterm_to_the_command_and_still_ends_the_turn() {
+    let env = Env::new();
+    env.write("a.txt", "one\n");
+    let marker = env.root.join("started");
+    let script = format!("touch '{}'; exec sleep 30", marker.display());
+    let mut child = env
+        .command(&["run", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !marker.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(marker.exists(), "the command never started");
+    let started = std::time::Instant::now();
+    std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "the command kept running");
+    assert_eq!(status.code(), Some(128 + 15), "the command's own ending, passed through");
+    let turns = env.json(&["turns"])["turns"].as_array().unwrap().clone();
+    assert!(turns[0]["endedAt"].is_string(), "the turn was ended: {turns:#?}");
 }
