@@ -117,6 +117,22 @@ pub struct NewEntry {
     pub at: Option<String>,
 }
 
+impl NewEntry {
+    /// A user's prompt in turn `turn_id`, recorded now.
+    pub fn prompt(turn_id: &str, text: String) -> Self {
+        NewEntry {
+            turn_id: Some(turn_id.to_string()),
+            role: Role::User,
+            content: text,
+            prompt: None,
+            thinking: None,
+            tool_calls: None,
+            background: None,
+            at: None,
+        }
+    }
+}
+
 /// A session's history totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

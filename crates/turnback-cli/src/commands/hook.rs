@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use turnback::history::{self, NewEntry, Role};
+use turnback::history::{self, NewEntry};
 use turnback::mutation::{self, Context};
 use turnback::turn::{self, BeginRequest};
 use turnback::{Error, ErrorCode, Result};
@@ -106,17 +106,7 @@ fn handle(ctx: &Ctx, event: Event) -> Result<()> {
             if joined {
                 return Ok(());
             }
-            let entry = NewEntry {
-                turn_id: Some(t.turn_id),
-                role: Role::User,
-                content: prompt,
-                prompt: None,
-                thinking: None,
-                tool_calls: None,
-                background: None,
-                at: None,
-            };
-            history::append(&store, &session, entry)?;
+            history::append(&store, &session, NewEntry::prompt(&t.turn_id, prompt))?;
         }
         "PreToolUse" | "PostToolUse" => {
             let tool = event.tool_name.as_deref().unwrap_or("");

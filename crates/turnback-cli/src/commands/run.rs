@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use turnback::Result;
-use turnback::history::{self, NewEntry, Role};
+use turnback::history::{self, NewEntry};
 use turnback::turn::{self, BeginRequest};
 
 use crate::app::Ctx;
@@ -23,17 +23,7 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     let ws = ctx.workspace(&store)?;
     let session = ctx.session(&store, &ws)?;
     if let Some(p) = prompt {
-        let entry = NewEntry {
-            turn_id: Some(t.turn_id.clone()),
-            role: Role::User,
-            content: p,
-            prompt: None,
-            thinking: None,
-            tool_calls: None,
-            background: None,
-            at: None,
-        };
-        history::append(&store, &session, entry)?;
+        history::append(&store, &session, NewEntry::prompt(&t.turn_id, p))?;
     }
     eprintln!("turnback: turn {} ({}) begins: {}", t.index, t.turn_id, command.join(" "));
     let code = match Command::new(&command[0]).args(&command[1..]).spawn() {
