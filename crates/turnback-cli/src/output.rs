@@ -90,3 +90,52 @@ pub fn print_error(e: &Error, json_mode: bool) -> i32 {
 pub fn short(id: &str) -> &str {
     &id[..id.len().min(12)]
 }
+
+/// A one-line progress bar on stderr for snapshots that take more than a moment; only on
+/// a terminal (never in pipes, logs or `--json` consumers' stderr captures), no colours.
+pub struct Progress {
+    started: std::time::Instant,
+    terminal: bool,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    pub fn new() -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            started: std::time::Instant::now(),
+            terminal: std::io::stderr().is_terminal(),
+            shown: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Runs `work` with a progress callback, clearing the bar afterwards.
+    pub fn during<T>(work: impl FnOnce(&(dyn Fn(u64, u64) + Sync)) -> T) -> T {
+        let bar = Progress::new();
+        let result = work(&|done, total| bar.show(done, total));
+        bar.clear();
+        result
+    }
+
+    pub fn show(&self, done: u64, total: u64) {
+        if !self.terminal || total == 0 || self.started.elapsed() < std::time::Duration::from_millis(700) {
+            return;
+        }
+        self.shown.store(true, std::sync::atomic::Ordering::Relaxed);
+        let width = 30;
+        let filled = (done.min(total) * width / total) as usize;
+        eprint!(
+            "\rsnapshot [{}{}] {} of {}   ",
+            "#".repeat(filled),
+            " ".repeat(width as usize - filled),
+            turnback::settings::format_size(done),
+            turnback::settings::format_size(total)
+        );
+    }
+
+    pub fn clear(&self) {
+        if self.shown.load(std::sync::atomic::Ordering::Relaxed) {
+            eprint!("\r{}\r", " ".repeat(72));
+        }
+    }
+}

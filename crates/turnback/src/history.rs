@@ -417,7 +417,7 @@ pub(crate) fn append_in(store: &Store, txn: &mut dyn Txn, session: &str, entries
 /// Removes the oldest entries so the newest that fit in `keep` bytes remain, starting at
 /// a user entry. Returns how many were removed.
 pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
-    let all = read_keyed(store, session)?;
+    let all = keyed(store, session)?;
     // Walk back from the newest while it fits; then forward to a user entry.
     let mut kept_bytes = 0u64;
     let mut start = all.len();
@@ -464,7 +464,7 @@ pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
 // ---------------------------------------------------------------------------------------
 
 /// Every kept entry with its key and serialised size, oldest first.
-fn read_keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>> {
+pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>> {
     let mut raw = Vec::new();
     store.kv().scan(NS_HISTORY, &prefix(session), &mut |k, v| {
         raw.push((k.to_vec(), v.to_vec()));
@@ -485,7 +485,7 @@ fn read_keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>
 /// # Errors
 /// `corrupt` if an entry does not verify; `not-found` for an unknown turn.
 pub fn read(store: &Store, session: &str, selection: &Selection) -> Result<View> {
-    let all: Vec<Entry> = read_keyed(store, session)?.into_iter().map(|(_, e, _)| e).collect();
+    let all: Vec<Entry> = keyed(store, session)?.into_iter().map(|(_, e, _)| e).collect();
     let compacted = totals(store, session)?.compacted_entries;
     let (entries, partial) = match selection {
         Selection::All => (all, compacted > 0),
@@ -554,11 +554,6 @@ pub(crate) fn cut_in(
     }
     put_totals_in(store, txn, session, &totals)?;
     Ok(removed)
-}
-
-/// Every kept entry of `session` with key and size (for [`cut_in`]).
-pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>> {
-    read_keyed(store, session)
 }
 
 /// Deletes a session's whole history inside `txn`.

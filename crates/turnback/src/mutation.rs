@@ -497,9 +497,7 @@ pub fn commit_external_keyed(
 ) -> Result<Option<CheckpointRecord>> {
     let Some(op) = store.kv().get(NS_KEYED, &keyed(session, key))? else { return Ok(None) };
     let record = commit_external(store, &String::from_utf8_lossy(&op), failed)?;
-    let mut txn = store.kv().begin()?;
-    txn.delete(NS_KEYED, &keyed(session, key))?;
-    txn.commit()?;
+    forget_keyed(store, session, key)?;
     Ok(Some(record))
 }
 
@@ -513,16 +511,17 @@ pub fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
 
 /// [`finish_abandoned_keyed`], limited to operations on one of `paths` when given.
 fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
-    let mut keys = Vec::new();
-    store.kv().scan_keys(NS_KEYED, format!("{session}/").as_bytes(), &mut |k| {
-        keys.push(String::from_utf8_lossy(&k[session.len() + 1..]).into_owned());
+    let prefix = format!("{session}/");
+    let mut pending = Vec::new();
+    store.kv().scan(NS_KEYED, prefix.as_bytes(), &mut |k, op| {
+        pending
+            .push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), String::from_utf8_lossy(op).into_owned()));
         Ok(true)
     })?;
     let mut finished = 0;
-    for key in keys {
+    for (key, op) in pending {
         if let Some(paths) = paths {
-            let Some(op) = store.kv().get(NS_KEYED, &keyed(session, &key))? else { continue };
-            let on_path = checkpoint::by_operation(store, &String::from_utf8_lossy(&op))
+            let on_path = checkpoint::by_operation(store, &op)
                 .and_then(|id| checkpoint::load(store, &id))
                 .map(|r| r.targets.iter().any(|t| paths.contains(&t.path)))
                 .unwrap_or(true);
@@ -530,18 +529,21 @@ fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> 
                 continue;
             }
         }
-        match commit_external_keyed(store, session, &key, true) {
+        match commit_external(store, &op, true) {
             Ok(_) => finished += 1,
-            // Reconciled away meanwhile (recovery-locked) or gone: forget the key.
-            Err(e) if matches!(e.code, ErrorCode::RecoveryLocked | ErrorCode::NotFound) => {
-                let mut txn = store.kv().begin()?;
-                txn.delete(NS_KEYED, &keyed(session, &key))?;
-                txn.commit()?;
-            }
+            // Reconciled away meanwhile (recovery-locked) or gone: only the key is left.
+            Err(e) if matches!(e.code, ErrorCode::RecoveryLocked | ErrorCode::NotFound) => {}
             Err(e) => return Err(e),
         }
+        forget_keyed(store, session, &key)?;
     }
     Ok(finished)
+}
+
+fn forget_keyed(store: &Store, session: &str, key: &str) -> Result<()> {
+    let mut txn = store.kv().begin()?;
+    txn.delete(NS_KEYED, &keyed(session, key))?;
+    txn.commit()
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ const BLOCK_MAGIC: &[u8; 3] = b"TB1";
 const BLOCK_HEADER_LEN: usize = 3 + 4 + 2 + 4;
 const BLOCK_SCHEMA: u16 = 1;
 const INDEX_VERSION: u8 = 1;
-/// How a read names a block that is not there (retried once: gc may have just moved it).
+/// How a read names a block that is not there (after one retry: gc may have just moved it).
 const MISSING_BLOCK: &str = "its block is missing from the store";
 /// Decrypted blocks kept per thread for reads (a rewind reads neighbours together).
 const CACHED_BLOCKS: usize = 8;
@@ -229,25 +229,30 @@ fn decode_block(keys: &KeyRing, id: &BlockId, value: &[u8]) -> Result<Vec<u8>> {
     Ok(plain)
 }
 
+/// A decrypted block: its id, key version and plaintext.
+type CachedBlock = (BlockId, u32, Rc<Vec<u8>>);
+
 thread_local! {
-    static CACHE: RefCell<Vec<(BlockId, Rc<Vec<u8>>)>> = const { RefCell::new(Vec::new()) };
+    static CACHE: RefCell<Vec<CachedBlock>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The plaintext of block `id`, from this thread's cache or decrypted and verified.
-fn block(keys: &KeyRing, kv: &dyn KeyValueStore, id: &BlockId) -> Result<Rc<Vec<u8>>> {
-    if let Some(hit) = CACHE.with_borrow(|c| c.iter().find(|(b, _)| b == id).map(|(_, p)| Rc::clone(p))) {
+/// The key version and plaintext of block `id`, from this thread's cache or decrypted and
+/// verified; `None` if the store holds no such block.
+fn block(keys: &KeyRing, kv: &dyn KeyValueStore, id: &BlockId) -> Result<Option<(u32, Rc<Vec<u8>>)>> {
+    let hit = CACHE.with_borrow(|c| c.iter().find(|(b, ..)| b == id).map(|(_, v, p)| (*v, Rc::clone(p))));
+    if hit.is_some() {
         return Ok(hit);
     }
-    let value =
-        kv.get(NS_BLOCKS, id)?.ok_or_else(|| Error::corrupt("packed object", "its block is missing from the store"))?;
+    let Some(value) = kv.get(NS_BLOCKS, id)? else { return Ok(None) };
+    let version = block_header(&value)?.0;
     let plain = Rc::new(decode_block(keys, id, &value)?);
     CACHE.with_borrow_mut(|c| {
         if c.len() == CACHED_BLOCKS {
             c.remove(0);
         }
-        c.push((*id, Rc::clone(&plain)));
+        c.push((*id, version, Rc::clone(&plain)));
     });
-    Ok(plain)
+    Ok(Some((version, plain)))
 }
 
 /// Where the packed object `id` lives, if it is packed.
@@ -267,36 +272,40 @@ pub(crate) fn contains(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
 /// match the id's digest and the recorded size.
 pub(crate) fn read(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<(ObjectHeader, Vec<u8>)>> {
     let Some(mut loc) = locate(kv, id)? else { return Ok(None) };
-    let bytes = match join(keys, kv, &loc) {
-        Ok(b) => b,
+    let joined = match join(keys, kv, &loc)? {
+        Some(joined) => joined,
         // `gc` may have moved the object to a new block between our two reads: look again.
-        Err(e) if e.message.contains(MISSING_BLOCK) => {
-            let Some(moved) = locate(kv, id)?.filter(|l| *l != loc) else { return Err(e) };
-            loc = moved;
-            join(keys, kv, &loc)?
+        None => {
+            let moved = locate(kv, id)?.filter(|l| *l != loc);
+            let joined = match moved {
+                Some(moved) => {
+                    loc = moved;
+                    join(keys, kv, &loc)?
+                }
+                None => None,
+            };
+            joined.ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?
         }
-        Err(e) => return Err(e),
     };
+    let (key_version, bytes) = joined;
     if bytes.len() as u64 != loc.size {
         return Err(Error::corrupt("packed object", "size mismatch"));
     }
     if keys.content_id(&bytes) != id.0 {
         return Err(Error::corrupt("packed object", "digest mismatch"));
     }
-    let version = match loc.pieces.first() {
-        Some(p) => {
-            kv.get(NS_BLOCKS, &p.block)?.map_or(Ok(keys.current_version()), |v| block_header(&v).map(|h| h.0))?
-        }
-        None => keys.current_version(),
-    };
-    Ok(Some((ObjectHeader { key_version: version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }, bytes)))
+    Ok(Some((ObjectHeader { key_version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }, bytes)))
 }
 
-fn join(keys: &KeyRing, kv: &dyn KeyValueStore, loc: &Location) -> Result<Vec<u8>> {
+/// The bytes of `loc`'s pieces and the key version of its first block; `None` if one of
+/// its blocks is not in the store.
+fn join(keys: &KeyRing, kv: &dyn KeyValueStore, loc: &Location) -> Result<Option<(u32, Vec<u8>)>> {
     let size = usize::try_from(loc.size).map_err(|_| Error::corrupt("packed object", "size out of range"))?;
     let mut out = Vec::with_capacity(size.min(64 * BLOCK_LEN));
+    let mut first_version = None;
     for p in &loc.pieces {
-        let plain = block(keys, kv, &p.block)?;
+        let Some((version, plain)) = block(keys, kv, &p.block)? else { return Ok(None) };
+        first_version.get_or_insert(version);
         let (start, end) = (p.offset as usize, p.offset as usize + p.len as usize);
         let slice = plain.get(start..end).ok_or_else(|| Error::corrupt("packed object", "piece outside its block"))?;
         out.extend_from_slice(slice);
@@ -304,7 +313,7 @@ fn join(keys: &KeyRing, kv: &dyn KeyValueStore, loc: &Location) -> Result<Vec<u8
             return Err(Error::corrupt("packed object", "size mismatch"));
         }
     }
-    Ok(out)
+    Ok(Some((first_version.unwrap_or_else(|| keys.current_version()), out)))
 }
 
 /// The header of packed object `id` without decrypting it (its key version is its first
@@ -314,9 +323,7 @@ pub(crate) fn header(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<Ob
     let Some(first) = loc.pieces.first() else {
         return Err(Error::corrupt("packed object", "no pieces"));
     };
-    let value = kv
-        .get(NS_BLOCKS, &first.block)?
-        .ok_or_else(|| Error::corrupt("packed object", "its block is missing from the store"))?;
+    let value = kv.get(NS_BLOCKS, &first.block)?.ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?;
     let (key_version, _, _) = block_header(&value)?;
     Ok(Some(ObjectHeader { key_version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }))
 }
@@ -528,7 +535,7 @@ pub(crate) fn verify(keys: &KeyRing, kv: &dyn KeyValueStore, deep: bool) -> Resu
             (None, _) => Err(Error::corrupt("packed index", "malformed id")),
             (_, None) => Err(Error::corrupt("packed index", "malformed entry")),
             (Some(_), Some(loc)) if !loc.pieces.iter().all(|p| blocks.contains(&p.block)) => {
-                Err(Error::corrupt("packed object", "its block is missing from the store"))
+                Err(Error::corrupt("packed object", MISSING_BLOCK))
             }
             (Some(id), Some(_)) if deep => read(keys, kv, &id).map(|_| ()),
             _ => Ok(()),
@@ -547,6 +554,16 @@ mod tests {
 
     fn keys(kv: &dyn KeyValueStore) -> KeyRing {
         KeyRing::open(kv, crypto::SecretKey([7u8; 32]), crate::keys::KeySource::Env).unwrap()
+    }
+
+    fn block_count(kv: &dyn KeyValueStore) -> usize {
+        let mut n = 0;
+        kv.scan_keys(NS_BLOCKS, b"", &mut |_| {
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+        n
     }
 
     fn pack(keys: &KeyRing, kv: &dyn KeyValueStore, objects: &[&[u8]]) -> Vec<ContentId> {
@@ -579,13 +596,7 @@ mod tests {
             assert_eq!(h.size, bytes.len() as u64);
         }
         assert_eq!(locate(&kv, &ids[1]).unwrap().unwrap().pieces.len(), 3, "spans three blocks");
-        let mut blocks = 0;
-        kv.scan_keys(NS_BLOCKS, b"", &mut |_| {
-            blocks += 1;
-            Ok(true)
-        })
-        .unwrap();
-        assert_eq!(blocks, 3, "small objects share blocks");
+        assert_eq!(block_count(&kv), 3, "small objects share blocks");
     }
 
     #[test]
@@ -607,13 +618,7 @@ mod tests {
         txn.put(NS_PACKED, &ids[0].0, b"garbage").unwrap();
         txn.commit().unwrap();
         sweep(&keys, &kv, &HashSet::from([ids[0]]), &|_| Ok(HashSet::new())).unwrap();
-        let mut blocks = 0;
-        kv.scan_keys(NS_BLOCKS, b"", &mut |_| {
-            blocks += 1;
-            Ok(true)
-        })
-        .unwrap();
-        assert_eq!(blocks, 1, "the block a malformed entry may need is kept");
+        assert_eq!(block_count(&kv), 1, "the block a malformed entry may need is kept");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use turnback::history::{self, NewEntry};
 use turnback::turn::{self, BeginRequest};
 
 use crate::app::Ctx;
-use crate::output::Outcome;
+use crate::output::{Outcome, Progress};
 
 /// Begins a turn (start snapshot), runs `command` with the terminal attached, ends the
 /// turn (end snapshot), and exits with the command's code (128 + N for a signal N).
@@ -34,10 +34,7 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
         }
     };
     // The command's exit code is what the caller gets, whatever happens to the end snapshot.
-    let bar = super::snapshot::Progress::new();
-    let report = |done: u64, total: u64| bar.show(done, total);
-    let ended = turn::end_with(&store, &ws, &session, Some(&report));
-    bar.clear();
+    let ended = Progress::during(|report| turn::end_with(&store, &ws, &session, Some(report)));
     match &ended {
         Ok(t) => eprintln!(
             "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`",

@@ -11,7 +11,7 @@ use turnback::{Error, ErrorCode, Result};
 
 use crate::app::Ctx;
 use crate::cli::TurnCommand;
-use crate::output::Outcome;
+use crate::output::{Outcome, Progress};
 
 pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
     match command {
@@ -29,11 +29,7 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let store = ctx.open(true)?;
             let ws = ctx.workspace(&store)?;
             let session = ctx.session(&store, &ws)?;
-            let bar = super::snapshot::Progress::new();
-            let report = |done: u64, total: u64| bar.show(done, total);
-            let t = turn::end_with(&store, &ws, &session, Some(&report));
-            bar.clear();
-            let t = t?;
+            let t = Progress::during(|report| turn::end_with(&store, &ws, &session, Some(report)))?;
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
                 eprintln!("turnback: turn {} ended without an end snapshot: {reason}", t.index);
             }
