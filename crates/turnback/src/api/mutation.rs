@@ -1,0 +1,564 @@
+//! Checkpointed mutations: `fs create|write|edit|delete`, and `stage`/`commit` for
+//! mutations made by someone else.
+//!
+//! The sequence of an in-process mutation, each step a failpoint name for crash tests:
+//! resolve and validate the path (`resolved`) → capacity preflight (`preflighted`) →
+//! stage the checkpoint with its pre-image (`staged`) → journal the dispatch with the
+//! intended result's digest (`dispatched`) → compare-and-swap write or unlink
+//! (`write-temp-synced`, `write-renamed`, `remove-moved-aside`, `remove-unlinked`, then
+//! `mutated`) → commit the checkpoint with the post-image and the journal's outcome in one
+//! transaction (`committed`). turnback's writers to one workspace hold its lock throughout;
+//! anyone else who changes the file in between makes the swap refuse (`conflict`).
+//!
+//! Invariants: a crash anywhere leaves the workspace file wholly old or wholly new; the
+//! checkpoint is either committed or, after the next reconcile, `unreachable` +
+//! `recovery-locked`; nothing changes in the workspace before the checkpoint (with its
+//! pre-image) is durable.
+
+use std::path::{Path, PathBuf};
+
+use crate::api::maintenance;
+use crate::base::failpoint;
+use crate::checkpoint::retention::{self, Breach, CapacityVerdict};
+use crate::checkpoint::{self, CheckpointRecord, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest};
+use crate::error::{Error, ErrorCode, Result};
+use crate::fs::files::{self, Current, Expect, FileIdentity, Parent, Swap};
+use crate::session::Session;
+use crate::session::workspace::{RelPath, Workspace};
+use crate::storage::crypto::hex;
+use crate::storage::store::Store;
+
+/// A built-in file mutation.
+#[derive(Debug, Clone)]
+pub enum Mutation {
+    /// Create a file that must not exist yet.
+    Create {
+        /// Target path.
+        path: PathBuf,
+        /// Its content.
+        content: Vec<u8>,
+    },
+    /// Create or overwrite a file.
+    Write {
+        /// Target path.
+        path: PathBuf,
+        /// Its content.
+        content: Vec<u8>,
+    },
+    /// Replace an exact string in an existing file.
+    Edit {
+        /// Target path.
+        path: PathBuf,
+        /// The text to find (must occur exactly once unless `all`).
+        old: String,
+        /// Its replacement.
+        new: String,
+        /// Replace every occurrence.
+        all: bool,
+    },
+    /// Delete an existing file.
+    Delete {
+        /// Target path.
+        path: PathBuf,
+    },
+}
+
+impl Mutation {
+    fn path(&self) -> &Path {
+        match self {
+            Mutation::Create { path, .. }
+            | Mutation::Write { path, .. }
+            | Mutation::Edit { path, .. }
+            | Mutation::Delete { path } => path,
+        }
+    }
+
+    fn kind(&self) -> OperationKind {
+        match self {
+            Mutation::Create { .. } => OperationKind::CreateFile,
+            Mutation::Write { .. } => OperationKind::WriteFile,
+            Mutation::Edit { .. } => OperationKind::EditFile,
+            Mutation::Delete { .. } => OperationKind::DeleteFile,
+        }
+    }
+}
+
+/// Where a mutation happens.
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The open store.
+    pub store: &'a Store,
+    /// The workspace.
+    pub workspace: &'a Workspace,
+    /// The session.
+    pub session: &'a Session,
+    /// The directory relative paths are resolved from.
+    pub cwd: &'a Path,
+    /// Proceed without rollback protection when a cap would be exceeded.
+    pub confirm_unprotected: bool,
+}
+
+/// What a mutation did.
+#[derive(Debug, Clone)]
+pub struct MutationOutcome {
+    /// The committed checkpoint.
+    pub checkpoint: CheckpointRecord,
+    /// For edits, how many occurrences were replaced.
+    pub replacements: usize,
+    /// When it went ahead unprotected over a cap (confirmed): the exact figures.
+    pub capacity: Option<CapacityVerdict>,
+}
+
+fn open_existing_parent(ws: &Workspace, rel: &RelPath) -> Result<Option<Parent>> {
+    match files::open_parent(&ws.root, rel, false) {
+        Ok(p) => Ok(Some(p)),
+        Err(e) if e.code == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn read_current(parent: Option<&Parent>) -> Result<Current> {
+    match parent {
+        Some(p) => p.read(),
+        None => Ok(Current::Absent),
+    }
+}
+
+/// Computes the new content (or `None` for a delete) from the current state.
+fn plan(mutation: &Mutation, current: &Current, shown: &Path) -> Result<(Option<Vec<u8>>, usize, EffectKind)> {
+    let missing = || Error::new(ErrorCode::NotFound, format!("{}: no such file", shown.display()));
+    match (mutation, current) {
+        (Mutation::Create { .. }, Current::File { .. }) => Err(Error::new(
+            ErrorCode::AlreadyExists,
+            format!("{}: already exists (use `fs write` to overwrite)", shown.display()),
+        )),
+        (Mutation::Create { content, .. }, Current::Absent) => Ok((Some(content.clone()), 0, EffectKind::Create)),
+        (Mutation::Write { content, .. }, Current::Absent) => Ok((Some(content.clone()), 0, EffectKind::Create)),
+        (Mutation::Write { content, .. }, Current::File { .. }) => Ok((Some(content.clone()), 0, EffectKind::Edit)),
+        (Mutation::Edit { .. } | Mutation::Delete { .. }, Current::Absent) => Err(missing()),
+        (Mutation::Delete { .. }, Current::File { .. }) => Ok((None, 0, EffectKind::Delete)),
+        (Mutation::Edit { old, new, all, .. }, Current::File { bytes, .. }) => {
+            let (content, n) = replace_exact(bytes, old.as_bytes(), new.as_bytes(), *all, shown)?;
+            Ok((Some(content), n, EffectKind::Edit))
+        }
+    }
+}
+
+/// Replaces `old` by `new` in `bytes`: exactly one occurrence, or all with `all`.
+///
+/// # Errors
+/// `edit-no-match` if `old` does not occur, `edit-not-unique` if it occurs more than once
+/// without `all`, `invalid-argument` if `old` is empty or equal to `new`.
+pub fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
+    if old.is_empty() {
+        return Err(Error::invalid("the string to replace (--old) must not be empty"));
+    }
+    if old == new {
+        return Err(Error::invalid("--old and --new are the same; nothing would change"));
+    }
+    let positions: Vec<usize> = find_all(bytes, old);
+    match positions.len() {
+        0 => {
+            Err(Error::new(ErrorCode::EditNoMatch, format!("{}: the string to replace was not found", shown.display())))
+        }
+        n if n > 1 && !all => Err(Error::new(
+            ErrorCode::EditNotUnique,
+            format!(
+                "{}: the string to replace occurs {n} times; give more context to make it unique, or use --all",
+                shown.display()
+            ),
+        )),
+        n => {
+            let mut out = Vec::with_capacity(bytes.len() + n * new.len());
+            let mut last = 0;
+            for p in &positions {
+                out.extend_from_slice(&bytes[last..*p]);
+                out.extend_from_slice(new);
+                last = p + old.len();
+            }
+            out.extend_from_slice(&bytes[last..]);
+            Ok((out, n))
+        }
+    }
+}
+
+fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + needle.len() <= haystack.len() {
+        if &haystack[i..i + needle.len()] == needle {
+            out.push(i);
+            i += needle.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Runs the capacity preflight: evicts expired checkpoints if the store cap is the
+/// problem, then decides. `Ok(true)`: store the images; `Ok(false)`: confirmed unprotected.
+///
+/// # Errors
+/// `over-cap` with the exact usage and the unprotected scope when a cap would be
+/// exceeded and `confirm_unprotected` is false. No flag suppresses the disclosure.
+fn preflight(
+    store: &Store,
+    paths: &[&RelPath],
+    bytes: u64,
+    confirm_unprotected: bool,
+) -> Result<(bool, Option<CapacityVerdict>)> {
+    let mut verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
+    if verdict.breach == Some(Breach::Store) {
+        let needed = verdict.store_usage + bytes - store.settings().store_cap;
+        if checkpoint::evict_expired(store, Some(needed))?.evicted > 0 {
+            maintenance::sweep_objects(store)?;
+        }
+        verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
+    }
+    if verdict.fits() {
+        Ok((true, None))
+    } else if confirm_unprotected {
+        // Proceeding unprotected still discloses the exact figures.
+        Ok((false, Some(verdict)))
+    } else {
+        Err(checkpoint::over_cap_error(&verdict, paths.iter().copied()))
+    }
+}
+
+fn current_size(c: &Current) -> u64 {
+    match c {
+        Current::File { bytes, .. } => bytes.len() as u64,
+        Current::Absent => 0,
+    }
+}
+
+/// Applies `mutation` with a checkpoint around it (see the module docs for the sequence).
+///
+/// # Errors
+/// Path, edit and capacity errors before anything is written. `conflict` if the file
+/// changed between the read and the write (nothing written; the checkpoint records a
+/// failed operation). An I/O error during the write is returned after the checkpoint is
+/// committed as failed with what is really on disk; `unknown-outcome` if even that
+/// cannot be established.
+pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
+    let store = ctx.store;
+    let rel = ctx.workspace.resolve(mutation.path(), ctx.cwd, store.protected_paths())?;
+    // turnback's own writers to this workspace take turns; anyone else is caught by the
+    // compare-and-swap below.
+    let _turn = crate::fs::lock::workspace(&store.locks_dir(), &ctx.workspace.id)?;
+    let probe = open_existing_parent(ctx.workspace, &rel)?;
+    let current = read_current(probe.as_ref())?;
+    let shown = ctx.workspace.absolute(&rel);
+    let (content, replacements, effect) = plan(&mutation, &current, &shown)?;
+    failpoint::hit("resolved");
+
+    let bytes = current_size(&current) + content.as_ref().map_or(0, |c| c.len() as u64);
+    let (protect, capacity) = preflight(store, &[&rel], bytes, ctx.confirm_unprotected)?;
+    failpoint::hit("preflighted");
+
+    let owner = store.owner()?.id().to_string();
+    let planned_dirs = match (&probe, &content) {
+        (None, Some(_)) => files::missing_parents(&ctx.workspace.root, &rel)?,
+        _ => Vec::new(),
+    };
+    let target = PreparedTarget { path: rel.clone(), effect, current: current.clone(), planned_dirs };
+    let request = StageRequest {
+        session: ctx.session,
+        workspace: ctx.workspace,
+        kind: mutation.kind(),
+        targets: vec![target],
+        protect,
+        owner: Some(owner),
+    };
+    let staged = checkpoint::stage(store, request)?;
+    failpoint::hit("staged");
+    let intended = content.as_ref().map(|c| hex(&store.keys().content_id(c)));
+    checkpoint::dispatch(store, &staged.checkpoint_id, &[intended])?;
+    failpoint::hit("dispatched");
+
+    let written = write_checked(ctx, &rel, &staged.checkpoint_id, &current, content);
+    failpoint::hit("mutated");
+    let (post, created_dirs, failure) = match written {
+        Ok((post, created_dirs)) => (post, created_dirs, None),
+        Err(e) => {
+            // Nothing or something happened: record what is really there, as a failure.
+            let Ok(now) = open_existing_parent(ctx.workspace, &rel).and_then(|p| read_current(p.as_ref())) else {
+                return Err(unknown_outcome(&shown, &e));
+            };
+            (now, Vec::new(), Some(e))
+        }
+    };
+    let posts = vec![PostState { current: post, created_dirs, identity_known: true }];
+    let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, failure.is_some());
+    let checkpoint = match (committed, failure) {
+        (Ok(_), Some(e)) => return Err(e),
+        (Ok(c), None) => c,
+        (Err(e), _) => return Err(unknown_outcome(&shown, &e)),
+    };
+    failpoint::hit("committed");
+    Ok(MutationOutcome { checkpoint, replacements, capacity })
+}
+
+fn unknown_outcome(shown: &Path, cause: &Error) -> Error {
+    Error::new(
+        ErrorCode::UnknownOutcome,
+        format!(
+            "{}: the write may or may not have happened ({cause}); the checkpoint will be marked unknown-outcome",
+            shown.display()
+        ),
+    )
+}
+
+/// Writes `content` (or removes the file for `None`) only if the file is still exactly
+/// `expected`: a compare-and-swap. Returns the new state and the directories created.
+fn write_checked(
+    ctx: Context<'_>,
+    rel: &RelPath,
+    checkpoint_id: &str,
+    expected: &Current,
+    content: Option<Vec<u8>>,
+) -> Result<(Current, Vec<RelPath>)> {
+    let temp = files::temp_name(rel, checkpoint_id);
+    let (expected_bytes, expected_identity) = match expected {
+        Current::File { bytes, identity } => (Some(bytes.as_slice()), Some(*identity)),
+        Current::Absent => (None, None),
+    };
+    let matcher = |bytes: &[u8], identity: &FileIdentity| {
+        expected_bytes == Some(bytes) && expected_identity.is_some_and(|e| e.inode == identity.inode)
+    };
+    let changed = || {
+        Error::new(
+            ErrorCode::Conflict,
+            format!(
+                "{}: the file changed while turnback was about to write it; nothing was written",
+                ctx.workspace.absolute(rel).display()
+            ),
+        )
+    };
+    let parent = files::open_parent(&ctx.workspace.root, rel, content.is_some())?;
+    match content {
+        Some(bytes) => {
+            let expect = if expected_bytes.is_some() { Expect::File(&matcher) } else { Expect::Absent };
+            let mode = expected_identity.map(|i| i.mode);
+            match parent.swap_in(&temp, &bytes, mode, &expect)? {
+                (Swap::Done, Some(identity)) => Ok((Current::File { bytes, identity }, parent.created_dirs)),
+                _ => Err(changed()),
+            }
+        }
+        None => match parent.remove_if(&temp, &matcher)? {
+            Swap::Done => Ok((Current::Absent, Vec::new())),
+            Swap::Changed => Err(changed()),
+        },
+    }
+}
+
+/// Stages a checkpoint for a mutation someone else is about to make (an agent's own
+/// tool): captures pre-images and journals the dispatch. Returns the record; its
+/// `mutation.operationId` is what [`commit_external`] takes.
+///
+/// # Errors
+/// Path errors; `already-exists` for `kind` create on an existing file, `not-found` for
+/// edit or delete of a missing one; `over-cap` as for in-process mutations.
+pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKind>) -> Result<CheckpointRecord> {
+    if paths.is_empty() {
+        return Err(Error::invalid("stage needs at least one path"));
+    }
+    let mut targets: Vec<PreparedTarget> = Vec::with_capacity(paths.len());
+    for path in paths {
+        let rel = ctx.workspace.resolve(path, ctx.cwd, ctx.store.protected_paths())?;
+        if targets.iter().any(|t| t.path == rel) {
+            continue;
+        }
+        let current = read_current(open_existing_parent(ctx.workspace, &rel)?.as_ref())?;
+        let present = matches!(current, Current::File { .. });
+        let shown = ctx.workspace.absolute(&rel);
+        let effect = match (kind, present) {
+            (Some(EffectKind::Create), true) => {
+                return Err(Error::new(ErrorCode::AlreadyExists, format!("{}: already exists", shown.display())));
+            }
+            (Some(EffectKind::Edit | EffectKind::Delete), false) => {
+                return Err(Error::new(ErrorCode::NotFound, format!("{}: no such file", shown.display())));
+            }
+            (Some(k), _) => k,
+            (None, true) => EffectKind::Edit,
+            (None, false) => EffectKind::Create,
+        };
+        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs: Vec::new() });
+    }
+    // The post-images are not known yet: a delete adds none, anything else is assumed
+    // to be about the size of its pre-image.
+    let estimate: u64 =
+        targets.iter().map(|t| current_size(&t.current) * if t.effect == EffectKind::Delete { 1 } else { 2 }).sum();
+    let paths: Vec<&RelPath> = targets.iter().map(|t| &t.path).collect();
+    let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
+    let request = StageRequest {
+        session: ctx.session,
+        workspace: ctx.workspace,
+        kind: OperationKind::External,
+        targets,
+        protect,
+        owner: None,
+    };
+    checkpoint::stage(ctx.store, request)
+}
+
+/// Commits the external operation `operation_id`: captures every target's post-image now
+/// and journals success (or failure with `failed`). Idempotent.
+///
+/// # Errors
+/// `not-found` for an unknown operation; `recovery-locked` if it was reconciled away.
+pub fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Result<CheckpointRecord> {
+    let id = checkpoint::by_operation(store, operation_id)?;
+    let record = checkpoint::load(store, &id)?;
+    match record.stage_state {
+        checkpoint::StageState::Committed => return Ok(record),
+        checkpoint::StageState::Unreachable => {
+            return Err(Error::new(
+                ErrorCode::RecoveryLocked,
+                format!("operation {operation_id} was interrupted and is recovery-locked (turnback inspect {id})"),
+            ));
+        }
+        _ if record.mutation.kind != OperationKind::External => {
+            // An `fs` mutation still running in its own process: it commits itself after its
+            // write; committing it from here would record the file before the write.
+            return Err(Error::new(
+                ErrorCode::Conflict,
+                format!("operation {operation_id} is in progress in another turnback process, which commits it itself"),
+            ));
+        }
+        _ => {}
+    }
+    let ws = Workspace::by_id(store, &record.workspace_id)?;
+    let mut posts = Vec::with_capacity(record.targets.len());
+    for t in &record.targets {
+        let current = read_current(open_existing_parent(&ws, &t.path)?.as_ref())?;
+        posts.push(PostState { current, created_dirs: Vec::new(), identity_known: true });
+    }
+    checkpoint::commit(store, &id, posts, failed)
+}
+
+/// External operations by the caller's own key (an agent's tool-use id), per session.
+const NS_KEYED: crate::storage::kv::Ns = "external-operations";
+
+fn keyed(session: &str, key: &str) -> Vec<u8> {
+    format!("{session}/{key}").into_bytes()
+}
+
+/// Forgets a session's keyed operations inside `txn` (its checkpoints go with it).
+pub(crate) fn delete_session_in(txn: &mut dyn crate::storage::kv::Txn, session: &str) -> Result<()> {
+    for key in txn.keys(NS_KEYED, format!("{session}/").as_bytes())? {
+        txn.delete(NS_KEYED, &key)?;
+    }
+    Ok(())
+}
+
+/// [`stage_external`] under the caller's own `key` (for hooks, whose "before" and "after"
+/// events arrive in separate processes): a key staged already returns its checkpoint
+/// instead of staging twice.
+///
+/// # Errors
+/// As [`stage_external`].
+pub fn stage_external_keyed(
+    ctx: Context<'_>,
+    key: &str,
+    paths: &[PathBuf],
+    kind: Option<EffectKind>,
+) -> Result<CheckpointRecord> {
+    if let Some(op) = ctx.store.kv().get(NS_KEYED, &keyed(&ctx.session.id, key))? {
+        let op = String::from_utf8_lossy(&op).into_owned();
+        return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
+    }
+    // An earlier call on the same file that never got its "after" event was denied or
+    // failed (calls on one file run one after another): it is finished now, while the
+    // file still holds what that call left, so it records no change it did not make.
+    let rels = paths
+        .iter()
+        .map(|p| ctx.workspace.resolve(p, ctx.cwd, ctx.store.protected_paths()))
+        .collect::<Result<Vec<_>>>()?;
+    finish_abandoned(ctx.store, &ctx.session.id, Some(&rels))?;
+    let record = stage_external(ctx, paths, kind)?;
+    let mut txn = ctx.store.kv().begin()?;
+    txn.put(NS_KEYED, &keyed(&ctx.session.id, key), record.mutation.operation_id.as_bytes())?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// Commits the operation staged under `key`; `None` if nothing was staged under it (an
+/// "after" event without its "before", or one that arrived twice is still answered).
+///
+/// # Errors
+/// As [`commit_external`].
+pub fn commit_external_keyed(
+    store: &Store,
+    session: &str,
+    key: &str,
+    failed: bool,
+) -> Result<Option<CheckpointRecord>> {
+    let Some(op) = store.kv().get(NS_KEYED, &keyed(session, key))? else { return Ok(None) };
+    let record = commit_external(store, &String::from_utf8_lossy(&op), failed)?;
+    forget_keyed(store, session, key)?;
+    Ok(Some(record))
+}
+
+/// Commits, as failed and with what the files hold now, every keyed operation of `session`
+/// still waiting for its "after" event — a tool call that was denied or failed never sends
+/// one, and an unfinished stage would block taking back the path's other changes. Run at
+/// turn boundaries, when no tool of the turn is still running. Returns how many.
+pub fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
+    finish_abandoned(store, session, None)
+}
+
+/// [`finish_abandoned_keyed`], limited to operations on one of `paths` when given.
+fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
+    let prefix = format!("{session}/");
+    let mut pending = Vec::new();
+    store.kv().scan(NS_KEYED, prefix.as_bytes(), &mut |k, op| {
+        pending
+            .push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), String::from_utf8_lossy(op).into_owned()));
+        Ok(true)
+    })?;
+    let mut finished = 0;
+    for (key, op) in pending {
+        if let Some(paths) = paths {
+            let on_path = checkpoint::by_operation(store, &op)
+                .and_then(|id| checkpoint::load(store, &id))
+                .map(|r| r.targets.iter().any(|t| paths.contains(&t.path)))
+                .unwrap_or(true);
+            if !on_path {
+                continue;
+            }
+        }
+        match commit_external(store, &op, true) {
+            Ok(_) => finished += 1,
+            // Reconciled away meanwhile (recovery-locked) or gone: only the key is left.
+            Err(e) if matches!(e.code, ErrorCode::RecoveryLocked | ErrorCode::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        forget_keyed(store, session, &key)?;
+    }
+    Ok(finished)
+}
+
+fn forget_keyed(store: &Store, session: &str, key: &str) -> Result<()> {
+    let mut txn = store.kv().begin()?;
+    txn.delete(NS_KEYED, &keyed(session, key))?;
+    txn.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_replacement_rules() {
+        let p = Path::new("f");
+        assert_eq!(replace_exact(b"a b a", b"b", b"c", false, p).unwrap(), (b"a c a".to_vec(), 1));
+        assert_eq!(replace_exact(b"a b a", b"a", b"x", false, p).unwrap_err().code, ErrorCode::EditNotUnique);
+        assert_eq!(replace_exact(b"a b a", b"a", b"x", true, p).unwrap(), (b"x b x".to_vec(), 2));
+        assert_eq!(replace_exact(b"a b a", b"z", b"x", false, p).unwrap_err().code, ErrorCode::EditNoMatch);
+        assert_eq!(replace_exact(b"aaa", b"aa", b"b", true, p).unwrap(), (b"ba".to_vec(), 1));
+        assert!(replace_exact(b"a", b"", b"x", false, p).is_err());
+        assert!(replace_exact(b"a", b"a", b"a", false, p).is_err());
+    }
+}

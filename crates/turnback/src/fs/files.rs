@@ -1,0 +1,586 @@
+//! Reading and replacing workspace files without ever following a symlink.
+//!
+//! Invariants:
+//! - Every access starts from the workspace root's directory descriptor and opens each
+//!   parent component with `O_NOFOLLOW | O_DIRECTORY`: a symlinked parent is refused
+//!   (`path-rejected`, "behind a symlink"), even if it was swapped in after validation.
+//!   The final component is read with `O_NOFOLLOW` and a symlink there is refused too.
+//! - A replacement is atomic: the new bytes go to a temporary file in the same directory,
+//!   which is fsynced, given the old file's mode, renamed over the target, and then the
+//!   directory is fsynced. A crash leaves the old file or the new one, never a mix, plus at
+//!   most one temporary file whose name is derived from the checkpoint id
+//!   ([`temp_name`]) so reconcile can find and remove it.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+
+use crate::base::failpoint;
+use crate::error::{Error, ErrorCode, IoResultExt, Result};
+use crate::session::workspace::RelPath;
+
+/// The identity and shape of a file at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileIdentity {
+    /// Device id.
+    pub device: u64,
+    /// Inode number.
+    pub inode: u64,
+    /// Permission and type bits (`st_mode`).
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, ns since epoch.
+    pub mtime_ns: i128,
+    /// Status-change time, ns since epoch.
+    pub ctime_ns: i128,
+}
+
+impl FileIdentity {
+    fn of(st: &rustix::fs::Stat) -> Self {
+        FileIdentity {
+            device: st.st_dev,
+            inode: st.st_ino,
+            mode: st.st_mode,
+            size: st.st_size as u64,
+            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+            ctime_ns: i128::from(st.st_ctime) * 1_000_000_000 + i128::from(st.st_ctime_nsec),
+        }
+    }
+
+    /// The permission bits alone.
+    pub fn permissions(&self) -> u32 {
+        self.mode & 0o7777
+    }
+}
+
+/// What is at a path right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Current {
+    /// Nothing.
+    Absent,
+    /// A regular file with these bytes.
+    File {
+        /// Its content.
+        bytes: Vec<u8>,
+        /// Its identity.
+        identity: FileIdentity,
+    },
+}
+
+/// A check of the bytes and identity of a file found at a target.
+pub type Matcher<'a> = dyn Fn(&[u8], &FileIdentity) -> bool + 'a;
+
+/// What a compare-and-swap expects at the target.
+pub enum Expect<'a> {
+    /// Nothing.
+    Absent,
+    /// A regular file the matcher accepts.
+    File(&'a Matcher<'a>),
+}
+
+impl std::fmt::Debug for Expect<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Expect::Absent => "Expect::Absent",
+            Expect::File(_) => "Expect::File(..)",
+        })
+    }
+}
+
+/// The result of a compare-and-swap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Swap {
+    /// The target held what was expected and now holds the new state.
+    Done,
+    /// The target held something else; it was left exactly as found.
+    Changed,
+}
+
+/// What is at a path, for analysis: never fails on a symlink or a non-file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// Nothing.
+    Absent,
+    /// A regular file.
+    File {
+        /// Its content.
+        bytes: Vec<u8>,
+        /// Its identity.
+        identity: FileIdentity,
+    },
+    /// A symlink (never followed).
+    Symlink,
+    /// A directory, socket, device or fifo.
+    Other,
+    /// Exists but cannot be read.
+    Unreadable,
+}
+
+/// An open handle on the directory that holds a target, reached without symlinks.
+#[derive(Debug)]
+pub struct Parent {
+    fd: OwnedFd,
+    name: OsString,
+    shown: PathBuf,
+    /// Directories created on the way (relative paths, outermost first).
+    pub created_dirs: Vec<RelPath>,
+}
+
+fn behind_symlink(shown: &Path) -> Error {
+    Error::new(
+        ErrorCode::PathRejected,
+        format!("{}: behind a symlink; turnback never writes through one", shown.display()),
+    )
+}
+
+/// Opens the parent directory of `rel` under `root`, refusing symlinked components.
+/// With `create`, missing directories are made (and listed in `created_dirs`).
+pub fn open_parent(root: &Path, rel: &RelPath, create: bool) -> Result<Parent> {
+    let shown = root.join(rel.as_path());
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let mut fd = rustix::fs::open(root, dir_flags, Mode::empty()).context(root)?;
+    let comps: Vec<&OsStr> = rel.components().collect();
+    let (name, parents) = comps.split_last().expect("a RelPath has at least one component");
+    let mut created_dirs = Vec::new();
+    let mut so_far: Vec<u8> = Vec::new();
+    for comp in parents {
+        if !so_far.is_empty() {
+            so_far.push(b'/');
+        }
+        so_far.extend_from_slice(comp.as_bytes());
+        fd = match rustix::fs::openat(&fd, *comp, dir_flags, Mode::empty()) {
+            Ok(next) => next,
+            Err(Errno::NOENT) if create => {
+                match rustix::fs::mkdirat(&fd, *comp, Mode::from_raw_mode(0o777)) {
+                    Ok(()) => created_dirs.push(RelPath::new(so_far.clone())?),
+                    Err(Errno::EXIST) => {}
+                    Err(e) => return Err(e).context(&shown),
+                }
+                rustix::fs::openat(&fd, *comp, dir_flags, Mode::empty()).map_err(|e| classify(e, &shown))?
+            }
+            Err(e) => return Err(classify(e, &shown)),
+        };
+    }
+    Ok(Parent { fd, name: name.to_os_string(), shown, created_dirs })
+}
+
+fn classify(e: Errno, shown: &Path) -> Error {
+    match e {
+        Errno::LOOP | Errno::NOTDIR => behind_symlink(shown),
+        Errno::NOENT => {
+            Error::new(ErrorCode::NotFound, format!("{}: a parent directory does not exist", shown.display()))
+        }
+        other => Error::new(ErrorCode::Io, format!("{}: {}", shown.display(), std::io::Error::from(other))),
+    }
+}
+
+impl Parent {
+    /// The target's path, for messages.
+    pub fn shown(&self) -> &Path {
+        &self.shown
+    }
+
+    /// Reads the target without following a symlink.
+    ///
+    /// # Errors
+    /// `path-rejected` if it is a symlink or anything but a regular file.
+    pub fn read(&self) -> Result<Current> {
+        self.read_name(&self.name)
+    }
+
+    /// What the target is, without following a symlink and without failing on a symlink
+    /// or a non-file (for three-way analysis).
+    pub fn observe(&self) -> Result<Observed> {
+        match rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW) {
+            Err(Errno::NOENT) => return Ok(Observed::Absent),
+            Err(Errno::ACCESS) => return Ok(Observed::Unreadable),
+            Err(e) => return Err(e).context(&self.shown),
+            Ok(st) => match FileType::from_raw_mode(st.st_mode) {
+                FileType::Symlink => return Ok(Observed::Symlink),
+                FileType::RegularFile => {}
+                _ => return Ok(Observed::Other),
+            },
+        }
+        match self.read() {
+            Ok(Current::File { bytes, identity }) => Ok(Observed::File { bytes, identity }),
+            Ok(Current::Absent) => Ok(Observed::Absent),
+            Err(e) if e.code == ErrorCode::PathRejected => Ok(Observed::Symlink),
+            Err(e) if e.code == ErrorCode::Inaccessible => Ok(Observed::Unreadable),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Names of the entries beside the target, with their inode numbers.
+    pub fn siblings(&self) -> Result<Vec<(OsString, u64)>> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, ".", flags, Mode::empty()).context(&self.shown)?;
+        let mut dir = rustix::fs::Dir::read_from(&fd).context(&self.shown)?;
+        let mut out = Vec::new();
+        while let Some(entry) = dir.read() {
+            let entry = entry.context(&self.shown)?;
+            let name = entry.file_name().to_bytes();
+            if name != b"." && name != b".." {
+                out.push((OsString::from_vec(name.to_vec()), entry.ino()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the sibling `name` is the file `recorded` describes, under another name.
+    /// The inode number alone does not say so: a freed inode is soon handed to a new
+    /// file. The sibling must also have been born no later than the recorded state was
+    /// stamped (its birth time, where the file system keeps one) or, where it keeps
+    /// none, still carry the recorded size and modification time.
+    pub fn is_same_file(&self, name: &OsStr, recorded: &FileIdentity) -> bool {
+        use rustix::fs::StatxFlags;
+        let mask = StatxFlags::INO | StatxFlags::BTIME | StatxFlags::MTIME | StatxFlags::SIZE;
+        let Ok(st) = rustix::fs::statx(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) else {
+            return false;
+        };
+        let ns = |t: rustix::fs::StatxTimestamp| i128::from(t.tv_sec) * 1_000_000_000 + i128::from(t.tv_nsec);
+        if st.stx_ino != recorded.inode {
+            return false;
+        }
+        if StatxFlags::from_bits_retain(st.stx_mask).contains(StatxFlags::BTIME) {
+            ns(st.stx_btime) <= recorded.ctime_ns
+        } else {
+            st.stx_size == recorded.size && ns(st.stx_mtime) == recorded.mtime_ns
+        }
+    }
+
+    /// Reads another entry of the same directory (never following a symlink).
+    pub fn read_sibling(&self, name: &OsStr) -> Result<Current> {
+        self.read_name(name)
+    }
+
+    /// Renames one entry of the same directory to another name, never replacing one.
+    pub fn rename_sibling(&self, from: &OsStr, to: &OsStr) -> Result<()> {
+        rustix::fs::renameat_with(&self.fd, from, &self.fd, to, rustix::fs::RenameFlags::NOREPLACE)
+            .context(&self.shown)?;
+        rustix::fs::fsync(&self.fd).context(&self.shown)
+    }
+
+    /// The target's name in its directory.
+    pub fn name(&self) -> &OsStr {
+        &self.name
+    }
+
+    /// Puts `bytes` at the target only if what is there now is what `expect` says:
+    /// a compare-and-swap. The new file is written and synced under `temp`, then swapped
+    /// in atomically (`RENAME_EXCHANGE`, or a hard link for an absent target); the file it
+    /// displaced is checked, and if it is not the expected one it is swapped straight
+    /// back, untouched. Returns [`Swap::Changed`] in that case, having written nothing.
+    /// Also returns the new file's identity when it was put in place.
+    pub fn swap_in(
+        &self,
+        temp: &OsStr,
+        bytes: &[u8],
+        mode: Option<u32>,
+        expect: &Expect<'_>,
+    ) -> Result<(Swap, Option<FileIdentity>)> {
+        let file = self.write_temp(temp, bytes, mode)?;
+        failpoint::hit("write-temp-synced");
+        let result = match expect {
+            Expect::Absent => match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
+                Ok(()) => {
+                    failpoint::hit("write-renamed");
+                    Ok(Swap::Done)
+                }
+                Err(Errno::EXIST) => Ok(Swap::Changed),
+                Err(e) => Err(e).context(&self.shown),
+            },
+            Expect::File(matches) => {
+                match rustix::fs::renameat_with(&self.fd, temp, &self.fd, &self.name, rustix::fs::RenameFlags::EXCHANGE)
+                {
+                    Ok(()) => {
+                        failpoint::hit("write-renamed");
+                        // `temp` now names the displaced file.
+                        let displaced = self.read_name(temp);
+                        let ok =
+                            matches!(&displaced, Ok(Current::File { bytes, identity }) if matches(bytes, identity));
+                        if ok {
+                            Ok(Swap::Done)
+                        } else {
+                            rustix::fs::renameat_with(
+                                &self.fd,
+                                temp,
+                                &self.fd,
+                                &self.name,
+                                rustix::fs::RenameFlags::EXCHANGE,
+                            )
+                            .context(&self.shown)?;
+                            Ok(Swap::Changed)
+                        }
+                    }
+                    Err(Errno::NOENT) => Ok(Swap::Changed),
+                    Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
+                        // No RENAME_EXCHANGE here: check, then rename (a narrower window).
+                        match self.read() {
+                            Ok(Current::File { bytes, identity }) if matches(&bytes, &identity) => {
+                                rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
+                                Ok(Swap::Done)
+                            }
+                            _ => Ok(Swap::Changed),
+                        }
+                    }
+                    Err(e) => Err(e).context(&self.shown),
+                }
+            }
+        };
+        let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
+        rustix::fs::fsync(&self.fd).context(&self.shown)?;
+        let swap = result?;
+        let identity = match swap {
+            Swap::Done => Some(FileIdentity::of(&rustix::fs::fstat(&file).context(&self.shown)?)),
+            Swap::Changed => None,
+        };
+        Ok((swap, identity))
+    }
+
+    /// Removes the target only if it is what `matches` accepts: it is first moved aside
+    /// to `temp` (atomically), checked there, and then deleted — or moved back untouched.
+    /// An already absent target counts as removed.
+    pub fn remove_if(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
+        match rustix::fs::renameat(&self.fd, &self.name, &self.fd, temp) {
+            Ok(()) => {}
+            Err(Errno::NOENT) => return Ok(Swap::Done),
+            Err(e) => return Err(e).context(&self.shown),
+        }
+        failpoint::hit("remove-moved-aside");
+        let moved = self.read_name(temp);
+        let result = if matches!(&moved, Ok(Current::File { bytes, identity }) if matches(bytes, identity)) {
+            rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()).context(&self.shown)?;
+            failpoint::hit("remove-unlinked");
+            Swap::Done
+        } else {
+            match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
+                Ok(()) => {
+                    rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()).context(&self.shown)?;
+                }
+                Err(Errno::EXIST) => {
+                    return Err(Error::new(
+                        ErrorCode::Conflict,
+                        format!(
+                            "{}: changed twice during rollback; the version found first was kept as {}",
+                            self.shown.display(),
+                            Path::new(temp).display()
+                        ),
+                    ));
+                }
+                Err(e) => return Err(e).context(&self.shown),
+            }
+            Swap::Changed
+        };
+        rustix::fs::fsync(&self.fd).context(&self.shown)?;
+        Ok(result)
+    }
+
+    /// Writes and syncs `bytes` under `temp`. Owner-only until it has the old file's mode,
+    /// so a private file's new content is never briefly readable by others; a new file
+    /// gets the usual 0666 less the umask.
+    fn write_temp(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
+        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
+        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
+        let mut file = File::from(fd);
+        file.write_all(bytes).context(&self.shown)?;
+        if let Some(mode) = mode {
+            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
+        }
+        file.sync_all().context(&self.shown)?;
+        Ok(file)
+    }
+
+    fn read_name(&self, name: &OsStr) -> Result<Current> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        let fd = match rustix::fs::openat(&self.fd, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(Current::Absent),
+            Err(Errno::LOOP) => return Err(behind_symlink(&self.shown)),
+            Err(Errno::ACCESS) => {
+                return Err(Error::new(
+                    ErrorCode::Inaccessible,
+                    format!("{}: permission denied", self.shown.display()),
+                ));
+            }
+            Err(e) => return Err(e).context(&self.shown),
+        };
+        let st = rustix::fs::fstat(&fd).context(&self.shown)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(Error::new(ErrorCode::PathRejected, format!("{}: not a regular file", self.shown.display())));
+        }
+        let mut file = File::from(fd);
+        let mut bytes = Vec::with_capacity(st.st_size as usize);
+        file.read_to_end(&mut bytes).context(&self.shown)?;
+        let st = rustix::fs::fstat(file.as_fd()).context(&self.shown)?;
+        Ok(Current::File { bytes, identity: FileIdentity::of(&st) })
+    }
+
+    /// Atomically replaces (or creates) the target with `bytes`; `mode` keeps the old
+    /// file's permission bits (None: a new file, default permissions under the umask).
+    /// `temp` is the temporary name to use (see [`temp_name`]).
+    pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
+        let file = self.write_temp(temp, bytes, mode)?;
+        failpoint::hit("write-temp-synced");
+        rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
+        failpoint::hit("write-renamed");
+        rustix::fs::fsync(&self.fd).context(&self.shown)?;
+        let st = rustix::fs::fstat(&file).context(&self.shown)?;
+        Ok(FileIdentity::of(&st))
+    }
+
+    /// Removes the temporary file `temp` if a crash left it behind; true if one was there.
+    pub fn remove_temp(&self, temp: &OsStr) -> Result<bool> {
+        match rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()) {
+            Ok(()) => Ok(true),
+            Err(Errno::NOENT) => Ok(false),
+            Err(e) => Err(e).context(&self.shown),
+        }
+    }
+}
+
+/// The parent directories of `rel` that do not exist yet, outermost first (found without
+/// following symlinks), so a mutation can record them before it creates them.
+pub fn missing_parents(root: &Path, rel: &RelPath) -> Result<Vec<RelPath>> {
+    let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let shown = root.join(rel.as_path());
+    let mut fd = rustix::fs::open(root, dir_flags, Mode::empty()).context(root)?;
+    let comps: Vec<&OsStr> = rel.components().collect();
+    let mut so_far: Vec<u8> = Vec::new();
+    let mut missing = Vec::new();
+    for comp in &comps[..comps.len() - 1] {
+        if !so_far.is_empty() {
+            so_far.push(b'/');
+        }
+        so_far.extend_from_slice(comp.as_bytes());
+        if !missing.is_empty() {
+            missing.push(RelPath::new(so_far.clone())?);
+            continue;
+        }
+        match rustix::fs::openat(&fd, *comp, dir_flags, Mode::empty()) {
+            Ok(next) => fd = next,
+            Err(Errno::NOENT) => missing.push(RelPath::new(so_far.clone())?),
+            Err(e) => return Err(classify(e, &shown)),
+        }
+    }
+    Ok(missing)
+}
+
+/// Removes the directory `rel` if it is empty (never following a symlink); true if removed.
+pub fn remove_empty_dir(root: &Path, rel: &RelPath) -> Result<bool> {
+    let parent = match open_parent(root, rel, false) {
+        Ok(p) => p,
+        Err(e) if e.code == ErrorCode::NotFound => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    match rustix::fs::unlinkat(&parent.fd, &parent.name, AtFlags::REMOVEDIR) {
+        Ok(()) => {
+            rustix::fs::fsync(&parent.fd).context(&parent.shown)?;
+            Ok(true)
+        }
+        Err(Errno::NOENT | Errno::NOTEMPTY | Errno::EXIST | Errno::NOTDIR) => Ok(false),
+        Err(e) => Err(e).context(&parent.shown),
+    }
+}
+
+/// The temporary name used while replacing `rel` for the checkpoint `checkpoint_id`.
+pub fn temp_name(rel: &RelPath, checkpoint_id: &str) -> OsString {
+    let base = rel.components().last().expect("non-empty").as_bytes();
+    let mut name = b".".to_vec();
+    // Keep the name short enough for NAME_MAX with the suffix added.
+    name.extend_from_slice(&base[..base.len().min(160)]);
+    name.extend_from_slice(format!(".turnback-{}.tmp", checkpoint_id.replace('-', "")).as_bytes());
+    OsString::from_vec(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    #[test]
+    fn replace_keeps_mode_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("run.sh");
+        std::fs::write(&f, "old").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o751)).unwrap();
+        let rel = RelPath::new("run.sh").unwrap();
+        let parent = open_parent(dir.path(), &rel, false).unwrap();
+        let Current::File { identity, .. } = parent.read().unwrap() else { panic!() };
+        parent.replace(&temp_name(&rel, "c-1"), b"new", Some(identity.mode)).unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o751);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_renamed_file_is_the_same_file_and_a_reused_inode_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "two").unwrap();
+        let parent = open_parent(dir.path(), &RelPath::new("a.txt").unwrap(), false).unwrap();
+        let Current::File { identity, .. } = parent.read().unwrap() else { panic!() };
+        std::fs::rename(dir.path().join("a.txt"), dir.path().join("b.txt")).unwrap();
+        assert!(parent.is_same_file(OsStr::new("b.txt"), &identity), "a rename keeps the file");
+        // A file born after the recorded state, holding the same inode number (as a freed
+        // inode handed out again would), is another file.
+        let older = FileIdentity { ctime_ns: 0, mtime_ns: 0, ..identity };
+        assert!(!parent.is_same_file(OsStr::new("b.txt"), &older));
+        // And the real thing where the file system hands the inode out again soon.
+        std::fs::remove_file(dir.path().join("b.txt")).unwrap();
+        for i in 0..200 {
+            let name = format!("new-{i}");
+            std::fs::write(dir.path().join(&name), "another").unwrap();
+            if std::fs::symlink_metadata(dir.path().join(&name)).unwrap().ino() == identity.inode {
+                assert!(!parent.is_same_file(OsStr::new(&name), &identity), "reused inode taken for the file");
+                break;
+            }
+            std::fs::remove_file(dir.path().join(&name)).unwrap();
+        }
+    }
+
+    #[test]
+    fn symlinked_parent_or_target_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).unwrap();
+        std::fs::write(outside.path().join("x"), "secret").unwrap();
+        let err = open_parent(dir.path(), &RelPath::new("link/x").unwrap(), true).unwrap_err();
+        assert_eq!(err.code, ErrorCode::PathRejected);
+        std::os::unix::fs::symlink(outside.path().join("x"), dir.path().join("y")).unwrap();
+        let parent = open_parent(dir.path(), &RelPath::new("y").unwrap(), false).unwrap();
+        assert_eq!(parent.read().unwrap_err().code, ErrorCode::PathRejected);
+    }
+
+    #[test]
+    fn missing_parents_are_created_and_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = open_parent(dir.path(), &RelPath::new("a/b/c.txt").unwrap(), true).unwrap();
+        let created: Vec<String> = parent.created_dirs.iter().map(|p| p.display()).collect();
+        assert_eq!(created, ["a", "a/b"]);
+        assert_eq!(parent.read().unwrap(), Current::Absent);
+    }
+
+    #[test]
+    fn missing_parents_are_listed_and_empty_ones_removed_again() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let rel = RelPath::new("a/b/c/d.txt").unwrap();
+        let missing: Vec<String> = missing_parents(dir.path(), &rel).unwrap().iter().map(|p| p.display()).collect();
+        assert_eq!(missing, ["a/b", "a/b/c"]);
+        open_parent(dir.path(), &rel, true).unwrap();
+        std::fs::write(dir.path().join("a/b/keep.txt"), "x").unwrap();
+        assert!(remove_empty_dir(dir.path(), &RelPath::new("a/b/c").unwrap()).unwrap());
+        assert!(!remove_empty_dir(dir.path(), &RelPath::new("a/b").unwrap()).unwrap(), "not empty");
+        assert!(dir.path().join("a/b/keep.txt").exists());
+    }
+}

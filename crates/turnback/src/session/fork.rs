@@ -1,0 +1,189 @@
+//! Forks: a new session that carries an earlier one's turns, snapshots and conversation
+//! history through a turn,
+//! optionally with its files materialised into a separate working tree.
+//!
+//! Invariants: the fork holds its own copies of the turn and snapshot records (pointing at
+//! the same content-addressed trees), so it outlives its parent: deleting the parent and
+//! running `gc` leaves everything the fork reaches. Materialising writes only into a new or
+//! empty directory, never follows a symlink, and records nested repositories as skipped.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, ErrorCode, IoResultExt, Result};
+use crate::session::Session;
+use crate::session::turn::{self, Turn};
+use crate::session::workspace::Workspace;
+use crate::snapshot::tree::NodeKind;
+use crate::snapshot::{self, SnapshotRecord};
+use crate::storage::object::ContentId;
+use crate::storage::store::Store;
+
+/// What a fork made.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Forked {
+    /// The new session.
+    pub session: Session,
+    /// Turns carried.
+    pub turns: u64,
+    /// Snapshots carried.
+    pub snapshots: u64,
+    /// History entries carried (those of the carried turns).
+    pub history_entries: u64,
+    /// Where the files were written, with `--into`.
+    pub into: Option<PathBuf>,
+    /// Files written there.
+    pub files_written: u64,
+    /// Paths not written (nested repositories), with why.
+    pub not_written: Vec<String>,
+}
+
+/// Forks session `from` after turn `after` (default: its newest), into the same workspace
+/// or, with `into`, into a new working tree holding the files as they were right after
+/// that turn.
+///
+/// # Errors
+/// `not-found` for an unknown session or turn; `already-exists` if `into` is not empty;
+/// `not-found` if the state after the turn was not snapshotted.
+pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<Forked> {
+    let parent = Session::get(store, from)?.ok_or_else(|| Error::not_found(format!("session {from}")))?;
+    let all = turn::list(store, from)?;
+    let last = after.unwrap_or_else(|| all.last().map_or(0, |t| t.index));
+    if after.is_some() && !all.iter().any(|t| t.index == last) {
+        return Err(Error::not_found(format!("turn {last} of session {from}")));
+    }
+    let carried: Vec<&Turn> = all.iter().filter(|t| t.index <= last).collect();
+    // Everything that can fail is checked before anything is written, and gc waits.
+    let _objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
+    let state = match into {
+        Some(_) => Some(state_after(store, &all, last)?),
+        None => None,
+    };
+    let workspace = match into {
+        Some(dir) => {
+            prepare_dir(dir)?;
+            Workspace::ensure(store, dir)?
+        }
+        None => Workspace::by_id(store, &parent.workspace_id)?,
+    };
+    let session = Session::create(store, &workspace, id)?;
+    // Read everything first: the store's reads and its write transaction share one
+    // connection.
+    let mut originals = std::collections::HashMap::new();
+    for t in &carried {
+        for id in std::iter::once(&t.snapshot.id).chain(t.end_snapshot.as_ref().map(|e| &e.id)).flatten() {
+            originals.insert(id.clone(), snapshot::get(store, id)?);
+        }
+    }
+    let history = crate::session::history::read(store, from, &crate::session::history::Selection::All)?.entries;
+    let mut turn_map = std::collections::HashMap::new();
+    let mut txn = store.kv().begin()?;
+    let mut snapshots = 0;
+    for t in &carried {
+        let mut copy = (*t).clone();
+        copy.turn_id = turn::new_id();
+        turn_map.insert(t.turn_id.clone(), copy.turn_id.clone());
+        copy.session_id = session.id.clone();
+        let mut refs = vec![&mut copy.snapshot];
+        if let Some(e) = copy.end_snapshot.as_mut() {
+            refs.push(e);
+        }
+        for r in refs {
+            if let Some(old) = r.id.clone() {
+                let mut snap = originals[&old].clone();
+                snap.snapshot_id = uuid::Uuid::now_v7().to_string();
+                snap.session_id = session.id.clone();
+                snap.workspace_id = workspace.id.clone();
+                snap.turn_id = Some(copy.turn_id.clone());
+                snapshot::put_record(store, &mut *txn, &snap)?;
+                r.id = Some(snap.snapshot_id);
+                snapshots += 1;
+            }
+        }
+        turn::put(store, &mut *txn, &copy)?;
+    }
+    let history_entries = crate::session::history::copy_in(store, &mut *txn, &session.id, &history, &turn_map)?;
+    let forked = Session { parent: Some(from.to_string()), prompt_round: last, ..session };
+    crate::session::put_in(store, &mut *txn, &forked)?;
+    txn.commit()?;
+
+    let (mut files_written, mut not_written) = (0, Vec::new());
+    if let (Some(dir), Some(state)) = (into, state) {
+        let root = state.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| Error::not_found("a tree"))?;
+        for (path, node) in snapshot::flatten(store, &root)? {
+            let target = dir.join(OsStr::from_bytes(&path));
+            match &node.kind {
+                NodeKind::File(id) => {
+                    let bytes = store.read_object(id)?.1;
+                    write_new(&target, &bytes, node.mode)?;
+                    files_written += 1;
+                }
+                NodeKind::Symlink(id) => {
+                    let link = store.read_object(id)?.1;
+                    if let Some(p) = target.parent() {
+                        std::fs::create_dir_all(p).context(p)?;
+                    }
+                    std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target).context(&target)?;
+                    files_written += 1;
+                }
+                NodeKind::Gitlink(commit) => {
+                    not_written.push(format!("{} (nested repository at {commit})", String::from_utf8_lossy(&path)));
+                }
+                NodeKind::Tree(_) => {}
+            }
+        }
+    }
+    Ok(Forked {
+        session: forked,
+        turns: carried.len() as u64,
+        snapshots,
+        history_entries,
+        into: into.map(Path::to_path_buf),
+        files_written,
+        not_written,
+    })
+}
+
+/// The snapshot of the state right after turn `index`: its end, else the next start.
+fn state_after(store: &Store, turns: &[Turn], index: u64) -> Result<SnapshotRecord> {
+    let end = turns.iter().find(|t| t.index == index).and_then(|t| t.end_snapshot.as_ref()).and_then(|e| e.id.clone());
+    let next = turns.iter().find(|t| t.index == index + 1).and_then(|t| t.snapshot.id.clone());
+    match end.or(next) {
+        Some(id) => snapshot::get(store, &id),
+        None => Err(Error::not_found(format!("a snapshot of the state right after turn {index}"))),
+    }
+}
+
+fn prepare_dir(dir: &Path) -> Result<()> {
+    match std::fs::read_dir(dir) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(Error::new(ErrorCode::AlreadyExists, format!("{} is not empty", dir.display())));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir).context(dir),
+        Err(e) => Err(e).context(dir),
+    }
+}
+
+fn write_new(target: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if let Some(p) = target.parent() {
+        std::fs::create_dir_all(p).context(p)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(target)
+        .context(target)?;
+    f.write_all(bytes).context(target)?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).context(target)?;
+    f.sync_all().context(target)
+}

@@ -1,0 +1,255 @@
+//! Sessions: one agent conversation in one workspace.
+//!
+//! Invariants:
+//! - A session id matches `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$` and names one workspace for
+//!   its whole life.
+//! - The session's prompt round only grows; checkpoints record the round they were made in
+//!   and retention counts rounds, not wall-clock time.
+
+pub mod fork;
+pub mod history;
+pub mod transcript;
+pub mod turn;
+pub mod workspace;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::session::workspace::Workspace;
+use crate::storage::kv::{Ns, Txn};
+use crate::storage::store::{Store, format_ms, now_ms};
+
+pub(crate) const NS_SESSIONS: Ns = "sessions";
+const NS_WORKSPACE_SESSIONS: Ns = "workspace-sessions";
+const SESSION_SCHEMA: u16 = 1;
+
+/// One agent conversation in one workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// The session id.
+    pub id: String,
+    /// The workspace it works in.
+    pub workspace_id: String,
+    /// When it was created (RFC 3339).
+    pub created_at: String,
+    /// The current prompt round (0 before the first prompt).
+    pub prompt_round: u64,
+    /// The session it was forked from, if any.
+    pub parent: Option<String>,
+}
+
+/// Checks a session id against `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`.
+///
+/// # Errors
+/// `invalid-argument` saying what is allowed.
+pub fn validate_id(id: &str) -> Result<()> {
+    let b = id.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 128
+        && b[0].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "session id {id:?} must be 1-128 letters, digits, '_' or '-', starting with a letter or digit"
+        )))
+    }
+}
+
+impl Session {
+    /// The session `id`, if it exists.
+    pub fn get(store: &Store, id: &str) -> Result<Option<Session>> {
+        validate_id(id)?;
+        store.get_record(NS_SESSIONS, id.as_bytes())
+    }
+
+    /// The most recently created session of `workspace`, if any.
+    pub fn latest(store: &Store, workspace: &Workspace) -> Result<Option<Session>> {
+        let mut last = None;
+        store.kv().scan_keys(NS_WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
+            last = Some(k.to_vec());
+            Ok(true)
+        })?;
+        match last {
+            Some(k) => {
+                let k = String::from_utf8_lossy(&k).into_owned();
+                let id = k.rsplit('/').next().unwrap_or_default();
+                Session::get(store, id)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Creates a session in `workspace` (with `id`, or a fresh UUID v7).
+    ///
+    /// # Errors
+    /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
+    pub fn create(store: &Store, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+        let mut txn = store.kv().begin()?;
+        let session = Self::create_in(store, &mut *txn, workspace, id)?;
+        txn.commit()?;
+        Ok(session)
+    }
+
+    fn create_in(store: &Store, txn: &mut dyn Txn, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => uuid::Uuid::now_v7().to_string(),
+        };
+        validate_id(&id)?;
+        let now = now_ms();
+        let session = Session {
+            id: id.clone(),
+            workspace_id: workspace.id.clone(),
+            created_at: format_ms(now),
+            prompt_round: 0,
+            parent: None,
+        };
+        let sealed = store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
+        if !txn.put_if_absent(NS_SESSIONS, id.as_bytes(), &sealed)? {
+            return Err(Error::new(crate::ErrorCode::AlreadyExists, format!("session {id} already exists")));
+        }
+        let index = format!("{}/{now:016}/{id}", workspace.id);
+        txn.put(NS_WORKSPACE_SESSIONS, index.as_bytes(), b"")?;
+        Ok(session)
+    }
+
+    /// The workspace's latest session, or a new one; decided under the write lock, so
+    /// concurrent first commands in a workspace all land in the same session.
+    fn latest_or_create(store: &Store, workspace: &Workspace) -> Result<Session> {
+        if let Some(s) = Session::latest(store, workspace)? {
+            return Ok(s);
+        }
+        let mut txn = store.kv().begin()?;
+        let prefix = format!("{}/", workspace.id);
+        let latest = txn.keys(NS_WORKSPACE_SESSIONS, prefix.as_bytes())?.pop();
+        if let Some(key) = latest {
+            drop(txn);
+            let key = String::from_utf8_lossy(&key).into_owned();
+            let id = key.rsplit('/').next().unwrap_or_default();
+            return Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")));
+        }
+        let session = Self::create_in(store, &mut *txn, workspace, None)?;
+        txn.commit()?;
+        Ok(session)
+    }
+
+    /// The session to use: `requested` (created if new), else the workspace's latest, else
+    /// a new one.
+    ///
+    /// # Errors
+    /// `invalid-argument` if `requested` belongs to another workspace or is malformed.
+    pub fn resolve(store: &Store, workspace: &Workspace, requested: Option<&str>) -> Result<Session> {
+        if let Some(id) = requested {
+            return match Session::get(store, id)? {
+                Some(s) if s.workspace_id == workspace.id => Ok(s),
+                Some(_) => Err(Error::invalid(format!("session {id} belongs to another workspace"))),
+                None => match Session::create(store, workspace, Some(id)) {
+                    Err(e) if e.code == crate::ErrorCode::AlreadyExists => {
+                        Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))
+                    }
+                    other => other,
+                },
+            };
+        }
+        Session::latest_or_create(store, workspace)
+    }
+
+    /// Moves the session to its next prompt round and returns it (tests and tools; turns
+    /// set the round themselves).
+    pub fn advance_round(store: &Store, id: &str) -> Result<u64> {
+        let mut txn = store.kv().begin()?;
+        let value = txn.get(NS_SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        let mut session: Session = store.open_record(NS_SESSIONS, id.as_bytes(), &value)?;
+        session.prompt_round += 1;
+        txn.put(NS_SESSIONS, id.as_bytes(), &store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?)?;
+        txn.commit()?;
+        Ok(session.prompt_round)
+    }
+}
+
+/// What deleting a session removed.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deleted {
+    /// The session.
+    pub session_id: String,
+    /// Turns removed.
+    pub turns: u64,
+    /// Snapshots removed (their space comes back with `gc`).
+    pub snapshots: u64,
+    /// Checkpoints removed, with their content.
+    pub checkpoints: u64,
+}
+
+impl Session {
+    /// The sessions of `workspace`, oldest first.
+    pub fn list(store: &Store, workspace: &Workspace) -> Result<Vec<Session>> {
+        let mut ids = Vec::new();
+        store.kv().scan_keys(NS_WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
+            ids.push(String::from_utf8_lossy(k).rsplit('/').next().unwrap_or_default().to_string());
+            Ok(true)
+        })?;
+        let mut out = Vec::new();
+        for id in ids {
+            if let Some(s) = Session::get(store, &id)? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes session `id` with its turns, snapshots, stat cache and checkpoints, in one
+    /// transaction. A fork of it keeps what it carried.
+    ///
+    /// # Errors
+    /// `not-found`; `conflict` if a turn is running or a checkpoint is being written.
+    pub fn delete(store: &Store, id: &str) -> Result<Deleted> {
+        let session = Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        if crate::session::turn::running(store, id)?.is_some() {
+            return Err(Error::new(
+                crate::ErrorCode::Conflict,
+                format!("session {id} has a running turn; end it first (turnback turn end)"),
+            ));
+        }
+        let _snapshots = crate::fs::lock::session(&store.locks_dir(), id)?;
+        let mut txn = store.kv().begin()?;
+        let checkpoints = crate::checkpoint::delete_session_in(store, &mut *txn, id)?;
+        let snapshots = crate::snapshot::delete_session_in(store, &mut *txn, id)?;
+        let turns = crate::session::turn::delete_session_in(&mut *txn, id)?;
+        crate::session::history::delete_session_in(&mut *txn, id)?;
+        crate::api::mutation::delete_session_in(&mut *txn, id)?;
+        txn.delete(NS_SESSIONS, id.as_bytes())?;
+        let suffix = format!("/{id}");
+        for key in txn.keys(NS_WORKSPACE_SESSIONS, format!("{}/", session.workspace_id).as_bytes())? {
+            if key.ends_with(suffix.as_bytes()) {
+                txn.delete(NS_WORKSPACE_SESSIONS, &key)?;
+            }
+        }
+        txn.commit()?;
+        Ok(Deleted { session_id: id.to_string(), turns, snapshots, checkpoints })
+    }
+}
+
+/// Writes `session` inside `txn`.
+pub(crate) fn put_in(store: &Store, txn: &mut dyn Txn, session: &Session) -> Result<()> {
+    let key = session.id.as_bytes();
+    txn.put(NS_SESSIONS, key, &store.seal_record(NS_SESSIONS, key, SESSION_SCHEMA, session)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_follow_the_pattern() {
+        for ok in ["a", "A9", "claude-code_1", &"x".repeat(128)] {
+            assert!(validate_id(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "-a", "_a", "a b", "a/b", &"x".repeat(129), "é"] {
+            assert!(validate_id(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,239 @@
+//! Differences between two snapshots.
+//!
+//! Invariants: the comparison descends only into directories whose node ids differ, so
+//! its cost is proportional to what changed, not to the size of the workspace; content is
+//! decrypted (through the verified path) only to count or show lines; binary files are
+//! named, never shown.
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::snapshot;
+use crate::snapshot::tree::{Node, NodeKind};
+use crate::storage::object::{ContentClass, ContentId};
+use crate::storage::store::Store;
+
+/// How a path changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Change {
+    /// Only in the newer snapshot.
+    Added,
+    /// In both, with other content or mode.
+    Modified,
+    /// Only in the older snapshot.
+    Deleted,
+    /// In both, as different kinds (file, symlink, nested repository).
+    TypeChanged,
+}
+
+/// One changed path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changed {
+    /// The path.
+    pub path: String,
+    /// How.
+    pub change: Change,
+    #[serde(skip)]
+    old: Option<Node>,
+    #[serde(skip)]
+    new: Option<Node>,
+}
+
+/// Lines added and deleted in one changed path (`None` for binary content).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NumStat {
+    /// The path.
+    pub path: String,
+    /// How it changed.
+    pub change: Change,
+    /// Lines added (none: binary).
+    pub added: Option<u64>,
+    /// Lines deleted (none: binary).
+    pub deleted: Option<u64>,
+}
+
+/// The changed paths between the trees `from` and `to`, sorted by path.
+pub fn trees(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<Changed>> {
+    let mut out: Vec<Changed> = raw(store, from, to)?
+        .into_iter()
+        .map(|r| Changed {
+            path: String::from_utf8_lossy(&r.path).into_owned(),
+            change: r.change,
+            old: r.old,
+            new: r.new,
+        })
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// One changed path as raw bytes, with its nodes on each side (files, symlinks and nested
+/// repositories; a directory is never a node here, only the paths below it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RawChange {
+    pub path: Vec<u8>,
+    pub change: Change,
+    pub old: Option<Node>,
+    pub new: Option<Node>,
+}
+
+/// The changed paths between `from` and `to` as raw bytes, sorted bytewise.
+pub(crate) fn raw(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<RawChange>> {
+    let mut out = Vec::new();
+    compare(store, Vec::new(), Some(*from), Some(*to), &mut out)?;
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(prefix.len() + 1 + name.len());
+    path.extend_from_slice(prefix);
+    if !prefix.is_empty() {
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+fn compare(
+    store: &Store,
+    prefix: Vec<u8>,
+    a: Option<ContentId>,
+    b: Option<ContentId>,
+    out: &mut Vec<RawChange>,
+) -> Result<()> {
+    if a == b {
+        return Ok(());
+    }
+    let left = match a {
+        Some(id) => snapshot::read_tree(store, &id)?,
+        None => Vec::new(),
+    };
+    let right = match b {
+        Some(id) => snapshot::read_tree(store, &id)?,
+        None => Vec::new(),
+    };
+    let (mut i, mut j) = (0, 0);
+    while i < left.len() || j < right.len() {
+        let order = match (left.get(i), right.get(j)) {
+            (Some(l), Some(r)) => l.name.cmp(&r.name),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            _ => std::cmp::Ordering::Greater,
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                side(store, &prefix, Some(&left[i]), None, out)?;
+                i += 1;
+            }
+            std::cmp::Ordering::Greater => {
+                side(store, &prefix, None, Some(&right[j]), out)?;
+                j += 1;
+            }
+            std::cmp::Ordering::Equal => {
+                side(store, &prefix, Some(&left[i]), Some(&right[j]), out)?;
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn side(store: &Store, prefix: &[u8], l: Option<&Node>, r: Option<&Node>, out: &mut Vec<RawChange>) -> Result<()> {
+    let path = join(prefix, &l.or(r).expect("one side").name);
+    let tree_of = |n: Option<&Node>| match n.map(|n| &n.kind) {
+        Some(NodeKind::Tree(id)) => Some(*id),
+        _ => None,
+    };
+    let (lt, rt) = (tree_of(l), tree_of(r));
+    // Directories recurse; a directory replaced by a file (or back) is both.
+    if lt.is_some() || rt.is_some() {
+        compare(store, path.clone(), lt, rt, out)?;
+    }
+    let l = l.filter(|n| !matches!(n.kind, NodeKind::Tree(_)));
+    let r = r.filter(|n| !matches!(n.kind, NodeKind::Tree(_)));
+    let change = match (l, r) {
+        (None, None) => return Ok(()),
+        (None, Some(_)) => Change::Added,
+        (Some(_), None) => Change::Deleted,
+        (Some(a), Some(b)) if std::mem::discriminant(&a.kind) != std::mem::discriminant(&b.kind) => Change::TypeChanged,
+        (Some(a), Some(b)) if a.kind == b.kind && a.mode == b.mode => return Ok(()),
+        _ => Change::Modified,
+    };
+    out.push(RawChange { path, change, old: l.cloned(), new: r.cloned() });
+    Ok(())
+}
+
+/// The bytes of a file or symlink node (`None` for a nested repository).
+fn content(store: &Store, node: Option<&Node>) -> Result<Option<(ContentClass, Vec<u8>)>> {
+    match node.map(|n| &n.kind) {
+        Some(NodeKind::File(id)) | Some(NodeKind::Symlink(id)) => {
+            let (header, bytes) = store.read_object(id)?;
+            Ok(Some((header.class, bytes)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn text(c: &Option<(ContentClass, Vec<u8>)>) -> Option<&str> {
+    match c {
+        Some((ContentClass::BinaryBlob, _)) => None,
+        Some((_, bytes)) => std::str::from_utf8(bytes).ok(),
+        None => Some(""),
+    }
+}
+
+/// Lines added and deleted per changed path.
+pub fn numstat(store: &Store, changes: &[Changed]) -> Result<Vec<NumStat>> {
+    Ok(report(store, changes, false)?.0)
+}
+
+/// A unified diff of every changed path; binary files are named, not shown.
+pub fn unified(store: &Store, changes: &[Changed]) -> Result<String> {
+    Ok(report(store, changes, true)?.1)
+}
+
+/// The line counts and, with `patch`, the unified diff, decrypting each content once.
+pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<NumStat>, String)> {
+    let mut counts = Vec::with_capacity(changes.len());
+    let mut out = String::new();
+    for c in changes {
+        let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
+        let texts = (text(&old), text(&new));
+        let (added, deleted) = match texts {
+            (Some(a), Some(b)) => {
+                let (mut add, mut del) = (0, 0);
+                for hunk in diffy::create_patch(a, b).hunks() {
+                    for line in hunk.lines() {
+                        match line {
+                            diffy::Line::Insert(_) => add += 1,
+                            diffy::Line::Delete(_) => del += 1,
+                            diffy::Line::Context(_) => {}
+                        }
+                    }
+                }
+                (Some(add), Some(del))
+            }
+            _ => (None, None),
+        };
+        counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted });
+        if !patch {
+            continue;
+        }
+        out.push_str(&format!("diff --turnback a/{p} b/{p}\n", p = c.path));
+        match texts {
+            (Some(a), Some(b)) => {
+                let mut options = diffy::DiffOptions::new();
+                let from = if c.old.is_some() { format!("a/{}", c.path) } else { "/dev/null".into() };
+                let to = if c.new.is_some() { format!("b/{}", c.path) } else { "/dev/null".into() };
+                options.set_original_filename(from).set_modified_filename(to);
+                out.push_str(&options.create_patch(a, b).to_string());
+            }
+            _ => out.push_str(&format!("Binary files a/{p} and b/{p} differ\n", p = c.path)),
+        }
+    }
+    Ok((counts, out))
+}

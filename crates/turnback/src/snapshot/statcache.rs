@@ -1,0 +1,225 @@
+//! The per-session stat cache: what each file looked like when its content was last read.
+//!
+//! Invariants:
+//! - It is stored sealed (paths are secret) and written in the same transaction as the
+//!   snapshot it describes, so every content id in it names an object that snapshot keeps
+//!   alive.
+//! - A file is taken as unchanged only if every stat field (type and mode, size, mtime,
+//!   ctime, device, inode) matches **and** its mtime is older than the moment the cached
+//!   walk began by more than [`RACY_MARGIN_NS`]. A file written in the same instant as the
+//!   walk (the "racily clean" case of git and jj) could change again without its mtime
+//!   moving on a coarse clock, so it is read again. The margin covers file systems that
+//!   keep whole seconds.
+
+use std::collections::HashMap;
+
+use crate::base::varint;
+use crate::error::{Error, Result};
+use crate::fs::walk::Stat;
+use crate::storage::kv::Ns;
+use crate::storage::object::ContentId;
+use crate::storage::store::Store;
+
+pub(crate) const NS_STATCACHE: Ns = "statcache";
+const SCHEMA: u16 = 1;
+const MAGIC: &[u8; 4] = b"TBS3";
+/// How much older than the walk a file's mtime must be to be trusted unread.
+pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
+
+/// One cached file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cached {
+    /// Its stat when read.
+    pub stat: Stat,
+    /// Its content id.
+    pub id: ContentId,
+}
+
+/// A session's stat cache.
+#[derive(Debug, Default)]
+pub struct StatCache {
+    /// When the walk that produced it began (ns since epoch).
+    pub taken_at_ns: i128,
+    /// Path → what it was.
+    pub entries: HashMap<Vec<u8>, Cached>,
+    /// The directory node ids of the snapshot it describes.
+    pub tree_ids: Vec<ContentId>,
+}
+
+impl StatCache {
+    /// The content id of `path` if its stat proves it unchanged since it was read.
+    pub fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
+        let c = self.entries.get(path)?;
+        (c.stat == *stat && stat.mtime_ns + RACY_MARGIN_NS < self.taken_at_ns).then_some(c.id)
+    }
+
+    /// Loads the cache of `session` (empty if none).
+    ///
+    /// # Errors
+    /// `corrupt` if it does not verify.
+    pub fn load(store: &Store, session: &str) -> Result<Self> {
+        match store.kv().get(NS_STATCACHE, session.as_bytes())? {
+            Some(v) => decode(&store.open_bytes(NS_STATCACHE, session.as_bytes(), &v)?),
+            None => Ok(StatCache::default()),
+        }
+    }
+
+    /// The sealed value to store for `session`.
+    pub(crate) fn seal(&self, store: &Store, session: &str) -> Result<Vec<u8>> {
+        store.seal_bytes_at_level(NS_STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
+    }
+
+    /// Sorted by path, then column by column (each path as the length it shares with the
+    /// previous one plus the rest; then every mode, size, mtime, ctime, device, inode, id),
+    /// so that similar bytes sit together and compress: about a third of the row layout.
+    fn encode(&self) -> Vec<u8> {
+        let mut sorted: Vec<(&Vec<u8>, &Cached)> = self.entries.iter().collect();
+        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut out = Vec::with_capacity(24 + sorted.len() * 100);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.taken_at_ns.to_le_bytes());
+        varint::put(&mut out, sorted.len() as u64);
+        let mut previous: &[u8] = &[];
+        for (path, _) in &sorted {
+            let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
+            varint::put(&mut out, shared as u64);
+            varint::put(&mut out, (path.len() - shared) as u64);
+            out.extend_from_slice(&path[shared..]);
+            previous = path;
+        }
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.size.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.mtime_ns.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.ctime_ns.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.device.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
+        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.id.0));
+        varint::put(&mut out, self.tree_ids.len() as u64);
+        for id in &self.tree_ids {
+            out.extend_from_slice(&id.0);
+        }
+        out
+    }
+}
+
+fn decode(bytes: &[u8]) -> Result<StatCache> {
+    let bad = || Error::corrupt("stat cache", "malformed");
+    let Some(rest) = bytes.strip_prefix(MAGIC) else {
+        // An older format is not an error: the next snapshot reads everything again.
+        return Ok(StatCache::default());
+    };
+    let mut rest = rest;
+    let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
+    let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+    // Every entry needs at least 2 + 4 + 8 + 16 + 16 + 8 + 8 + 32 bytes: a count the
+    // bytes cannot hold is malformed, not an allocation to attempt.
+    if count > rest.len() / 94 {
+        return Err(bad());
+    }
+    let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count);
+    // Shared prefixes make paths longer than their encoding, but only so much: a real
+    // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
+    let mut budget = bytes.len().saturating_mul(64).saturating_add(1 << 20);
+    for _ in 0..count {
+        let shared = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let len = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let prefix: &[u8] =
+            if shared == 0 { &[] } else { paths.last().and_then(|p| p.get(..shared)).ok_or_else(bad)? };
+        let suffix = split(&mut rest, len).ok_or_else(bad)?;
+        budget = budget.checked_sub(shared + len).ok_or_else(bad)?;
+        let mut path = Vec::with_capacity(shared + len);
+        path.extend_from_slice(prefix);
+        path.extend_from_slice(suffix);
+        paths.push(path);
+    }
+    let mut column = |width: usize| split(&mut rest, width * count).ok_or_else(bad);
+    let (modes, sizes, mtimes, ctimes) = (column(4)?, column(8)?, column(16)?, column(16)?);
+    let (devices, inodes, ids) = (column(8)?, column(8)?, column(32)?);
+    let mut entries = HashMap::with_capacity(count);
+    for (i, path) in paths.into_iter().enumerate() {
+        let stat = Stat {
+            mode: u32::from_le_bytes(nth(modes, i)),
+            size: u64::from_le_bytes(nth(sizes, i)),
+            mtime_ns: i128::from_le_bytes(nth(mtimes, i)),
+            ctime_ns: i128::from_le_bytes(nth(ctimes, i)),
+            device: u64::from_le_bytes(nth(devices, i)),
+            inode: u64::from_le_bytes(nth(inodes, i)),
+        };
+        entries.insert(path, Cached { stat, id: ContentId(nth(ids, i)) });
+    }
+    let trees = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+    if rest.len() != trees.checked_mul(32).ok_or_else(bad)? {
+        return Err(bad());
+    }
+    let tree_ids = rest.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
+    Ok(StatCache { taken_at_ns, entries, tree_ids })
+}
+
+/// The first `n` bytes of `rest`, which then starts after them.
+fn split<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+    let (head, tail) = rest.split_at_checked(n)?;
+    *rest = tail;
+    Some(head)
+}
+
+/// The `i`th `N`-byte value of a column (whose length was checked).
+fn nth<const N: usize>(column: &[u8], i: usize) -> [u8; N] {
+    column[i * N..(i + 1) * N].try_into().expect("column holds count values")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(mtime_ns: i128) -> Stat {
+        Stat { mode: 0o100644, size: 3, mtime_ns, ctime_ns: mtime_ns, device: 1, inode: 9 }
+    }
+
+    #[test]
+    fn round_trips_and_trusts_only_old_unchanged_files() {
+        let mut cache =
+            StatCache { taken_at_ns: 10_000_000_000, entries: HashMap::new(), tree_ids: vec![ContentId([7; 32])] };
+        cache.entries.insert(b"old.txt".to_vec(), Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) });
+        cache.entries.insert(b"racy.txt".to_vec(), Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) });
+        let back = decode(&cache.encode()).unwrap();
+        assert_eq!((back.taken_at_ns, back.tree_ids.clone()), (cache.taken_at_ns, cache.tree_ids.clone()));
+        assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_000)), Some(ContentId([1; 32])));
+        assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_001)), None, "any stat change means read again");
+        assert_eq!(back.clean_id(b"racy.txt", &stat(9_500_000_000)), None, "racily clean entries are re-read");
+        assert_eq!(back.clean_id(b"new.txt", &stat(1)), None);
+    }
+
+    #[test]
+    fn shared_prefixes_round_trip_and_any_truncation_is_malformed_not_a_panic() {
+        let mut cache = StatCache { taken_at_ns: 5, entries: HashMap::new(), tree_ids: vec![ContentId([3; 32])] };
+        for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
+            cache.entries.insert(p.as_bytes().to_vec(), Cached { stat: stat(i as i128), id: ContentId([i as u8; 32]) });
+        }
+        let bytes = cache.encode();
+        let back = decode(&bytes).unwrap();
+        assert_eq!(back.entries, cache.entries);
+        assert_eq!(back.tree_ids, cache.tree_ids);
+        for cut in MAGIC.len()..bytes.len() {
+            assert!(decode(&bytes[..cut]).is_err(), "cut at {cut} accepted");
+        }
+    }
+
+    #[test]
+    fn shared_prefixes_cannot_blow_up_a_small_input() {
+        let (len, count) = (100_000usize, 1_000usize);
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&0i128.to_le_bytes());
+        varint::put(&mut b, count as u64);
+        varint::put(&mut b, 0);
+        varint::put(&mut b, len as u64);
+        b.extend(std::iter::repeat_n(b'a', len));
+        for i in 1..count {
+            varint::put(&mut b, len as u64);
+            varint::put(&mut b, 1);
+            b.push(i as u8);
+        }
+        b.extend(std::iter::repeat_n(0u8, 92 * count));
+        varint::put(&mut b, 0);
+        assert!(decode(&b).is_err(), "{} input bytes must not decode into ~100 MB of paths", b.len());
+    }
+}

@@ -1,0 +1,339 @@
+//! Analysis (the preview): select checkpoints, observe every path without following
+//! symlinks, and run the decision over each path's mutations newest first.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+
+use unicode_normalization::UnicodeNormalization;
+
+use super::decision::*;
+use super::*;
+use crate::checkpoint::artifact::ImageRole;
+use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, OperationKind, RetentionState};
+use crate::error::{Error, ErrorCode, Result};
+use crate::fs::files::{self, FileIdentity, Observed};
+use crate::fs::handles;
+use crate::session::workspace::{RelPath, Workspace};
+use crate::storage::crypto::hex;
+use crate::storage::store::Store;
+
+/// Each step's stored pre-image (by record and target index), read once.
+pub(super) type PreCache = HashMap<(usize, usize), (PreBytes, Option<Vec<u8>>)>;
+
+/// One path as observed, before deciding.
+pub(super) struct Observation {
+    pub(super) path: RelPath,
+    pub(super) steps: Vec<(usize, usize)>,
+    pub(super) seen: Seen,
+    pub(super) bytes: Option<Vec<u8>>,
+}
+
+/// What one path will become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Final {
+    File { bytes: Vec<u8>, mode: Option<u32> },
+    Absent,
+}
+
+/// One path: its real current state, the steps on it (newest first), and the write.
+#[derive(Debug, Clone)]
+pub(super) struct PathPlan {
+    pub(super) path: RelPath,
+    pub(super) real: Seen,
+    pub(super) real_bytes: Option<Vec<u8>>,
+    pub(super) steps: Vec<TargetAnalysis>,
+    pub(super) write: Option<Final>,
+}
+
+pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<Vec<CheckpointRecord>> {
+    let mut records = match selection {
+        Selection::Checkpoints(ids) => {
+            if ids.is_empty() {
+                return Err(Error::invalid("name at least one checkpoint, or use --turn / --since-turn"));
+            }
+            let mut out = Vec::new();
+            for id in ids {
+                let r = checkpoint::load(ctx.store, id)?;
+                if r.workspace_id != ctx.workspace.id {
+                    return Err(Error::invalid(format!("checkpoint {id} belongs to another workspace")));
+                }
+                out.push(r);
+            }
+            out
+        }
+        Selection::Turn(t) | Selection::SinceTurn(t) => {
+            let all = checkpoint::list(ctx.store, ctx.session, ListFilter { prompt_round: None, all: true })?;
+            let since = matches!(selection, Selection::SinceTurn(_));
+            // A turn's own mutations; earlier rollbacks are taken back only when named.
+            all.into_iter()
+                .filter(|r| r.mutation.kind != OperationKind::Rollback)
+                .filter(|r| r.prompt_round.is_some_and(|p| if since { p >= *t } else { p == *t }))
+                .collect()
+        }
+    };
+    // UUID v7 ids sort by creation time: newest first.
+    records.sort_by(|a, b| b.checkpoint_id.cmp(&a.checkpoint_id));
+    records.dedup_by(|a, b| a.checkpoint_id == b.checkpoint_id);
+    Ok(records)
+}
+
+/// Looks at what is at `path` now, without following symlinks.
+pub(super) fn observe(
+    store: &Store,
+    ws: &Workspace,
+    path: &RelPath,
+    recorded: Option<&FileIdentity>,
+) -> Result<(Seen, Option<Vec<u8>>)> {
+    let parent = match files::open_parent(&ws.root, path, false) {
+        Ok(p) => p,
+        Err(e) if e.code == ErrorCode::PathRejected => return Ok((Seen::BehindSymlink, None)),
+        Err(e) if e.code == ErrorCode::NotFound => return Ok((Seen::Absent { moved: None }, None)),
+        Err(e) => return Err(e),
+    };
+    Ok(match parent.observe()? {
+        Observed::Absent => (Seen::Absent { moved: moved_to(&parent, recorded) }, None),
+        Observed::File { bytes, identity } => {
+            let digest = hex(&store.keys().content_id(&bytes));
+            (Seen::File { digest, identity: Some(identity), held_by: Vec::new() }, Some(bytes))
+        }
+        Observed::Symlink => (Seen::BehindSymlink, None),
+        Observed::Other => (Seen::Other, None),
+        Observed::Unreadable => (Seen::Unreadable, None),
+    })
+}
+
+/// A sibling that is the recorded file under another name, or a name equal to the
+/// target's but for case or Unicode normalisation.
+pub(super) fn moved_to(parent: &files::Parent, recorded: Option<&FileIdentity>) -> Option<String> {
+    let siblings = parent.siblings().ok()?;
+    let fold = |n: &OsStr| String::from_utf8_lossy(n.as_bytes()).nfc().collect::<String>().to_lowercase();
+    let target = fold(parent.name());
+    siblings
+        .iter()
+        .find(|(name, ino)| {
+            recorded.is_some_and(|r| r.inode == *ino && parent.is_same_file(name, r)) || fold(name) == target
+        })
+        .map(|(name, _)| String::from_utf8_lossy(name.as_bytes()).into_owned())
+}
+
+/// Reads (and verifies) a step's pre-image bytes.
+pub(super) fn pre_bytes(store: &Store, r: &CheckpointRecord, index: usize) -> (PreBytes, Option<Vec<u8>>) {
+    let pre = &r.targets[index].pre_image;
+    if !pre.present {
+        return (PreBytes::Available, None);
+    }
+    if r.retention_state == RetentionState::Evicted {
+        return (PreBytes::Evicted, None);
+    }
+    match checkpoint::read_image(store, r, index, ImageRole::Pre) {
+        Ok(Some((_, bytes))) => (PreBytes::Available, Some(bytes)),
+        Ok(None) => (PreBytes::Available, None),
+        Err(e) => match e.code {
+            ErrorCode::Corrupt => (PreBytes::Corrupt, None),
+            ErrorCode::RecoveryLocked => (PreBytes::Locked, None),
+            _ => (PreBytes::Missing, None),
+        },
+    }
+}
+
+/// Runs the decision over the steps of one path, newest first, each against the state
+/// the newer ones would leave; returns the analyses and the write (if any).
+pub(super) fn decide_path(
+    records: &[&CheckpointRecord],
+    steps: &[(usize, usize)],
+    real: &Seen,
+    excluded: bool,
+    pre_cache: &PreCache,
+) -> (Vec<TargetAnalysis>, Option<Final>) {
+    // Permission changes are never the agent's to take back: if someone changed the
+    // mode since the newest mutation, the restored file keeps their mode.
+    let newest_post_mode = steps
+        .first()
+        .and_then(|&(ri, ti)| records[ri].targets[ti].post_image.as_ref()?.identity.map(|i| i.permissions()));
+    let kept_mode = match real {
+        Seen::File { identity: Some(id), .. } if newest_post_mode.is_some_and(|m| m != id.permissions()) => {
+            Some(id.permissions())
+        }
+        _ => None,
+    };
+    let mut seen = real.clone();
+    let mut virtual_state = false;
+    let mut later_not_taken_back = false;
+    let mut final_state: Option<Final> = None;
+    let mut out = Vec::with_capacity(steps.len());
+    for &(ri, ti) in steps {
+        let r = records[ri];
+        let t = &r.targets[ti];
+        let (pb, bytes) = pre_cache.get(&(ri, ti)).cloned().unwrap_or((PreBytes::Missing, None));
+        let status = record_status(r);
+        let inputs = Inputs {
+            status,
+            pre: &t.pre_image,
+            post: t.post_image.as_ref(),
+            seen: &seen,
+            virtual_state,
+            pre_bytes: pb,
+            excluded,
+            later_not_taken_back,
+        };
+        let outcome = decide(&inputs);
+        out.push(TargetAnalysis {
+            checkpoint_id: r.checkpoint_id.clone(),
+            target_index: ti,
+            path: t.path.clone(),
+            effect: t.effect,
+            pre_image: image_state(Some(&t.pre_image)),
+            post_image: image_state(t.post_image.as_ref()),
+            current_state: seen.state(),
+            outcome: outcome.clone(),
+        });
+        let never_happened = status == RecordStatus::Abandoned;
+        if !outcome.eligible() && !never_happened {
+            later_not_taken_back = true;
+        }
+        if let Outcome::AppliedEligible { no_op, .. } = outcome {
+            if no_op && !virtual_state && seen.state() != image_state(t.post_image.as_ref()) {
+                // On disk it is already back at this mutation's pre-image, but not because
+                // of this rollback: older mutations must not build on someone else's state.
+                later_not_taken_back = true;
+            }
+            if !no_op {
+                final_state = Some(match bytes {
+                    Some(bytes) => {
+                        Final::File { bytes, mode: kept_mode.or(t.pre_image.identity.map(|i| i.permissions())) }
+                    }
+                    None => Final::Absent,
+                });
+            }
+            seen = match &t.pre_image {
+                ImageRecord { present: true, digest: Some(d), .. } => {
+                    Seen::File { digest: d.clone(), identity: None, held_by: Vec::new() }
+                }
+                _ => Seen::Absent { moved: None },
+            };
+            virtual_state = true;
+        }
+    }
+    // Nothing to write if the path already is what the steps would make it.
+    let write = final_state.filter(|f| match (f, real) {
+        (Final::Absent, Seen::Absent { .. }) => false,
+        (Final::File { .. }, Seen::File { digest, .. }) => Some(digest.as_str()) != seen.digest(),
+        _ => true,
+    });
+    (out, write)
+}
+
+pub(super) fn plan_id(
+    store: &Store,
+    checkpoint_ids: &[String],
+    paths: &[(RelPath, ThreeWayState, Vec<Outcome>)],
+) -> String {
+    let material = serde_json::json!({ "checkpoints": checkpoint_ids, "paths": paths });
+    let bytes = serde_json::to_vec(&material).expect("plan material serializes");
+    hex(&store.keys().lookup_id("rollback-plan", &bytes)[..16])
+}
+
+/// Analyses taking back `selection` (the preview). Changes nothing.
+///
+/// # Errors
+/// `not-found` for an unknown checkpoint id; `corrupt` if a selected record was altered.
+pub fn analyze(ctx: Context<'_>, selection: &Selection, choices: &BTreeMap<RelPath, Choice>) -> Result<Analysis> {
+    let records = select(ctx, selection)?;
+    let refs: Vec<&CheckpointRecord> = records.iter().collect();
+    let mut by_path: BTreeMap<RelPath, Vec<(usize, usize)>> = BTreeMap::new();
+    for (ri, r) in refs.iter().enumerate() {
+        for (ti, t) in r.targets.iter().enumerate() {
+            by_path.entry(t.path.clone()).or_default().push((ri, ti));
+        }
+    }
+    for path in choices.keys() {
+        if !by_path.contains_key(path) {
+            return Err(Error::invalid(format!("--choose {}: not a target of this rollback", path.display())));
+        }
+    }
+    let mut pre_cache = HashMap::new();
+    for steps in by_path.values() {
+        for &(ri, ti) in steps {
+            if record_status(refs[ri]) == RecordStatus::Usable {
+                pre_cache.insert((ri, ti), pre_bytes(ctx.store, refs[ri], ti));
+            }
+        }
+    }
+    let mut observed = Vec::with_capacity(by_path.len());
+    for (path, steps) in &by_path {
+        let (ri, ti) = steps[0];
+        let recorded = refs[ri].targets[ti].post_image.as_ref().and_then(|p| p.identity);
+        let (seen, bytes) = observe(ctx.store, ctx.workspace, path, recorded.as_ref())?;
+        observed.push(Observation { path: path.clone(), steps: steps.clone(), seen, bytes });
+    }
+    mark_open_handles(&mut observed.iter_mut().map(|o| &mut o.seen).collect::<Vec<_>>());
+    let mut paths = Vec::with_capacity(observed.len());
+    let mut plan_material = Vec::with_capacity(observed.len());
+    for Observation { path, steps, seen, bytes } in observed {
+        let excluded = choices.get(&path) == Some(&Choice::Skip);
+        let (analyses, write) = decide_path(&refs, &steps, &seen, excluded, &pre_cache);
+        // The plan id covers what the workspace and the checkpoints say, not the caller's
+        // choices: choosing to skip or export a conflict after the preview is the point.
+        let unchosen = if excluded { decide_path(&refs, &steps, &seen, false, &pre_cache).0 } else { analyses.clone() };
+        plan_material.push((path.clone(), seen.state(), unchosen.into_iter().map(|a| a.outcome).collect()));
+        paths.push(PathPlan { path, real: seen, real_bytes: bytes, steps: analyses, write });
+    }
+    let checkpoint_ids: Vec<String> = records.iter().map(|r| r.checkpoint_id.clone()).collect();
+    let plan_id = plan_id(ctx.store, &checkpoint_ids, &plan_material);
+    Ok(summarize(plan_id, checkpoint_ids, paths))
+}
+
+pub(super) fn summarize(plan_id: String, checkpoint_ids: Vec<String>, paths: Vec<PathPlan>) -> Analysis {
+    let targets: Vec<TargetAnalysis> = paths.iter().flat_map(|p| p.steps.iter().cloned()).collect();
+    let mut counts = BTreeMap::new();
+    for t in &targets {
+        *counts.entry(t.outcome.category().to_string()).or_insert(0) += 1;
+    }
+    let result_type = result_type(&targets);
+    Analysis {
+        plan_id,
+        checkpoint_ids,
+        targets,
+        counts,
+        result_type,
+        open_handles_checked: handles::available(),
+        paths,
+    }
+}
+
+pub(super) fn result_type(targets: &[TargetAnalysis]) -> ResultType {
+    let residual = targets.iter().filter(|t| t.outcome.residual()).count();
+    let eligible = targets.iter().filter(|t| t.outcome.eligible()).count();
+    match (residual, eligible) {
+        (0, _) => ResultType::Full,
+        (_, 0) => ResultType::Blocked,
+        _ => ResultType::Partial,
+    }
+}
+
+/// Marks every observed file that another process holds open.
+pub(super) fn mark_open_handles(seen: &mut [&mut Seen]) {
+    let keys: HashSet<(u64, u64)> = seen
+        .iter()
+        .filter_map(|s| match &**s {
+            Seen::File { identity: Some(id), .. } => Some((id.device, id.inode)),
+            _ => None,
+        })
+        .collect();
+    let held = handles::holders(&keys);
+    for s in seen.iter_mut() {
+        if let Seen::File { identity: Some(id), held_by, .. } = &mut **s
+            && let Some(pids) = held.get(&(id.device, id.inode))
+        {
+            *held_by = pids.clone();
+        }
+    }
+}
+
+pub(super) fn step_indices(refs: &[&CheckpointRecord], steps: &[TargetAnalysis]) -> Vec<(usize, usize)> {
+    steps
+        .iter()
+        .filter_map(|s| refs.iter().position(|r| r.checkpoint_id == s.checkpoint_id).map(|ri| (ri, s.target_index)))
+        .collect()
+}

@@ -1,0 +1,173 @@
+//! The safe choices' side files (sanitized patch, three-way merge) and `rollback resolve`.
+//! Side files are plaintext and go only into the workspace, never into the store.
+
+use serde::{Deserialize, Serialize};
+
+use super::*;
+use crate::checkpoint::artifact::ImageRole;
+use crate::checkpoint::{self, CheckpointRecord};
+use crate::error::{Error, ErrorCode, Result};
+use crate::fs::files::{self, Current, Observed, Swap};
+use crate::session::workspace::{RelPath, Workspace};
+use crate::storage::crypto::hex;
+use crate::storage::kv::Ns;
+use crate::storage::store::{Store, format_ms, now_ms};
+use crate::undo::patch;
+
+pub(crate) const NS_RESOLUTIONS: Ns = "resolutions";
+const RESOLUTION_SCHEMA: u16 = 1;
+use super::analysis::*;
+use super::apply::{record_rollback, write_one};
+use super::decision::*;
+
+/// The content a path had before the oldest selected step, and the agent's newest result.
+pub(super) fn endpoints(refs: &[&CheckpointRecord], store: &Store, p: &PathPlan) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let steps = step_indices(refs, &p.steps);
+    let oldest = steps.last().and_then(|&(ri, ti)| pre_bytes(store, refs[ri], ti).1);
+    let newest = steps
+        .first()
+        .and_then(|&(ri, ti)| checkpoint::read_image(store, refs[ri], ti, ImageRole::Post).ok().flatten())
+        .map(|(_, b)| b);
+    (oldest, newest)
+}
+
+pub(super) fn side_path(path: &RelPath, suffix: &str) -> Result<RelPath> {
+    let mut bytes = path.as_bytes().to_vec();
+    bytes.extend_from_slice(suffix.as_bytes());
+    RelPath::new(bytes)
+}
+
+pub(super) fn write_side_file(ctx: Context<'_>, rel: &RelPath, content: &[u8]) -> Result<()> {
+    let parent = files::open_parent(&ctx.workspace.root, rel, true)?;
+    let temp = files::temp_name(rel, &uuid::Uuid::now_v7().to_string());
+    match parent.observe()? {
+        Observed::Absent | Observed::File { .. } => {}
+        _ => return Err(Error::new(ErrorCode::PathRejected, format!("{}: not a regular file", rel.display()))),
+    }
+    parent.replace(&temp, content, Some(0o600))?;
+    Ok(())
+}
+
+/// A pending user-authored resolution (sealed in the store: it names a path).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct Resolution {
+    workspace_id: String,
+    path: RelPath,
+    merge_file: RelPath,
+    expected: ThreeWayState,
+    checkpoint_ids: Vec<String>,
+    created_at: String,
+}
+
+pub(super) fn resolution_key(store: &Store, ws: &Workspace, path: &RelPath) -> Vec<u8> {
+    let mut name = ws.id.as_bytes().to_vec();
+    name.push(0);
+    name.extend_from_slice(path.as_bytes());
+    hex(&store.keys().lookup_id("resolution", &name)).into_bytes()
+}
+
+pub(super) fn write_choice_file(
+    ctx: Context<'_>,
+    refs: &[&CheckpointRecord],
+    p: &PathPlan,
+    choice: Choice,
+) -> Result<Option<ChoiceFile>> {
+    let (original, agent) = endpoints(refs, ctx.store, p);
+    let name = p.path.display();
+    match choice {
+        Choice::Skip => Ok(None),
+        Choice::Patch => {
+            let text = patch::sanitized_patch(&name, p.real_bytes.as_deref(), original.as_deref());
+            let file = side_path(&p.path, ".turnback.patch")?;
+            write_side_file(ctx, &file, text.as_bytes())?;
+            Ok(Some(ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: false }))
+        }
+        Choice::Resolve => {
+            let (Some(current), Some(original), Some(agent)) =
+                (p.real_bytes.as_deref(), original.as_deref(), agent.as_deref())
+            else {
+                return Err(Error::invalid(format!(
+                    "{name}: a three-way merge needs the file now, the original and the agent's version; use patch or skip"
+                )));
+            };
+            let Some((merged, markers)) = patch::three_way_merge(agent, current, original) else {
+                return Err(Error::invalid(format!("{name}: binary files cannot be merged; use patch or skip")));
+            };
+            let file = side_path(&p.path, ".turnback-merge")?;
+            write_side_file(ctx, &file, merged.as_bytes())?;
+            let resolution = Resolution {
+                workspace_id: ctx.workspace.id.clone(),
+                path: p.path.clone(),
+                merge_file: file.clone(),
+                expected: p.real.state(),
+                checkpoint_ids: p.steps.iter().map(|s| s.checkpoint_id.clone()).collect(),
+                created_at: format_ms(now_ms()),
+            };
+            let key = resolution_key(ctx.store, ctx.workspace, &p.path);
+            let sealed = ctx.store.seal_record(NS_RESOLUTIONS, &key, RESOLUTION_SCHEMA, &resolution)?;
+            let mut txn = ctx.store.kv().begin()?;
+            txn.put(NS_RESOLUTIONS, &key, &sealed)?;
+            txn.commit()?;
+            Ok(Some(ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: markers }))
+        }
+    }
+}
+
+/// Applies the person's edited merge file for `path` through the checked path: only if
+/// the file is still as it was when the merge was written, with a checkpoint first.
+///
+/// # Errors
+/// `not-found` without a pending resolution; `invalid-argument` if conflict markers are
+/// left; `conflict` if the file changed since the merge was written.
+pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
+    let _turn = crate::fs::lock::workspace(&ctx.store.locks_dir(), &ctx.workspace.id)?;
+    let key = resolution_key(ctx.store, ctx.workspace, path);
+    let resolution: Resolution = ctx
+        .store
+        .get_record(NS_RESOLUTIONS, &key)?
+        .ok_or_else(|| Error::not_found(format!("a pending resolution for {}", path.display())))?;
+    let merge_parent = files::open_parent(&ctx.workspace.root, &resolution.merge_file, false)?;
+    let Current::File { bytes: merged, .. } = merge_parent.read()? else {
+        return Err(Error::not_found(format!("the merge file {}", resolution.merge_file.display())));
+    };
+    let text = String::from_utf8_lossy(&merged);
+    if text.lines().any(|l| l.starts_with("<<<<<<<") || l.starts_with(">>>>>>>")) {
+        return Err(Error::invalid(format!(
+            "{} still has conflict markers; edit it, then run resolve again",
+            resolution.merge_file.display()
+        )));
+    }
+    let (seen, bytes) = observe(ctx.store, ctx.workspace, path, None)?;
+    if seen.state() != resolution.expected {
+        return Err(Error::new(
+            ErrorCode::Conflict,
+            format!("{} changed since the merge was written; nothing was changed", path.display()),
+        ));
+    }
+    let mode = match &seen {
+        Seen::File { identity: Some(identity), .. } => Some(identity.permissions()),
+        _ => None,
+    };
+    let plan = PathPlan {
+        path: path.clone(),
+        real: seen,
+        real_bytes: bytes,
+        steps: Vec::new(),
+        write: Some(Final::File { bytes: merged.to_vec(), mode }),
+    };
+    let checkpoint_id = record_rollback(ctx, &[&plan])?;
+    let swapped = write_one(ctx, &plan, &checkpoint_id)?;
+    checkpoint::finish(ctx.store, &checkpoint_id, swapped != Swap::Done)?;
+    if swapped != Swap::Done {
+        return Err(Error::new(
+            ErrorCode::Conflict,
+            format!("{} changed while it was being written; it was left as it is", path.display()),
+        ));
+    }
+    let _ = merge_parent.remove_temp(merge_parent.name());
+    let mut txn = ctx.store.kv().begin()?;
+    txn.delete(NS_RESOLUTIONS, &key)?;
+    txn.commit()?;
+    Ok(ResolveResult { path: path.clone(), checkpoint_id })
+}
