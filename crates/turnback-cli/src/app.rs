@@ -1,11 +1,11 @@
-//! Shared plumbing of every command: parsing, opening the store, picking the workspace
-//! and session, and turning results into output and exit codes.
+//! Shared plumbing of every command: parsing, opening turnback on the store, workspace and
+//! session the global options name, and turning results into output and exit codes.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
-use turnback::settings::SettingsOverrides;
-use turnback::{Error, ErrorCode, Result, Session, Store, StoreOptions, Workspace};
+use turnback::{Error, ErrorCode, Options, Result, SettingsOverrides, Turnback};
 
 use crate::cli::{Cli, Command, Global};
 use crate::commands;
@@ -18,55 +18,52 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    pub fn store_options(&self, create: bool) -> Result<StoreOptions> {
-        let dir = match &self.global.store {
-            Some(d) => d.clone(),
-            None => turnback::store::default_dir()
-                .ok_or_else(|| Error::invalid("no store directory: set TURNBACK_HOME or HOME, or pass --store"))?,
-        };
-        let mut opts = StoreOptions::new(absolute(dir)?);
-        opts.create = create;
-        opts.overrides = SettingsOverrides {
-            retention_prompt_rounds: self.global.retention_rounds,
-            checkpoint_cap: self.global.checkpoint_cap.clone(),
-            store_cap: self.global.store_cap.clone(),
-        };
-        Ok(opts)
+    /// The options the global flags say: `--store`, `--workspace` (default: the current
+    /// directory), `--session`, the settings flags; keys from the environment.
+    pub fn options(&self, create: bool) -> Result<Options> {
+        let cwd = cwd()?;
+        let workspace = self.global.workspace.clone().unwrap_or_else(|| cwd.clone());
+        Ok(Options {
+            store: self.global.store.clone(),
+            cwd: Some(cwd),
+            session: self.global.session.clone(),
+            settings: SettingsOverrides {
+                retention_prompt_rounds: self.global.retention_rounds,
+                checkpoint_cap: self.global.checkpoint_cap.clone(),
+                store_cap: self.global.store_cap.clone(),
+            },
+            create,
+            ..Options::new(workspace)
+        })
     }
 
-    /// Opens the store (running reconcile); `create` makes it if missing.
-    pub fn open(&self, create: bool) -> Result<Store> {
-        Store::open(&self.store_options(create)?)
+    /// Opens turnback (recovering what crashed processes left); `create` makes the store
+    /// if it is missing.
+    pub fn open(&self, create: bool) -> Result<Turnback> {
+        Turnback::open(&self.options(create)?)
     }
 
-    pub fn cwd(&self) -> Result<PathBuf> {
-        std::env::current_dir().map_err(|e| Error::new(ErrorCode::Io, format!("current directory: {e}")))
-    }
-
-    pub fn workspace(&self, store: &Store) -> Result<Workspace> {
-        let dir = match &self.global.workspace {
-            Some(d) => d.clone(),
-            None => self.cwd()?,
-        };
-        Workspace::ensure(store, &dir)
+    /// Opens turnback so that turn begins take their start snapshot in a detached process
+    /// and wait for it at most `wait`.
+    pub fn open_for_turns(&self, wait: Duration) -> Result<Turnback> {
+        let tb = self.open(true)?;
+        let starter = commands::detached::DetachedSnapshot::new(tb.store_dir())?;
+        Ok(tb.with_start_snapshot(Box::new(starter), wait))
     }
 
     /// The store directory, whether or not a store is there yet.
     pub fn store_dir(&self) -> Result<PathBuf> {
-        Ok(self.store_options(false)?.dir)
-    }
-
-    pub fn session(&self, store: &Store, workspace: &Workspace) -> Result<Session> {
-        Session::resolve(store, workspace, self.global.session.as_deref())
+        match &self.global.store {
+            Some(d) if d.is_absolute() => Ok(d.clone()),
+            Some(d) => Ok(cwd()?.join(d)),
+            None => turnback::default_store_dir()
+                .ok_or_else(|| Error::invalid("no store directory: set TURNBACK_HOME or HOME, or pass --store")),
+        }
     }
 }
 
-fn absolute(p: PathBuf) -> Result<PathBuf> {
-    if p.is_absolute() {
-        return Ok(p);
-    }
-    let cwd = std::env::current_dir().map_err(|e| Error::new(ErrorCode::Io, format!("current directory: {e}")))?;
-    Ok(cwd.join(p))
+pub fn cwd() -> Result<PathBuf> {
+    std::env::current_dir().map_err(|e| Error::new(ErrorCode::Io, format!("current directory: {e}")))
 }
 
 /// Parses the command line, runs the command, prints, and returns the exit code.
@@ -117,7 +114,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::History(h) => commands::history::run(ctx, h),
         Command::Run { prompt, wait_ms, command } => commands::run::run(ctx, prompt, wait_ms, &command),
         Command::Hook { agent } => Ok(commands::hook::run(ctx, agent)),
-        Command::Install { agent, scope, uninstall } => commands::hook::install(ctx, agent, scope, uninstall),
+        Command::Install { agent, scope, uninstall } => commands::install::run(ctx, agent, scope, uninstall),
         Command::Demo => commands::demo::run(),
         Command::Mcp => commands::mcp::serve(ctx),
         Command::Completions { shell } => {
@@ -126,7 +123,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
             clap_complete::generate(shell, &mut cmd, "turnback", &mut out);
             Ok(Outcome::raw(String::from_utf8_lossy(&out).into_owned()))
         }
-        Command::TurnSnapshot { turn } => commands::turn::detached_snapshot(ctx, &turn),
+        Command::TurnSnapshot { turn } => commands::detached::take(ctx, &turn),
         Command::Rollback(args) => commands::rollback::run(ctx, args),
         Command::Rewind { to, apply, plan, force } => commands::rewind::run(ctx, to, apply, plan, force),
         Command::Checkpoints { turn, all } => commands::checkpoints::list(ctx, turn, all),

@@ -1,8 +1,9 @@
 //! What a command prints: one JSON document with `--json`, short text otherwise.
 //! Results go to stdout; errors go to stdout as JSON with `--json`, else to stderr.
 
+use serde::Serialize;
 use serde_json::{Value, json};
-use turnback::{Error, ErrorCode};
+use turnback::{Error, ErrorCode, ResultType};
 
 /// Exit codes of DESIGN.md §3.
 pub mod exit {
@@ -26,7 +27,9 @@ pub struct Outcome {
 }
 
 impl Outcome {
-    pub fn ok(json: Value, text: impl Into<String>) -> Self {
+    /// A result: `value` (a library result type) is the JSON document, `text` what people see.
+    pub fn of(value: &impl Serialize, text: impl Into<String>) -> Self {
+        let json = serde_json::to_value(value).expect("library results serialize");
         Outcome { json, text: text.into(), exit: exit::SUCCESS, raw: false }
     }
 
@@ -38,6 +41,24 @@ impl Outcome {
     pub fn with_exit(mut self, code: i32) -> Self {
         self.exit = code;
         self
+    }
+}
+
+/// The exit code of an undo's outcome: the one table for rollbacks and rewinds.
+pub fn exit_for(result: ResultType) -> i32 {
+    match result {
+        ResultType::Full => exit::SUCCESS,
+        ResultType::Partial => exit::PARTIAL,
+        ResultType::Blocked => exit::BLOCKED,
+    }
+}
+
+/// The word for an undo's outcome.
+pub fn result_word(result: ResultType) -> &'static str {
+    match result {
+        ResultType::Full => "full",
+        ResultType::Partial => "partial",
+        ResultType::Blocked => "blocked",
     }
 }
 
@@ -128,8 +149,8 @@ impl Progress {
             "\rsnapshot [{}{}] {} of {}   ",
             "#".repeat(filled),
             " ".repeat(width as usize - filled),
-            turnback::settings::format_size(done),
-            turnback::settings::format_size(total)
+            turnback::format_size(done),
+            turnback::format_size(total)
         );
     }
 

@@ -1,30 +1,106 @@
 //! turnback: undo for AI coding agents.
 //!
-//! This crate holds every behaviour; the `turnback` command line is a thin layer over it.
+//! turnback records what an agent does to a workspace, turn by turn and edit by edit,
+//! keeps it encrypted and crash-safe outside the workspace, and takes any of it back
+//! without overwriting work that a person (or another session) did since. Everything goes
+//! through one facade, [`Turnback`]; the `turnback` command line, the agent hooks and the
+//! MCP server are thin layers over it.
+//!
+//! A turn, an edit, and the turn rewound:
+//!
+//! ```
+//! use turnback::{BeginRequest, KeyConfig, Mutation, Options, Turnback};
+//! # fn main() -> turnback::Result<()> {
+//! let dir = tempfile::tempdir().expect("a temp dir");
+//! let workspace = dir.path().join("project");
+//! std::fs::create_dir(&workspace).expect("a workspace");
+//! std::fs::write(workspace.join("notes.txt"), "hello\n").expect("a file");
+//!
+//! let options = Options {
+//!     store: Some(dir.path().join("store")),
+//!     keys: KeyConfig::with_key(turnback::new_master_key()?),
+//!     create: true,
+//!     ..Options::new(&workspace)
+//! };
+//! let tb = Turnback::open(&options)?;
+//!
+//! // The agent's turn: a start snapshot, a checkpointed edit, an end snapshot.
+//! tb.begin_turn(&BeginRequest { prompt: Some("shout".into()), ..Default::default() }, None)?;
+//! let edit = Mutation::Edit { path: "notes.txt".into(), old: "hello".into(), new: "HELLO".into(), all: false };
+//! tb.mutate(edit, false)?;
+//! tb.end_turn(None)?;
+//! assert_eq!(std::fs::read_to_string(workspace.join("notes.txt")).unwrap(), "HELLO\n");
+//!
+//! // The whole workspace back to the start of turn 1: preview, then apply that plan.
+//! let plan = tb.rewind_preview(1, &[])?;
+//! let rewound = tb.rewind_apply(1, &[], Some(&plan.plan_id))?;
+//! assert_eq!(std::fs::read_to_string(workspace.join("notes.txt")).unwrap(), "hello\n");
+//! assert_eq!(rewound.restored_prompt.as_deref(), Some("shout"));
+//! # Ok(()) }
+//! ```
+//!
+//! The library's layers, bottom first (each imports only those below it): `base`, `fs`,
+//! `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `api` and `agent`;
+//! `docs/architecture.md` describes each and the way a hook event travels through them.
 #![deny(missing_docs)]
 
-pub mod error;
-
+mod agent;
 mod api;
 mod base;
-pub mod checkpoint;
+mod checkpoint;
+mod error;
 mod fs;
-pub mod session;
-pub mod snapshot;
+mod session;
+mod snapshot;
 mod storage;
 mod undo;
 
-// Transitional paths (the layers above are the real home).
-pub use api::{maintenance, mutation};
-pub use base::{failpoint, redact};
-pub use checkpoint::{artifact, journal, retention};
-pub use fs::{files, handles, lock, walk};
-pub use session::{fork, history, transcript, turn, workspace};
-pub use snapshot::{diff, statcache, tree};
-pub use storage::{crypto, keys, kv, object, pack, settings, store};
-pub use undo::{patch, rewind, rollback};
-
+pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
+pub use api::{
+    Actor, Appended, CheckpointList, CheckpointSummary, CheckpointView, Deleted, DiffReport, DiffRequest, DuReport,
+    FileText, GcReport, InitReport, InitSettings, Inspection, KeyStatus, KeyVersion, Mutation, MutationReport,
+    ObjectUsage, Options, Problem, SessionInfo, SessionList, SessionUsage, TurnList, TurnSummary, Turnback,
+    VerifyCounts, VerifyReport,
+};
+pub use api::{ArtifactView, Encryption, InspectionProblem, ShellRecorded};
+pub use base::time::{format_ms, now_ms};
+pub use checkpoint::artifact::ImageRole;
+pub use checkpoint::journal::{JournalEntry, JournalEvent};
+pub use checkpoint::retention::{Breach, CapacityVerdict, RetentionVerdict};
+pub use checkpoint::{
+    CheckpointRecord, CommitState, CoverageState, EffectKind, EvictionReport, ImageRecord, IntegrityState,
+    MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, StageState, TargetRecord,
+};
 pub use error::{Error, ErrorCode, Result};
+pub use fs::files::FileIdentity;
+pub use fs::relpath::RelPath;
+pub use fs::walk::Skipped;
 pub use session::Session;
-pub use session::workspace::{RelPath, Workspace};
-pub use storage::store::{Store, StoreOptions};
+pub use session::begin::{BeginRequest, Begun, RunningSnapshot, StartSnapshot};
+pub use session::fork::Forked;
+pub use session::history::{
+    Entry as HistoryEntry, Message, NewEntry as NewHistoryEntry, Role, Selection as HistorySelection,
+    ToolCall as HistoryToolCall, View as HistoryView,
+};
+pub use session::transcript::Imported;
+pub use session::turn::{Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
+pub use snapshot::diff::{Change, NumStat};
+pub use snapshot::{NestedRepo, SnapshotKind, SnapshotRecord};
+pub use storage::content::ContentClass;
+pub use storage::keys::{KeyConfig, KeySource, new_master_key};
+pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, format_size, parse_size};
+pub use storage::store::{RotationReport, default_dir as default_store_dir};
+pub use undo::guarded::ResultType;
+pub use undo::rewind::{
+    Action as RewindAction, PathPlan as RewindPath, Plan as RewindPlan, Reason as RewindReason, Rewound,
+};
+pub use undo::rollback::{
+    Analysis, Choice, ChoiceFile, ConflictReason, ExcludedEffect, InverseOperation, Outcome as TargetOutcome, Residual,
+    ResolveResult, RollbackResult, SafeChoice, Selection as RollbackSelection, TargetAnalysis, ThreeWayState,
+};
+
+#[cfg(test)]
+mod layering_tests;
+
+#[cfg(test)]
+mod tests;

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use turnback::crypto::SecretKey;
 use turnback::{Error, ErrorCode, Result};
 
 use crate::output::Outcome;
@@ -74,16 +73,16 @@ fn say(text: &str) {
 
 pub fn run() -> Result<Outcome> {
     let exe = std::env::current_exe().map_err(|e| Error::new(ErrorCode::Io, format!("own executable: {e}")))?;
-    let root = std::env::temp_dir().join(format!("turnback-demo-{}-{}", std::process::id(), turnback::store::now_ms()));
+    let root = std::env::temp_dir().join(format!("turnback-demo-{}-{}", std::process::id(), turnback::now_ms()));
     let ws = root.join("workspace");
     std::fs::create_dir_all(&ws).map_err(|e| Error::new(ErrorCode::Io, format!("{}: {e}", ws.display())))?;
-    let key = turnback::keys::encode_key(&SecretKey::random()?);
+    let key = turnback::new_master_key()?;
     let stage = Stage { exe, root: root.clone(), ws, key };
     let result = story(&stage);
     let _ = std::fs::remove_dir_all(&root);
     result?;
-    Ok(Outcome::ok(
-        serde_json::json!({ "demo": "done" }),
+    Ok(Outcome::of(
+        &serde_json::json!({ "demo": "done" }),
         "\n# That's turnback. The demo's workspace and store are gone.",
     ))
 }

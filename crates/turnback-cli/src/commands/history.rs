@@ -2,46 +2,43 @@
 
 use std::io::{Read, Write};
 
-use serde_json::{Value, json};
-use turnback::history::{self, Entry, NewEntry, Role, Selection};
-use turnback::{Error, ErrorCode, Result, Store, turn};
+use serde_json::Value;
+use turnback::{
+    Error, ErrorCode, HistoryEntry as Entry, HistorySelection as Selection, NewHistoryEntry as NewEntry, Result, Role,
+};
 
 use crate::app::Ctx;
 use crate::cli::{ExportFormat, HistoryCommand};
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
-    let store = ctx.open(false)?;
-    let ws = ctx.workspace(&store)?;
-    let session = ctx.session(&store, &ws)?;
+    let tb = ctx.open(false)?;
     match command {
         HistoryCommand::Append => {
             let mut input = String::new();
             std::io::stdin()
                 .read_to_string(&mut input)
                 .map_err(|e| Error::new(ErrorCode::Io, format!("reading stdin: {e}")))?;
-            let mut appended = Vec::new();
-            // Each entry is stored (durably) before the next is read.
-            for new in parse_entries(&input)? {
-                appended.push(history::append(&store, &session, new)?);
-            }
+            // Each entry is stored (durably) before the next.
+            let done = tb.history_append(parse_entries(&input)?)?;
+            let appended = &done.appended;
             let cut: usize = appended.iter().map(|e| e.notes.len()).sum();
             let text = format!(
                 "appended {} entr{} to session {}{}",
                 appended.len(),
                 if appended.len() == 1 { "y" } else { "ies" },
-                session.id,
+                done.session_id,
                 if cut > 0 { format!(" ({cut} fields cut to fit the caps; see notes)") } else { String::new() }
             );
-            Ok(Outcome::ok(json!({ "sessionId": session.id, "appended": appended }), text))
+            Ok(Outcome::of(&done, text))
         }
         HistoryCommand::Show { turn, tail } => {
             let selection = match (turn, tail) {
-                (Some(t), _) => Selection::Turn(resolve_turn(&store, &session.id, &t)?),
+                (Some(t), _) => Selection::Turn(tb.turn(&t)?.turn_id),
                 (None, Some(n)) => Selection::Tail(n),
                 (None, None) => Selection::All,
             };
-            let view = history::read(&store, &session.id, &selection)?;
+            let view = tb.history(&selection)?;
             let mut text = String::new();
             if view.partial {
                 text.push_str("(partial: earlier entries are not shown)\n");
@@ -52,10 +49,10 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
             if view.entries.is_empty() {
                 text.push_str("no history\n");
             }
-            Ok(Outcome::ok(json!(view), text))
+            Ok(Outcome::of(&view, text))
         }
         HistoryCommand::Export { format, output } => {
-            let entries = history::read(&store, &session.id, &Selection::All)?.entries;
+            let entries = tb.history(&Selection::All)?.entries;
             let body = match format {
                 ExportFormat::Jsonl => {
                     let mut out = String::new();
@@ -66,7 +63,7 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                     out
                 }
                 ExportFormat::Messages => {
-                    let mut out = serde_json::to_string_pretty(&history::messages(&entries))
+                    let mut out = serde_json::to_string_pretty(&tb.history_messages()?)
                         .map_err(|e| Error::invalid(e.to_string()))?;
                     out.push('\n');
                     out
@@ -74,10 +71,10 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
             };
             match output {
                 Some(path) => {
-                    let path = if path.is_absolute() { path } else { ctx.cwd()?.join(path) };
+                    let path = if path.is_absolute() { path } else { crate::app::cwd()?.join(path) };
                     write_private(&path, body.as_bytes())?;
                     let text = format!("wrote {} entries to {}", entries.len(), path.display());
-                    Ok(Outcome::ok(json!({ "entries": entries.len(), "output": path }), text))
+                    Ok(Outcome::of(&Exported { entries: entries.len(), output: path }, text))
                 }
                 None => Ok(Outcome::raw(body)),
             }
@@ -85,16 +82,17 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
         HistoryCommand::Import { claude_code } => {
             let text = std::fs::read_to_string(&claude_code)
                 .map_err(|e| Error::new(ErrorCode::Io, format!("{}: {e}", claude_code.display())))?;
-            let report = turnback::transcript::import_claude_code(&store, &session, &text)?;
+            let report = tb.import_claude_code(&text)?;
+            let session = &tb.session()?.id;
             let msg = if report.turns == 0 && report.entries == 0 {
-                format!("nothing new to import into session {} (already imported)", session.id)
+                format!("nothing new to import into session {session} (already imported)")
             } else {
                 format!(
                     "imported {} turns and {} history entries into session {} ({} rows skipped)",
-                    report.turns, report.entries, session.id, report.skipped_rows
+                    report.turns, report.entries, session, report.skipped_rows
                 )
             };
-            Ok(Outcome::ok(json!(report), msg))
+            Ok(Outcome::of(&report, msg))
         }
     }
 }
@@ -115,16 +113,11 @@ fn parse_entries(input: &str) -> Result<Vec<NewEntry>> {
     trimmed.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).map_err(bad)).collect()
 }
 
-/// Turn `t` by 1-based index or by id.
-fn resolve_turn(store: &Store, session: &str, t: &str) -> Result<String> {
-    let turn = match t.parse::<u64>() {
-        Ok(index) => turn::by_index(store, session, index)?,
-        Err(_) => turn::get(store, t)?,
-    };
-    if turn.session_id != session {
-        return Err(Error::not_found(format!("turn {t} in session {session}")));
-    }
-    Ok(turn.turn_id)
+/// What `history export --output` wrote.
+#[derive(Debug, serde::Serialize)]
+struct Exported {
+    entries: usize,
+    output: std::path::PathBuf,
 }
 
 fn render(e: &Entry) -> String {

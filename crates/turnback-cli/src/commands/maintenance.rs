@@ -1,16 +1,12 @@
 //! `turnback verify`, `reconcile`, `gc` and `du`.
 
-use serde_json::json;
-use turnback::Result;
-use turnback::maintenance;
-use turnback::settings::format_size;
+use turnback::{Result, format_size};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, exit};
 
 pub fn verify(ctx: &Ctx, deep: bool) -> Result<Outcome> {
-    let store = ctx.open(false)?;
-    let report = maintenance::verify(&store, deep)?;
+    let report = ctx.open(false)?.verify(deep)?;
     let c = &report.counts;
     let mut text = format!(
         "{} {} checkpoints ({} committed, {} pending, {} recovery-locked, {} evicted), {} artifacts, {} objects{}, {} records\n",
@@ -32,13 +28,13 @@ pub fn verify(ctx: &Ctx, deep: bool) -> Result<Outcome> {
         }
     }
     let code = if report.clean { exit::SUCCESS } else { exit::FAILURE };
-    Ok(Outcome::ok(json!(report), text).with_exit(code))
+    Ok(Outcome::of(&report, text).with_exit(code))
 }
 
 pub fn reconcile(ctx: &Ctx) -> Result<Outcome> {
-    // Opening the store runs reconcile; report what it did.
-    let store = ctx.open(false)?;
-    let r = store.reconciled();
+    // Opening runs every recovery; report what it did.
+    let tb = ctx.open(false)?;
+    let r = tb.reconciled();
     let mut text = format!(
         "reconciled {} interrupted operation(s); {} in progress, {} awaiting commit, {} temporary file(s) removed\n",
         r.reconciled.len(),
@@ -53,12 +49,11 @@ pub fn reconcile(ctx: &Ctx) -> Result<Outcome> {
             c.commit_state.as_str()
         ));
     }
-    Ok(Outcome::ok(json!(r), text))
+    Ok(Outcome::of(r, text))
 }
 
 pub fn gc(ctx: &Ctx) -> Result<Outcome> {
-    let store = ctx.open(false)?;
-    let r = maintenance::gc(&store)?;
+    let r = ctx.open(false)?.gc()?;
     let text = format!(
         "evicted {} checkpoint(s) past retention ({}), removed {} unreferenced object(s) ({}); store {} -> {}",
         r.eviction.evicted,
@@ -68,12 +63,11 @@ pub fn gc(ctx: &Ctx) -> Result<Outcome> {
         format_size(r.disk_bytes_before),
         format_size(r.disk_bytes_after)
     );
-    Ok(Outcome::ok(json!(r), text))
+    Ok(Outcome::of(&r, text))
 }
 
 pub fn du(ctx: &Ctx) -> Result<Outcome> {
-    let store = ctx.open(false)?;
-    let r = maintenance::du(&store)?;
+    let r = ctx.open(false)?.du()?;
     let states: Vec<String> = r.checkpoints.iter().map(|(k, v)| format!("{v} {k}")).collect();
     let mut text = format!(
         "store        {} ({} on disk)\ncontent      {} objects, {} stored for {} of content\ncheckpoints  {} of {} store cap used by retained artifacts ({} artifacts); {}\njournal      {} entries",
@@ -102,5 +96,5 @@ pub fn du(ctx: &Ctx) -> Result<Outcome> {
             text.push_str(&format!("\n  left out {l}"));
         }
     }
-    Ok(Outcome::ok(json!(r), text))
+    Ok(Outcome::of(&r, text))
 }

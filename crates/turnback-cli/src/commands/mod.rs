@@ -2,11 +2,13 @@
 
 pub mod checkpoints;
 pub mod demo;
+pub mod detached;
 pub mod diff;
 pub mod fs;
 pub mod history;
 pub mod hook;
 pub mod init;
+pub mod install;
 pub mod key;
 pub mod maintenance;
 pub mod mcp;

@@ -1,30 +1,36 @@
-//! `turnback run -- COMMAND...`: any command-line agent as one turn.
+//! `turnback run -- COMMAND...`: any command-line agent as one turn, recorded through the
+//! agent protocol (a prompt submitted, the command, a stop).
 
 use std::process::Command;
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
-use turnback::Result;
-use turnback::history::{self, NewEntry};
-use turnback::turn::{self, BeginRequest};
+use serde::Serialize;
+use turnback::{AgentEvent, Result, Turn};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, Progress};
 
+/// What `run` reports.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Ran {
+    turn: Option<Turn>,
+    exit_code: i32,
+}
+
 /// Begins a turn (start snapshot), runs `command` with the terminal attached, ends the
 /// turn (end snapshot), and exits with the command's code (128 + N for a signal N).
 pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) -> Result<Outcome> {
-    let req = BeginRequest { prompt: prompt.clone(), background: false, new: true };
     // Ctrl-C while the snapshot is prepared cancels the turn (exit 130, nothing recorded);
-    // once the command runs, Ctrl-C is the command's to handle (the handler installed by
-    // begin keeps turnback alive to end the turn).
-    let (t, _) = super::turn::begin_turn(ctx, req, Duration::from_millis(wait_ms))?;
-    let store = ctx.open(false)?;
-    let ws = ctx.workspace(&store)?;
-    let session = ctx.session(&store, &ws)?;
-    if let Some(p) = prompt {
-        history::append(&store, &session, NewEntry::prompt(&t.turn_id, p))?;
-    }
+    // once the command runs, Ctrl-C is the command's to handle (the handler installed here
+    // keeps turnback alive to end the turn).
+    let cancel = super::turn::cancel_on_signals()?;
+    let bar = Arc::new(Progress::new());
+    let shown = Arc::clone(&bar);
+    let tb = ctx.open_for_turns(Duration::from_millis(wait_ms))?.with_progress(Box::new(move |d, t| shown.show(d, t)));
+    let begun = tb.record_event(&AgentEvent::PromptSubmitted { prompt }, Some(&cancel))?;
+    let t = begun.turn.as_ref().expect("a prompt begins or joins a turn");
     eprintln!("turnback: turn {} ({}) begins: {}", t.index, t.turn_id, command.join(" "));
     let code = match Command::new(&command[0]).args(&command[1..]).spawn() {
         Ok(child) => wait_forwarding(child),
@@ -34,20 +40,30 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
         }
     };
     // The command's exit code is what the caller gets, whatever happens to the end snapshot.
-    let ended = Progress::during(|report| turn::end_with(&store, &ws, &session, Some(report)));
-    match &ended {
-        Ok(t) => eprintln!(
-            "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`",
-            t.index,
-            t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()).map(|r| format!(" ({r})")).unwrap_or_default(),
-            t.index
-        ),
-        Err(e) => {
-            eprintln!("turnback: the turn could not be ended ({}: {}); run `turnback turn end`", e.code, e.message)
+    let ended = tb.record_event(&AgentEvent::Stopped { continued: false }, None);
+    bar.clear();
+    let turn = match ended {
+        Ok(done) => {
+            if let Some(t) = &done.turn {
+                eprintln!(
+                    "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`",
+                    t.index,
+                    t.end_snapshot
+                        .as_ref()
+                        .and_then(|e| e.skipped.as_deref())
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default(),
+                    t.index
+                );
+            }
+            done.turn
         }
-    }
-    let turn = ended.ok();
-    Ok(Outcome::ok(json!({ "turn": turn, "exitCode": code }), String::new()).with_exit(code))
+        Err(e) => {
+            eprintln!("turnback: the turn could not be ended ({}: {}); run `turnback turn end`", e.code, e.message);
+            None
+        }
+    };
+    Ok(Outcome::of(&Ran { turn, exit_code: code }, String::new()).with_exit(code))
 }
 
 /// Waits for `child`, passing on SIGTERM and SIGHUP sent to turnback (a supervisor stopping

@@ -1,73 +1,53 @@
-//! `turnback session new|list|show|delete`.
+//! `turnback session new|list|show|fork|delete`.
 
-use serde_json::json;
-use turnback::checkpoint::{self, ListFilter};
-use turnback::settings::format_size;
-use turnback::{Error, Result, Session, snapshot, turn};
+use turnback::{Result, format_size};
 
-use crate::app::Ctx;
+use crate::app::{Ctx, cwd};
 use crate::cli::SessionCommand;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
     match command {
         SessionCommand::New { id } => {
-            let store = ctx.open(true)?;
-            let ws = ctx.workspace(&store)?;
-            let s = Session::create(&store, &ws, id.as_deref())?;
-            Ok(Outcome::ok(json!(s), s.id.clone()))
+            let s = ctx.open(true)?.new_session(id.as_deref())?;
+            let text = s.id.clone();
+            Ok(Outcome::of(&s, text))
         }
         SessionCommand::List => {
-            let store = ctx.open(false)?;
-            let ws = ctx.workspace(&store)?;
-            let sessions = Session::list(&store, &ws)?;
+            let list = ctx.open(false)?.sessions()?;
             let mut text = String::new();
-            for s in &sessions {
+            for s in &list.sessions {
                 let parent = s.parent.as_deref().map(|p| format!("  forked from {p}")).unwrap_or_default();
                 text.push_str(&format!("{}  created {}  round {}{parent}\n", s.id, s.created_at, s.prompt_round));
             }
-            if sessions.is_empty() {
+            if list.sessions.is_empty() {
                 text.push_str("no sessions\n");
             }
-            Ok(Outcome::ok(json!({ "workspace": ws.root, "sessions": sessions }), text))
+            Ok(Outcome::of(&list, text))
         }
         SessionCommand::Show { id } => {
-            let store = ctx.open(false)?;
-            let ws = ctx.workspace(&store)?;
-            let s = match id {
-                Some(id) => Session::get(&store, &id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?,
-                None => ctx.session(&store, &ws)?,
-            };
-            let turns = turn::list(&store, &s.id)?;
-            let snaps = snapshot::list(&store, &s.id)?;
-            let stored: u64 = snaps.iter().map(|r| r.stored_bytes).sum();
-            let checkpoints = checkpoint::list(&store, &s, ListFilter::default())?.len();
-            let running = turns.iter().rev().find(|t| t.running()).map(|t| t.turn_id.clone());
-            let json = json!({
-                "session": s, "turns": turns.len(), "runningTurn": running,
-                "snapshots": snaps.len(), "snapshotStoredBytes": stored, "checkpoints": checkpoints,
-            });
+            let info = ctx.open(false)?.session_info(id.as_deref())?;
+            let s = &info.session;
             let text = format!(
                 "session    {}\ncreated    {}\nparent     {}\nturns      {} (running: {})\nsnapshots  {} ({} stored)\ncheckpoints {}\n",
                 s.id,
                 s.created_at,
                 s.parent.as_deref().unwrap_or("-"),
-                turns.len(),
-                running.as_deref().unwrap_or("none"),
-                snaps.len(),
-                format_size(stored),
-                checkpoints
+                info.turns,
+                info.running_turn.as_deref().unwrap_or("none"),
+                info.snapshots,
+                format_size(info.snapshot_stored_bytes),
+                info.checkpoints
             );
-            Ok(Outcome::ok(json, text))
+            Ok(Outcome::of(&info, text))
         }
         SessionCommand::Fork { from, after_turn, into, id } => {
-            let store = ctx.open(false)?;
             let into = match into {
                 Some(d) if d.is_absolute() => Some(d),
-                Some(d) => Some(ctx.cwd()?.join(d)),
+                Some(d) => Some(cwd()?.join(d)),
                 None => None,
             };
-            let f = turnback::fork::fork(&store, &from, after_turn, into.as_deref(), id.as_deref())?;
+            let f = ctx.open(false)?.fork(&from, after_turn, into.as_deref(), id.as_deref())?;
             let mut text = format!(
                 "{}\n  forked from {} with {} turns and {} snapshots",
                 f.session.id, from, f.turns, f.snapshots
@@ -78,16 +58,15 @@ pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
             for n in &f.not_written {
                 text.push_str(&format!("\n  not written: {n}"));
             }
-            Ok(Outcome::ok(json!(f), text))
+            Ok(Outcome::of(&f, text))
         }
         SessionCommand::Delete { id } => {
-            let store = ctx.open(false)?;
-            let d = Session::delete(&store, &id)?;
+            let d = ctx.open(false)?.delete_session(&id)?;
             let text = format!(
                 "deleted session {}: {} turns, {} snapshots, {} checkpoints (run turnback gc to reclaim space)",
                 d.session_id, d.turns, d.snapshots, d.checkpoints
             );
-            Ok(Outcome::ok(json!(d), text))
+            Ok(Outcome::of(&d, text))
         }
     }
 }

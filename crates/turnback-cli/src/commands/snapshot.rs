@@ -1,21 +1,13 @@
 //! `turnback snapshot`.
 
-use serde_json::json;
-use turnback::Result;
-use turnback::settings::format_size;
-use turnback::snapshot::{self, SnapshotKind, TakeOptions};
+use turnback::{Result, format_size};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, Progress};
 
 pub fn take(ctx: &Ctx) -> Result<Outcome> {
-    let store = ctx.open(true)?;
-    let ws = ctx.workspace(&store)?;
-    let session = ctx.session(&store, &ws)?;
-    let r = Progress::during(|report| {
-        let opts = TakeOptions { kind: Some(SnapshotKind::AdHoc), progress: Some(report), ..TakeOptions::default() };
-        snapshot::take_with(&store, &ws, &session, &opts)
-    })?;
+    let tb = ctx.open(true)?;
+    let r = Progress::during(|report| tb.snapshot(Some(report)))?;
     let mut text = match &r.skipped {
         Some(reason) => format!("snapshot {} skipped: {reason}", r.snapshot_id),
         None => format!(
@@ -34,5 +26,5 @@ pub fn take(ctx: &Ctx) -> Result<Outcome> {
     for s in &r.skipped_paths {
         text.push_str(&format!("\n  left out {}: {}", s.path, s.reason));
     }
-    Ok(Outcome::ok(json!(r), text))
+    Ok(Outcome::of(&r, text))
 }

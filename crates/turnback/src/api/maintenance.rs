@@ -1,19 +1,29 @@
-//! Whole-store maintenance: `verify`, `gc` and `du`.
+//! Whole-store maintenance: `verify`, `gc`, `du`, the keys, and deleting a session with
+//! everything it owns.
 //!
 //! Invariants: `verify` never changes anything and reports every problem it finds with a
 //! stable code; `gc` only removes content nothing references, inside one transaction so
-//! a concurrent writer (whose objects and artifacts commit together) is never swept.
+//! a concurrent writer (whose objects and artifacts commit together) is never swept; a
+//! session is deleted in one transaction, each owner deleting its own records.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::checkpoint::artifact::{self, ArtifactRecord, ArtifactState, Expected, NS_ARTIFACTS};
+use crate::api::{Turnback, mutation};
+use crate::checkpoint::artifact::{self, ArtifactState, Expected};
 use crate::checkpoint::journal;
 use crate::checkpoint::{self, CheckpointRecord, EvictionReport, RetentionState, StageState};
+use crate::error::Error;
 use crate::error::{ErrorCode, Result};
-use crate::storage::object::{self, ContentId, NS_OBJECTS};
-use crate::storage::store::{SEALED_NAMESPACES, Store};
+use crate::fs::lock;
+use crate::session::Session;
+use crate::session::{history, turn};
+use crate::snapshot;
+use crate::storage::content::ContentId;
+use crate::storage::object;
+use crate::storage::schema;
+use crate::storage::store::{RotationReport, Store};
 
 /// One problem `verify` found.
 #[derive(Debug, Clone, Serialize)]
@@ -75,7 +85,7 @@ fn problem(what: String, e: &crate::Error) -> Problem {
 }
 
 /// Checks every record of the store; with `deep`, decrypts every object and record.
-pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
+pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
     let mut counts = VerifyCounts::default();
     let mut problems = Vec::new();
     for id in checkpoint::all_ids(store)? {
@@ -112,16 +122,12 @@ pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         }
         Err(e) => problems.push(problem("snapshot trees".into(), &e)),
     }
-    let mut object_ids = Vec::new();
-    store.kv().scan_keys(NS_OBJECTS, b"", &mut |k| {
-        object_ids.push(k.to_vec());
-        Ok(true)
-    })?;
+    let object_ids = object::own_ids(store.kv())?;
     let (packed, packed_problems) = crate::storage::pack::verify(store.keys(), store.kv(), deep)?;
     counts.objects = object_ids.len() as u64 + packed;
     problems.extend(packed_problems.iter().map(|(what, e)| problem(what.clone(), e)));
     for key in object_ids {
-        let what = format!("object {}", crate::storage::crypto::hex(&key));
+        let what = format!("object {}", crate::base::hex::hex(&key));
         let Ok(id) = <[u8; 32]>::try_from(key.as_slice()).map(ContentId) else {
             problems.push(problem(what, &crate::Error::corrupt("object", "malformed id")));
             continue;
@@ -132,7 +138,8 @@ pub fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
             problems.push(problem(what, &e));
         }
     }
-    for ns in SEALED_NAMESPACES.iter().filter(|ns| **ns != checkpoint::NS_CHECKPOINTS) {
+    // Checkpoint records were opened above, one by one.
+    for ns in schema::TABLES.iter().filter(|t| t.sealed && t.owner != "checkpoint/").map(|t| t.name) {
         let mut entries = Vec::new();
         store.kv().scan(ns, b"", &mut |k, v| {
             entries.push((k.to_vec(), v.to_vec()));
@@ -204,10 +211,10 @@ pub struct GcReport {
 }
 
 /// Evicts expired checkpoints, removes unreferenced objects and compacts the database.
-pub fn gc(store: &Store) -> Result<GcReport> {
+pub(crate) fn gc(store: &Store) -> Result<GcReport> {
     let disk_bytes_before = store.kv().disk_bytes()?;
-    let eviction = checkpoint::evict_expired(store, None)?;
-    let (objects_removed, object_bytes_removed) = sweep_objects(store)?;
+    let eviction = checkpoint::evict_expired(store, None, &|id| Session::round_of(store, id))?;
+    let (objects_removed, object_bytes_removed) = super::sweep_objects(store)?;
     store.kv().compact()?;
     Ok(GcReport {
         eviction,
@@ -216,44 +223,6 @@ pub fn gc(store: &Store) -> Result<GcReport> {
         disk_bytes_before,
         disk_bytes_after: store.kv().disk_bytes()?,
     })
-}
-
-/// Removes every content object that no artifact references and no snapshot reaches, in
-/// one transaction, holding the objects lock exclusively (a snapshot writing objects holds
-/// it shared; artifacts are always written with their objects). Returns how many objects
-/// and stored bytes were removed.
-pub fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
-    let _exclusive = crate::fs::lock::objects(&store.locks_dir(), true)?;
-    let snapshot_live = crate::snapshot::live_objects(store)?;
-    let mut txn = store.kv().begin()?;
-    let mut live: HashSet<Vec<u8>> = snapshot_live.into_iter().map(|id| id.0.to_vec()).collect();
-    live.extend(artifact_content_in(&mut *txn)?.into_iter().map(|id| id.0.to_vec()));
-    let (mut removed, mut bytes) = (0, 0);
-    for key in txn.keys(NS_OBJECTS, b"")? {
-        if !live.contains(&key) {
-            bytes += txn.get(NS_OBJECTS, &key)?.map_or(0, |v| v.len() as u64);
-            txn.delete(NS_OBJECTS, &key)?;
-            removed += 1;
-        }
-    }
-    txn.commit()?;
-    let live: HashSet<ContentId> = live.iter().filter_map(|k| ContentId::try_from_slice(k)).collect();
-    let packed = crate::storage::pack::sweep(store.keys(), store.kv(), &live, &artifact_content_in)?;
-    Ok((removed + packed.objects, bytes + packed.bytes))
-}
-
-/// The content every artifact record names, read inside `txn`.
-fn artifact_content_in(txn: &mut dyn crate::storage::kv::Txn) -> Result<HashSet<ContentId>> {
-    let mut out = HashSet::new();
-    for key in txn.keys(NS_ARTIFACTS, b"")? {
-        if let Some(v) = txn.get(NS_ARTIFACTS, &key)?
-            && let Ok(rec) = serde_json::from_slice::<ArtifactRecord>(&v)
-            && let Some(id) = ContentId::from_hex(&rec.digest)
-        {
-            out.insert(id);
-        }
-    }
-    Ok(out)
 }
 
 /// Store usage by kind.
@@ -311,23 +280,14 @@ pub struct ObjectUsage {
 }
 
 /// Measures the store.
-pub fn du(store: &Store) -> Result<DuReport> {
-    let mut objects = ObjectUsage::default();
-    store.kv().scan(NS_OBJECTS, b"", &mut |_, v| {
-        objects.count += 1;
-        objects.stored_bytes += v.len() as u64;
-        objects.plaintext_bytes += object::parse(v).map(|(h, _)| h.size).unwrap_or(0);
-        Ok(true)
-    })?;
+pub(crate) fn du(store: &Store) -> Result<DuReport> {
+    let (count, stored_bytes, plaintext_bytes) = object::own_usage(store.kv())?;
+    let mut objects = ObjectUsage { count, stored_bytes, plaintext_bytes };
     let (packed, packed_stored, packed_plain) = crate::storage::pack::usage(store.kv())?;
     objects.count += packed;
     objects.stored_bytes += packed_stored;
     objects.plaintext_bytes += packed_plain;
-    let mut artifacts = 0;
-    store.kv().scan_keys(NS_ARTIFACTS, b"", &mut |_| {
-        artifacts += 1;
-        Ok(true)
-    })?;
+    let artifacts = artifact::count(store.kv())?;
     let mut checkpoints = BTreeMap::new();
     for id in checkpoint::all_ids(store)? {
         let state = match checkpoint::load(store, &id) {
@@ -367,4 +327,122 @@ fn session_usage(store: &Store) -> Result<Vec<SessionUsage>> {
         }
     }
     Ok(by_session.into_values().collect())
+}
+
+/// What deleting a session removed.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Deleted {
+    /// The session.
+    pub session_id: String,
+    /// Turns removed.
+    pub turns: u64,
+    /// Snapshots removed (their space comes back with `gc`).
+    pub snapshots: u64,
+    /// Checkpoints removed, with their content.
+    pub checkpoints: u64,
+}
+
+/// The keys: where the master key comes from, and what each data-key version encrypts.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyStatus {
+    /// Where the master key was found.
+    pub master_key_source: String,
+    /// The data-key version new writes use.
+    pub current_version: u32,
+    /// Every version, with how many objects and records it encrypts.
+    pub versions: Vec<KeyVersion>,
+}
+
+/// One data-key version.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyVersion {
+    /// The version.
+    pub version: u32,
+    /// New writes use it.
+    pub current: bool,
+    /// Objects and records it encrypts.
+    pub objects: u64,
+}
+
+impl Turnback {
+    /// Checks every record of the store; with `deep`, decrypts every object and record.
+    /// Changes nothing.
+    ///
+    /// # Errors
+    /// Store errors that stop the check itself (every problem found is in the report).
+    pub fn verify(&self, deep: bool) -> Result<VerifyReport> {
+        verify(&self.store, deep)
+    }
+
+    /// Evicts checkpoints past retention, removes unreferenced content, compacts.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn gc(&self) -> Result<GcReport> {
+        gc(&self.store)
+    }
+
+    /// Measures the store.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn du(&self) -> Result<DuReport> {
+        du(&self.store)
+    }
+
+    /// Where the master key comes from and what each data-key version encrypts.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn key_status(&self) -> Result<KeyStatus> {
+        let usage = self.store.key_usage()?;
+        let keys = self.store.keys();
+        let versions = usage
+            .iter()
+            .map(|(v, n)| KeyVersion { version: *v, current: *v == keys.current_version(), objects: *n })
+            .collect();
+        Ok(KeyStatus { master_key_source: keys.source.describe(), current_version: keys.current_version(), versions })
+    }
+
+    /// Adds a data-key version for new writes; with `reencrypt`, rewrites everything under
+    /// it (interrupting it loses nothing: run it again).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn rotate_keys(&mut self, reencrypt: bool) -> Result<RotationReport> {
+        self.store.rotate_keys(reencrypt)
+    }
+
+    /// Deletes session `id` with its turns, snapshots, stat cache, history, tool-call keys
+    /// and checkpoints, in one transaction. A fork of it keeps what it carried.
+    ///
+    /// # Errors
+    /// `not-found`; `conflict` if a turn is running or a checkpoint is being written.
+    pub fn delete_session(&self, id: &str) -> Result<Deleted> {
+        delete_session(&self.store, id)
+    }
+}
+
+/// Deletes session `id` and everything it owns, each owner deleting its own records, in one
+/// transaction (see [`Turnback::delete_session`]).
+pub(crate) fn delete_session(store: &Store, id: &str) -> Result<Deleted> {
+    let session = Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+    if turn::running(store, id)?.is_some() {
+        return Err(Error::new(
+            ErrorCode::Conflict,
+            format!("session {id} has a running turn; end it first (turnback turn end)"),
+        ));
+    }
+    let _snapshots = lock::session(&store.locks_dir(), id)?;
+    let mut txn = store.kv().begin()?;
+    let checkpoints = checkpoint::delete_session_in(store, &mut *txn, id)?;
+    let snapshots = snapshot::delete_session_in(store, &mut *txn, id)?;
+    let turns = turn::delete_session_in(&mut *txn, id)?;
+    history::delete_session_in(&mut *txn, id)?;
+    mutation::delete_session_in(&mut *txn, id)?;
+    Session::delete_in(&mut *txn, &session)?;
+    txn.commit()?;
+    Ok(Deleted { session_id: id.to_string(), turns, snapshots, checkpoints })
 }

@@ -17,15 +17,22 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::api::maintenance;
+use serde::Serialize;
+
+use crate::api::Turnback;
 use crate::base::failpoint;
+use crate::base::hex::hex;
 use crate::checkpoint::retention::{self, Breach, CapacityVerdict};
-use crate::checkpoint::{self, CheckpointRecord, EffectKind, OperationKind, PostState, PreparedTarget, StageRequest};
+use crate::checkpoint::{
+    self, CheckpointRecord, CommitState, CoverageState, EffectKind, OperationKind, PostState, PreparedTarget,
+    StageRequest, StageState, TargetRecord,
+};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::files::{self, Current, Expect, FileIdentity, Parent, Swap};
+use crate::fs::relpath::RelPath;
 use crate::session::Session;
-use crate::session::workspace::{RelPath, Workspace};
-use crate::storage::crypto::hex;
+use crate::session::workspace::Workspace;
+use crate::storage::schema;
 use crate::storage::store::Store;
 
 /// A built-in file mutation.
@@ -85,7 +92,7 @@ impl Mutation {
 
 /// Where a mutation happens.
 #[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// The open store.
     pub store: &'a Store,
     /// The workspace.
@@ -98,9 +105,18 @@ pub struct Context<'a> {
     pub confirm_unprotected: bool,
 }
 
+/// Where a checkpoint made in `ctx` comes from, at the session's current prompt round
+/// (read now: a `Session` value the caller holds may be older than the latest turn).
+fn origin<'a>(ctx: &Context<'a>) -> Result<checkpoint::Origin<'a>> {
+    let session: &'a Session = ctx.session;
+    let round = Session::round_of(ctx.store, &session.id)?
+        .ok_or_else(|| Error::not_found(format!("session {}", session.id)))?;
+    Ok(checkpoint::Origin { session_id: &session.id, workspace_id: &ctx.workspace.id, prompt_round: round })
+}
+
 /// What a mutation did.
 #[derive(Debug, Clone)]
-pub struct MutationOutcome {
+pub(crate) struct MutationOutcome {
     /// The committed checkpoint.
     pub checkpoint: CheckpointRecord,
     /// For edits, how many occurrences were replaced.
@@ -149,7 +165,7 @@ fn plan(mutation: &Mutation, current: &Current, shown: &Path) -> Result<(Option<
 /// # Errors
 /// `edit-no-match` if `old` does not occur, `edit-not-unique` if it occurs more than once
 /// without `all`, `invalid-argument` if `old` is empty or equal to `new`.
-pub fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
+pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
     if old.is_empty() {
         return Err(Error::invalid("the string to replace (--old) must not be empty"));
     }
@@ -211,8 +227,8 @@ fn preflight(
     let mut verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
     if verdict.breach == Some(Breach::Store) {
         let needed = verdict.store_usage + bytes - store.settings().store_cap;
-        if checkpoint::evict_expired(store, Some(needed))?.evicted > 0 {
-            maintenance::sweep_objects(store)?;
+        if checkpoint::evict_expired(store, Some(needed), &|id| Session::round_of(store, id))?.evicted > 0 {
+            super::sweep_objects(store)?;
         }
         verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
     }
@@ -241,7 +257,7 @@ fn current_size(c: &Current) -> u64 {
 /// failed operation). An I/O error during the write is returned after the checkpoint is
 /// committed as failed with what is really on disk; `unknown-outcome` if even that
 /// cannot be established.
-pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
+pub(crate) fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
     let store = ctx.store;
     let rel = ctx.workspace.resolve(mutation.path(), ctx.cwd, store.protected_paths())?;
     // turnback's own writers to this workspace take turns; anyone else is caught by the
@@ -264,8 +280,7 @@ pub fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
     };
     let target = PreparedTarget { path: rel.clone(), effect, current: current.clone(), planned_dirs };
     let request = StageRequest {
-        session: ctx.session,
-        workspace: ctx.workspace,
+        origin: origin(&ctx)?,
         kind: mutation.kind(),
         targets: vec![target],
         protect,
@@ -360,7 +375,11 @@ fn write_checked(
 /// # Errors
 /// Path errors; `already-exists` for `kind` create on an existing file, `not-found` for
 /// edit or delete of a missing one; `over-cap` as for in-process mutations.
-pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKind>) -> Result<CheckpointRecord> {
+pub(crate) fn stage_external(
+    ctx: Context<'_>,
+    paths: &[PathBuf],
+    kind: Option<EffectKind>,
+) -> Result<CheckpointRecord> {
     if paths.is_empty() {
         return Err(Error::invalid("stage needs at least one path"));
     }
@@ -392,14 +411,7 @@ pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKi
         targets.iter().map(|t| current_size(&t.current) * if t.effect == EffectKind::Delete { 1 } else { 2 }).sum();
     let paths: Vec<&RelPath> = targets.iter().map(|t| &t.path).collect();
     let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
-    let request = StageRequest {
-        session: ctx.session,
-        workspace: ctx.workspace,
-        kind: OperationKind::External,
-        targets,
-        protect,
-        owner: None,
-    };
+    let request = StageRequest { origin: origin(&ctx)?, kind: OperationKind::External, targets, protect, owner: None };
     checkpoint::stage(ctx.store, request)
 }
 
@@ -408,7 +420,7 @@ pub fn stage_external(ctx: Context<'_>, paths: &[PathBuf], kind: Option<EffectKi
 ///
 /// # Errors
 /// `not-found` for an unknown operation; `recovery-locked` if it was reconciled away.
-pub fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Result<CheckpointRecord> {
+pub(crate) fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Result<CheckpointRecord> {
     let id = checkpoint::by_operation(store, operation_id)?;
     let record = checkpoint::load(store, &id)?;
     match record.stage_state {
@@ -438,17 +450,14 @@ pub fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Resul
     checkpoint::commit(store, &id, posts, failed)
 }
 
-/// External operations by the caller's own key (an agent's tool-use id), per session.
-const NS_KEYED: crate::storage::kv::Ns = "external-operations";
-
 fn keyed(session: &str, key: &str) -> Vec<u8> {
     format!("{session}/{key}").into_bytes()
 }
 
 /// Forgets a session's keyed operations inside `txn` (its checkpoints go with it).
 pub(crate) fn delete_session_in(txn: &mut dyn crate::storage::kv::Txn, session: &str) -> Result<()> {
-    for key in txn.keys(NS_KEYED, format!("{session}/").as_bytes())? {
-        txn.delete(NS_KEYED, &key)?;
+    for key in txn.keys(schema::EXTERNAL_OPERATIONS, format!("{session}/").as_bytes())? {
+        txn.delete(schema::EXTERNAL_OPERATIONS, &key)?;
     }
     Ok(())
 }
@@ -459,13 +468,13 @@ pub(crate) fn delete_session_in(txn: &mut dyn crate::storage::kv::Txn, session: 
 ///
 /// # Errors
 /// As [`stage_external`].
-pub fn stage_external_keyed(
+pub(crate) fn stage_external_keyed(
     ctx: Context<'_>,
     key: &str,
     paths: &[PathBuf],
     kind: Option<EffectKind>,
 ) -> Result<CheckpointRecord> {
-    if let Some(op) = ctx.store.kv().get(NS_KEYED, &keyed(&ctx.session.id, key))? {
+    if let Some(op) = ctx.store.kv().get(schema::EXTERNAL_OPERATIONS, &keyed(&ctx.session.id, key))? {
         let op = String::from_utf8_lossy(&op).into_owned();
         return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
     }
@@ -479,7 +488,7 @@ pub fn stage_external_keyed(
     finish_abandoned(ctx.store, &ctx.session.id, Some(&rels))?;
     let record = stage_external(ctx, paths, kind)?;
     let mut txn = ctx.store.kv().begin()?;
-    txn.put(NS_KEYED, &keyed(&ctx.session.id, key), record.mutation.operation_id.as_bytes())?;
+    txn.put(schema::EXTERNAL_OPERATIONS, &keyed(&ctx.session.id, key), record.mutation.operation_id.as_bytes())?;
     txn.commit()?;
     Ok(record)
 }
@@ -489,13 +498,13 @@ pub fn stage_external_keyed(
 ///
 /// # Errors
 /// As [`commit_external`].
-pub fn commit_external_keyed(
+pub(crate) fn commit_external_keyed(
     store: &Store,
     session: &str,
     key: &str,
     failed: bool,
 ) -> Result<Option<CheckpointRecord>> {
-    let Some(op) = store.kv().get(NS_KEYED, &keyed(session, key))? else { return Ok(None) };
+    let Some(op) = store.kv().get(schema::EXTERNAL_OPERATIONS, &keyed(session, key))? else { return Ok(None) };
     let record = commit_external(store, &String::from_utf8_lossy(&op), failed)?;
     forget_keyed(store, session, key)?;
     Ok(Some(record))
@@ -505,7 +514,7 @@ pub fn commit_external_keyed(
 /// still waiting for its "after" event — a tool call that was denied or failed never sends
 /// one, and an unfinished stage would block taking back the path's other changes. Run at
 /// turn boundaries, when no tool of the turn is still running. Returns how many.
-pub fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
+pub(crate) fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
     finish_abandoned(store, session, None)
 }
 
@@ -513,7 +522,7 @@ pub fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
 fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
     let prefix = format!("{session}/");
     let mut pending = Vec::new();
-    store.kv().scan(NS_KEYED, prefix.as_bytes(), &mut |k, op| {
+    store.kv().scan(schema::EXTERNAL_OPERATIONS, prefix.as_bytes(), &mut |k, op| {
         pending
             .push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), String::from_utf8_lossy(op).into_owned()));
         Ok(true)
@@ -542,8 +551,177 @@ fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> 
 
 fn forget_keyed(store: &Store, session: &str, key: &str) -> Result<()> {
     let mut txn = store.kv().begin()?;
-    txn.delete(NS_KEYED, &keyed(session, key))?;
+    txn.delete(schema::EXTERNAL_OPERATIONS, &keyed(session, key))?;
     txn.commit()
+}
+
+/// A checkpoint as mutation commands report it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointSummary {
+    /// Its id.
+    pub checkpoint_id: String,
+    /// The operation it records (what `commit` takes).
+    pub operation_id: String,
+    /// Which operation.
+    pub kind: OperationKind,
+    /// Its lifecycle state.
+    pub stage_state: StageState,
+    /// What the journal says.
+    pub commit_state: CommitState,
+    /// How much is protected.
+    pub coverage_state: CoverageState,
+    /// The prompt round it was made in.
+    pub prompt_round: Option<u64>,
+    /// The session.
+    pub session_id: String,
+    /// The files it covers.
+    pub targets: Vec<TargetRecord>,
+}
+
+impl From<&CheckpointRecord> for CheckpointSummary {
+    fn from(r: &CheckpointRecord) -> Self {
+        CheckpointSummary {
+            checkpoint_id: r.checkpoint_id.clone(),
+            operation_id: r.mutation.operation_id.clone(),
+            kind: r.mutation.kind,
+            stage_state: r.stage_state,
+            commit_state: r.mutation.commit_state,
+            coverage_state: r.coverage_state,
+            prompt_round: r.prompt_round,
+            session_id: r.session_id.clone(),
+            targets: r.targets.clone(),
+        }
+    }
+}
+
+/// What a checkpointed mutation did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MutationReport {
+    /// Its checkpoint.
+    #[serde(flatten)]
+    pub checkpoint: CheckpointSummary,
+    /// For an edit, how many occurrences were replaced.
+    pub replacements: usize,
+    /// When it went ahead unprotected over a cap (confirmed): the exact figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<CapacityVerdict>,
+    /// The paths it left unprotected then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unprotected_scope: Option<Vec<String>>,
+}
+
+/// A text file of the workspace, as read.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileText {
+    /// Its path in the workspace.
+    pub path: String,
+    /// Its content.
+    pub content: String,
+}
+
+impl Turnback {
+    fn mutation_context(&self, confirm_unprotected: bool) -> Result<(Context<'_>, PathBuf)> {
+        let cwd = self.cwd()?;
+        let ctx = Context {
+            store: &self.store,
+            workspace: self.workspace()?,
+            session: self.session()?,
+            cwd: Path::new(""),
+            confirm_unprotected,
+        };
+        Ok((ctx, cwd))
+    }
+
+    /// Applies a built-in file mutation with a checkpoint around it: the checkpoint (with
+    /// the file's pre-image) is durable before the file changes, and the change is a
+    /// compare-and-swap against what was read. Over a cap, it is refused unless
+    /// `confirm_unprotected`, and then goes ahead with the exact figures disclosed.
+    ///
+    /// # Errors
+    /// `path-rejected`, `already-exists`, `not-found`, `edit-no-match`, `edit-not-unique`,
+    /// `over-cap` before anything is written; `conflict` if the file changed meanwhile;
+    /// `unknown-outcome` if what happened cannot be established.
+    pub fn mutate(&self, mutation: Mutation, confirm_unprotected: bool) -> Result<MutationReport> {
+        let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
+        let done = apply(Context { cwd: &cwd, ..ctx }, mutation)?;
+        let record = &done.checkpoint;
+        let unprotected_scope =
+            done.capacity.as_ref().map(|_| record.targets.iter().map(|t| t.path.display()).collect());
+        Ok(MutationReport {
+            checkpoint: CheckpointSummary::from(record),
+            replacements: done.replacements,
+            capacity: done.capacity,
+            unprotected_scope,
+        })
+    }
+
+    /// Reads a UTF-8 text file of the workspace, never through a symlink.
+    ///
+    /// # Errors
+    /// `path-rejected`; `not-found`; `invalid-argument` if it is not UTF-8 text.
+    pub fn read_file(&self, path: &Path) -> Result<FileText> {
+        let rel = self.resolve(path)?;
+        let parent = files::open_parent(&self.workspace()?.root, &rel, false)?;
+        match parent.read()? {
+            Current::File { bytes, .. } => {
+                let content = String::from_utf8(bytes)
+                    .map_err(|_| Error::invalid(format!("{}: not UTF-8 text", path.display())))?;
+                Ok(FileText { path: rel.display(), content })
+            }
+            Current::Absent => Err(Error::not_found(format!("{}: no such file", path.display()))),
+        }
+    }
+
+    /// Records the pre-images of `paths` before someone else (an agent's own tool) changes
+    /// them; [`commit`](Self::commit) takes the returned operation id afterwards.
+    ///
+    /// # Errors
+    /// As [`mutate`](Self::mutate) before anything is written.
+    pub fn stage(
+        &self,
+        paths: &[PathBuf],
+        kind: Option<EffectKind>,
+        confirm_unprotected: bool,
+    ) -> Result<CheckpointSummary> {
+        let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
+        stage_external(Context { cwd: &cwd, ..ctx }, paths, kind).map(|r| CheckpointSummary::from(&r))
+    }
+
+    /// Captures the post-images of a staged operation and commits it (idempotent).
+    ///
+    /// # Errors
+    /// `not-found` for an unknown operation; `recovery-locked` if it was reconciled away.
+    pub fn commit(&self, operation_id: &str, failed: bool) -> Result<CheckpointSummary> {
+        commit_external(&self.store, operation_id, failed).map(|r| CheckpointSummary::from(&r))
+    }
+
+    /// Stages the paths a tool call is about to write, under the caller's own key for the
+    /// call (its tool-use id): a key staged already is not staged twice. An earlier call
+    /// on one of the same files that never got its "after" event is closed first.
+    ///
+    /// # Errors
+    /// As [`stage`](Self::stage).
+    pub(crate) fn stage_tool_call(&self, key: &str, paths: &[PathBuf]) -> Result<CheckpointSummary> {
+        let (ctx, cwd) = self.mutation_context(true)?;
+        stage_external_keyed(Context { cwd: &cwd, ..ctx }, key, paths, None).map(|r| CheckpointSummary::from(&r))
+    }
+
+    /// Commits the tool call staged under `key` (`None`: nothing was staged under it).
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit).
+    pub(crate) fn commit_tool_call(&self, key: &str, failed: bool) -> Result<Option<CheckpointSummary>> {
+        Ok(commit_external_keyed(&self.store, &self.session()?.id, key, failed)?.map(|r| CheckpointSummary::from(&r)))
+    }
+
+    /// Closes, as failed and with what the files hold now, every tool call of the session
+    /// still waiting for its "after" event (a denied or failed call never sends one).
+    /// Returns how many.
+    pub(crate) fn finish_abandoned_tool_calls(&self) -> Result<u64> {
+        finish_abandoned_keyed(&self.store, &self.session()?.id)
+    }
 }
 
 #[cfg(test)]

@@ -2,5 +2,7 @@
 //! concepts — clocks, integer codecs, crash-test failpoints, redaction of secrets.
 
 pub mod failpoint;
+pub mod hex;
 pub mod redact;
+pub mod time;
 pub(crate) mod varint;

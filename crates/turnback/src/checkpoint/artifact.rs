@@ -11,14 +11,16 @@
 //!   digest, size, class) and against the object's own header, then decrypts and checks
 //!   the keyed digest and size. Any disagreement is `corrupt` and returns no bytes.
 
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::storage::content::{ContentClass, ContentId, OBJECT_SCHEMA};
 use crate::storage::keys::KeyRing;
-use crate::storage::kv::{KeyValueStore, Ns, Txn};
-use crate::storage::object::{self, ContentClass, ContentId, OBJECT_SCHEMA};
-
-pub(crate) const NS_ARTIFACTS: Ns = "artifacts";
+use crate::storage::kv::{KeyValueStore, Txn};
+use crate::storage::object;
+use crate::storage::schema;
 
 /// Which side of a mutation an image is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +109,7 @@ pub(crate) fn stage(
 
 fn put(txn: &mut dyn Txn, record: &ArtifactRecord) -> Result<()> {
     let value = serde_json::to_vec(record).map_err(|e| Error::invalid(e.to_string()))?;
-    txn.put(NS_ARTIFACTS, record.artifact_id.as_bytes(), &value)
+    txn.put(schema::ARTIFACTS, record.artifact_id.as_bytes(), &value)
 }
 
 fn parse(id: &str, value: &[u8]) -> Result<ArtifactRecord> {
@@ -121,7 +123,7 @@ fn parse(id: &str, value: &[u8]) -> Result<ArtifactRecord> {
 
 /// Marks the artifact `id` committed inside `txn`.
 pub(crate) fn commit(txn: &mut dyn Txn, id: &str) -> Result<()> {
-    let value = txn.get(NS_ARTIFACTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("artifact {id}")))?;
+    let value = txn.get(schema::ARTIFACTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("artifact {id}")))?;
     let mut record = parse(id, &value)?;
     record.state = ArtifactState::Committed;
     put(txn, &record)
@@ -129,15 +131,15 @@ pub(crate) fn commit(txn: &mut dyn Txn, id: &str) -> Result<()> {
 
 /// Removes the artifact `id` inside `txn`; returns its size if it was there.
 pub(crate) fn remove(txn: &mut dyn Txn, id: &str) -> Result<Option<u64>> {
-    let Some(value) = txn.get(NS_ARTIFACTS, id.as_bytes())? else { return Ok(None) };
+    let Some(value) = txn.get(schema::ARTIFACTS, id.as_bytes())? else { return Ok(None) };
     let size = parse(id, &value).map(|r| r.size).unwrap_or(0);
-    txn.delete(NS_ARTIFACTS, id.as_bytes())?;
+    txn.delete(schema::ARTIFACTS, id.as_bytes())?;
     Ok(Some(size))
 }
 
 /// The record of artifact `id`.
 pub fn record(kv: &dyn KeyValueStore, id: &str) -> Result<ArtifactRecord> {
-    let value = kv.get(NS_ARTIFACTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("artifact {id}")))?;
+    let value = kv.get(schema::ARTIFACTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("artifact {id}")))?;
     parse(id, &value)
 }
 
@@ -207,4 +209,28 @@ pub(crate) fn read(
 /// it, so a tampered class still fails when the bytes are read.
 fn same_class(stored: ContentClass, recorded: ContentClass) -> bool {
     stored == recorded || matches!(stored, ContentClass::SymlinkTarget | ContentClass::Tree)
+}
+
+/// The content every artifact record names, read inside `txn` (what keeps it alive).
+pub(crate) fn content_in(txn: &mut dyn Txn) -> Result<HashSet<ContentId>> {
+    let mut out = HashSet::new();
+    for key in txn.keys(schema::ARTIFACTS, b"")? {
+        if let Some(v) = txn.get(schema::ARTIFACTS, &key)?
+            && let Ok(rec) = serde_json::from_slice::<ArtifactRecord>(&v)
+            && let Some(id) = ContentId::from_hex(&rec.digest)
+        {
+            out.insert(id);
+        }
+    }
+    Ok(out)
+}
+
+/// How many artifact records the store holds.
+pub(crate) fn count(kv: &dyn KeyValueStore) -> Result<u64> {
+    let mut n = 0;
+    kv.scan_keys(schema::ARTIFACTS, b"", &mut |_| {
+        n += 1;
+        Ok(true)
+    })?;
+    Ok(n)
 }

@@ -13,10 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::storage::kv::{KeyValueStore, Ns, Txn};
-
-pub(crate) const NS_JOURNAL: Ns = "journal";
-pub(crate) const NS_JOURNAL_OPEN: Ns = "journal-open";
+use crate::storage::kv::{KeyValueStore, Txn};
+use crate::storage::schema;
 
 /// A journal event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,9 +49,9 @@ fn entry_key(operation_id: &str, seq: u32) -> Vec<u8> {
 
 fn append(txn: &mut dyn Txn, entry: &JournalEntry) -> Result<()> {
     let prefix = format!("{}/", entry.operation_id);
-    let seq = txn.keys(NS_JOURNAL, prefix.as_bytes())?.len() as u32;
+    let seq = txn.keys(schema::JOURNAL, prefix.as_bytes())?.len() as u32;
     let value = serde_json::to_vec(entry).map_err(|e| Error::invalid(e.to_string()))?;
-    txn.put(NS_JOURNAL, &entry_key(&entry.operation_id, seq), &value)
+    txn.put(schema::JOURNAL, &entry_key(&entry.operation_id, seq), &value)
 }
 
 /// Records that the mutation of `operation_id` is about to happen.
@@ -67,7 +65,7 @@ pub(crate) fn dispatch(txn: &mut dyn Txn, operation_id: &str, checkpoint_id: &st
             at: at.into(),
         },
     )?;
-    txn.put(NS_JOURNAL_OPEN, operation_id.as_bytes(), checkpoint_id.as_bytes())
+    txn.put(schema::JOURNAL_OPEN, operation_id.as_bytes(), checkpoint_id.as_bytes())
 }
 
 /// Closes `operation_id` with a terminal `event` (no-op if it is already closed).
@@ -79,7 +77,7 @@ pub(crate) fn finish(
     at: &str,
 ) -> Result<()> {
     debug_assert!(event != JournalEvent::EffectDispatchCommitted);
-    if !txn.delete(NS_JOURNAL_OPEN, operation_id.as_bytes())? {
+    if !txn.delete(schema::JOURNAL_OPEN, operation_id.as_bytes())? {
         return Ok(());
     }
     append(
@@ -90,13 +88,18 @@ pub(crate) fn finish(
 
 /// Whether `operation_id` has a dispatch and no terminal event.
 pub(crate) fn is_open(txn: &mut dyn Txn, operation_id: &str) -> Result<bool> {
-    Ok(txn.get(NS_JOURNAL_OPEN, operation_id.as_bytes())?.is_some())
+    Ok(txn.get(schema::JOURNAL_OPEN, operation_id.as_bytes())?.is_some())
+}
+
+/// Whether `operation_id` has a dispatch and no terminal event, as committed now.
+pub(crate) fn is_open_now(kv: &dyn KeyValueStore, operation_id: &str) -> Result<bool> {
+    kv.contains(schema::JOURNAL_OPEN, operation_id.as_bytes())
 }
 
 /// Every event of `operation_id`, in order.
 pub fn events(kv: &dyn KeyValueStore, operation_id: &str) -> Result<Vec<JournalEntry>> {
     let mut out = Vec::new();
-    kv.scan(NS_JOURNAL, format!("{operation_id}/").as_bytes(), &mut |_, v| {
+    kv.scan(schema::JOURNAL, format!("{operation_id}/").as_bytes(), &mut |_, v| {
         out.push(serde_json::from_slice(v).map_err(|e| Error::corrupt("journal", e))?);
         Ok(true)
     })?;
@@ -106,7 +109,7 @@ pub fn events(kv: &dyn KeyValueStore, operation_id: &str) -> Result<Vec<JournalE
 /// The number of journal entries in the store.
 pub fn count(kv: &dyn KeyValueStore) -> Result<u64> {
     let mut n = 0;
-    kv.scan_keys(NS_JOURNAL, b"", &mut |_| {
+    kv.scan_keys(schema::JOURNAL, b"", &mut |_| {
         n += 1;
         Ok(true)
     })?;

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::failpoint;
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
-use crate::session::workspace::RelPath;
+use crate::fs::relpath::RelPath;
 
 /// The identity and shape of a file at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,11 +184,6 @@ fn classify(e: Errno, shown: &Path) -> Error {
 }
 
 impl Parent {
-    /// The target's path, for messages.
-    pub fn shown(&self) -> &Path {
-        &self.shown
-    }
-
     /// Reads the target without following a symlink.
     ///
     /// # Errors

@@ -5,4 +5,5 @@
 pub mod files;
 pub mod handles;
 pub mod lock;
+pub mod relpath;
 pub mod walk;

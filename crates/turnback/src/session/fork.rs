@@ -19,7 +19,7 @@ use crate::session::turn::{self, Turn};
 use crate::session::workspace::Workspace;
 use crate::snapshot::tree::NodeKind;
 use crate::snapshot::{self, SnapshotRecord};
-use crate::storage::object::ContentId;
+use crate::storage::content::ContentId;
 use crate::storage::store::Store;
 
 /// What a fork made.

@@ -18,14 +18,14 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, Result};
 use crate::session::Session;
 use crate::session::turn::{self, Turn};
-use crate::storage::kv::{Ns, Txn};
-use crate::storage::store::{Store, format_ms, now_ms};
+use crate::storage::kv::Txn;
+use crate::storage::schema;
+use crate::storage::store::Store;
 
-pub(crate) const NS_HISTORY: Ns = "history";
-pub(crate) const NS_HISTORY_TOTALS: Ns = "history-totals";
 const SCHEMA: u16 = 1;
 /// Most bytes of a text field (`content`, `prompt`, `thinking`).
 pub const TEXT_CAP: usize = 256 * 1024;
@@ -118,18 +118,23 @@ pub struct NewEntry {
 }
 
 impl NewEntry {
-    /// A user's prompt in turn `turn_id`, recorded now.
-    pub fn prompt(turn_id: &str, text: String) -> Self {
+    /// An entry of `role` saying `content`, in the running turn (else the newest), now.
+    pub fn new(role: Role, content: String) -> Self {
         NewEntry {
-            turn_id: Some(turn_id.to_string()),
-            role: Role::User,
-            content: text,
+            turn_id: None,
+            role,
+            content,
             prompt: None,
             thinking: None,
             tool_calls: None,
             background: None,
             at: None,
         }
+    }
+
+    /// A user's prompt in turn `turn_id`, recorded now.
+    pub fn prompt(turn_id: &str, text: String) -> Self {
+        NewEntry { turn_id: Some(turn_id.to_string()), ..NewEntry::new(Role::User, text) }
     }
 }
 
@@ -189,23 +194,23 @@ fn prefix(session: &str) -> Vec<u8> {
 }
 
 pub(crate) fn totals_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Totals> {
-    match txn.get(NS_HISTORY_TOTALS, session.as_bytes())? {
-        Some(v) => store.open_record(NS_HISTORY_TOTALS, session.as_bytes(), &v),
+    match txn.get(schema::HISTORY_TOTALS, session.as_bytes())? {
+        Some(v) => store.open_record(schema::HISTORY_TOTALS, session.as_bytes(), &v),
         None => Ok(Totals::default()),
     }
 }
 
 pub(crate) fn put_totals_in(store: &Store, txn: &mut dyn Txn, session: &str, t: &Totals) -> Result<()> {
     txn.put(
-        NS_HISTORY_TOTALS,
+        schema::HISTORY_TOTALS,
         session.as_bytes(),
-        &store.seal_record(NS_HISTORY_TOTALS, session.as_bytes(), SCHEMA, t)?,
+        &store.seal_record(schema::HISTORY_TOTALS, session.as_bytes(), SCHEMA, t)?,
     )
 }
 
 /// The session's totals.
 pub fn totals(store: &Store, session: &str) -> Result<Totals> {
-    Ok(store.get_record(NS_HISTORY_TOTALS, session.as_bytes())?.unwrap_or_default())
+    Ok(store.get_record(schema::HISTORY_TOTALS, session.as_bytes())?.unwrap_or_default())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -405,7 +410,7 @@ pub(crate) fn append_in(store: &Store, txn: &mut dyn Txn, session: &str, entries
     for entry in entries {
         let key = entry_key(session, totals.next_seq);
         let plain = serde_json::to_vec(entry).map_err(|e| Error::invalid(format!("history entry: {e}")))?;
-        txn.put(NS_HISTORY, &key, &store.seal_bytes(NS_HISTORY, &key, SCHEMA, &plain)?)?;
+        txn.put(schema::HISTORY, &key, &store.seal_bytes(schema::HISTORY, &key, SCHEMA, &plain)?)?;
         totals.next_seq += 1;
         totals.entries += 1;
         totals.bytes += plain.len() as u64;
@@ -445,7 +450,7 @@ pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
     // may have removed some already.
     let (mut removed, mut removed_bytes) = (0u64, 0u64);
     for (key, _, len) in &all[..start] {
-        if txn.delete(NS_HISTORY, key)? {
+        if txn.delete(schema::HISTORY, key)? {
             removed += 1;
             removed_bytes += len;
         }
@@ -466,13 +471,13 @@ pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
 /// Every kept entry with its key and serialised size, oldest first.
 pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>> {
     let mut raw = Vec::new();
-    store.kv().scan(NS_HISTORY, &prefix(session), &mut |k, v| {
+    store.kv().scan(schema::HISTORY, &prefix(session), &mut |k, v| {
         raw.push((k.to_vec(), v.to_vec()));
         Ok(true)
     })?;
     raw.into_iter()
         .map(|(k, v)| {
-            let plain = store.open_bytes(NS_HISTORY, &k, &v)?;
+            let plain = store.open_bytes(schema::HISTORY, &k, &v)?;
             let entry: Entry = serde_json::from_slice(&plain)
                 .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))?;
             Ok((k, entry, plain.len() as u64))
@@ -546,7 +551,7 @@ pub(crate) fn cut_in(
     let mut totals = totals_in(store, txn, session)?;
     let mut removed = 0;
     for (key, entry, len) in keyed {
-        if turn_ids.contains(&entry.turn_id) && txn.delete(NS_HISTORY, key)? {
+        if turn_ids.contains(&entry.turn_id) && txn.delete(schema::HISTORY, key)? {
             totals.entries = totals.entries.saturating_sub(1);
             totals.bytes = totals.bytes.saturating_sub(*len);
             removed += 1;
@@ -558,11 +563,11 @@ pub(crate) fn cut_in(
 
 /// Deletes a session's whole history inside `txn`.
 pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<u64> {
-    let keys = txn.keys(NS_HISTORY, &prefix(session))?;
+    let keys = txn.keys(schema::HISTORY, &prefix(session))?;
     for k in &keys {
-        txn.delete(NS_HISTORY, k)?;
+        txn.delete(schema::HISTORY, k)?;
     }
-    txn.delete(NS_HISTORY_TOTALS, session.as_bytes())?;
+    txn.delete(schema::HISTORY_TOTALS, session.as_bytes())?;
     Ok(keys.len() as u64)
 }
 

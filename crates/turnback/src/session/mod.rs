@@ -6,6 +6,7 @@
 //! - The session's prompt round only grows; checkpoints record the round they were made in
 //!   and retention counts rounds, not wall-clock time.
 
+pub mod begin;
 pub mod fork;
 pub mod history;
 pub mod transcript;
@@ -14,13 +15,13 @@ pub mod workspace;
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, Result};
 use crate::session::workspace::Workspace;
-use crate::storage::kv::{Ns, Txn};
-use crate::storage::store::{Store, format_ms, now_ms};
+use crate::storage::kv::Txn;
+use crate::storage::schema;
+use crate::storage::store::Store;
 
-pub(crate) const NS_SESSIONS: Ns = "sessions";
-const NS_WORKSPACE_SESSIONS: Ns = "workspace-sessions";
 const SESSION_SCHEMA: u16 = 1;
 
 /// One agent conversation in one workspace.
@@ -62,13 +63,13 @@ impl Session {
     /// The session `id`, if it exists.
     pub fn get(store: &Store, id: &str) -> Result<Option<Session>> {
         validate_id(id)?;
-        store.get_record(NS_SESSIONS, id.as_bytes())
+        store.get_record(schema::SESSIONS, id.as_bytes())
     }
 
     /// The most recently created session of `workspace`, if any.
     pub fn latest(store: &Store, workspace: &Workspace) -> Result<Option<Session>> {
         let mut last = None;
-        store.kv().scan_keys(NS_WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
+        store.kv().scan_keys(schema::WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
             last = Some(k.to_vec());
             Ok(true)
         })?;
@@ -107,12 +108,12 @@ impl Session {
             prompt_round: 0,
             parent: None,
         };
-        let sealed = store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
-        if !txn.put_if_absent(NS_SESSIONS, id.as_bytes(), &sealed)? {
+        let sealed = store.seal_record(schema::SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
+        if !txn.put_if_absent(schema::SESSIONS, id.as_bytes(), &sealed)? {
             return Err(Error::new(crate::ErrorCode::AlreadyExists, format!("session {id} already exists")));
         }
         let index = format!("{}/{now:016}/{id}", workspace.id);
-        txn.put(NS_WORKSPACE_SESSIONS, index.as_bytes(), b"")?;
+        txn.put(schema::WORKSPACE_SESSIONS, index.as_bytes(), b"")?;
         Ok(session)
     }
 
@@ -124,7 +125,7 @@ impl Session {
         }
         let mut txn = store.kv().begin()?;
         let prefix = format!("{}/", workspace.id);
-        let latest = txn.keys(NS_WORKSPACE_SESSIONS, prefix.as_bytes())?.pop();
+        let latest = txn.keys(schema::WORKSPACE_SESSIONS, prefix.as_bytes())?.pop();
         if let Some(key) = latest {
             drop(txn);
             let key = String::from_utf8_lossy(&key).into_owned();
@@ -157,38 +158,34 @@ impl Session {
         Session::latest_or_create(store, workspace)
     }
 
+    /// The current prompt round of session `id` (`None` if there is no such session).
+    pub fn round_of(store: &Store, id: &str) -> Result<Option<u64>> {
+        Ok(Session::get(store, id)?.map(|s| s.prompt_round))
+    }
+
     /// Moves the session to its next prompt round and returns it (tests and tools; turns
     /// set the round themselves).
     pub fn advance_round(store: &Store, id: &str) -> Result<u64> {
         let mut txn = store.kv().begin()?;
-        let value = txn.get(NS_SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
-        let mut session: Session = store.open_record(NS_SESSIONS, id.as_bytes(), &value)?;
+        let value =
+            txn.get(schema::SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        let mut session: Session = store.open_record(schema::SESSIONS, id.as_bytes(), &value)?;
         session.prompt_round += 1;
-        txn.put(NS_SESSIONS, id.as_bytes(), &store.seal_record(NS_SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?)?;
+        txn.put(
+            schema::SESSIONS,
+            id.as_bytes(),
+            &store.seal_record(schema::SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?,
+        )?;
         txn.commit()?;
         Ok(session.prompt_round)
     }
-}
-
-/// What deleting a session removed.
-#[derive(Debug, Clone, Default, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Deleted {
-    /// The session.
-    pub session_id: String,
-    /// Turns removed.
-    pub turns: u64,
-    /// Snapshots removed (their space comes back with `gc`).
-    pub snapshots: u64,
-    /// Checkpoints removed, with their content.
-    pub checkpoints: u64,
 }
 
 impl Session {
     /// The sessions of `workspace`, oldest first.
     pub fn list(store: &Store, workspace: &Workspace) -> Result<Vec<Session>> {
         let mut ids = Vec::new();
-        store.kv().scan_keys(NS_WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
+        store.kv().scan_keys(schema::WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
             ids.push(String::from_utf8_lossy(k).rsplit('/').next().unwrap_or_default().to_string());
             Ok(true)
         })?;
@@ -200,43 +197,36 @@ impl Session {
         }
         Ok(out)
     }
+}
 
-    /// Deletes session `id` with its turns, snapshots, stat cache and checkpoints, in one
-    /// transaction. A fork of it keeps what it carried.
-    ///
-    /// # Errors
-    /// `not-found`; `conflict` if a turn is running or a checkpoint is being written.
-    pub fn delete(store: &Store, id: &str) -> Result<Deleted> {
-        let session = Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
-        if crate::session::turn::running(store, id)?.is_some() {
-            return Err(Error::new(
-                crate::ErrorCode::Conflict,
-                format!("session {id} has a running turn; end it first (turnback turn end)"),
-            ));
-        }
-        let _snapshots = crate::fs::lock::session(&store.locks_dir(), id)?;
-        let mut txn = store.kv().begin()?;
-        let checkpoints = crate::checkpoint::delete_session_in(store, &mut *txn, id)?;
-        let snapshots = crate::snapshot::delete_session_in(store, &mut *txn, id)?;
-        let turns = crate::session::turn::delete_session_in(&mut *txn, id)?;
-        crate::session::history::delete_session_in(&mut *txn, id)?;
-        crate::api::mutation::delete_session_in(&mut *txn, id)?;
-        txn.delete(NS_SESSIONS, id.as_bytes())?;
-        let suffix = format!("/{id}");
-        for key in txn.keys(NS_WORKSPACE_SESSIONS, format!("{}/", session.workspace_id).as_bytes())? {
+impl Session {
+    /// Removes the record of session `id` and its place in its workspace's list, inside
+    /// `txn` (the rest of a session goes with [`Turnback::delete_session`]
+    /// (crate::Turnback::delete_session), which calls every owner).
+    pub(crate) fn delete_in(txn: &mut dyn Txn, session: &Session) -> Result<()> {
+        txn.delete(schema::SESSIONS, session.id.as_bytes())?;
+        let suffix = format!("/{}", session.id);
+        for key in txn.keys(schema::WORKSPACE_SESSIONS, format!("{}/", session.workspace_id).as_bytes())? {
             if key.ends_with(suffix.as_bytes()) {
-                txn.delete(NS_WORKSPACE_SESSIONS, &key)?;
+                txn.delete(schema::WORKSPACE_SESSIONS, &key)?;
             }
         }
-        txn.commit()?;
-        Ok(Deleted { session_id: id.to_string(), turns, snapshots, checkpoints })
+        Ok(())
+    }
+
+    /// Sets the prompt round of session `id` inside `txn` (turns do, as each begins).
+    pub(crate) fn set_round_in(store: &Store, txn: &mut dyn Txn, id: &str, round: u64) -> Result<()> {
+        let Some(v) = txn.get(schema::SESSIONS, id.as_bytes())? else { return Ok(()) };
+        let mut session: Session = store.open_record(schema::SESSIONS, id.as_bytes(), &v)?;
+        session.prompt_round = round;
+        put_in(store, txn, &session)
     }
 }
 
 /// Writes `session` inside `txn`.
 pub(crate) fn put_in(store: &Store, txn: &mut dyn Txn, session: &Session) -> Result<()> {
     let key = session.id.as_bytes();
-    txn.put(NS_SESSIONS, key, &store.seal_record(NS_SESSIONS, key, SESSION_SCHEMA, session)?)
+    txn.put(schema::SESSIONS, key, &store.seal_record(schema::SESSIONS, key, SESSION_SCHEMA, session)?)
 }
 
 #[cfg(test)]

@@ -9,22 +9,24 @@
 //! - A turn's start snapshot is attached in the same transaction that commits whichever
 //!   comes second, the turn record or the snapshot record: a snapshot finished late by a
 //!   detached process is never lost, and never attached twice.
-//! - Begin records nothing until its snapshot is done or its wait is over; a cancelled
-//!   begin leaves no turn and no snapshot.
+//! - Begin ([`begin`](crate::session::begin)) records nothing until its snapshot is done
+//!   or its wait is over; a cancelled begin leaves no turn and no snapshot.
+//! - An ended turn can be reopened ([`reopen`]) while it is the newest: an agent that
+//!   carries on after its stop (another hook blocked the stop) is still in the same turn,
+//!   and its later end snapshot replaces the earlier one.
 //! - The turn index keeps the newest [`MAX_TURNS`] turns of a session.
 
 use serde::{Deserialize, Serialize};
 
+use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
-use crate::session::{NS_SESSIONS, Session};
-use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
-use crate::storage::kv::{Ns, Txn};
-use crate::storage::store::{Store, format_ms, now_ms};
+use crate::session::Session;
+use crate::session::workspace::Workspace;
+use crate::snapshot::{self, SnapshotKind, SnapshotRecord, Source, TakeOptions};
+use crate::storage::kv::Txn;
+use crate::storage::schema;
+use crate::storage::store::Store;
 
-pub(crate) const NS_TURNS: Ns = "turns";
-const NS_BY_SESSION: Ns = "turns-by-session";
-/// Start snapshots being taken, by turn id, with the owner id of the process taking them.
-const NS_TAKING: Ns = "turns-taking-snapshot";
 const TURN_SCHEMA: u16 = 1;
 /// How many turns a session's index keeps.
 pub const MAX_TURNS: usize = 1000;
@@ -79,6 +81,32 @@ pub struct Turn {
     /// so a rewind can say exactly what it cannot take back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shell_effects: Vec<ShellEffect>,
+    /// Times the agent carried on after it had stopped (the turn was reopened).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub continuations: u32,
+    /// Sub-agents the agent ran in the turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<Subagent>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// A sub-agent run during a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subagent {
+    /// The agent's id for it.
+    pub id: String,
+    /// What kind of sub-agent (the agent's own name for it), when told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// When it started.
+    pub started_at: String,
+    /// When it stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_at: Option<String>,
 }
 
 /// A shell command run during a turn.
@@ -92,6 +120,12 @@ pub struct ShellEffect {
     /// The caller's id for it (a tool-use id), so a repeated report is recorded once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// Its exit status, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    /// It failed (a non-zero exit, or the agent reported the call failed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 impl Turn {
@@ -114,27 +148,27 @@ pub fn preview(prompt: &str) -> String {
 
 pub(crate) fn put(store: &Store, txn: &mut dyn Txn, turn: &Turn) -> Result<()> {
     let key = turn.turn_id.as_bytes();
-    txn.put(NS_TURNS, key, &store.seal_record(NS_TURNS, key, TURN_SCHEMA, turn)?)?;
-    txn.put(NS_BY_SESSION, format!("{}/{:010}", turn.session_id, turn.index).as_bytes(), key)
+    txn.put(schema::TURNS, key, &store.seal_record(schema::TURNS, key, TURN_SCHEMA, turn)?)?;
+    txn.put(schema::TURNS_BY_SESSION, format!("{}/{:010}", turn.session_id, turn.index).as_bytes(), key)
 }
 
 fn get_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<Turn>> {
-    match txn.get(NS_TURNS, id.as_bytes())? {
-        Some(v) => store.open_record(NS_TURNS, id.as_bytes(), &v).map(Some),
+    match txn.get(schema::TURNS, id.as_bytes())? {
+        Some(v) => store.open_record(schema::TURNS, id.as_bytes(), &v).map(Some),
         None => Ok(None),
     }
 }
 
 /// The turn `id`.
 pub fn get(store: &Store, id: &str) -> Result<Turn> {
-    store.get_record(NS_TURNS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("turn {id}")))
+    store.get_record(schema::TURNS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("turn {id}")))
 }
 
 /// The turns of `session`, oldest first.
 pub fn list(store: &Store, session: &str) -> Result<Vec<Turn>> {
     let prefix = format!("{session}/");
     let mut ids = Vec::new();
-    store.kv().scan(NS_BY_SESSION, prefix.as_bytes(), &mut |_, v| {
+    store.kv().scan(schema::TURNS_BY_SESSION, prefix.as_bytes(), &mut |_, v| {
         ids.push(String::from_utf8_lossy(v).into_owned());
         Ok(true)
     })?;
@@ -151,24 +185,16 @@ pub fn running(store: &Store, session: &str) -> Result<Option<Turn>> {
 /// The turn with 1-based `index` in `session`.
 pub fn by_index(store: &Store, session: &str, index: u64) -> Result<Turn> {
     let key = format!("{session}/{index:010}");
-    let id = store.kv().get(NS_BY_SESSION, key.as_bytes())?.ok_or_else(|| Error::not_found(format!("turn {index}")))?;
+    let id = store
+        .kv()
+        .get(schema::TURNS_BY_SESSION, key.as_bytes())?
+        .ok_or_else(|| Error::not_found(format!("turn {index}")))?;
     get(store, &String::from_utf8_lossy(&id))
 }
 
-/// What to begin.
-#[derive(Debug, Clone, Default)]
-pub struct BeginRequest {
-    /// The prompt (for the preview).
-    pub prompt: Option<String>,
-    /// A background turn (always a new one).
-    pub background: bool,
-    /// A new turn even if one is running.
-    pub new: bool,
-}
-
 /// Decides, before anything is snapshotted, whether `begin` joins the running turn.
-pub fn joins(store: &Store, session: &Session, req: &BeginRequest) -> Result<Option<Turn>> {
-    if req.background || req.new {
+pub fn joins(store: &Store, session: &Session, background: bool, new: bool) -> Result<Option<Turn>> {
+    if background || new {
         return Ok(None);
     }
     // Only a running prompt turn is joined; a background one never captures a prompt.
@@ -190,21 +216,28 @@ pub fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
+/// What a new turn is: its prompt (for the preview) and whether it is background work.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewTurn<'a> {
+    pub prompt: Option<&'a str>,
+    pub background: bool,
+}
+
 /// Records the new turn `turn_id`, with its start snapshot if it is done (`late` if it
-/// was not done within the wait; it is attached when it commits, see [`attach_hook`]);
+/// was not done within the wait; it is attached when it commits, see [`Hooks`]);
 /// `failure` says why there is none when the snapshot process failed.
 /// Ends a running turn it supersedes. Advances the session's prompt round.
-pub fn record(
+pub(crate) fn record(
     store: &Store,
     session: &Session,
     turn_id: &str,
-    req: &BeginRequest,
+    new: NewTurn<'_>,
     late: bool,
     failure: Option<String>,
 ) -> Result<Turn> {
     let mut txn = store.kv().begin()?;
     let prefix = format!("{}/", session.id);
-    let keys = txn.keys(NS_BY_SESSION, prefix.as_bytes())?;
+    let keys = txn.keys(schema::TURNS_BY_SESSION, prefix.as_bytes())?;
     let index =
         keys.last().and_then(|k| std::str::from_utf8(&k[prefix.len()..]).ok()?.parse::<u64>().ok()).unwrap_or(0) + 1;
     let now = format_ms(now_ms());
@@ -212,11 +245,11 @@ pub fn record(
     // A new prompt supersedes a running prompt turn: it ends where the new one starts, so
     // its end is the new turn's start snapshot (when that is already taken).
     for key in &keys {
-        if let Some(id) = txn.get(NS_BY_SESSION, key)?
+        if let Some(id) = txn.get(schema::TURNS_BY_SESSION, key)?
             && let Some(mut t) = get_in(store, &mut *txn, &String::from_utf8_lossy(&id))?
             && t.running()
             && t.kind == TurnKind::Prompt
-            && !req.background
+            && !new.background
         {
             t.ended_at = Some(now.clone());
             if snapshot_id.is_some() {
@@ -233,28 +266,26 @@ pub fn record(
         turn_id: turn_id.to_string(),
         session_id: session.id.clone(),
         index,
-        kind: if req.background { TurnKind::Background } else { TurnKind::Prompt },
-        preview: req.prompt.as_deref().map(preview).unwrap_or_default(),
+        kind: if new.background { TurnKind::Background } else { TurnKind::Prompt },
+        preview: new.prompt.map(preview).unwrap_or_default(),
         started_at: now,
         ended_at: None,
         snapshot: SnapshotRef { id: snapshot_id, late, skipped },
         end_snapshot: None,
         shell_effects: Vec::new(),
+        continuations: 0,
+        subagents: Vec::new(),
     };
     put(store, &mut *txn, &turn)?;
     // The session's round is the newest turn's index.
-    if let Some(v) = txn.get(NS_SESSIONS, session.id.as_bytes())? {
-        let mut s: Session = store.open_record(NS_SESSIONS, session.id.as_bytes(), &v)?;
-        s.prompt_round = index;
-        crate::session::put_in(store, &mut *txn, &s)?;
-    }
+    Session::set_round_in(store, &mut *txn, &session.id, index)?;
     // Keep the newest MAX_TURNS (index entries and records).
     if keys.len() + 1 > MAX_TURNS {
         for key in &keys[..keys.len() + 1 - MAX_TURNS] {
-            if let Some(id) = txn.get(NS_BY_SESSION, key)? {
-                txn.delete(NS_TURNS, &id)?;
+            if let Some(id) = txn.get(schema::TURNS_BY_SESSION, key)? {
+                txn.delete(schema::TURNS, &id)?;
             }
-            txn.delete(NS_BY_SESSION, key)?;
+            txn.delete(schema::TURNS_BY_SESSION, key)?;
         }
     }
     txn.commit()?;
@@ -273,7 +304,7 @@ pub(crate) fn insert_finished_in(
     why: &str,
 ) -> Result<Turn> {
     let prefix = format!("{session}/");
-    let keys = txn.keys(NS_BY_SESSION, prefix.as_bytes())?;
+    let keys = txn.keys(schema::TURNS_BY_SESSION, prefix.as_bytes())?;
     let index =
         keys.last().and_then(|k| std::str::from_utf8(&k[prefix.len()..]).ok()?.parse::<u64>().ok()).unwrap_or(0) + 1;
     let turn = Turn {
@@ -287,29 +318,41 @@ pub(crate) fn insert_finished_in(
         snapshot: SnapshotRef { id: None, late: false, skipped: Some(why.to_string()) },
         end_snapshot: None,
         shell_effects: Vec::new(),
+        continuations: 0,
+        subagents: Vec::new(),
     };
     put(store, txn, &turn)?;
-    if let Some(v) = txn.get(NS_SESSIONS, session.as_bytes())? {
-        let mut s: Session = store.open_record(NS_SESSIONS, session.as_bytes(), &v)?;
-        s.prompt_round = index;
-        crate::session::put_in(store, txn, &s)?;
-    }
+    Session::set_round_in(store, txn, session, index)?;
     Ok(turn)
 }
 
 fn snapshot_skip_reason(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<String>> {
-    Ok(match txn.get(snapshot::NS_SNAPSHOTS, id.as_bytes())? {
-        Some(v) => store.open_record::<SnapshotRecord>(snapshot::NS_SNAPSHOTS, id.as_bytes(), &v)?.skipped,
-        None => None,
-    })
+    Ok(snapshot::get_in(store, txn, id)?.and_then(|r| r.skipped))
 }
 
-/// The hook a turn's snapshot runs inside its committing transaction: if the turn is
-/// already recorded (its snapshot was late), the snapshot is attached to it there.
-pub fn attach_hook<'a>(store: &'a Store) -> impl Fn(&mut dyn Txn, &SnapshotRecord) -> Result<()> + 'a {
-    move |txn, record| {
+/// What the turns are told by the snapshots that belong to them (see [`snapshot::Hooks`]).
+pub(crate) struct Hooks<'a> {
+    store: &'a Store,
+    /// The turn whose start snapshot this process took note it is taking.
+    taking: Option<&'a str>,
+}
+
+impl<'a> Hooks<'a> {
+    /// The hooks every snapshot of a session runs.
+    pub(crate) fn new(store: &'a Store) -> Self {
+        Hooks { store, taking: None }
+    }
+}
+
+impl snapshot::Hooks for Hooks<'_> {
+    /// If the turn is already recorded (its snapshot was late), the snapshot is attached to
+    /// it here, in the transaction that commits the snapshot.
+    fn committed(&self, txn: &mut dyn Txn, record: &SnapshotRecord) -> Result<()> {
+        if let Some(turn_id) = self.taking {
+            txn.delete(schema::TURNS_TAKING_SNAPSHOT, turn_id.as_bytes())?;
+        }
         let Some(turn_id) = &record.turn_id else { return Ok(()) };
-        let Some(mut turn) = get_in(store, txn, turn_id)? else { return Ok(()) };
+        let Some(mut turn) = get_in(self.store, txn, turn_id)? else { return Ok(()) };
         let slot = match record.kind {
             SnapshotKind::TurnEnd => {
                 turn.end_snapshot.get_or_insert(SnapshotRef { id: None, late: true, skipped: None })
@@ -319,7 +362,24 @@ pub fn attach_hook<'a>(store: &'a Store) -> impl Fn(&mut dyn Txn, &SnapshotRecor
         if slot.id.is_none() {
             slot.id = Some(record.snapshot_id.clone());
             slot.skipped = record.skipped.clone();
-            put(store, txn, &turn)?;
+            put(self.store, txn, &turn)?;
+        }
+        Ok(())
+    }
+
+    /// The turn's start or end snapshot is marked pruned, if it is still this one (a
+    /// reopened turn's earlier end snapshot is not its end any more).
+    fn pruned(&self, txn: &mut dyn Txn, record: &SnapshotRecord) -> Result<()> {
+        let Some(turn_id) = &record.turn_id else { return Ok(()) };
+        let Some(mut turn) = get_in(self.store, txn, turn_id)? else { return Ok(()) };
+        let slot = match record.kind {
+            SnapshotKind::TurnEnd => turn.end_snapshot.as_mut(),
+            _ => Some(&mut turn.snapshot),
+        };
+        if let Some(slot) = slot.filter(|s| s.id.as_deref() == Some(record.snapshot_id.as_str())) {
+            slot.id = None;
+            slot.skipped = Some("pruned (the session's snapshot budget)".into());
+            put(self.store, txn, &turn)?;
         }
         Ok(())
     }
@@ -329,34 +389,34 @@ pub fn attach_hook<'a>(store: &'a Store) -> impl Fn(&mut dyn Txn, &SnapshotRecor
 pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<u64> {
     let prefix = format!("{session}/");
     let mut deleted = 0;
-    for key in txn.keys(NS_BY_SESSION, prefix.as_bytes())? {
-        if let Some(id) = txn.get(NS_BY_SESSION, &key)? {
-            txn.delete(NS_TURNS, &id)?;
+    for key in txn.keys(schema::TURNS_BY_SESSION, prefix.as_bytes())? {
+        if let Some(id) = txn.get(schema::TURNS_BY_SESSION, &key)? {
+            txn.delete(schema::TURNS, &id)?;
         }
-        txn.delete(NS_BY_SESSION, &key)?;
+        txn.delete(schema::TURNS_BY_SESSION, &key)?;
         deleted += 1;
     }
     Ok(deleted)
 }
 
-/// Marks turn `turn_id`'s start or end snapshot as pruned, inside `txn`.
-pub(crate) fn mark_pruned(store: &Store, txn: &mut dyn Txn, turn_id: &str, kind: SnapshotKind) -> Result<()> {
-    let Some(mut turn) = get_in(store, txn, turn_id)? else { return Ok(()) };
-    let slot = match kind {
-        SnapshotKind::TurnEnd => turn.end_snapshot.as_mut(),
-        _ => Some(&mut turn.snapshot),
-    };
-    if let Some(slot) = slot {
-        slot.id = None;
-        slot.skipped = Some("pruned (the session's snapshot budget)".into());
-        put(store, txn, &turn)?;
-    }
-    Ok(())
+/// A shell command to record: the command as run, the caller's id for it, and how it
+/// ended when that is known.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Shell<'a> {
+    /// The command line.
+    pub command: &'a str,
+    /// The caller's id for it (a tool-use id): a repeated report is recorded once.
+    pub id: Option<&'a str>,
+    /// Its exit status.
+    pub exit_status: Option<i32>,
+    /// The agent reported that it failed.
+    pub failed: bool,
 }
 
 /// Records a shell command (redacted here) as an effect of the session's running turn, once
-/// per `id`. Returns the turn, or `None` when no turn is running.
-pub fn record_shell(store: &Store, session: &str, command: &str, id: Option<&str>) -> Result<Option<Turn>> {
+/// per id. Returns the turn, or `None` when no turn is running.
+pub fn record_shell(store: &Store, session: &str, shell: Shell<'_>) -> Result<Option<Turn>> {
+    let (command, id) = (shell.command, shell.id);
     let Some(running) = running(store, session)? else { return Ok(None) };
     let mut txn = store.kv().begin()?;
     let Some(mut turn) = get_in(store, &mut *txn, &running.turn_id)? else { return Ok(None) };
@@ -367,41 +427,29 @@ pub fn record_shell(store: &Store, session: &str, command: &str, id: Option<&str
         command: crate::base::redact::redact(command),
         at: format_ms(now_ms()),
         id: id.map(str::to_string),
+        exit_status: shell.exit_status,
+        failed: shell.failed || shell.exit_status.is_some_and(|s| s != 0),
     });
     put(store, &mut *txn, &turn)?;
     txn.commit()?;
     Ok(Some(turn))
 }
 
-/// Ends the running turn of `session`, with its end snapshot.
+/// Ends the running turn of `session` with its end snapshot, telling `progress` how the
+/// snapshot's reading goes (bytes read, to read).
 ///
 /// # Errors
 /// `not-found` if no turn is running.
-pub fn end(store: &Store, workspace: &crate::Workspace, session: &Session) -> Result<Turn> {
-    end_with(store, workspace, session, None)
-}
-
-/// [`end`], telling `progress` how the end snapshot's reading goes (bytes read, to read).
-///
-/// # Errors
-/// As [`end`].
-pub fn end_with(
+pub(crate) fn end(
     store: &Store,
-    workspace: &crate::Workspace,
+    workspace: &Workspace,
     session: &Session,
     progress: Option<&(dyn Fn(u64, u64) + Sync)>,
 ) -> Result<Turn> {
     let turn = running(store, &session.id)?
         .ok_or_else(|| Error::new(ErrorCode::NotFound, format!("no turn is running in session {}", session.id)))?;
-    let hook = attach_hook(store);
-    let opts = snapshot::TakeOptions {
-        kind: Some(SnapshotKind::TurnEnd),
-        turn_id: Some(&turn.turn_id),
-        cancel: None,
-        in_commit: Some(&hook),
-        progress,
-    };
-    let snap = snapshot::take_with(store, workspace, session, &opts)?;
+    let opts = TakeOptions { kind: Some(SnapshotKind::TurnEnd), turn_id: Some(&turn.turn_id), cancel: None, progress };
+    let snap = snapshot::take(store, source(workspace, session), &opts, &Hooks::new(store))?;
     let mut txn = store.kv().begin()?;
     let mut turn = get_in(store, &mut *txn, &turn.turn_id)?.ok_or_else(|| Error::not_found("turn"))?;
     turn.ended_at = Some(format_ms(now_ms()));
@@ -411,10 +459,70 @@ pub fn end_with(
     Ok(turn)
 }
 
-/// Takes the start snapshot of turn `turn_id` (in this process or a detached one).
-pub fn take_start_snapshot(
+/// What a snapshot of `workspace` for `session` is of.
+pub(crate) fn source<'a>(workspace: &'a Workspace, session: &'a Session) -> Source<'a> {
+    Source { workspace_id: &workspace.id, root: &workspace.root, session_id: &session.id }
+}
+
+/// Reopens the session's newest turn if it has ended and no turn is running: the agent
+/// carried on after its stop. Returns the reopened turn (`None`: a turn is running, or
+/// there is none).
+pub(crate) fn reopen(store: &Store, session: &str) -> Result<Option<Turn>> {
+    let mut txn = store.kv().begin()?;
+    let prefix = format!("{session}/");
+    let Some(newest) = txn.keys(schema::TURNS_BY_SESSION, prefix.as_bytes())?.pop() else { return Ok(None) };
+    let Some(id) = txn.get(schema::TURNS_BY_SESSION, &newest)? else { return Ok(None) };
+    let Some(mut turn) = get_in(store, &mut *txn, &String::from_utf8_lossy(&id))? else { return Ok(None) };
+    if turn.running() {
+        return Ok(None);
+    }
+    turn.ended_at = None;
+    // The earlier end snapshot stays a snapshot of this turn (pruned with it), but is no
+    // longer its end: the next end snapshot will be.
+    turn.end_snapshot = None;
+    turn.continuations += 1;
+    put(store, &mut *txn, &turn)?;
+    txn.commit()?;
+    Ok(Some(turn))
+}
+
+/// Records that a sub-agent started (`stopped`: stopped) in the session's running turn,
+/// once per id. Returns the turn, or `None` when no turn is running.
+pub(crate) fn record_subagent(
     store: &Store,
-    workspace: &crate::Workspace,
+    session: &str,
+    id: &str,
+    kind: Option<&str>,
+    stopped: bool,
+) -> Result<Option<Turn>> {
+    let Some(running) = running(store, session)? else { return Ok(None) };
+    let mut txn = store.kv().begin()?;
+    let Some(mut turn) = get_in(store, &mut *txn, &running.turn_id)? else { return Ok(None) };
+    let now = format_ms(now_ms());
+    let at = match turn.subagents.iter().position(|a| a.id == id) {
+        Some(i) => i,
+        None => {
+            turn.subagents.push(Subagent {
+                id: id.to_string(),
+                kind: kind.map(str::to_string),
+                started_at: now.clone(),
+                stopped_at: None,
+            });
+            turn.subagents.len() - 1
+        }
+    };
+    if stopped {
+        turn.subagents[at].stopped_at.get_or_insert(now);
+    }
+    put(store, &mut *txn, &turn)?;
+    txn.commit()?;
+    Ok(Some(turn))
+}
+
+/// Takes the start snapshot of turn `turn_id` (in this process or a detached one).
+pub(crate) fn take_start_snapshot(
+    store: &Store,
+    workspace: &Workspace,
     session: &Session,
     turn_id: &str,
     cancel: Option<&std::sync::atomic::AtomicBool>,
@@ -423,24 +531,14 @@ pub fn take_start_snapshot(
     // tell the turn its snapshot will never come.
     let owner = store.owner()?.id().to_string();
     let mut txn = store.kv().begin()?;
-    txn.put(NS_TAKING, turn_id.as_bytes(), owner.as_bytes())?;
+    txn.put(schema::TURNS_TAKING_SNAPSHOT, turn_id.as_bytes(), owner.as_bytes())?;
     txn.commit()?;
-    let attach = attach_hook(store);
-    let hook = |txn: &mut dyn Txn, record: &SnapshotRecord| {
-        txn.delete(NS_TAKING, turn_id.as_bytes())?;
-        attach(txn, record)
-    };
-    let opts = snapshot::TakeOptions {
-        kind: Some(SnapshotKind::TurnStart),
-        turn_id: Some(turn_id),
-        cancel,
-        in_commit: Some(&hook),
-        progress: None,
-    };
-    let taken = snapshot::take_with(store, workspace, session, &opts);
+    let hooks = Hooks { store, taking: Some(turn_id) };
+    let opts = TakeOptions { kind: Some(SnapshotKind::TurnStart), turn_id: Some(turn_id), cancel, progress: None };
+    let taken = snapshot::take(store, source(workspace, session), &opts, &hooks);
     if taken.is_err() {
         let mut txn = store.kv().begin()?;
-        txn.delete(NS_TAKING, turn_id.as_bytes())?;
+        txn.delete(schema::TURNS_TAKING_SNAPSHOT, turn_id.as_bytes())?;
         mark_start_failed(store, &mut *txn, turn_id, "the start snapshot failed")?;
         txn.commit()?;
     }
@@ -462,7 +560,7 @@ fn mark_start_failed(store: &Store, txn: &mut dyn Txn, turn_id: &str, why: &str)
 /// snapshot is marked skipped with the reason). Runs at every store open.
 pub fn reconcile(store: &Store) -> Result<u64> {
     let mut taking = Vec::new();
-    store.kv().scan(NS_TAKING, b"", &mut |k, v| {
+    store.kv().scan(schema::TURNS_TAKING_SNAPSHOT, b"", &mut |k, v| {
         taking.push((String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()));
         Ok(true)
     })?;
@@ -472,8 +570,8 @@ pub fn reconcile(store: &Store) -> Result<u64> {
             continue;
         }
         let mut txn = store.kv().begin()?;
-        if txn.get(NS_TAKING, turn_id.as_bytes())?.is_some() {
-            txn.delete(NS_TAKING, turn_id.as_bytes())?;
+        if txn.get(schema::TURNS_TAKING_SNAPSHOT, turn_id.as_bytes())?.is_some() {
+            txn.delete(schema::TURNS_TAKING_SNAPSHOT, turn_id.as_bytes())?;
             mark_start_failed(store, &mut *txn, &turn_id, "the process taking the late start snapshot died")?;
             fixed += 1;
         }
@@ -483,12 +581,11 @@ pub fn reconcile(store: &Store) -> Result<u64> {
 }
 
 /// Removes the start snapshot of a turn that was cancelled before it was recorded.
-pub fn discard_start_snapshot(store: &Store, turn_id: &str) -> Result<()> {
+pub(crate) fn discard_start_snapshot(store: &Store, turn_id: &str) -> Result<()> {
     let mut txn = store.kv().begin()?;
     if let Some(id) = snapshot::of_turn(&mut *txn, turn_id, SnapshotKind::TurnStart)?
-        && let Some(v) = txn.get(snapshot::NS_SNAPSHOTS, id.as_bytes())?
+        && let Some(record) = snapshot::get_in(store, &mut *txn, &id)?
     {
-        let record: SnapshotRecord = store.open_record(snapshot::NS_SNAPSHOTS, id.as_bytes(), &v)?;
         snapshot::discard(&mut *txn, &record)?;
     }
     txn.commit()

@@ -1,106 +1,23 @@
-//! Workspaces and the paths inside them.
+//! The workspace registry: every directory tree turnback has recorded.
 //!
-//! Invariants:
-//! - A workspace is identified by its canonical path; the store keeps that path only
-//!   sealed, and finds it again by a keyed lookup id, so the store never shows which
-//!   directories a person works in.
-//! - A [`RelPath`] is always relative, `/`-separated, with no empty, `.` or `..`
-//!   component: once made it cannot name anything outside its workspace.
-//! - [`Workspace::resolve`] refuses paths outside the workspace, the workspace root itself,
-//!   anything inside a `.git` directory (guarantee 1: the user's repository is never
-//!   touched) and anything inside the store. Symlinked parents are refused later, at the
-//!   moment of access, by [`files`](crate::fs::files), which never follows them.
+//! Invariants: a workspace is identified by its canonical path; the store keeps that path
+//! only sealed, and finds it again by a keyed lookup id, so the store never shows which
+//! directories a person works in. Registering the same directory twice, even from two
+//! processes at once, gives one workspace.
 
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, ErrorCode, IoResultExt, Result};
-use crate::storage::crypto::hex;
-use crate::storage::kv::Ns;
-use crate::storage::store::{Store, now_ms};
+use crate::base::hex::hex;
+use crate::base::time::now_ms;
+use crate::error::{Error, IoResultExt, Result};
+use crate::fs::relpath::{self, RelPath};
+use crate::storage::schema;
+use crate::storage::store::Store;
 
-pub(crate) const NS_WORKSPACES: Ns = "workspaces";
 const WORKSPACE_SCHEMA: u16 = 1;
-
-/// A path relative to a workspace root, as bytes (Unix paths need not be UTF-8).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RelPath(Vec<u8>);
-
-impl std::fmt::Debug for RelPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RelPath({:?})", self.display())
-    }
-}
-
-impl RelPath {
-    /// Builds a relative path from `/`-separated bytes, validating every component.
-    ///
-    /// # Errors
-    /// `path-rejected` for an empty path, an absolute path, or `.`/`..`/empty components.
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
-        let bytes = bytes.into();
-        if bytes.is_empty() {
-            return Err(Error::new(ErrorCode::PathRejected, "empty path"));
-        }
-        for comp in bytes.split(|b| *b == b'/') {
-            if comp.is_empty() || comp == b"." || comp == b".." || comp.contains(&0) {
-                return Err(Error::new(
-                    ErrorCode::PathRejected,
-                    format!("not a clean relative path: {:?}", String::from_utf8_lossy(&bytes)),
-                ));
-            }
-        }
-        Ok(RelPath(bytes))
-    }
-
-    /// The raw bytes.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-
-    /// As a [`Path`] (relative).
-    pub fn as_path(&self) -> &Path {
-        Path::new(OsStr::from_bytes(&self.0))
-    }
-
-    /// For people (lossy if not UTF-8).
-    pub fn display(&self) -> String {
-        String::from_utf8_lossy(&self.0).into_owned()
-    }
-
-    /// The components, in order.
-    pub fn components(&self) -> impl Iterator<Item = &OsStr> {
-        self.0.split(|b| *b == b'/').map(OsStr::from_bytes)
-    }
-}
-
-impl Serialize for RelPath {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        match std::str::from_utf8(&self.0) {
-            Ok(text) => s.serialize_str(text),
-            Err(_) => s.serialize_bytes(&self.0),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for RelPath {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Repr {
-            Text(String),
-            Bytes(Vec<u8>),
-        }
-        let bytes = match Repr::deserialize(d)? {
-            Repr::Text(t) => t.into_bytes(),
-            Repr::Bytes(b) => b,
-        };
-        RelPath::new(bytes).map_err(|e| serde::de::Error::custom(e.message))
-    }
-}
 
 /// A registered workspace.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -129,27 +46,27 @@ impl Workspace {
             return Err(Error::invalid(format!("workspace {} is not a directory", root.display())));
         }
         let key = lookup_key(store, &root);
-        if let Some(ws) = store.get_record::<Workspace>(NS_WORKSPACES, &key)? {
+        if let Some(ws) = store.get_record::<Workspace>(schema::WORKSPACES, &key)? {
             return Ok(ws);
         }
         let ws = Workspace { id: uuid::Uuid::new_v4().to_string(), root, created_at: now_ms() };
-        let sealed = store.seal_record(NS_WORKSPACES, &key, WORKSPACE_SCHEMA, &ws)?;
+        let sealed = store.seal_record(schema::WORKSPACES, &key, WORKSPACE_SCHEMA, &ws)?;
         let mut txn = store.kv().begin()?;
-        let inserted = txn.put_if_absent(NS_WORKSPACES, &key, &sealed)?;
+        let inserted = txn.put_if_absent(schema::WORKSPACES, &key, &sealed)?;
         txn.commit()?;
         if inserted {
             Ok(ws)
         } else {
             // Another process registered it first; use theirs.
-            store.get_record(NS_WORKSPACES, &key)?.ok_or_else(|| Error::not_found("workspace"))
+            store.get_record(schema::WORKSPACES, &key)?.ok_or_else(|| Error::not_found("workspace"))
         }
     }
 
     /// Finds a registered workspace by id.
     pub fn by_id(store: &Store, id: &str) -> Result<Self> {
         let mut found = None;
-        store.kv().scan(NS_WORKSPACES, b"", &mut |k, v| {
-            let ws: Workspace = store.open_record(NS_WORKSPACES, k, v)?;
+        store.kv().scan(schema::WORKSPACES, b"", &mut |k, v| {
+            let ws: Workspace = store.open_record(schema::WORKSPACES, k, v)?;
             if ws.id == id {
                 found = Some(ws);
                 return Ok(false);
@@ -160,96 +77,16 @@ impl Workspace {
     }
 
     /// Turns a path given by a person or agent (absolute, or relative to `cwd`) into a
-    /// path inside this workspace.
+    /// path inside this workspace ([`relpath::resolve`]).
     ///
     /// # Errors
-    /// `path-rejected` if it is outside the workspace, is the workspace itself, lies inside
-    /// a `.git` directory, or is or lies inside one of `protected` (the store, the key file
-    /// and the key's directory: an agent must not be able to destroy them).
+    /// As [`relpath::resolve`].
     pub fn resolve(&self, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
-        let absolute = normalize(&if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) });
-        let reject = |why: &str| Error::new(ErrorCode::PathRejected, format!("{}: {why}", path.display()));
-        let rel = absolute.strip_prefix(&self.root).map_err(|_| reject("outside the workspace"))?;
-        if rel.as_os_str().is_empty() {
-            return Err(reject("is the workspace root, not a file"));
-        }
-        if rel.components().any(|c| c.as_os_str() == ".git") {
-            return Err(reject("inside a .git directory; turnback never touches a repository's internals"));
-        }
-        for p in protected {
-            let p = normalize(&p.canonicalize().unwrap_or_else(|_| p.to_path_buf()));
-            if absolute.starts_with(&p) {
-                return Err(reject("part of turnback's own store or keys"));
-            }
-        }
-        RelPath::new(rel.as_os_str().as_bytes())
+        relpath::resolve(&self.root, path, cwd, protected)
     }
 
     /// The absolute path of `rel` (for messages and tests; access goes through `files`).
     pub fn absolute(&self, rel: &RelPath) -> PathBuf {
         self.root.join(rel.as_path())
-    }
-}
-
-/// Lexically removes `.` and resolves `..` (never above the root).
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ws(root: &str) -> Workspace {
-        Workspace { id: "w".into(), root: PathBuf::from(root), created_at: 0 }
-    }
-
-    #[test]
-    fn resolves_relative_and_absolute_paths_inside() {
-        let w = ws("/w");
-        let store = &[PathBuf::from("/s")];
-        assert_eq!(w.resolve(Path::new("a/b.txt"), Path::new("/w"), store).unwrap().display(), "a/b.txt");
-        assert_eq!(w.resolve(Path::new("../x"), Path::new("/w/a"), store).unwrap().display(), "x");
-        assert_eq!(w.resolve(Path::new("/w/./c"), Path::new("/"), store).unwrap().display(), "c");
-    }
-
-    #[test]
-    fn rejects_escapes_root_git_store_and_keys() {
-        let w = ws("/w");
-        let store = &[PathBuf::from("/w/.store"), PathBuf::from("/w/.config/turnback")];
-        for (p, cwd) in [
-            ("../etc/passwd", "/w"),
-            ("/w", "/"),
-            ("/wx/a", "/"),
-            (".git/config", "/w"),
-            ("sub/.git/HEAD", "/w"),
-            (".store/store.db", "/w"),
-            (".config/turnback/master.key", "/w"),
-        ] {
-            let err = w.resolve(Path::new(p), Path::new(cwd), store).unwrap_err();
-            assert_eq!(err.code, ErrorCode::PathRejected, "{p}");
-        }
-    }
-
-    #[test]
-    fn rel_paths_are_clean_and_round_trip_non_utf8() {
-        assert!(RelPath::new("a//b").is_err());
-        assert!(RelPath::new("a/../b").is_err());
-        assert!(RelPath::new("/a").is_err());
-        let p = RelPath::new(b"caf\xe9/x".to_vec()).unwrap();
-        let json = serde_json::to_string(&p).unwrap();
-        assert_eq!(serde_json::from_str::<RelPath>(&json).unwrap(), p);
-        let q = RelPath::new("ไฟล์/ข้อมูล.txt").unwrap();
-        assert_eq!(serde_json::from_str::<RelPath>(&serde_json::to_string(&q).unwrap()).unwrap(), q);
     }
 }

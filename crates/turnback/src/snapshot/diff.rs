@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::snapshot;
 use crate::snapshot::tree::{Node, NodeKind};
-use crate::storage::object::{ContentClass, ContentId};
+use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::store::Store;
 
 /// How a path changed.
@@ -184,16 +184,6 @@ fn text(c: &Option<(ContentClass, Vec<u8>)>) -> Option<&str> {
         Some((_, bytes)) => std::str::from_utf8(bytes).ok(),
         None => Some(""),
     }
-}
-
-/// Lines added and deleted per changed path.
-pub fn numstat(store: &Store, changes: &[Changed]) -> Result<Vec<NumStat>> {
-    Ok(report(store, changes, false)?.0)
-}
-
-/// A unified diff of every changed path; binary files are named, not shown.
-pub fn unified(store: &Store, changes: &[Changed]) -> Result<String> {
-    Ok(report(store, changes, true)?.1)
 }
 
 /// The line counts and, with `patch`, the unified diff, decrypting each content once.

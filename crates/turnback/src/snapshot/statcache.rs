@@ -16,11 +16,11 @@ use std::collections::HashMap;
 use crate::base::varint;
 use crate::error::{Error, Result};
 use crate::fs::walk::Stat;
-use crate::storage::kv::Ns;
-use crate::storage::object::ContentId;
+use crate::storage::content::ContentId;
+use crate::storage::kv::Txn;
+use crate::storage::schema;
 use crate::storage::store::Store;
 
-pub(crate) const NS_STATCACHE: Ns = "statcache";
 const SCHEMA: u16 = 1;
 const MAGIC: &[u8; 4] = b"TBS3";
 /// How much older than the walk a file's mtime must be to be trusted unread.
@@ -58,15 +58,15 @@ impl StatCache {
     /// # Errors
     /// `corrupt` if it does not verify.
     pub fn load(store: &Store, session: &str) -> Result<Self> {
-        match store.kv().get(NS_STATCACHE, session.as_bytes())? {
-            Some(v) => decode(&store.open_bytes(NS_STATCACHE, session.as_bytes(), &v)?),
+        match store.kv().get(schema::STATCACHE, session.as_bytes())? {
+            Some(v) => decode(&store.open_bytes(schema::STATCACHE, session.as_bytes(), &v)?),
             None => Ok(StatCache::default()),
         }
     }
 
-    /// The sealed value to store for `session`.
+    /// The sealed value to store for `session` ([`put_in`]).
     pub(crate) fn seal(&self, store: &Store, session: &str) -> Result<Vec<u8>> {
-        store.seal_bytes_at_level(NS_STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
+        store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
     }
 
     /// Sorted by path, then column by column (each path as the length it shares with the
@@ -100,6 +100,16 @@ impl StatCache {
         }
         out
     }
+}
+
+/// Stores the sealed cache `value` of `session` inside `txn`.
+pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, value: &[u8]) -> Result<()> {
+    txn.put(schema::STATCACHE, session.as_bytes(), value)
+}
+
+/// Removes the cache of `session` inside `txn` (the next snapshot reads everything).
+pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
+    txn.delete(schema::STATCACHE, session.as_bytes()).map(|_| ())
 }
 
 fn decode(bytes: &[u8]) -> Result<StatCache> {

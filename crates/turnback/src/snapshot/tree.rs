@@ -7,7 +7,7 @@
 //! whose id did not change.
 
 use crate::error::{Error, Result};
-use crate::storage::object::ContentId;
+use crate::storage::content::ContentId;
 
 const MAGIC: &[u8; 4] = b"TBT1";
 

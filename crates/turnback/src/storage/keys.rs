@@ -25,9 +25,8 @@ use base64::engine::general_purpose::STANDARD as B64;
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::storage::crypto::{self, Binding, KEY_LEN, Purpose, SecretKey};
 use crate::storage::kv::{KeyValueStore, Txn};
+use crate::storage::schema;
 
-pub(crate) const NS_META: &str = "meta";
-pub(crate) const NS_KEYS: &str = "keys";
 const META_CHECK: &[u8] = b"master-check";
 const META_CURRENT: &[u8] = b"current-key-version";
 
@@ -95,6 +94,22 @@ impl KeyConfig {
             default_file: config_home.map(|c| c.join("turnback").join("master.key")),
         }
     }
+}
+
+impl KeyConfig {
+    /// A configuration that uses the base64 master key `key` and looks nowhere else
+    /// (tests, sandboxes, a key handed over by a secret manager).
+    pub fn with_key(key: String) -> Self {
+        KeyConfig { env_key: Some(key), ..KeyConfig::default() }
+    }
+}
+
+/// A new random master key, in the base64 form `TURNBACK_KEY` and key files hold.
+///
+/// # Errors
+/// `io` if the operating system's random source fails.
+pub fn new_master_key() -> Result<String> {
+    Ok(encode_key(&SecretKey::random()?))
 }
 
 /// Finds the master key; creates one only if `may_create` (the store holds no data).
@@ -257,7 +272,7 @@ fn data_key_binding(version_bytes: &[u8]) -> Binding<'_> {
 
 /// Whether the store already holds data (and so must never get a new master key).
 pub fn store_has_key(kv: &dyn KeyValueStore) -> Result<bool> {
-    Ok(kv.get(NS_META, META_CHECK)?.is_some())
+    Ok(kv.get(schema::META, META_CHECK)?.is_some())
 }
 
 impl KeyRing {
@@ -268,16 +283,16 @@ impl KeyRing {
     /// a wrapped data key does not open under the right master key.
     pub fn open(kv: &dyn KeyValueStore, master: SecretKey, source: KeySource) -> Result<Self> {
         let check = check_value(&master);
-        let stored = match kv.get(NS_META, META_CHECK)? {
+        let stored = match kv.get(schema::META, META_CHECK)? {
             Some(v) => v,
             None => {
                 let mut txn = kv.begin()?;
-                txn.put_if_absent(NS_META, META_CHECK, &check)?;
-                if txn.get(NS_META, META_CURRENT)?.is_none() {
+                txn.put_if_absent(schema::META, META_CHECK, &check)?;
+                if txn.get(schema::META, META_CURRENT)?.is_none() {
                     add_data_key(&mut *txn, &master.derive(Purpose::WrapDataKeys), 1)?;
                 }
                 txn.commit()?;
-                kv.get(NS_META, META_CHECK)?.unwrap_or_default()
+                kv.get(schema::META, META_CHECK)?.unwrap_or_default()
             }
         };
         if stored != check {
@@ -301,13 +316,13 @@ impl KeyRing {
 
     fn reload(&mut self, kv: &dyn KeyValueStore) -> Result<()> {
         let current =
-            kv.get(NS_META, META_CURRENT)?.ok_or_else(|| Error::corrupt("key ring", "no current key version"))?;
+            kv.get(schema::META, META_CURRENT)?.ok_or_else(|| Error::corrupt("key ring", "no current key version"))?;
         self.current = u32::from_be_bytes(
             current.as_slice().try_into().map_err(|_| Error::corrupt("key ring", "bad current key version"))?,
         );
         let mut data = BTreeMap::new();
         let wrap = &self.wrap;
-        kv.scan(NS_KEYS, b"", &mut |k, v| {
+        kv.scan(schema::KEYS, b"", &mut |k, v| {
             let version = u32::from_be_bytes(k.try_into().map_err(|_| Error::corrupt("key ring", "bad data key id"))?);
             let raw = crypto::open(wrap, data_key_binding(k), v, KEY_LEN)?;
             data.insert(version, SecretKey::from_slice(&raw)?.derive(Purpose::Encrypt));
@@ -357,7 +372,7 @@ impl KeyRing {
     pub fn rotate(&mut self, kv: &dyn KeyValueStore) -> Result<u32> {
         let mut txn = kv.begin()?;
         let newest = txn
-            .keys(NS_KEYS, b"")?
+            .keys(schema::KEYS, b"")?
             .iter()
             .filter_map(|k| <[u8; 4]>::try_from(k.as_slice()).ok().map(u32::from_be_bytes))
             .max()
@@ -373,8 +388,8 @@ fn add_data_key(txn: &mut dyn Txn, wrap: &SecretKey, version: u32) -> Result<()>
     let key = SecretKey::random()?;
     let id = version.to_be_bytes();
     let sealed = crypto::seal(wrap, data_key_binding(&id), key.expose())?;
-    txn.put(NS_KEYS, &id, &sealed)?;
-    txn.put(NS_META, META_CURRENT, &id)?;
+    txn.put(schema::KEYS, &id, &sealed)?;
+    txn.put(schema::META, META_CURRENT, &id)?;
     Ok(())
 }
 

@@ -15,125 +15,34 @@
 //! - A read returns bytes only after decryption succeeded and both the keyed digest and the
 //!   size match; otherwise it returns an error and no bytes.
 
-use serde::{Deserialize, Serialize};
+use crate::storage::schema;
+use std::collections::{BTreeMap, HashSet};
 
-use crate::error::{Error, Result};
-use crate::storage::crypto::{self, Binding, hex};
+use crate::error::{Error, ErrorCode, Result};
+use crate::storage::content::{ContentClass, ContentId, OBJECT_SCHEMA, ObjectHeader};
+use crate::storage::crypto::{self, Binding};
+use crate::storage::header;
 use crate::storage::keys::KeyRing;
-use crate::storage::kv::{KeyValueStore, Ns, Txn};
+use crate::storage::kv::{KeyValueStore, Txn};
+use crate::storage::pack;
 
-pub(crate) const NS_OBJECTS: Ns = "objects";
 const MAGIC: &[u8; 3] = b"TO1";
-const HEADER_LEN: usize = 3 + 4 + 2 + 1 + 8;
-/// Schema version of object plaintext framing.
-pub const OBJECT_SCHEMA: u16 = 1;
-/// How far into a file to look for a NUL byte when classifying it.
-pub const BINARY_SNIFF_LEN: usize = 8 * 1024;
-
-/// What kind of bytes an object holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ContentClass {
-    /// Text-like file content.
-    FileContent,
-    /// File content with a NUL byte in its first 8 KiB.
-    BinaryBlob,
-    /// A snapshot directory node (names, modes and ids of its entries).
-    Tree,
-    /// A symlink's target (stored as a link, never followed).
-    SymlinkTarget,
-}
-
-impl ContentClass {
-    /// Classifies file content: binary if a NUL appears in the first 8 KiB.
-    pub fn of(bytes: &[u8]) -> Self {
-        let head = &bytes[..bytes.len().min(BINARY_SNIFF_LEN)];
-        if head.contains(&0) { ContentClass::BinaryBlob } else { ContentClass::FileContent }
-    }
-
-    /// The stable name (`file-content`, `binary-blob`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContentClass::FileContent => "file-content",
-            ContentClass::BinaryBlob => "binary-blob",
-            ContentClass::Tree => "tree",
-            ContentClass::SymlinkTarget => "symlink-target",
-        }
-    }
-
-    pub(crate) fn code(self) -> u8 {
-        match self {
-            ContentClass::FileContent => 1,
-            ContentClass::BinaryBlob => 2,
-            ContentClass::Tree => 3,
-            ContentClass::SymlinkTarget => 4,
-        }
-    }
-
-    pub(crate) fn from_code(code: u8) -> Option<Self> {
-        match code {
-            1 => Some(ContentClass::FileContent),
-            2 => Some(ContentClass::BinaryBlob),
-            3 => Some(ContentClass::Tree),
-            4 => Some(ContentClass::SymlinkTarget),
-            _ => None,
-        }
-    }
-}
-
-/// A keyed content id, which is also the content's digest.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ContentId(pub [u8; 32]);
-
-impl std::fmt::Debug for ContentId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ContentId({})", self.to_hex())
-    }
-}
-
-impl ContentId {
-    /// Lower-case hex, as shown in `digest` fields.
-    pub fn to_hex(&self) -> String {
-        hex(&self.0)
-    }
-
-    /// The id stored as `bytes`, if they are 32 bytes long.
-    pub fn try_from_slice(bytes: &[u8]) -> Option<Self> {
-        bytes.try_into().ok().map(ContentId)
-    }
-
-    /// Parses the hex form.
-    pub fn from_hex(s: &str) -> Option<Self> {
-        crypto::unhex(s)?.try_into().ok().map(ContentId)
-    }
-}
-
-/// The plain header of a stored object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ObjectHeader {
-    /// The data-key version it is encrypted under.
-    pub key_version: u32,
-    /// Its plaintext framing version.
-    pub schema: u16,
-    /// Its content class.
-    pub class: ContentClass,
-    /// Its plaintext size in bytes.
-    pub size: u64,
-}
-
 /// Splits a stored value into its header and sealed bytes.
 ///
 /// # Errors
 /// `corrupt` if the header is malformed.
 pub(crate) fn parse(value: &[u8]) -> Result<(ObjectHeader, &[u8])> {
-    if value.len() < HEADER_LEN || &value[..3] != MAGIC {
+    let (common, rest) = header::read(value, MAGIC, "object")?;
+    let Some((&[class], rest)) = rest.split_first_chunk::<1>() else {
         return Err(Error::corrupt("object", "bad header"));
-    }
-    let key_version = u32::from_be_bytes(value[3..7].try_into().expect("4 bytes"));
-    let schema = u16::from_be_bytes(value[7..9].try_into().expect("2 bytes"));
-    let class = ContentClass::from_code(value[9]).ok_or_else(|| Error::corrupt("object", "unknown content class"))?;
-    let size = u64::from_be_bytes(value[10..18].try_into().expect("8 bytes"));
-    Ok((ObjectHeader { key_version, schema, class, size }, &value[HEADER_LEN..]))
+    };
+    let Some((size, sealed)) = rest.split_first_chunk::<8>() else {
+        return Err(Error::corrupt("object", "bad header"));
+    };
+    let class = ContentClass::from_code(class).ok_or_else(|| Error::corrupt("object", "unknown content class"))?;
+    let h =
+        ObjectHeader { key_version: common.key_version, schema: common.schema, class, size: u64::from_be_bytes(*size) };
+    Ok((h, sealed))
 }
 
 fn binding<'a>(id: &'a ContentId, h: &ObjectHeader) -> Binding<'a> {
@@ -143,10 +52,8 @@ fn binding<'a>(id: &'a ContentId, h: &ObjectHeader) -> Binding<'a> {
 fn encode(keys: &KeyRing, id: &ContentId, class: ContentClass, version: u32, bytes: &[u8]) -> Result<Vec<u8>> {
     let header = ObjectHeader { key_version: version, schema: OBJECT_SCHEMA, class, size: bytes.len() as u64 };
     let sealed = crypto::seal(keys.data_key(version)?, binding(id, &header), bytes)?;
-    let mut value = Vec::with_capacity(HEADER_LEN + sealed.len());
-    value.extend_from_slice(MAGIC);
-    value.extend_from_slice(&version.to_be_bytes());
-    value.extend_from_slice(&OBJECT_SCHEMA.to_be_bytes());
+    let mut value = Vec::with_capacity(header::LEN + 9 + sealed.len());
+    header::write(&mut value, MAGIC, header::Header { key_version: version, schema: OBJECT_SCHEMA });
     value.push(class.code());
     value.extend_from_slice(&header.size.to_be_bytes());
     value.extend_from_slice(&sealed);
@@ -158,8 +65,8 @@ fn encode(keys: &KeyRing, id: &ContentId, class: ContentClass, version: u32, byt
 pub(crate) fn put(keys: &KeyRing, txn: &mut dyn Txn, bytes: &[u8]) -> Result<(ContentId, ContentClass)> {
     let class = ContentClass::of(bytes);
     let id = ContentId(keys.content_id(bytes));
-    if txn.get(NS_OBJECTS, &id.0)?.is_none() && txn.get(crate::storage::pack::NS_PACKED, &id.0)?.is_none() {
-        txn.put(NS_OBJECTS, &id.0, &encode(keys, &id, class, keys.current_version(), bytes)?)?;
+    if txn.get(schema::OBJECTS, &id.0)?.is_none() && !pack::contains_in(txn, &id)? {
+        txn.put(schema::OBJECTS, &id.0, &encode(keys, &id, class, keys.current_version(), bytes)?)?;
     }
     Ok((id, class))
 }
@@ -190,19 +97,19 @@ pub(crate) fn seal(
 /// Stores a sealed object inside `txn` unless it is there already; returns the bytes
 /// written (0 if it was there).
 pub(crate) fn store_sealed(txn: &mut dyn Txn, sealed: &Sealed) -> Result<u64> {
-    if txn.put_if_absent(NS_OBJECTS, &sealed.id.0, &sealed.value)? { Ok(sealed.value.len() as u64) } else { Ok(0) }
+    if txn.put_if_absent(schema::OBJECTS, &sealed.id.0, &sealed.value)? { Ok(sealed.value.len() as u64) } else { Ok(0) }
 }
 
 /// Whether the object `id` is stored, on its own or packed.
 pub(crate) fn exists(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
-    Ok(kv.contains(NS_OBJECTS, &id.0)? || crate::storage::pack::contains(kv, id)?)
+    Ok(kv.contains(schema::OBJECTS, &id.0)? || pack::contains(kv, id)?)
 }
 
 /// Which of `ids` are stored, on their own or packed (one read of each namespace).
 pub(crate) fn exist_each(kv: &dyn KeyValueStore, ids: &[ContentId]) -> Result<Vec<bool>> {
     let keys: Vec<&[u8]> = ids.iter().map(|id| id.0.as_slice()).collect();
-    let own = kv.contains_each(NS_OBJECTS, &keys)?;
-    let packed = kv.contains_each(crate::storage::pack::NS_PACKED, &keys)?;
+    let own = kv.contains_each(schema::OBJECTS, &keys)?;
+    let packed = pack::contains_each(kv, &keys)?;
     Ok(own.iter().zip(packed).map(|(a, b)| *a || b).collect())
 }
 
@@ -228,29 +135,92 @@ pub(crate) fn decode(keys: &KeyRing, id: &ContentId, value: &[u8]) -> Result<(Ob
 /// # Errors
 /// `not-found` if absent; `corrupt` if it does not verify.
 pub(crate) fn get(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Result<(ObjectHeader, Vec<u8>)> {
-    match kv.get(NS_OBJECTS, &id.0)? {
+    match kv.get(schema::OBJECTS, &id.0)? {
         Some(value) => decode(keys, id, &value),
-        None => {
-            crate::storage::pack::read(keys, kv, id)?.ok_or_else(|| Error::not_found(format!("object {}", id.to_hex())))
-        }
+        None => pack::read(keys, kv, id)?.ok_or_else(|| Error::not_found(format!("object {}", id.to_hex()))),
     }
 }
 
 /// The header of object `id`, without decrypting it.
 pub(crate) fn header(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<ObjectHeader>> {
-    match kv.get(NS_OBJECTS, &id.0)? {
+    match kv.get(schema::OBJECTS, &id.0)? {
         Some(v) => Ok(Some(parse(&v)?.0)),
-        None => crate::storage::pack::header(kv, id),
+        None => pack::header(kv, id),
     }
 }
 
-/// Re-encrypts the object stored as `value` under the current key, inside `txn`.
-pub(crate) fn reencrypt(keys: &KeyRing, txn: &mut dyn Txn, id: &ContentId, value: &[u8]) -> Result<bool> {
-    let (header, plain) = decode(keys, id, value)?;
-    if header.key_version == keys.current_version() {
-        return Ok(false);
+/// Re-encrypts, each in its own transaction, every object stored on its own under an older
+/// data key (packed objects: [`pack::reencrypt`]). An altered object is left as it is for
+/// `verify` to report. Returns how many were rewritten.
+pub(crate) fn reencrypt_all(keys: &KeyRing, kv: &dyn KeyValueStore) -> Result<u64> {
+    let current = keys.current_version();
+    let mut stale = Vec::new();
+    kv.scan(schema::OBJECTS, b"", &mut |k, v| {
+        if parse(v)?.0.key_version != current {
+            stale.push(k.to_vec());
+        }
+        Ok(true)
+    })?;
+    let mut count = 0;
+    for key in stale {
+        let id = ContentId::try_from_slice(&key).ok_or_else(|| Error::corrupt("object", "bad id"))?;
+        let mut txn = kv.begin()?;
+        let Some(value) = txn.get(schema::OBJECTS, &key)? else { continue };
+        let (header, plain) = match decode(keys, &id, &value) {
+            Ok(decoded) => decoded,
+            Err(e) if e.code == ErrorCode::Corrupt => continue,
+            Err(e) => return Err(e),
+        };
+        if header.key_version != current {
+            txn.put(schema::OBJECTS, &key, &encode(keys, &id, header.class, current, &plain)?)?;
+            txn.commit()?;
+            count += 1;
+        }
     }
-    let fresh = encode(keys, id, header.class, keys.current_version(), &plain)?;
-    txn.put(NS_OBJECTS, &id.0, &fresh)?;
-    Ok(true)
+    Ok(count)
+}
+
+/// Adds to `usage` how many objects stored on their own each data-key version encrypts.
+pub(crate) fn key_usage(kv: &dyn KeyValueStore, usage: &mut BTreeMap<u32, u64>) -> Result<()> {
+    kv.scan(schema::OBJECTS, b"", &mut |_, v| {
+        *usage.entry(parse(v)?.0.key_version).or_insert(0) += 1;
+        Ok(true)
+    })
+}
+
+/// The ids of every object stored on its own (packed ones: [`pack::verify`]).
+pub(crate) fn own_ids(kv: &dyn KeyValueStore) -> Result<Vec<Vec<u8>>> {
+    let mut ids = Vec::new();
+    kv.scan_keys(schema::OBJECTS, b"", &mut |k| {
+        ids.push(k.to_vec());
+        Ok(true)
+    })?;
+    Ok(ids)
+}
+
+/// Objects stored on their own: how many, their stored bytes, their plaintext bytes.
+pub(crate) fn own_usage(kv: &dyn KeyValueStore) -> Result<(u64, u64, u64)> {
+    let (mut count, mut stored, mut plain) = (0, 0, 0);
+    kv.scan(schema::OBJECTS, b"", &mut |_, v| {
+        count += 1;
+        stored += v.len() as u64;
+        plain += parse(v).map(|(h, _)| h.size).unwrap_or(0);
+        Ok(true)
+    })?;
+    Ok((count, stored, plain))
+}
+
+/// Removes, inside `txn`, every object stored on its own that is not in `live`; returns
+/// how many and their stored bytes.
+pub(crate) fn sweep_in(txn: &mut dyn Txn, live: &HashSet<ContentId>) -> Result<(u64, u64)> {
+    let (mut removed, mut bytes) = (0, 0);
+    for key in txn.keys(schema::OBJECTS, b"")? {
+        if ContentId::try_from_slice(&key).is_some_and(|id| live.contains(&id)) {
+            continue;
+        }
+        bytes += txn.get(schema::OBJECTS, &key)?.map_or(0, |v| v.len() as u64);
+        txn.delete(schema::OBJECTS, &key)?;
+        removed += 1;
+    }
+    Ok((removed, bytes))
 }

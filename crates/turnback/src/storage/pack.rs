@@ -26,21 +26,18 @@ use rayon::prelude::*;
 
 use crate::base::varint;
 use crate::error::{Error, ErrorCode, Result};
+use crate::storage::content::{ContentClass, ContentId, OBJECT_SCHEMA, ObjectHeader};
 use crate::storage::crypto::{self, Binding};
+use crate::storage::header;
 use crate::storage::keys::KeyRing;
-use crate::storage::kv::{KeyValueStore, Ns, Txn};
-use crate::storage::object::{ContentClass, ContentId, OBJECT_SCHEMA, ObjectHeader};
+use crate::storage::kv::{KeyValueStore, Txn};
+use crate::storage::schema;
 
-/// Sealed blocks, keyed by block id.
-pub(crate) const NS_BLOCKS: Ns = "blocks";
-/// Where each packed object lives, keyed by content id.
-pub(crate) const NS_PACKED: Ns = "packed";
 /// Plaintext bytes per block (the last block of a packer may hold fewer).
 pub const BLOCK_LEN: usize = 1024 * 1024;
 /// zstd level for blocks: close to level 3's ratio on source trees at a lower cost.
 const BLOCK_LEVEL: i32 = 3;
 const BLOCK_MAGIC: &[u8; 3] = b"TB1";
-const BLOCK_HEADER_LEN: usize = 3 + 4 + 2 + 4;
 const BLOCK_SCHEMA: u16 = 1;
 const INDEX_VERSION: u8 = 1;
 /// How a read names a block that is not there (after one retry: gc may have just moved it).
@@ -173,13 +170,13 @@ impl SealedPack {
     pub fn store(&self, txn: &mut dyn Txn) -> Result<u64> {
         let mut written = 0;
         for (id, value) in &self.blocks {
-            txn.put(NS_BLOCKS, id, value)?;
+            txn.put(schema::BLOCKS, id, value)?;
             written += value.len() as u64;
         }
         for (id, value) in &self.entries {
             // Another writer may have packed the same content meanwhile: its copy stays,
             // ours becomes an unreferenced stretch of a block until `gc` repacks it.
-            if txn.put_if_absent(NS_PACKED, &id.0, value)? {
+            if txn.put_if_absent(schema::PACKED, &id.0, value)? {
                 written += value.len() as u64;
             }
         }
@@ -197,32 +194,27 @@ fn binding<'a>(id: &'a BlockId, version: u32, schema: u16) -> Binding<'a> {
 
 fn encode_block(key: &crypto::SecretKey, id: &BlockId, version: u32, plain: &[u8]) -> Result<Vec<u8>> {
     let sealed = crypto::seal_at_level(key, binding(id, version, BLOCK_SCHEMA), plain, BLOCK_LEVEL)?;
-    let mut value = Vec::with_capacity(BLOCK_HEADER_LEN + sealed.len());
-    value.extend_from_slice(BLOCK_MAGIC);
-    value.extend_from_slice(&version.to_be_bytes());
-    value.extend_from_slice(&BLOCK_SCHEMA.to_be_bytes());
+    let mut value = Vec::with_capacity(header::LEN + 4 + sealed.len());
+    header::write(&mut value, BLOCK_MAGIC, header::Header { key_version: version, schema: BLOCK_SCHEMA });
     value.extend_from_slice(&(plain.len() as u32).to_be_bytes());
     value.extend_from_slice(&sealed);
     Ok(value)
 }
 
 /// A block's plain header: key version, schema, plaintext length.
-pub(crate) fn block_header(value: &[u8]) -> Result<(u32, u16, usize)> {
-    if value.len() < BLOCK_HEADER_LEN || &value[..3] != BLOCK_MAGIC {
-        return Err(Error::corrupt("block", "bad header"));
-    }
-    let version = u32::from_be_bytes(value[3..7].try_into().expect("4 bytes"));
-    let schema = u16::from_be_bytes(value[7..9].try_into().expect("2 bytes"));
-    let len = u32::from_be_bytes(value[9..13].try_into().expect("4 bytes")) as usize;
+pub(crate) fn block_header(value: &[u8]) -> Result<(u32, u16, usize, &[u8])> {
+    let (common, rest) = header::read(value, BLOCK_MAGIC, "block")?;
+    let (len, sealed) = rest.split_first_chunk::<4>().ok_or_else(|| Error::corrupt("block", "bad header"))?;
+    let len = u32::from_be_bytes(*len) as usize;
     if len > BLOCK_LEN {
         return Err(Error::corrupt("block", "length out of range"));
     }
-    Ok((version, schema, len))
+    Ok((common.key_version, common.schema, len, sealed))
 }
 
 fn decode_block(keys: &KeyRing, id: &BlockId, value: &[u8]) -> Result<Vec<u8>> {
-    let (version, schema, len) = block_header(value)?;
-    let plain = crypto::open(keys.data_key(version)?, binding(id, version, schema), &value[BLOCK_HEADER_LEN..], len)?;
+    let (version, schema, len, sealed) = block_header(value)?;
+    let plain = crypto::open(keys.data_key(version)?, binding(id, version, schema), sealed, len)?;
     if plain.len() != len {
         return Err(Error::corrupt("block", "length mismatch"));
     }
@@ -243,7 +235,7 @@ fn block(keys: &KeyRing, kv: &dyn KeyValueStore, id: &BlockId) -> Result<Option<
     if hit.is_some() {
         return Ok(hit);
     }
-    let Some(value) = kv.get(NS_BLOCKS, id)? else { return Ok(None) };
+    let Some(value) = kv.get(schema::BLOCKS, id)? else { return Ok(None) };
     let version = block_header(&value)?.0;
     let plain = Rc::new(decode_block(keys, id, &value)?);
     CACHE.with_borrow_mut(|c| {
@@ -257,12 +249,22 @@ fn block(keys: &KeyRing, kv: &dyn KeyValueStore, id: &BlockId) -> Result<Option<
 
 /// Where the packed object `id` lives, if it is packed.
 pub(crate) fn locate(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<Location>> {
-    kv.get(NS_PACKED, &id.0)?.map(|v| Location::decode(&v)).transpose()
+    kv.get(schema::PACKED, &id.0)?.map(|v| Location::decode(&v)).transpose()
 }
 
 /// Whether `id` is packed.
 pub(crate) fn contains(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
-    kv.contains(NS_PACKED, &id.0)
+    kv.contains(schema::PACKED, &id.0)
+}
+
+/// Whether `id` is packed, read inside `txn`.
+pub(crate) fn contains_in(txn: &mut dyn Txn, id: &ContentId) -> Result<bool> {
+    Ok(txn.get(schema::PACKED, &id.0)?.is_some())
+}
+
+/// Which of `ids` are packed (one consistent read).
+pub(crate) fn contains_each(kv: &dyn KeyValueStore, ids: &[&[u8]]) -> Result<Vec<bool>> {
+    kv.contains_each(schema::PACKED, ids)
 }
 
 /// Reads and verifies the packed object `id`; `None` if it is not packed.
@@ -323,8 +325,8 @@ pub(crate) fn header(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<Ob
     let Some(first) = loc.pieces.first() else {
         return Err(Error::corrupt("packed object", "no pieces"));
     };
-    let value = kv.get(NS_BLOCKS, &first.block)?.ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?;
-    let (key_version, _, _) = block_header(&value)?;
+    let value = kv.get(schema::BLOCKS, &first.block)?.ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?;
+    let (key_version, ..) = block_header(&value)?;
     Ok(Some(ObjectHeader { key_version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }))
 }
 
@@ -354,7 +356,7 @@ pub(crate) fn sweep(
     let mut entries: Vec<(ContentId, Location)> = Vec::new();
     let mut dead = Vec::new();
     let mut malformed = false;
-    kv.scan(NS_PACKED, b"", &mut |k, v| {
+    kv.scan(schema::PACKED, b"", &mut |k, v| {
         let Some(id) = ContentId::try_from_slice(k) else {
             malformed = true;
             return Ok(true);
@@ -368,7 +370,7 @@ pub(crate) fn sweep(
         Ok(true)
     })?;
     let mut block_sizes: BTreeMap<BlockId, (u64, u64)> = BTreeMap::new();
-    kv.scan(NS_BLOCKS, b"", &mut |k, v| {
+    kv.scan(schema::BLOCKS, b"", &mut |k, v| {
         if let Ok(id) = BlockId::try_from(k) {
             let plain = block_header(v).map_or(BLOCK_LEN as u64, |h| h.2 as u64);
             block_sizes.insert(id, (v.len() as u64, plain));
@@ -381,7 +383,7 @@ pub(crate) fn sweep(
         for (id, loc, len) in dead {
             if referenced.contains(&id) {
                 entries.push((id, loc));
-            } else if txn.delete(NS_PACKED, &id.0)? {
+            } else if txn.delete(schema::PACKED, &id.0)? {
                 swept.objects += 1;
                 swept.bytes += len;
             }
@@ -392,7 +394,7 @@ pub(crate) fn sweep(
                 entries.iter().flat_map(|(_, l)| l.pieces.iter().map(|p| p.block)).collect();
             for (block, (stored, _)) in &block_sizes {
                 if !live_blocks.contains(block) {
-                    txn.delete(NS_BLOCKS, block)?;
+                    txn.delete(schema::BLOCKS, block)?;
                     swept.bytes += stored;
                 }
             }
@@ -431,17 +433,17 @@ pub(crate) fn sweep(
         let sealed = packer.seal(keys)?;
         let mut txn = kv.begin()?;
         for (id, value) in &sealed.entries {
-            txn.put(NS_PACKED, &id.0, value)?;
+            txn.put(schema::PACKED, &id.0, value)?;
         }
         for (id, value) in &sealed.blocks {
-            txn.put(NS_BLOCKS, id, value)?;
+            txn.put(schema::BLOCKS, id, value)?;
             added += value.len() as u64;
         }
         txn.commit()?;
     }
     // The sparse blocks now hold nothing live.
     let mut still: HashSet<BlockId> = HashSet::new();
-    kv.scan(NS_PACKED, b"", &mut |_, v| {
+    kv.scan(schema::PACKED, b"", &mut |_, v| {
         if let Ok(loc) = Location::decode(v) {
             still.extend(loc.pieces.iter().map(|p| p.block).filter(|b| sparse.contains(b)));
         }
@@ -449,7 +451,7 @@ pub(crate) fn sweep(
     })?;
     let mut txn = kv.begin()?;
     for block in sparse.difference(&still) {
-        txn.delete(NS_BLOCKS, block)?;
+        txn.delete(schema::BLOCKS, block)?;
         swept.bytes += block_sizes.get(block).map_or(0, |s| s.0);
     }
     txn.commit()?;
@@ -462,7 +464,7 @@ pub(crate) fn sweep(
 pub(crate) fn reencrypt(keys: &KeyRing, kv: &dyn KeyValueStore) -> Result<u64> {
     let current = keys.current_version();
     let mut stale = Vec::new();
-    kv.scan(NS_BLOCKS, b"", &mut |k, v| {
+    kv.scan(schema::BLOCKS, b"", &mut |k, v| {
         if block_header(v).is_ok_and(|h| h.0 != current) {
             stale.push(k.to_vec());
         }
@@ -472,10 +474,10 @@ pub(crate) fn reencrypt(keys: &KeyRing, kv: &dyn KeyValueStore) -> Result<u64> {
     for key in stale {
         let Ok(id) = BlockId::try_from(key.as_slice()) else { continue };
         let mut txn = kv.begin()?;
-        if let Some(value) = txn.get(NS_BLOCKS, &id)? {
+        if let Some(value) = txn.get(schema::BLOCKS, &id)? {
             match decode_block(keys, &id, &value) {
                 Ok(plain) => {
-                    txn.put(NS_BLOCKS, &id, &encode_block(keys.data_key(current)?, &id, current, &plain)?)?;
+                    txn.put(schema::BLOCKS, &id, &encode_block(keys.data_key(current)?, &id, current, &plain)?)?;
                     count += 1;
                 }
                 Err(e) if e.code == ErrorCode::Corrupt => continue,
@@ -489,7 +491,7 @@ pub(crate) fn reencrypt(keys: &KeyRing, kv: &dyn KeyValueStore) -> Result<u64> {
 
 /// Blocks by key version (for `key status`).
 pub(crate) fn key_usage(kv: &dyn KeyValueStore, usage: &mut BTreeMap<u32, u64>) -> Result<()> {
-    kv.scan(NS_BLOCKS, b"", &mut |_, v| {
+    kv.scan(schema::BLOCKS, b"", &mut |_, v| {
         *usage.entry(block_header(v)?.0).or_insert(0) += 1;
         Ok(true)
     })
@@ -498,13 +500,13 @@ pub(crate) fn key_usage(kv: &dyn KeyValueStore, usage: &mut BTreeMap<u32, u64>) 
 /// Packed objects: (count, stored bytes of blocks and index, plaintext bytes).
 pub(crate) fn usage(kv: &dyn KeyValueStore) -> Result<(u64, u64, u64)> {
     let (mut count, mut stored, mut plain) = (0, 0, 0);
-    kv.scan(NS_PACKED, b"", &mut |_, v| {
+    kv.scan(schema::PACKED, b"", &mut |_, v| {
         count += 1;
         stored += v.len() as u64;
         plain += Location::decode(v).map_or(0, |l| l.size);
         Ok(true)
     })?;
-    kv.scan(NS_BLOCKS, b"", &mut |_, v| {
+    kv.scan(schema::BLOCKS, b"", &mut |_, v| {
         stored += v.len() as u64;
         Ok(true)
     })?;
@@ -516,12 +518,12 @@ pub(crate) fn usage(kv: &dyn KeyValueStore) -> Result<(u64, u64, u64)> {
 /// is decrypted about once). Returns how many objects there are and the problems found.
 pub(crate) fn verify(keys: &KeyRing, kv: &dyn KeyValueStore, deep: bool) -> Result<(u64, Vec<(String, Error)>)> {
     let mut entries: Vec<(Vec<u8>, Option<Location>)> = Vec::new();
-    kv.scan(NS_PACKED, b"", &mut |k, v| {
+    kv.scan(schema::PACKED, b"", &mut |k, v| {
         entries.push((k.to_vec(), Location::decode(v).ok()));
         Ok(true)
     })?;
     let mut blocks = HashSet::new();
-    kv.scan_keys(NS_BLOCKS, b"", &mut |k| {
+    kv.scan_keys(schema::BLOCKS, b"", &mut |k| {
         blocks.extend(BlockId::try_from(k).ok());
         Ok(true)
     })?;
@@ -530,7 +532,7 @@ pub(crate) fn verify(keys: &KeyRing, kv: &dyn KeyValueStore, deep: bool) -> Resu
     CACHE.with_borrow_mut(Vec::clear);
     let mut problems = Vec::new();
     for (key, loc) in &entries {
-        let what = format!("object {}", crypto::hex(key));
+        let what = format!("object {}", crate::base::hex::hex(key));
         let checked = match (ContentId::try_from_slice(key), loc) {
             (None, _) => Err(Error::corrupt("packed index", "malformed id")),
             (_, None) => Err(Error::corrupt("packed index", "malformed entry")),
@@ -558,7 +560,7 @@ mod tests {
 
     fn block_count(kv: &dyn KeyValueStore) -> usize {
         let mut n = 0;
-        kv.scan_keys(NS_BLOCKS, b"", &mut |_| {
+        kv.scan_keys(schema::BLOCKS, b"", &mut |_| {
             n += 1;
             Ok(true)
         })
@@ -615,7 +617,7 @@ mod tests {
         let keys = keys(&kv);
         let ids = pack(&keys, &kv, &[b"one", b"two"]);
         let mut txn = kv.begin().unwrap();
-        txn.put(NS_PACKED, &ids[0].0, b"garbage").unwrap();
+        txn.put(schema::PACKED, &ids[0].0, b"garbage").unwrap();
         txn.commit().unwrap();
         sweep(&keys, &kv, &HashSet::from([ids[0]]), &|_| Ok(HashSet::new())).unwrap();
         assert_eq!(block_count(&kv), 1, "the block a malformed entry may need is kept");
@@ -646,18 +648,18 @@ mod tests {
         let ids = pack(&keys, &kv, &[b"first object", b"second object"]);
         // An index entry pointed at another object's bytes.
         let mut txn = kv.begin().unwrap();
-        let other = txn.get(NS_PACKED, &ids[1].0).unwrap().unwrap();
-        txn.put(NS_PACKED, &ids[0].0, &other).unwrap();
+        let other = txn.get(schema::PACKED, &ids[1].0).unwrap().unwrap();
+        txn.put(schema::PACKED, &ids[0].0, &other).unwrap();
         txn.commit().unwrap();
         assert_eq!(read(&keys, &kv, &ids[0]).unwrap_err().code, ErrorCode::Corrupt);
         // One flipped byte in a block.
         let block = locate(&kv, &ids[1]).unwrap().unwrap().pieces[0].block;
         CACHE.with_borrow_mut(Vec::clear);
         let mut txn = kv.begin().unwrap();
-        let mut value = txn.get(NS_BLOCKS, &block).unwrap().unwrap();
+        let mut value = txn.get(schema::BLOCKS, &block).unwrap().unwrap();
         let last = value.len() - 1;
         value[last] ^= 1;
-        txn.put(NS_BLOCKS, &block, &value).unwrap();
+        txn.put(schema::BLOCKS, &block, &value).unwrap();
         txn.commit().unwrap();
         assert_eq!(read(&keys, &kv, &ids[1]).unwrap_err().code, ErrorCode::Corrupt);
     }
@@ -684,7 +686,7 @@ mod tests {
         assert!(locate(&kv, &ids[0]).unwrap().is_none());
         let now = locate(&kv, &ids[1]).unwrap().unwrap().pieces[0].block;
         assert_ne!(now, old_block, "the kept object moved out of its mostly dead block");
-        assert!(!kv.contains(NS_BLOCKS, &old_block).unwrap(), "the old block is gone");
+        assert!(!kv.contains(schema::BLOCKS, &old_block).unwrap(), "the old block is gone");
         assert_eq!(read(&keys, &kv, &ids[1]).unwrap().unwrap().1, b);
         assert!(swept.bytes > 1_000_000 / 2, "space came back: {swept:?}");
     }

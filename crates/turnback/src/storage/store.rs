@@ -8,8 +8,8 @@
 //!   through [`object`](crate::storage::object), every other record through [`Store::seal_record`],
 //!   whose associated data binds the record's namespace and key.
 //! - Opening a store finds the master key (creating one only for an empty store), checks
-//!   it against the store (`key-mismatch`), and runs [`reconcile`](crate::checkpoint::reconcile)
-//!   before anything else can read, so no caller ever sees an unreconciled crash.
+//!   it against the store (`key-mismatch`). Opening recovers nothing: the facade
+//!   (`Turnback::open`) runs every layer's reconcile before anything else can read.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -17,31 +17,20 @@ use std::sync::OnceLock;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::checkpoint::{self, ReconcileReport};
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::fs::lock::OwnerLock;
+use crate::storage::content::ContentId;
 use crate::storage::crypto::{self, Binding};
+use crate::storage::header;
 use crate::storage::keys::{self, KeyConfig, KeyRing};
 use crate::storage::kv::{KeyValueStore, Ns, SqliteKv};
-use crate::storage::object::{self, ContentId, NS_OBJECTS};
+use crate::storage::object;
+use crate::storage::schema;
 use crate::storage::settings::{self, Settings, SettingsOverrides};
 
 const RECORD_MAGIC: &[u8; 3] = b"TR1";
-const RECORD_HEADER_LEN: usize = 3 + 4 + 2;
 /// Largest plaintext a sealed record may decode to.
 const RECORD_MAX: usize = 256 * 1024 * 1024;
-/// Namespaces whose values are sealed records (re-encrypted by key rotation).
-pub(crate) const SEALED_NAMESPACES: &[Ns] = &[
-    checkpoint::NS_CHECKPOINTS,
-    crate::session::NS_SESSIONS,
-    crate::session::workspace::NS_WORKSPACES,
-    crate::undo::rollback::NS_RESOLUTIONS,
-    crate::snapshot::NS_SNAPSHOTS,
-    crate::snapshot::statcache::NS_STATCACHE,
-    crate::session::turn::NS_TURNS,
-    crate::session::history::NS_HISTORY,
-    crate::session::history::NS_HISTORY_TOTALS,
-];
 
 /// How to open a store.
 #[derive(Debug, Clone)]
@@ -76,7 +65,6 @@ pub struct Store {
     keys: KeyRing,
     settings: Settings,
     owner: OnceLock<OwnerLock>,
-    reconciled: ReconcileReport,
     protected: Vec<PathBuf>,
 }
 
@@ -132,17 +120,7 @@ impl Store {
 
     fn assemble(dir: PathBuf, kv: Box<dyn KeyValueStore>, keys: KeyRing, settings: Settings) -> Result<Self> {
         let protected = vec![dir.clone()];
-        let mut store = Store {
-            dir,
-            kv,
-            keys,
-            settings,
-            owner: OnceLock::new(),
-            reconciled: ReconcileReport::default(),
-            protected,
-        };
-        store.reconciled = checkpoint::reconcile(&store)?;
-        store.reconciled.late_snapshots_failed = crate::session::turn::reconcile(&store)?;
+        let store = Store { dir, kv, keys, settings, owner: OnceLock::new(), protected };
         Ok(store)
     }
 
@@ -169,11 +147,6 @@ impl Store {
     /// The settings in force.
     pub fn settings(&self) -> &Settings {
         &self.settings
-    }
-
-    /// What the reconcile run at open found and did.
-    pub fn reconciled(&self) -> &ReconcileReport {
-        &self.reconciled
     }
 
     /// Where owner lock files live.
@@ -215,10 +188,8 @@ impl Store {
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
         let sealed = crypto::seal_at_level(data_key, binding, bytes, level)?;
-        let mut out = Vec::with_capacity(RECORD_HEADER_LEN + sealed.len());
-        out.extend_from_slice(RECORD_MAGIC);
-        out.extend_from_slice(&version.to_be_bytes());
-        out.extend_from_slice(&schema.to_be_bytes());
+        let mut out = Vec::with_capacity(header::LEN + sealed.len());
+        header::write(&mut out, RECORD_MAGIC, header::Header { key_version: version, schema });
         out.extend_from_slice(&sealed);
         Ok(out)
     }
@@ -252,7 +223,7 @@ impl Store {
     ///
     /// # Errors
     /// `not-found` if absent, `corrupt` if it does not verify; no bytes on failure.
-    pub(crate) fn read_object(&self, id: &ContentId) -> Result<(object::ObjectHeader, Vec<u8>)> {
+    pub(crate) fn read_object(&self, id: &ContentId) -> Result<(crate::storage::content::ObjectHeader, Vec<u8>)> {
         object::get(&self.keys, self.kv(), id)
     }
 
@@ -271,30 +242,9 @@ impl Store {
 
     fn reencrypt_all(&self) -> Result<u64> {
         let current = self.keys.current_version();
-        let mut count = 0;
-        let mut stale_objects = Vec::new();
-        self.kv.scan(NS_OBJECTS, b"", &mut |k, v| {
-            if object::parse(v)?.0.key_version != current {
-                stale_objects.push(k.to_vec());
-            }
-            Ok(true)
-        })?;
-        for key in stale_objects {
-            let id = ContentId(key.as_slice().try_into().map_err(|_| Error::corrupt("object", "bad id"))?);
-            let mut txn = self.kv.begin()?;
-            if let Some(value) = txn.get(NS_OBJECTS, &key)? {
-                match object::reencrypt(&self.keys, &mut *txn, &id, &value) {
-                    Ok(true) => count += 1,
-                    Ok(false) => {}
-                    // An altered object stays as it is (verify reports it); the rest move on.
-                    Err(e) if e.code == ErrorCode::Corrupt => continue,
-                    Err(e) => return Err(e),
-                }
-            }
-            txn.commit()?;
-        }
+        let mut count = object::reencrypt_all(&self.keys, self.kv.as_ref())?;
         count += crate::storage::pack::reencrypt(&self.keys, self.kv.as_ref())?;
-        for ns in SEALED_NAMESPACES {
+        for ns in schema::sealed() {
             let mut stale = Vec::new();
             self.kv.scan(ns, b"", &mut |k, v| {
                 if record_header(v)?.0 != current {
@@ -328,12 +278,9 @@ impl Store {
         for v in self.keys.versions() {
             usage.insert(v, 0);
         }
-        self.kv.scan(NS_OBJECTS, b"", &mut |_, v| {
-            *usage.entry(object::parse(v)?.0.key_version).or_insert(0) += 1;
-            Ok(true)
-        })?;
+        object::key_usage(self.kv.as_ref(), &mut usage)?;
         crate::storage::pack::key_usage(self.kv.as_ref(), &mut usage)?;
-        for ns in SEALED_NAMESPACES {
+        for ns in schema::sealed() {
             self.kv.scan(ns, b"", &mut |_, v| {
                 *usage.entry(record_header(v)?.0).or_insert(0) += 1;
                 Ok(true)
@@ -354,12 +301,8 @@ pub struct RotationReport {
 }
 
 fn record_header(value: &[u8]) -> Result<(u32, u16, &[u8])> {
-    if value.len() < RECORD_HEADER_LEN || &value[..3] != RECORD_MAGIC {
-        return Err(Error::corrupt("record", "bad header"));
-    }
-    let version = u32::from_be_bytes(value[3..7].try_into().expect("4 bytes"));
-    let schema = u16::from_be_bytes(value[7..9].try_into().expect("2 bytes"));
-    Ok((version, schema, &value[RECORD_HEADER_LEN..]))
+    let (h, sealed) = header::read(value, RECORD_MAGIC, "record")?;
+    Ok((h.key_version, h.schema, sealed))
 }
 
 fn create_dir_owner_only(dir: &Path) -> Result<()> {
@@ -378,14 +321,4 @@ fn write_default_settings(path: &Path) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e).context(path),
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
-
-/// RFC 3339 form of a millisecond timestamp.
-pub fn format_ms(ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(ms).map(|t| t.to_string()).unwrap_or_else(|_| ms.to_string())
 }

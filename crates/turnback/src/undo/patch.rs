@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use crate::storage::object::ContentClass;
+use crate::storage::content::ContentClass;
 
 const REDACTED: &str = "[redacted by turnback: this line looks like a secret]";
 

@@ -9,14 +9,16 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::decision::*;
 use super::*;
+use crate::base::hex::hex;
 use crate::checkpoint::artifact::ImageRole;
 use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, OperationKind, RetentionState};
 use crate::error::{Error, ErrorCode, Result};
-use crate::fs::files::{self, FileIdentity, Observed};
+use crate::fs::files::{self, Current, FileIdentity, Observed};
 use crate::fs::handles;
-use crate::session::workspace::{RelPath, Workspace};
-use crate::storage::crypto::hex;
+use crate::fs::relpath::RelPath;
+use crate::session::workspace::Workspace;
 use crate::storage::store::Store;
+use crate::undo::guarded::{Expected, Intended, Write};
 
 /// Each step's stored pre-image (by record and target index), read once.
 pub(super) type PreCache = HashMap<(usize, usize), (PreBytes, Option<Vec<u8>>)>;
@@ -63,7 +65,7 @@ pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<Vec<Chec
             out
         }
         Selection::Turn(t) | Selection::SinceTurn(t) => {
-            let all = checkpoint::list(ctx.store, ctx.session, ListFilter { prompt_round: None, all: true })?;
+            let all = checkpoint::list(ctx.store, &ctx.session.id, ListFilter { prompt_round: None, all: true })?;
             let since = matches!(selection, Selection::SinceTurn(_));
             // A turn's own mutations; earlier rollbacks are taken back only when named.
             all.into_iter()
@@ -234,11 +236,42 @@ pub(super) fn plan_id(
     hex(&store.keys().lookup_id("rollback-plan", &bytes)[..16])
 }
 
+/// A preview: every target's decision and the plan id apply must match.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Analysis {
+    /// Digest of everything the plan depends on.
+    pub plan_id: String,
+    /// The checkpoints taken back, newest first.
+    pub checkpoint_ids: Vec<String>,
+    /// Every target, newest mutation first per path.
+    pub targets: Vec<TargetAnalysis>,
+    /// Counts by outcome category.
+    pub counts: BTreeMap<String, u64>,
+    /// `full`, `partial` or `blocked` if applied now.
+    pub result_type: ResultType,
+    /// Whether open handles could be checked on this system.
+    pub open_handles_checked: bool,
+    /// Effects no rollback takes back, never protected.
+    pub excluded_effects: Vec<ExcludedEffect>,
+    #[serde(skip)]
+    pub(super) paths: Vec<PathPlan>,
+}
+
 /// Analyses taking back `selection` (the preview). Changes nothing.
 ///
 /// # Errors
 /// `not-found` for an unknown checkpoint id; `corrupt` if a selected record was altered.
 pub fn analyze(ctx: Context<'_>, selection: &Selection, choices: &BTreeMap<RelPath, Choice>) -> Result<Analysis> {
+    Ok(analyze_records(ctx, selection, choices)?.1)
+}
+
+/// [`analyze`], with the records it selected.
+pub(super) fn analyze_records(
+    ctx: Context<'_>,
+    selection: &Selection,
+    choices: &BTreeMap<RelPath, Choice>,
+) -> Result<(Vec<CheckpointRecord>, Analysis)> {
     let records = select(ctx, selection)?;
     let refs: Vec<&CheckpointRecord> = records.iter().collect();
     let mut by_path: BTreeMap<RelPath, Vec<(usize, usize)>> = BTreeMap::new();
@@ -281,7 +314,8 @@ pub fn analyze(ctx: Context<'_>, selection: &Selection, choices: &BTreeMap<RelPa
     }
     let checkpoint_ids: Vec<String> = records.iter().map(|r| r.checkpoint_id.clone()).collect();
     let plan_id = plan_id(ctx.store, &checkpoint_ids, &plan_material);
-    Ok(summarize(plan_id, checkpoint_ids, paths))
+    let analysis = summarize(plan_id, checkpoint_ids, paths);
+    Ok((records, analysis))
 }
 
 pub(super) fn summarize(plan_id: String, checkpoint_ids: Vec<String>, paths: Vec<PathPlan>) -> Analysis {
@@ -298,6 +332,7 @@ pub(super) fn summarize(plan_id: String, checkpoint_ids: Vec<String>, paths: Vec
         counts,
         result_type,
         open_handles_checked: handles::available(),
+        excluded_effects: excluded_effects(),
         paths,
     }
 }
@@ -305,11 +340,7 @@ pub(super) fn summarize(plan_id: String, checkpoint_ids: Vec<String>, paths: Vec
 pub(super) fn result_type(targets: &[TargetAnalysis]) -> ResultType {
     let residual = targets.iter().filter(|t| t.outcome.residual()).count();
     let eligible = targets.iter().filter(|t| t.outcome.eligible()).count();
-    match (residual, eligible) {
-        (0, _) => ResultType::Full,
-        (_, 0) => ResultType::Blocked,
-        _ => ResultType::Partial,
-    }
+    ResultType::of(eligible, residual)
 }
 
 /// Marks every observed file that another process holds open.
@@ -336,4 +367,28 @@ pub(super) fn step_indices(refs: &[&CheckpointRecord], steps: &[TargetAnalysis])
         .iter()
         .filter_map(|s| refs.iter().position(|r| r.checkpoint_id == s.checkpoint_id).map(|ri| (ri, s.target_index)))
         .collect()
+}
+
+/// The write of one path: its final state, against the state the analysis captured.
+pub(super) fn write_of(p: &PathPlan) -> Write {
+    let expected = match &p.real {
+        Seen::File { digest, identity, .. } => {
+            Expected::File { digest: digest.clone(), inode: identity.map(|i| i.inode) }
+        }
+        _ => Expected::Absent,
+    };
+    let current = match (&p.real, &p.real_bytes) {
+        (Seen::File { identity: Some(identity), .. }, Some(bytes)) => {
+            Current::File { bytes: bytes.clone(), identity: *identity }
+        }
+        _ => Current::Absent,
+    };
+    let intended = match p.write.as_ref().expect("only paths with a write") {
+        Final::File { bytes, mode } => Intended::File { bytes: bytes.clone(), mode: *mode },
+        Final::Absent => Intended::Absent,
+    };
+    // Parents are recreated only for a file that is to come back where none is; a
+    // directory someone removed meanwhile is not brought back for an edit.
+    let make_parents = matches!(p.real, Seen::Absent { .. });
+    Write { path: p.path.clone(), expected, current, intended, make_parents, clear_empty_dir: false }
 }

@@ -4,21 +4,22 @@
 use serde::{Deserialize, Serialize};
 
 use super::*;
+use crate::base::hex::hex;
+use crate::base::time::{format_ms, now_ms};
 use crate::checkpoint::artifact::ImageRole;
 use crate::checkpoint::{self, CheckpointRecord};
 use crate::error::{Error, ErrorCode, Result};
-use crate::fs::files::{self, Current, Observed, Swap};
-use crate::session::workspace::{RelPath, Workspace};
-use crate::storage::crypto::hex;
-use crate::storage::kv::Ns;
-use crate::storage::store::{Store, format_ms, now_ms};
+use crate::fs::files::{self, Current, Observed};
+use crate::fs::relpath::RelPath;
+use crate::session::workspace::Workspace;
+use crate::storage::schema;
+use crate::storage::store::Store;
 use crate::undo::patch;
 
-pub(crate) const NS_RESOLUTIONS: Ns = "resolutions";
 const RESOLUTION_SCHEMA: u16 = 1;
 use super::analysis::*;
-use super::apply::{record_rollback, write_one};
 use super::decision::*;
+use crate::undo::guarded;
 
 /// The content a path had before the oldest selected step, and the agent's newest result.
 pub(super) fn endpoints(refs: &[&CheckpointRecord], store: &Store, p: &PathPlan) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
@@ -105,69 +106,102 @@ pub(super) fn write_choice_file(
                 created_at: format_ms(now_ms()),
             };
             let key = resolution_key(ctx.store, ctx.workspace, &p.path);
-            let sealed = ctx.store.seal_record(NS_RESOLUTIONS, &key, RESOLUTION_SCHEMA, &resolution)?;
+            let sealed = ctx.store.seal_record(schema::RESOLUTIONS, &key, RESOLUTION_SCHEMA, &resolution)?;
             let mut txn = ctx.store.kv().begin()?;
-            txn.put(NS_RESOLUTIONS, &key, &sealed)?;
+            txn.put(schema::RESOLUTIONS, &key, &sealed)?;
             txn.commit()?;
             Ok(Some(ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: markers }))
         }
     }
 }
 
-/// Applies the person's edited merge file for `path` through the checked path: only if
-/// the file is still as it was when the merge was written, with a checkpoint first.
+/// Applies the person's edited merge file for `path` through the guarded-apply engine:
+/// only if the file is still as it was when the merge was written, with a checkpoint first.
 ///
 /// # Errors
 /// `not-found` without a pending resolution; `invalid-argument` if conflict markers are
 /// left; `conflict` if the file changed since the merge was written.
 pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
-    let _turn = crate::fs::lock::workspace(&ctx.store.locks_dir(), &ctx.workspace.id)?;
     let key = resolution_key(ctx.store, ctx.workspace, path);
-    let resolution: Resolution = ctx
-        .store
-        .get_record(NS_RESOLUTIONS, &key)?
-        .ok_or_else(|| Error::not_found(format!("a pending resolution for {}", path.display())))?;
-    let merge_parent = files::open_parent(&ctx.workspace.root, &resolution.merge_file, false)?;
-    let Current::File { bytes: merged, .. } = merge_parent.read()? else {
-        return Err(Error::not_found(format!("the merge file {}", resolution.merge_file.display())));
-    };
-    let text = String::from_utf8_lossy(&merged);
-    if text.lines().any(|l| l.starts_with("<<<<<<<") || l.starts_with(">>>>>>>")) {
-        return Err(Error::invalid(format!(
-            "{} still has conflict markers; edit it, then run resolve again",
-            resolution.merge_file.display()
-        )));
-    }
-    let (seen, bytes) = observe(ctx.store, ctx.workspace, path, None)?;
-    if seen.state() != resolution.expected {
-        return Err(Error::new(
-            ErrorCode::Conflict,
-            format!("{} changed since the merge was written; nothing was changed", path.display()),
-        ));
-    }
-    let mode = match &seen {
-        Seen::File { identity: Some(identity), .. } => Some(identity.permissions()),
-        _ => None,
-    };
-    let plan = PathPlan {
-        path: path.clone(),
-        real: seen,
-        real_bytes: bytes,
-        steps: Vec::new(),
-        write: Some(Final::File { bytes: merged.to_vec(), mode }),
-    };
-    let checkpoint_id = record_rollback(ctx, &[&plan])?;
-    let swapped = write_one(ctx, &plan, &checkpoint_id)?;
-    checkpoint::finish(ctx.store, &checkpoint_id, swapped != Swap::Done)?;
-    if swapped != Swap::Done {
+    let target =
+        guarded::Target { store: ctx.store, workspace: ctx.workspace, session: ctx.session, failpoints: FAILPOINTS };
+    let make = || Resolving::new(ctx, &key, path);
+    let (done, checkpoint_id) = guarded::apply(target, None, make, |_| Ok(()))?;
+    let checkpoint_id = checkpoint_id.ok_or_else(|| Error::invalid("nothing to write"))?;
+    if done.refused {
         return Err(Error::new(
             ErrorCode::Conflict,
             format!("{} changed while it was being written; it was left as it is", path.display()),
         ));
     }
-    let _ = merge_parent.remove_temp(merge_parent.name());
+    let _ = done.merge_parent.remove_temp(done.merge_parent.name());
     let mut txn = ctx.store.kv().begin()?;
-    txn.delete(NS_RESOLUTIONS, &key)?;
+    txn.delete(schema::RESOLUTIONS, &key)?;
     txn.commit()?;
     Ok(ResolveResult { path: path.clone(), checkpoint_id })
+}
+
+/// A resolution's writes share a rollback's failpoints.
+const FAILPOINTS: [&str; 2] = ["rollback-committed", "rollback-before-swap"];
+
+/// A resolution being applied: the one write of the merged file.
+struct Resolving {
+    plan: PathPlan,
+    merge_parent: files::Parent,
+    refused: bool,
+}
+
+impl Resolving {
+    /// Reads the pending resolution and the edited merge file, and checks the file is
+    /// still as it was when the merge was written (under the workspace lock).
+    fn new(ctx: Context<'_>, key: &[u8], path: &RelPath) -> Result<Self> {
+        let resolution: Resolution = ctx
+            .store
+            .get_record(schema::RESOLUTIONS, key)?
+            .ok_or_else(|| Error::not_found(format!("a pending resolution for {}", path.display())))?;
+        let merge_parent = files::open_parent(&ctx.workspace.root, &resolution.merge_file, false)?;
+        let Current::File { bytes: merged, .. } = merge_parent.read()? else {
+            return Err(Error::not_found(format!("the merge file {}", resolution.merge_file.display())));
+        };
+        let text = String::from_utf8_lossy(&merged);
+        if text.lines().any(|l| l.starts_with("<<<<<<<") || l.starts_with(">>>>>>>")) {
+            return Err(Error::invalid(format!(
+                "{} still has conflict markers; edit it, then run resolve again",
+                resolution.merge_file.display()
+            )));
+        }
+        let (seen, bytes) = observe(ctx.store, ctx.workspace, path, None)?;
+        if seen.state() != resolution.expected {
+            return Err(Error::new(
+                ErrorCode::Conflict,
+                format!("{} changed since the merge was written; nothing was changed", path.display()),
+            ));
+        }
+        let mode = match &seen {
+            Seen::File { identity: Some(identity), .. } => Some(identity.permissions()),
+            _ => None,
+        };
+        let plan = PathPlan {
+            path: path.clone(),
+            real: seen,
+            real_bytes: bytes,
+            steps: Vec::new(),
+            write: Some(Final::File { bytes: merged.to_vec(), mode }),
+        };
+        Ok(Resolving { plan, merge_parent, refused: false })
+    }
+}
+
+impl guarded::Plan for Resolving {
+    fn plan_id(&self) -> &str {
+        ""
+    }
+
+    fn writes(&self) -> Vec<guarded::Write> {
+        vec![write_of(&self.plan)]
+    }
+
+    fn written(&mut self, _root: &std::path::Path, _index: usize, refused: Option<guarded::Refused>) {
+        self.refused = refused.is_some();
+    }
 }

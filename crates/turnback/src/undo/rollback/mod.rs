@@ -23,10 +23,8 @@ mod apply;
 mod choice;
 mod decision;
 
-use analysis::PathPlan;
-pub use analysis::analyze;
+pub use analysis::{Analysis, analyze};
 pub use apply::apply;
-pub(crate) use choice::NS_RESOLUTIONS;
 pub use choice::resolve;
 
 use std::collections::BTreeMap;
@@ -35,8 +33,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::{EXCLUDED_EFFECTS, EffectKind};
 use crate::error::{Error, Result};
+use crate::fs::relpath::RelPath;
 use crate::session::Session;
-use crate::session::workspace::{RelPath, Workspace};
+use crate::session::workspace::Workspace;
 use crate::storage::store::Store;
 
 /// Which checkpoints to take back.
@@ -216,38 +215,6 @@ pub struct TargetAnalysis {
     pub outcome: Outcome,
 }
 
-/// A preview: every target's decision and the plan id apply must match.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Analysis {
-    /// Digest of everything the plan depends on.
-    pub plan_id: String,
-    /// The checkpoints taken back, newest first.
-    pub checkpoint_ids: Vec<String>,
-    /// Every target, newest mutation first per path.
-    pub targets: Vec<TargetAnalysis>,
-    /// Counts by outcome category.
-    pub counts: BTreeMap<String, u64>,
-    /// `full`, `partial` or `blocked` if applied now.
-    pub result_type: ResultType,
-    /// Whether open handles could be checked on this system.
-    pub open_handles_checked: bool,
-    #[serde(skip)]
-    paths: Vec<PathPlan>,
-}
-
-/// The aggregate result of a rollback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ResultType {
-    /// Every target was taken back (or was already back).
-    Full,
-    /// Some were, some were not.
-    Partial,
-    /// None could be.
-    Blocked,
-}
-
 /// What the caller chose for a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -345,6 +312,8 @@ pub struct RollbackResult {
     /// The checkpoint recording this rollback (roll it back to undo the rollback).
     pub rollback_checkpoint_id: Option<String>,
 }
+
+pub use crate::undo::guarded::ResultType;
 
 /// Effects no rollback can take back, with status `never-protected`.
 pub fn excluded_effects() -> Vec<ExcludedEffect> {

@@ -1,19 +1,21 @@
 //! Every read is verified: altered bytes, metadata or ids are `corrupt`, and no content
 //! reaches the caller; a wrong key is `key-mismatch`.
 
-use turnback::artifact::ImageRole;
-use turnback::checkpoint::{self, CheckpointRecord};
-use turnback::crypto::unhex;
-use turnback::{ErrorCode, Store, maintenance};
+use crate::api::maintenance;
+use crate::base::hex::unhex;
+use crate::checkpoint::artifact::ImageRole;
+use crate::checkpoint::{self, CheckpointRecord};
+use crate::error::ErrorCode;
+use crate::storage::store::Store;
 
-use crate::common::{Env, OTHER_KEY, options};
+use crate::tests::common::{Env, OTHER_KEY, options};
 
 fn post_artifact(record: &CheckpointRecord) -> (String, Vec<u8>) {
     let image = record.targets[0].post_image.as_ref().unwrap();
     (image.artifact_id.clone().unwrap(), unhex(image.digest.as_deref().unwrap()).unwrap())
 }
 
-fn read_post(env: &Env, record: &CheckpointRecord) -> turnback::Result<Vec<u8>> {
+fn read_post(env: &Env, record: &CheckpointRecord) -> crate::error::Result<Vec<u8>> {
     checkpoint::read_image(&env.store, record, 0, ImageRole::Post).map(|o| o.unwrap().1)
 }
 
@@ -128,7 +130,7 @@ fn missing_key_with_data_is_key_unavailable() {
     let env = Env::new();
     env.write("a.txt", b"x");
     let mut opts = options(env.dir.path(), "unused");
-    opts.keys = turnback::keys::KeyConfig {
+    opts.keys = crate::storage::keys::KeyConfig {
         default_file: Some(env.dir.path().join("conf/turnback/master.key")),
         ..Default::default()
     };

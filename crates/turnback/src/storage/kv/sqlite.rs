@@ -1,17 +1,6 @@
-//! The key-value backend every repository is written against.
-//!
-//! Invariants:
-//! - A [`Txn`] is all-or-nothing: its writes become visible together on `commit`, or not at
-//!   all (dropped, failed, or the process died). Writers are serialized across processes
-//!   (SQLite `BEGIN IMMEDIATE`), so a read inside a transaction stays true until it commits.
-//! - Keys sort bytewise within a namespace; scans return them in that order.
-//! - The backend stores bytes; it never sees plaintext content or paths (repositories seal
-//!   them before they get here).
-//!
-//! [`SqliteKv`] is the production backend (bundled SQLite, WAL, `synchronous=FULL`, schema
-//! versioned by `user_version`); [`MemoryKv`] serves unit tests.
+//! The production backend: one SQLite database file (bundled SQLite, WAL,
+//! `synchronous=FULL`), its schema versioned by `user_version` and migrated in place.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -20,65 +9,8 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
-
-/// A namespace: one logical table of the store.
-pub type Ns = &'static str;
-
-/// A scan callback: receives each key and value, returns whether to go on.
-pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
-
-/// A store of byte values under byte keys, grouped in namespaces.
-pub trait KeyValueStore: Send + Sync + fmt::Debug {
-    /// The value under `key`, if any (a committed read; no transaction needed).
-    fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Whether `key` exists, without reading its value.
-    fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
-        Ok(self.get(ns, key)?.is_some())
-    }
-    /// Which of `keys` exist in `ns`, answered from one consistent read.
-    fn contains_each(&self, ns: Ns, keys: &[&[u8]]) -> Result<Vec<bool>> {
-        keys.iter().map(|k| self.contains(ns, k)).collect()
-    }
-    /// Calls `f` for each entry whose key starts with `prefix`, in key order, until `f`
-    /// returns `false`.
-    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()>;
-    /// Like [`scan`](Self::scan) but reads keys only (cheap for namespaces of large values).
-    fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()>;
-    /// Starts a write transaction, waiting for other writers.
-    fn begin(&self) -> Result<Box<dyn Txn + '_>>;
-    /// Returns freed space to the file system where the backend can.
-    fn compact(&self) -> Result<()>;
-    /// Bytes the backend occupies on disk.
-    fn disk_bytes(&self) -> Result<u64>;
-}
-
-/// A write transaction. Dropping it without [`commit`](Txn::commit) discards every write.
-pub trait Txn {
-    /// Reads through this transaction's own writes.
-    fn get(&mut self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>>;
-    /// Keys starting with `prefix`, in order, including this transaction's writes.
-    fn keys(&mut self, ns: Ns, prefix: &[u8]) -> Result<Vec<Vec<u8>>>;
-    /// Sets `key` to `value`.
-    fn put(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<()>;
-    /// Sets `key` only if it is absent; returns whether it wrote.
-    fn put_if_absent(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<bool>;
-    /// Removes `key`; returns whether it was there.
-    fn delete(&mut self, ns: Ns, key: &[u8]) -> Result<bool>;
-    /// Makes every write durable and visible at once.
-    fn commit(self: Box<Self>) -> Result<()>;
-}
-
-/// The smallest key greater than every key starting with `prefix` (`None`: no bound).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
+use crate::storage::kv::{KeyValueStore, Ns, Txn, Visit, prefix_end};
+use crate::storage::schema;
 
 const SCHEMA_VERSION: i64 = 2;
 
@@ -176,8 +108,9 @@ fn migrate(conn: &Connection) -> Result<()> {
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
         // Version 2: small values in one B-tree keyed by (ns, key) (`WITHOUT ROWID`), not a
         // rowid table plus an index that repeated every key; namespaces of large values in
-        // a rowid table of their own (see [`LARGE_VALUE_NAMESPACES`]).
-        let large = LARGE_VALUE_NAMESPACES.iter().map(|ns| format!("'{ns}'")).collect::<Vec<_>>().join(", ");
+        // a rowid table of their own (see `schema`).
+        let large =
+            schema::TABLES.iter().filter(|t| t.large).map(|t| format!("'{}'", t.name)).collect::<Vec<_>>().join(", ");
         let tables = "CREATE TABLE kv_small (
                           ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
                       ) WITHOUT ROWID;
@@ -211,20 +144,15 @@ fn migrate(conn: &Connection) -> Result<()> {
     }
 }
 
-/// Namespaces whose values may be large (content objects, packed blocks, stat caches,
-/// history entries). They live in a rowid table: in a `WITHOUT ROWID` table the whole row
-/// is the B-tree key, so lookups passing a large row read its overflow pages (a 100k-file
-/// first snapshot took three times as long).
-pub const LARGE_VALUE_NAMESPACES: &[&str] = &["objects", "blocks", "statcache", "history"];
+// Tables whose values may be large (content objects, packed blocks, stat caches, history
+// entries; see `schema`) live in a rowid table: in a `WITHOUT ROWID` table the whole row is
+// the B-tree key, so lookups passing a large row read its overflow pages (a 100k-file first
+// snapshot took three times as long).
 
 /// One statement, written once per table: `sql!(ns, "SELECT … FROM ", " WHERE …")`.
 macro_rules! sql {
     ($ns:expr, $head:literal, $tail:literal) => {
-        if LARGE_VALUE_NAMESPACES.contains(&$ns) {
-            concat!($head, "kv_large", $tail)
-        } else {
-            concat!($head, "kv", $tail)
-        }
+        if schema::is_large($ns) { concat!($head, "kv_large", $tail) } else { concat!($head, "kv", $tail) }
     };
 }
 
@@ -372,131 +300,6 @@ impl Drop for SqliteTxn<'_> {
     }
 }
 
-type MemoryMap = BTreeMap<(Ns, Vec<u8>), Vec<u8>>;
-
-/// An in-memory backend with the same transaction semantics, for unit tests.
-#[derive(Debug, Default)]
-pub struct MemoryKv {
-    map: Mutex<MemoryMap>,
-}
-
-impl MemoryKv {
-    /// An empty store.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn map(&self) -> MutexGuard<'_, MemoryMap> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Applies `f` to the stored value under `key` (tests use this to tamper with bytes).
-    pub fn tamper(&self, ns: Ns, key: &[u8], f: impl FnOnce(&mut Vec<u8>)) {
-        if let Some(v) = self.map().get_mut(&(ns, key.to_vec())) {
-            f(v);
-        }
-    }
-}
-
-fn memory_range<'m>(map: &'m MemoryMap, ns: Ns, prefix: &[u8]) -> impl Iterator<Item = (&'m Vec<u8>, &'m Vec<u8>)> {
-    map.range((ns, prefix.to_vec())..)
-        .take_while(move |((n, k), _)| *n == ns && k.starts_with(prefix))
-        .map(|((_, k), v)| (k, v))
-}
-
-impl KeyValueStore for MemoryKv {
-    fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.map().get(&(ns, key.to_vec())).cloned())
-    }
-
-    fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()> {
-        let entries: Vec<(Vec<u8>, Vec<u8>)> =
-            memory_range(&self.map(), ns, prefix).map(|(k, v)| (k.clone(), v.clone())).collect();
-        for (k, v) in entries {
-            if !f(&k, &v)? {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()> {
-        self.scan(ns, prefix, &mut |k, _| f(k))
-    }
-
-    fn begin(&self) -> Result<Box<dyn Txn + '_>> {
-        Ok(Box::new(MemoryTxn { map: self.map(), overlay: BTreeMap::new() }))
-    }
-
-    fn compact(&self) -> Result<()> {
-        Ok(())
-    }
-
-    fn disk_bytes(&self) -> Result<u64> {
-        Ok(0)
-    }
-}
-
-struct MemoryTxn<'a> {
-    map: MutexGuard<'a, MemoryMap>,
-    overlay: BTreeMap<(Ns, Vec<u8>), Option<Vec<u8>>>,
-}
-
-impl Txn for MemoryTxn<'_> {
-    fn get(&mut self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let k = (ns, key.to_vec());
-        Ok(match self.overlay.get(&k) {
-            Some(v) => v.clone(),
-            None => self.map.get(&k).cloned(),
-        })
-    }
-
-    fn keys(&mut self, ns: Ns, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let mut keys: std::collections::BTreeSet<Vec<u8>> =
-            memory_range(&self.map, ns, prefix).map(|(k, _)| k.clone()).collect();
-        for ((n, k), v) in &self.overlay {
-            if *n == ns && k.starts_with(prefix) {
-                if v.is_some() {
-                    keys.insert(k.clone());
-                } else {
-                    keys.remove(k);
-                }
-            }
-        }
-        Ok(keys.into_iter().collect())
-    }
-
-    fn put(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<()> {
-        self.overlay.insert((ns, key.to_vec()), Some(value.to_vec()));
-        Ok(())
-    }
-
-    fn put_if_absent(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<bool> {
-        if self.get(ns, key)?.is_some() {
-            return Ok(false);
-        }
-        self.put(ns, key, value)?;
-        Ok(true)
-    }
-
-    fn delete(&mut self, ns: Ns, key: &[u8]) -> Result<bool> {
-        let existed = self.get(ns, key)?.is_some();
-        self.overlay.insert((ns, key.to_vec()), None);
-        Ok(existed)
-    }
-
-    fn commit(mut self: Box<Self>) -> Result<()> {
-        let overlay = std::mem::take(&mut self.overlay);
-        for (k, v) in overlay {
-            match v {
-                Some(v) => self.map.insert(k, v),
-                None => self.map.remove(&k),
-            };
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -526,66 +329,5 @@ mod tests {
         assert_eq!(large, 1, "large values moved to their own table");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(version, SCHEMA_VERSION);
-    }
-
-    fn backends() -> Vec<(Box<dyn KeyValueStore>, Option<tempfile::TempDir>)> {
-        let dir = tempfile::tempdir().unwrap();
-        let sqlite = SqliteKv::open(&dir.path().join("store.db")).unwrap();
-        vec![(Box::new(MemoryKv::new()), None), (Box::new(sqlite), Some(dir))]
-    }
-
-    #[test]
-    fn committed_writes_are_visible_and_dropped_ones_are_not() {
-        for (kv, _dir) in backends() {
-            let mut t = kv.begin().unwrap();
-            t.put("a", b"k1", b"v1").unwrap();
-            assert_eq!(t.get("a", b"k1").unwrap().unwrap(), b"v1");
-            t.commit().unwrap();
-            let mut t = kv.begin().unwrap();
-            t.put("a", b"k2", b"v2").unwrap();
-            t.delete("a", b"k1").unwrap();
-            drop(t);
-            assert_eq!(kv.get("a", b"k1").unwrap().unwrap(), b"v1");
-            assert!(kv.get("a", b"k2").unwrap().is_none());
-        }
-    }
-
-    #[test]
-    fn scans_stay_inside_prefix_and_namespace_in_key_order() {
-        for (kv, _dir) in backends() {
-            let mut t = kv.begin().unwrap();
-            for k in [&b"p/2"[..], b"p/1", b"q/1", b"p\xff", b"p"] {
-                t.put("a", k, k).unwrap();
-            }
-            t.put("b", b"p/3", b"x").unwrap();
-            assert!(!t.put_if_absent("a", b"p/1", b"other").unwrap());
-            assert_eq!(t.keys("a", b"p/").unwrap(), vec![b"p/1".to_vec(), b"p/2".to_vec()]);
-            t.commit().unwrap();
-            let mut seen = Vec::new();
-            kv.scan("a", b"p", &mut |k, v| {
-                assert_eq!(k, v);
-                seen.push(k.to_vec());
-                Ok(true)
-            })
-            .unwrap();
-            assert_eq!(seen, vec![b"p".to_vec(), b"p/1".to_vec(), b"p/2".to_vec(), b"p\xff".to_vec()]);
-        }
-    }
-
-    #[test]
-    fn a_read_inside_the_same_threads_transaction_is_an_error_not_a_deadlock() {
-        let dir = tempfile::tempdir().unwrap();
-        let kv = SqliteKv::open(&dir.path().join("store.db")).unwrap();
-        let txn = kv.begin().unwrap();
-        assert!(kv.get("a", b"k").is_err());
-        drop(txn);
-        assert!(kv.get("a", b"k").unwrap().is_none());
-    }
-
-    #[test]
-    fn prefix_end_handles_ff() {
-        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_end(b"\xff\xff"), None);
-        assert_eq!(prefix_end(b""), None);
     }
 }

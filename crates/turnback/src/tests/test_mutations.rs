@@ -1,14 +1,16 @@
 //! Checkpointed mutations through the library: content round-trips, classes, caps,
 //! retention and key rotation.
 
-use turnback::artifact::ImageRole;
-use turnback::checkpoint::{self, CoverageState, EffectKind, ImageRecord, StageState};
-use turnback::mutation::Mutation;
-use turnback::object::ContentClass;
-use turnback::settings::SettingsOverrides;
-use turnback::{ErrorCode, Session, maintenance};
+use crate::api::maintenance;
+use crate::api::mutation::Mutation;
+use crate::checkpoint::artifact::ImageRole;
+use crate::checkpoint::{self, CoverageState, EffectKind, ImageRecord, StageState};
+use crate::error::ErrorCode;
+use crate::session::Session;
+use crate::storage::content::ContentClass;
+use crate::storage::settings::SettingsOverrides;
 
-use crate::common::Env;
+use crate::tests::common::Env;
 
 fn read(env: &Env, r: &checkpoint::CheckpointRecord, role: ImageRole) -> Option<Vec<u8>> {
     checkpoint::read_image(&env.store, r, 0, role).unwrap().map(|(_, b)| b)

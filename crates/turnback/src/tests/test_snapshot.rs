@@ -4,15 +4,15 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 
-use turnback::object::ContentId;
-use turnback::snapshot::{self, SnapshotKind, SnapshotRecord};
-use turnback::tree::NodeKind;
-use turnback::{Store, maintenance};
+use crate::api::maintenance;
+use crate::snapshot::tree::NodeKind;
+use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
+use crate::storage::content::ContentId;
 
-use crate::common::Env;
+use crate::tests::common::Env;
 
 fn take(env: &Env) -> SnapshotRecord {
-    snapshot::take(&env.store, &env.ws, &env.session, SnapshotKind::AdHoc).unwrap()
+    env.snapshot(SnapshotKind::AdHoc).unwrap()
 }
 
 fn paths(env: &Env, r: &SnapshotRecord) -> BTreeMap<String, NodeKind> {
@@ -219,11 +219,17 @@ fn a_store_inside_the_workspace_is_left_out() {
     let dir = tempfile::tempdir().unwrap();
     let ws_dir = dir.path().join("ws");
     std::fs::create_dir(&ws_dir).unwrap();
-    let store = Store::open(&crate::common::options_at(&ws_dir.join(".turnback"), crate::common::KEY)).unwrap();
-    let ws = turnback::Workspace::ensure(&store, &ws_dir).unwrap();
-    let session = turnback::Session::resolve(&store, &ws, Some("s")).unwrap();
+    let store = crate::tests::common::open(&crate::tests::common::options_at(
+        &ws_dir.join(".turnback"),
+        crate::tests::common::KEY,
+    ))
+    .unwrap();
+    let ws = crate::session::workspace::Workspace::ensure(&store, &ws_dir).unwrap();
+    let session = crate::session::Session::resolve(&store, &ws, Some("s")).unwrap();
     std::fs::write(ws_dir.join("a.txt"), "a").unwrap();
-    let r = snapshot::take(&store, &ws, &session, SnapshotKind::AdHoc).unwrap();
+    let opts = snapshot::TakeOptions { kind: Some(SnapshotKind::AdHoc), ..Default::default() };
+    let hooks = crate::session::turn::Hooks::new(&store);
+    let r = snapshot::take(&store, crate::session::turn::source(&ws, &session), &opts, &hooks).unwrap();
     assert_eq!(r.files, 1);
 }
 
@@ -257,7 +263,7 @@ fn diff_names_added_modified_deleted_and_type_changed_paths_and_hides_binary_con
     write(&env, "img.bin", "\0\x02binary-secret-2");
     let b = take(&env);
     let root = |r: &SnapshotRecord| ContentId::from_hex(r.root.as_deref().unwrap()).unwrap();
-    let changes = turnback::diff::trees(&env.store, &root(&a), &root(&b)).unwrap();
+    let changes = crate::snapshot::diff::trees(&env.store, &root(&a), &root(&b)).unwrap();
     let summary: Vec<(String, String)> = changes
         .iter()
         .map(|c| (c.path.clone(), serde_json::to_value(c.change).unwrap().as_str().unwrap().to_string()))
@@ -272,14 +278,13 @@ fn diff_names_added_modified_deleted_and_type_changed_paths_and_hides_binary_con
             ("new/file.txt".into(), "added".into()),
         ]
     );
-    let counts = turnback::diff::numstat(&env.store, &changes).unwrap();
+    let (counts, patch) = crate::snapshot::diff::report(&env.store, &changes, true).unwrap();
     assert_eq!((counts[0].added, counts[0].deleted), (Some(2), Some(1)));
     assert_eq!((counts[2].added, counts[2].deleted), (None, None), "binary");
-    let patch = turnback::diff::unified(&env.store, &changes).unwrap();
     assert!(patch.contains("+TWO") && patch.contains("-two"), "{patch}");
     assert!(patch.contains("Binary files a/img.bin and b/img.bin differ"));
     assert!(!patch.contains("binary-secret"), "binary content never shown");
-    assert!(turnback::diff::trees(&env.store, &root(&b), &root(&b)).unwrap().is_empty());
+    assert!(crate::snapshot::diff::trees(&env.store, &root(&b), &root(&b)).unwrap().is_empty());
 }
 
 #[test]
@@ -309,17 +314,18 @@ fn pruning_keeps_the_budget_by_removing_oldest_whole_turns_and_gc_reclaims_them(
     let mut turn_ids = Vec::new();
     for i in 0..3 {
         write(&env, "f.txt", &format!("version {i}"));
-        let id = turnback::turn::new_id();
-        let req = turnback::turn::BeginRequest { prompt: Some(format!("turn {i}")), ..Default::default() };
-        turnback::turn::take_start_snapshot(&env.store, &env.ws, &session, &id, None).unwrap();
-        turnback::turn::record(&env.store, &session, &id, &req, false, None).unwrap();
+        let id = crate::session::turn::new_id();
+        let prompt = format!("turn {i}");
+        let new = crate::session::turn::NewTurn { prompt: Some(&prompt), background: false };
+        crate::session::turn::take_start_snapshot(&env.store, &env.ws, &session, &id, None).unwrap();
+        crate::session::turn::record(&env.store, &session, &id, new, false, None).unwrap();
         write(&env, "f.txt", &format!("version {i} edited"));
-        turnback::turn::end(&env.store, &env.ws, &session).unwrap();
+        crate::session::turn::end(&env.store, &env.ws, &session, None).unwrap();
         turn_ids.push(id);
     }
     let kept = snapshot::list(&env.store, &session.id).unwrap();
     assert!(kept.len() <= 3, "{}", kept.len());
-    let turns = turnback::turn::list(&env.store, &session.id).unwrap();
+    let turns = crate::session::turn::list(&env.store, &session.id).unwrap();
     // The oldest turns went whole: never a start without its end.
     for t in &turns {
         let start = t.snapshot.id.is_some();
@@ -380,7 +386,7 @@ fn deleting_a_session_and_collecting_garbage_frees_its_blocks() {
     write(&env, "f-0.txt", "changed\n");
     take(&env);
     assert_eq!(keys_in(&env, "blocks").len(), 2, "a later snapshot packs only what changed");
-    turnback::Session::delete(&env.store, &env.session.id).unwrap();
+    maintenance::delete_session(&env.store, &env.session.id).unwrap();
     let report = maintenance::gc(&env.store).unwrap();
     assert!(report.objects_removed >= 21, "21 file contents and the trees: {report:?}");
     assert!(keys_in(&env, "blocks").is_empty(), "no block outlives what it held");

@@ -3,9 +3,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use turnback::{Store, maintenance};
+use crate::api::maintenance;
+use crate::storage::store::Store;
 
-use crate::common::{Env, KEY, options};
+use crate::tests::common::{Env, KEY, options};
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -38,21 +39,21 @@ fn an_existing_world_readable_directory_is_made_owner_only_on_create() {
 fn two_open_stores_on_one_directory_interleave_writes() {
     let env = Env::new();
     let second = Store::open(&options(env.dir.path(), KEY)).unwrap();
-    let ws = turnback::Workspace::ensure(&second, &env.ws.root).unwrap();
+    let ws = crate::session::workspace::Workspace::ensure(&second, &env.ws.root).unwrap();
     assert_eq!(ws.id, env.ws.id, "one workspace, whichever handle registered it");
     for i in 0..5 {
         env.write(&format!("a{i}.txt"), b"from the first handle");
-        let ctx = turnback::mutation::Context {
+        let ctx = crate::api::mutation::Context {
             store: &second,
             workspace: &ws,
             session: &env.session,
             cwd: &ws.root,
             confirm_unprotected: false,
         };
-        let m = turnback::mutation::Mutation::Write { path: format!("b{i}.txt").into(), content: b"second".to_vec() };
-        turnback::mutation::apply(ctx, m).unwrap();
+        let m = crate::api::mutation::Mutation::Write { path: format!("b{i}.txt").into(), content: b"second".to_vec() };
+        crate::api::mutation::apply(ctx, m).unwrap();
     }
-    let listed = turnback::checkpoint::list(&env.store, &env.session, Default::default()).unwrap();
+    let listed = crate::checkpoint::list(&env.store, &env.session.id, Default::default()).unwrap();
     assert_eq!(listed.len(), 10);
     assert!(maintenance::verify(&second, true).unwrap().clean);
 }

@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use crate::api::mutation::Mutation;
+use crate::undo::rollback::{self, Selection};
 use proptest::prelude::*;
-use turnback::mutation::Mutation;
-use turnback::rollback::{self, Selection};
 
-use crate::common::Env;
+use crate::tests::common::Env;
 
 const PATHS: [&str; 5] = ["a.txt", "d1/b.txt", "d1/d2/c.bin", "e.txt", "d3/f.txt"];
 

@@ -3,11 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-use turnback::checkpoint::{self, CheckpointRecord};
-use turnback::keys::KeyConfig;
-use turnback::mutation::{self, Context, Mutation};
-use turnback::settings::SettingsOverrides;
-use turnback::{Session, Store, StoreOptions, Workspace};
+use crate::api::mutation::{self, Context, Mutation};
+use crate::checkpoint::{self, CheckpointRecord};
+use crate::session::Session;
+use crate::session::workspace::Workspace;
+use crate::storage::keys::KeyConfig;
+use crate::storage::settings::SettingsOverrides;
+use crate::storage::store::{Store, StoreOptions};
 
 pub const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 pub const OTHER_KEY: &str = "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI=";
@@ -32,6 +34,13 @@ pub fn options_at(store: &Path, key: &str) -> StoreOptions {
     }
 }
 
+/// Opens a store and recovers what crashed processes left, as `Turnback::open` does.
+pub fn open(opts: &StoreOptions) -> crate::error::Result<Store> {
+    let store = Store::open(opts)?;
+    crate::api::reconcile(&store)?;
+    Ok(store)
+}
+
 impl Env {
     pub fn new() -> Self {
         Self::with_overrides(SettingsOverrides::default())
@@ -40,25 +49,25 @@ impl Env {
     pub fn with_overrides(overrides: SettingsOverrides) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("ws")).unwrap();
-        let store = Store::open(&StoreOptions { overrides, ..options(dir.path(), KEY) }).unwrap();
+        let store = open(&StoreOptions { overrides, ..options(dir.path(), KEY) }).unwrap();
         let ws = Workspace::ensure(&store, &dir.path().join("ws")).unwrap();
         let session = Session::resolve(&store, &ws, Some("test-session")).unwrap();
         Env { dir, store, ws, session }
     }
 
     pub fn reopen(&mut self) {
-        self.store = Store::open(&options(self.dir.path(), KEY)).unwrap();
+        self.store = open(&options(self.dir.path(), KEY)).unwrap();
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
         self.ws.root.join(rel)
     }
 
-    pub fn apply(&self, m: Mutation) -> turnback::Result<CheckpointRecord> {
+    pub fn apply(&self, m: Mutation) -> crate::error::Result<CheckpointRecord> {
         self.apply_confirmed(m, false)
     }
 
-    pub fn apply_confirmed(&self, m: Mutation, confirm: bool) -> turnback::Result<CheckpointRecord> {
+    pub fn apply_confirmed(&self, m: Mutation, confirm: bool) -> crate::error::Result<CheckpointRecord> {
         let ctx = Context {
             store: &self.store,
             workspace: &self.ws,
@@ -80,6 +89,16 @@ impl Env {
         let mut txn = self.store.kv().begin().unwrap();
         txn.put(ns, key, &value).unwrap();
         txn.commit().unwrap();
+    }
+
+    /// Takes a snapshot of the workspace for the session, as the facade does.
+    pub fn snapshot(
+        &self,
+        kind: crate::snapshot::SnapshotKind,
+    ) -> crate::error::Result<crate::snapshot::SnapshotRecord> {
+        let opts = crate::snapshot::TakeOptions { kind: Some(kind), ..Default::default() };
+        let hooks = crate::session::turn::Hooks::new(&self.store);
+        crate::snapshot::take(&self.store, crate::session::turn::source(&self.ws, &self.session), &opts, &hooks)
     }
 
     pub fn record(&self, id: &str) -> CheckpointRecord {

@@ -1,0 +1,294 @@
+//! The agent-neutral event protocol: what any coding agent reports, turned into turns,
+//! checkpoints, shell records and history — once, here.
+//!
+//! An adapter for an agent (a hook command, a plugin, `turnback run`, the MCP server)
+//! only translates the agent's own events into [`AgentEvent`]s and hands them, in the
+//! order they arrived, to [`Turnback::record_event`]. Each event may come from a separate
+//! process (hooks are), so everything the protocol remembers between events is in the
+//! store.
+//!
+//! What each event does:
+//! - `session-started`: the session exists from here on (created under the agent's id).
+//! - `prompt-submitted`: tool calls still waiting for their "after" event are closed as
+//!   failed; a new turn begins with a start snapshot, and the prompt goes into the
+//!   history. The same prompt delivered again within a minute of its turn's start joins
+//!   that turn instead; a running turn that never got its stop ends where the new one
+//!   begins.
+//! - `tool-started`: a call that writes files stages them (their pre-images) under the
+//!   call's id; a second start of the same call changes nothing.
+//! - `tool-finished` / `tool-failed`: a file-writing call is committed (post-images; as
+//!   failed if it failed: the files may still have changed); a shell call is recorded in
+//!   the turn with how it ended. A finish without its start records nothing.
+//! - `shell-ran`: a shell command reported on its own is recorded in the turn.
+//! - `assistant-replied`: the agent's reply goes into the history of the current turn.
+//! - `stopped`: tool calls still waiting are closed as failed and the turn ends with its
+//!   end snapshot. A stop with no running turn does nothing, unless it says the agent
+//!   `continued` after an earlier stop: then the turn is ended again, so its end snapshot
+//!   holds what the agent did since.
+//! - `subagent-started` / `subagent-stopped`: recorded in the running turn.
+//! - `compacted`: nothing to do — the history turnback keeps is not compacted.
+//! - `session-ended`: like a stop without its own event.
+//!
+//! Continuations: any sign of the agent working (a tool call, a shell command, a
+//! sub-agent) while no turn runs, after the newest turn ended, reopens that turn: an agent
+//! whose stop another hook blocked carries on in the same turn, and its later edits count
+//! as its own, not as a person's.
+//!
+//! Invariants: every event is safe to deliver twice or out of order; an event that finds
+//! nothing to act on records nothing and is not an error.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+
+use serde::{Deserialize, Serialize};
+
+use crate::api::{CheckpointSummary, Turnback};
+use crate::error::Result;
+use crate::session::begin::BeginRequest;
+use crate::session::history::{NewEntry, Role};
+use crate::session::turn::{self, Shell, Turn};
+
+/// One thing an agent reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum AgentEvent {
+    /// The agent's session began (or resumed).
+    SessionStarted,
+    /// The agent's session ended (the person quit).
+    SessionEnded,
+    /// The person sent a prompt.
+    PromptSubmitted {
+        /// Its text (none: a turn without a prompt, such as `turnback run` without one).
+        #[serde(default)]
+        prompt: Option<String>,
+    },
+    /// A tool call is about to run.
+    ToolStarted {
+        /// The call.
+        call: ToolCall,
+    },
+    /// A tool call ran.
+    ToolFinished {
+        /// The call.
+        call: ToolCall,
+    },
+    /// A tool call failed or was refused (its files may still have changed).
+    ToolFailed {
+        /// The call.
+        call: ToolCall,
+    },
+    /// A shell command ran, reported on its own.
+    ShellRan {
+        /// The agent's id for it.
+        #[serde(default)]
+        id: Option<String>,
+        /// The command line.
+        command: String,
+        /// Its exit status, when known.
+        #[serde(default)]
+        exit_status: Option<i32>,
+    },
+    /// The agent replied.
+    AssistantReplied {
+        /// The reply.
+        text: String,
+        /// Its reasoning, when shown.
+        #[serde(default)]
+        thinking: Option<String>,
+    },
+    /// The agent finished its reply.
+    Stopped {
+        /// This stop follows an earlier one the agent carried on after (another hook
+        /// blocked it).
+        #[serde(default)]
+        continued: bool,
+    },
+    /// A sub-agent began.
+    SubagentStarted {
+        /// The agent's id for it.
+        id: String,
+        /// Its kind, in the agent's words.
+        #[serde(default)]
+        kind: Option<String>,
+    },
+    /// A sub-agent finished.
+    SubagentStopped {
+        /// The agent's id for it.
+        id: String,
+    },
+    /// The agent compacted its context.
+    Compacted,
+}
+
+/// A tool call, as an agent reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    /// The agent's id for the call (a tool-use id): its start and its end are matched by
+    /// it. Without one, they are matched by name and paths.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The tool's name.
+    pub name: String,
+    /// What the tool does.
+    #[serde(default)]
+    pub effect: ToolEffect,
+    /// The files it names (absolute, or relative to the workspace).
+    #[serde(default)]
+    pub paths: Vec<PathBuf>,
+    /// Its command line, for a shell call.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Its exit status, for a finished shell call.
+    #[serde(default)]
+    pub exit_status: Option<i32>,
+    /// The sub-agent making the call, if not the main agent.
+    #[serde(default)]
+    pub subagent: Option<String>,
+}
+
+/// What a tool does, as far as undo is concerned.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolEffect {
+    /// It writes the files it names: checkpointed.
+    WritesFiles,
+    /// It runs a shell command: recorded, never claimed reversible (snapshots cover its
+    /// effect on workspace files).
+    RunsShell,
+    /// Anything else: nothing to record.
+    #[default]
+    Other,
+}
+
+/// What recording one event did.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recorded {
+    /// The turn the event began, joined, ended, reopened or was recorded in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub turn: Option<Turn>,
+    /// A running turn was joined rather than a new one begun.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub joined: bool,
+    /// The turn was reopened: the agent carried on after its stop.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub reopened: bool,
+    /// The checkpoint a tool call staged or committed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointSummary>,
+    /// Tool calls closed as failed because their "after" event never came.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub abandoned_calls_closed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Turnback {
+    /// Records one event an agent reported (see [the protocol](crate::agent)). `cancel`,
+    /// when set while a prompt's start snapshot is awaited, cancels that turn's begin.
+    ///
+    /// # Errors
+    /// Store and workspace errors, `path-rejected` for a tool call naming a path outside
+    /// the workspace, `cancelled`. An event with nothing to act on is not an error.
+    pub fn record_event(&self, event: &AgentEvent, cancel: Option<&AtomicBool>) -> Result<Recorded> {
+        let mut done = Recorded::default();
+        match event {
+            AgentEvent::SessionStarted => {
+                self.session()?;
+            }
+            AgentEvent::PromptSubmitted { prompt } => {
+                done.abandoned_calls_closed = self.finish_abandoned_tool_calls()?;
+                let prompt = prompt.as_deref().filter(|p| !p.is_empty());
+                // A new prompt is a new turn, even when the last one got no stop (an agent
+                // interrupted); the same prompt delivered twice joins the turn it began.
+                let running = self.running_turn()?;
+                let repeat = running.is_some_and(|t| prompt.is_some_and(|p| turn::repeats(&t, p)));
+                let req = BeginRequest { prompt: prompt.map(str::to_string), background: false, new: !repeat };
+                let begun = self.begin_turn(&req, cancel)?;
+                done.joined = begun.joined;
+                done.turn = Some(begun.turn);
+            }
+            AgentEvent::ToolStarted { call } => {
+                done.reopened = self.reopen_if_stopped(&mut done)?;
+                if call.effect == ToolEffect::WritesFiles && !call.paths.is_empty() {
+                    done.checkpoint = Some(self.stage_tool_call(&call_key(call), &call.paths)?);
+                }
+            }
+            AgentEvent::ToolFinished { call } | AgentEvent::ToolFailed { call } => {
+                let failed = matches!(event, AgentEvent::ToolFailed { .. });
+                done.reopened = self.reopen_if_stopped(&mut done)?;
+                match call.effect {
+                    ToolEffect::RunsShell => {
+                        let command = call.command.as_deref().unwrap_or("");
+                        let shell = Shell { command, id: call.id.as_deref(), exit_status: call.exit_status, failed };
+                        done.turn = self.record_shell_if_running(shell)?;
+                    }
+                    _ => done.checkpoint = self.commit_tool_call(&call_key(call), failed)?,
+                }
+            }
+            AgentEvent::ShellRan { id, command, exit_status } => {
+                done.reopened = self.reopen_if_stopped(&mut done)?;
+                let shell = Shell { command, id: id.as_deref(), exit_status: *exit_status, failed: false };
+                done.turn = self.record_shell_if_running(shell)?;
+            }
+            AgentEvent::AssistantReplied { text, thinking } => {
+                if !self.turn_records()?.is_empty() {
+                    let entry = NewEntry { thinking: thinking.clone(), ..NewEntry::new(Role::Assistant, text.clone()) };
+                    self.history_append(vec![entry])?;
+                }
+            }
+            AgentEvent::Stopped { continued } => {
+                done.abandoned_calls_closed = self.finish_abandoned_tool_calls()?;
+                if *continued && self.running_turn()?.is_none() {
+                    done.reopened = self.reopen_if_stopped(&mut done)?;
+                }
+                if self.running_turn()?.is_some() {
+                    done.turn = Some(self.end_turn(self.progress())?);
+                }
+            }
+            AgentEvent::SessionEnded => {
+                done.abandoned_calls_closed = self.finish_abandoned_tool_calls()?;
+                if self.running_turn()?.is_some() {
+                    done.turn = Some(self.end_turn(self.progress())?);
+                }
+            }
+            AgentEvent::SubagentStarted { id, kind } => {
+                done.reopened = self.reopen_if_stopped(&mut done)?;
+                done.turn = self.record_subagent(id, kind.as_deref(), false)?;
+            }
+            AgentEvent::SubagentStopped { id } => {
+                done.turn = self.record_subagent(id, None, true)?;
+            }
+            AgentEvent::Compacted => {}
+        }
+        Ok(done)
+    }
+
+    /// Reopens the newest turn when no turn runs: the agent is working after its stop.
+    fn reopen_if_stopped(&self, done: &mut Recorded) -> Result<bool> {
+        let reopened = self.reopen_turn()?;
+        let was = reopened.is_some();
+        if let Some(t) = reopened {
+            done.turn = Some(t);
+        }
+        Ok(was)
+    }
+}
+
+/// The key a tool call's start and end are matched by: its id, else its name and paths
+/// (which its start and end share).
+fn call_key(call: &ToolCall) -> String {
+    match &call.id {
+        Some(id) => id.clone(),
+        None => {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            call.name.hash(&mut h);
+            call.paths.hash(&mut h);
+            format!("call-{:016x}", h.finish())
+        }
+    }
+}

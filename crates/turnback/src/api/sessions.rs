@@ -1,0 +1,141 @@
+//! Sessions, forks and the conversation history through the facade.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::api::Turnback;
+use crate::checkpoint::{self, ListFilter};
+use crate::error::{Error, Result};
+use crate::session::Session;
+use crate::session::fork::{self, Forked};
+use crate::session::history::{self, Entry, Message, NewEntry, Selection, View};
+use crate::session::transcript::{self, Imported};
+use crate::session::turn;
+use crate::snapshot;
+
+/// The sessions of the workspace.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionList {
+    /// The workspace root.
+    pub workspace: PathBuf,
+    /// Its sessions, oldest first.
+    pub sessions: Vec<Session>,
+}
+
+/// One session in numbers.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    /// The session.
+    pub session: Session,
+    /// Its turns.
+    pub turns: usize,
+    /// The running turn's id.
+    pub running_turn: Option<String>,
+    /// Its snapshots.
+    pub snapshots: usize,
+    /// Bytes they stored.
+    pub snapshot_stored_bytes: u64,
+    /// Its complete checkpoints.
+    pub checkpoints: usize,
+}
+
+/// History entries appended.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Appended {
+    /// The session.
+    pub session_id: String,
+    /// The entries as stored (caps applied, cuts noted).
+    pub appended: Vec<Entry>,
+}
+
+impl Turnback {
+    /// Creates a session in the workspace (with `id`, or a fresh one).
+    ///
+    /// # Errors
+    /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
+    pub fn new_session(&self, id: Option<&str>) -> Result<Session> {
+        Session::create(&self.store, self.workspace()?, id)
+    }
+
+    /// The sessions of the workspace.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn sessions(&self) -> Result<SessionList> {
+        let ws = self.workspace()?;
+        Ok(SessionList { workspace: ws.root.clone(), sessions: Session::list(&self.store, ws)? })
+    }
+
+    /// Session `id` (default: this one) in numbers.
+    ///
+    /// # Errors
+    /// `not-found`.
+    pub fn session_info(&self, id: Option<&str>) -> Result<SessionInfo> {
+        let session = match id {
+            Some(id) => Session::get(&self.store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?,
+            None => self.session()?.clone(),
+        };
+        let turns = turn::list(&self.store, &session.id)?;
+        let snaps = snapshot::list(&self.store, &session.id)?;
+        let checkpoints = checkpoint::list(&self.store, &session.id, ListFilter::default())?.len();
+        Ok(SessionInfo {
+            running_turn: turns.iter().rev().find(|t| t.running()).map(|t| t.turn_id.clone()),
+            turns: turns.len(),
+            snapshots: snaps.len(),
+            snapshot_stored_bytes: snaps.iter().map(|r| r.stored_bytes).sum(),
+            checkpoints,
+            session,
+        })
+    }
+
+    /// Forks session `from` after turn `after` (default: its newest): a new session
+    /// carrying its turns, snapshots and history through that turn; with `into`, also the
+    /// files as they were right after it, written into that new or empty directory.
+    ///
+    /// # Errors
+    /// `not-found` for an unknown session or turn, or a state after the turn that was not
+    /// snapshotted; `already-exists` if `into` is not empty.
+    pub fn fork(&self, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<Forked> {
+        fork::fork(&self.store, from, after, into, id)
+    }
+
+    /// Appends conversation entries to the session's history, each durably before the
+    /// next; an entry without a turn joins the running turn (else the newest).
+    ///
+    /// # Errors
+    /// `not-found` for an unknown turn; `invalid-argument` if there is no turn to join.
+    pub fn history_append(&self, entries: Vec<NewEntry>) -> Result<Appended> {
+        let session = self.session()?;
+        let appended =
+            entries.into_iter().map(|e| history::append(&self.store, session, e)).collect::<Result<Vec<_>>>()?;
+        Ok(Appended { session_id: session.id.clone(), appended })
+    }
+
+    /// The session's history, or part of it.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn history(&self, selection: &Selection) -> Result<View> {
+        history::read(&self.store, &self.session()?.id, selection)
+    }
+
+    /// The session's history as `[{role, content}]` messages, to seed a stateless model.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn history_messages(&self) -> Result<Vec<Message>> {
+        Ok(history::messages(&self.history(&Selection::All)?.entries))
+    }
+
+    /// Imports a Claude Code transcript (the text of its `.jsonl`) into the session's
+    /// history and turns; running it again adds only what the transcript gained.
+    ///
+    /// # Errors
+    /// `invalid-argument` if the text is not a Claude Code transcript.
+    pub fn import_claude_code(&self, text: &str) -> Result<Imported> {
+        transcript::import_claude_code(&self.store, self.session()?, text)
+    }
+}

@@ -1,0 +1,270 @@
+//! Turns, snapshots and diffs through the facade.
+
+use std::sync::atomic::AtomicBool;
+
+use serde::Serialize;
+
+use crate::api::Turnback;
+use crate::error::{Error, ErrorCode, Result};
+use crate::session::begin::{self, BeginRequest, Begun};
+use crate::session::history::{self, NewEntry};
+use crate::session::turn::{self, Shell, SnapshotRef, Turn, TurnKind};
+use crate::snapshot::diff::{self, NumStat};
+use crate::snapshot::{self, SnapshotKind, SnapshotRecord, TakeOptions};
+use crate::storage::content::ContentId;
+
+/// A session's turns, as `turns` lists them.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnList {
+    /// The session.
+    pub session_id: String,
+    /// Its turns, oldest first.
+    pub turns: Vec<TurnSummary>,
+}
+
+/// One turn in a list.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSummary {
+    /// 1-based position in the session.
+    pub index: u64,
+    /// Stable id.
+    pub turn_id: String,
+    /// Prompt or background.
+    pub kind: TurnKind,
+    /// The prompt's first line.
+    pub preview: String,
+    /// When it started.
+    pub started_at: String,
+    /// When it ended (none while it runs).
+    pub ended_at: Option<String>,
+    /// Its start snapshot.
+    pub snapshot: SnapshotRef,
+    /// Its end snapshot.
+    pub end_snapshot: Option<SnapshotRef>,
+}
+
+/// Which two states to compare.
+#[derive(Debug, Clone, Default)]
+pub struct DiffRequest {
+    /// A turn's 1-based index: its start against its end (or the live tree while it
+    /// runs). Without it and without `from`: the newest turn.
+    pub turn: Option<u64>,
+    /// A snapshot id (or `live`) to compare from…
+    pub from: Option<String>,
+    /// …and to (`None`: the live tree).
+    pub to: Option<String>,
+    /// Include the unified diff of text files.
+    pub patch: bool,
+}
+
+/// What changed between two snapshots.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiffReport {
+    /// The older snapshot.
+    pub from: String,
+    /// The newer snapshot.
+    pub to: String,
+    /// Every changed path, with lines added and deleted.
+    pub changes: Vec<NumStat>,
+    /// The unified diff, when asked for (binary files named, not shown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
+}
+
+/// A shell command recorded in the running turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShellRecorded {
+    /// The turn, with the command among its shell effects.
+    pub turn: Turn,
+}
+
+impl Turnback {
+    /// Begins a turn: joins a running prompt turn unless `req.new` (or background), else
+    /// takes a start snapshot — waiting for it at most as long as
+    /// [`with_start_snapshot`](Self::with_start_snapshot) says, if it set a process to take
+    /// it, after which the turn goes on with its snapshot marked late — and records the turn. A new turn's prompt
+    /// goes into the session's history. With `cancel` set meanwhile, nothing is recorded.
+    ///
+    /// # Errors
+    /// `cancelled` (nothing recorded); store errors.
+    pub fn begin_turn(&self, req: &BeginRequest, cancel: Option<&AtomicBool>) -> Result<Begun> {
+        let never = AtomicBool::new(false);
+        let (ws, session) = (self.workspace()?, self.session()?);
+        let starter = self.starter.as_deref().map(|s| s as &dyn begin::StartSnapshot);
+        let wait = self.begin_wait;
+        let begun = begin::begin(&self.store, ws, session, req, starter.map(|s| (s, wait)), cancel.unwrap_or(&never))?;
+        if !begun.joined
+            && let Some(prompt) = req.prompt.as_ref().filter(|p| !p.is_empty())
+        {
+            history::append(&self.store, session, NewEntry::prompt(&begun.turn.turn_id, prompt.clone()))?;
+        }
+        Ok(begun)
+    }
+
+    /// Ends the running turn with its end snapshot, first closing, as failed, every tool
+    /// call whose "after" event never came (a denied or failed call). `progress` is told
+    /// how the snapshot's reading goes (bytes read, to read).
+    ///
+    /// # Errors
+    /// `not-found` if no turn is running.
+    pub fn end_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<Turn> {
+        self.finish_abandoned_tool_calls()?;
+        turn::end(&self.store, self.workspace()?, self.session()?, progress)
+    }
+
+    /// Takes the start snapshot of turn `turn_id`, which a begin elsewhere is waiting for
+    /// (the detached process a [`StartSnapshot`](begin::StartSnapshot) spawns).
+    ///
+    /// # Errors
+    /// Store and workspace errors; the turn is then told its snapshot failed.
+    pub fn take_turn_start_snapshot(&self, turn_id: &str) -> Result<SnapshotRecord> {
+        turn::take_start_snapshot(&self.store, self.workspace()?, self.session()?, turn_id, None)
+    }
+
+    /// Records a shell command the agent ran in the running turn (secrets redacted).
+    ///
+    /// # Errors
+    /// `not-found` if no turn is running.
+    pub fn record_shell(&self, shell: Shell<'_>) -> Result<ShellRecorded> {
+        let turn = turn::record_shell(&self.store, &self.session()?.id, shell)?
+            .ok_or_else(|| Error::not_found("a running turn (begin one with turnback turn begin)"))?;
+        Ok(ShellRecorded { turn })
+    }
+
+    /// The progress callback set by [`with_progress`](Self::with_progress).
+    pub(crate) fn progress(&self) -> Option<&(dyn Fn(u64, u64) + Sync)> {
+        self.progress.as_deref().map(|p| p as &(dyn Fn(u64, u64) + Sync))
+    }
+
+    /// The session's running turn, if any.
+    pub(crate) fn running_turn(&self) -> Result<Option<Turn>> {
+        turn::running(&self.store, &self.session()?.id)
+    }
+
+    /// Reopens the session's newest turn if it has ended and none runs.
+    pub(crate) fn reopen_turn(&self) -> Result<Option<Turn>> {
+        turn::reopen(&self.store, &self.session()?.id)
+    }
+
+    /// Records a shell command in the running turn, if one runs.
+    pub(crate) fn record_shell_if_running(&self, shell: Shell<'_>) -> Result<Option<Turn>> {
+        turn::record_shell(&self.store, &self.session()?.id, shell)
+    }
+
+    /// Records a sub-agent's start (or stop) in the running turn, if one runs.
+    pub(crate) fn record_subagent(&self, id: &str, kind: Option<&str>, stopped: bool) -> Result<Option<Turn>> {
+        turn::record_subagent(&self.store, &self.session()?.id, id, kind, stopped)
+    }
+
+    /// Takes an ad hoc snapshot of the whole workspace.
+    ///
+    /// # Errors
+    /// Store and workspace errors (a snapshot over a limit is recorded as skipped).
+    pub fn snapshot(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<SnapshotRecord> {
+        self.take_snapshot(SnapshotKind::AdHoc, progress)
+    }
+
+    fn take_snapshot(
+        &self,
+        kind: SnapshotKind,
+        progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+    ) -> Result<SnapshotRecord> {
+        let (ws, session) = (self.workspace()?, self.session()?);
+        let opts = TakeOptions { kind: Some(kind), progress, ..TakeOptions::default() };
+        snapshot::take(&self.store, turn::source(ws, session), &opts, &turn::Hooks::new(&self.store))
+    }
+
+    /// The session's turns.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn turns(&self) -> Result<TurnList> {
+        let session = self.session()?;
+        let turns = turn::list(&self.store, &session.id)?
+            .into_iter()
+            .map(|t| TurnSummary {
+                index: t.index,
+                turn_id: t.turn_id,
+                kind: t.kind,
+                preview: t.preview,
+                started_at: t.started_at,
+                ended_at: t.ended_at,
+                snapshot: t.snapshot,
+                end_snapshot: t.end_snapshot,
+            })
+            .collect();
+        Ok(TurnList { session_id: session.id.clone(), turns })
+    }
+
+    /// The full records of the session's turns, oldest first.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn turn_records(&self) -> Result<Vec<Turn>> {
+        turn::list(&self.store, &self.session()?.id)
+    }
+
+    /// A turn of the session, by 1-based index or by id.
+    ///
+    /// # Errors
+    /// `not-found`.
+    pub fn turn(&self, which: &str) -> Result<Turn> {
+        let session = &self.session()?.id;
+        let turn = match which.parse::<u64>() {
+            Ok(index) => turn::by_index(&self.store, session, index)?,
+            Err(_) => turn::get(&self.store, which)?,
+        };
+        if turn.session_id != *session {
+            return Err(Error::not_found(format!("turn {which} in session {session}")));
+        }
+        Ok(turn)
+    }
+
+    /// What changed between two snapshots, or in a turn.
+    ///
+    /// # Errors
+    /// `not-found` for an unknown turn or snapshot; `invalid-argument` for a skipped one.
+    pub fn diff(&self, req: &DiffRequest) -> Result<DiffReport> {
+        let (a, b) = match (&req.from, &req.to) {
+            (Some(f), Some(t)) => (self.snapshot_or_live(f)?, self.snapshot_or_live(t)?),
+            (Some(f), None) => (self.snapshot_or_live(f)?, self.take_snapshot(SnapshotKind::AdHoc, None)?),
+            _ => {
+                let t = match req.turn {
+                    Some(i) => turn::by_index(&self.store, &self.session()?.id, i)?,
+                    None => {
+                        turn::list(&self.store, &self.session()?.id)?.pop().ok_or_else(|| Error::not_found("a turn"))?
+                    }
+                };
+                let start = t
+                    .snapshot
+                    .id
+                    .as_deref()
+                    .ok_or_else(|| Error::not_found(format!("turn {}'s start snapshot", t.index)))?;
+                let end = match t.end_snapshot.as_ref().and_then(|e| e.id.clone()) {
+                    Some(id) => snapshot::get(&self.store, &id)?,
+                    None => self.take_snapshot(SnapshotKind::AdHoc, None)?,
+                };
+                (snapshot::get(&self.store, start)?, end)
+            }
+        };
+        let changes = diff::trees(&self.store, &root(&a)?, &root(&b)?)?;
+        let (counts, patch) = diff::report(&self.store, &changes, req.patch)?;
+        Ok(DiffReport { from: a.snapshot_id, to: b.snapshot_id, changes: counts, patch: req.patch.then_some(patch) })
+    }
+
+    fn snapshot_or_live(&self, id: &str) -> Result<SnapshotRecord> {
+        if id == "live" { self.take_snapshot(SnapshotKind::AdHoc, None) } else { snapshot::get(&self.store, id) }
+    }
+}
+
+fn root(r: &SnapshotRecord) -> Result<ContentId> {
+    r.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| {
+        Error::new(
+            ErrorCode::InvalidArgument,
+            format!("snapshot {} was skipped ({})", r.snapshot_id, r.skipped.as_deref().unwrap_or("?")),
+        )
+    })
+}

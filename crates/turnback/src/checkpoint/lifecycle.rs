@@ -1,0 +1,375 @@
+//! The lifecycle of a checkpoint: stage (record, pre-images, indexes and usage in one
+//! transaction), dispatch (the journal says the mutation may now happen), commit
+//! (post-images and the outcome in one transaction), and, for write-back operations whose
+//! result is committed before they write, finish.
+//!
+//! Invariants: each step is one transaction; a record only ever moves forward
+//! (`staging` → `staged` → `committed`); committing a committed record changes nothing.
+
+use crate::base::time::{format_ms, now_ms};
+use crate::checkpoint::artifact::{self, ImageRole};
+use crate::checkpoint::journal::{self, JournalEvent};
+use crate::checkpoint::retention::{self};
+use crate::checkpoint::*;
+use crate::error::{Error, ErrorCode, Result};
+use crate::fs::files::{self, Current, FileIdentity};
+use crate::fs::relpath::RelPath;
+use crate::storage::content::ContentClass;
+use crate::storage::kv::Txn;
+use crate::storage::schema;
+use crate::storage::store::Store;
+
+/// Where the images of one checkpoint go, and whether their bytes are kept.
+struct ImageSink<'a> {
+    checkpoint_id: &'a str,
+    protect: bool,
+    artifact_ids: &'a mut Vec<String>,
+}
+
+fn image_from(
+    store: &Store,
+    txn: &mut dyn Txn,
+    sink: &mut ImageSink<'_>,
+    role: ImageRole,
+    index: u32,
+    current: &Current,
+) -> Result<ImageRecord> {
+    match current {
+        Current::Absent => Ok(ImageRecord::absent()),
+        Current::File { bytes, identity } => {
+            let (digest, class, artifact_id) = if sink.protect {
+                let a = artifact::stage(store.keys(), txn, sink.checkpoint_id, role, index, bytes)?;
+                sink.artifact_ids.push(a.artifact_id.clone());
+                (a.digest, a.content_class, Some(a.artifact_id))
+            } else {
+                (crate::base::hex::hex(&store.keys().content_id(bytes)), ContentClass::of(bytes), None)
+            };
+            Ok(ImageRecord {
+                present: true,
+                digest: Some(digest),
+                size: bytes.len() as u64,
+                content_class: Some(class),
+                artifact_id,
+                identity: Some(*identity),
+            })
+        }
+    }
+}
+
+/// Stages a checkpoint: record, pre-images, indexes and usage in one transaction.
+/// An external stage (no owner) is dispatched in the same transaction.
+pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRecord> {
+    let checkpoint_id = uuid::Uuid::now_v7().to_string();
+    let operation_id = uuid::Uuid::now_v7().to_string();
+    let now = format_ms(now_ms());
+    let external = req.owner.is_none();
+    let mut txn = store.kv().begin()?;
+    let mut artifact_ids = Vec::new();
+    let mut targets = Vec::with_capacity(req.targets.len());
+    let mut sink = ImageSink { checkpoint_id: &checkpoint_id, protect: req.protect, artifact_ids: &mut artifact_ids };
+    for (i, t) in req.targets.iter().enumerate() {
+        let pre = image_from(store, &mut *txn, &mut sink, ImageRole::Pre, i as u32, &t.current)?;
+        targets.push(TargetRecord {
+            path: t.path.clone(),
+            effect: t.effect,
+            pre_image: pre,
+            post_image: None,
+            created_dirs: t.planned_dirs.clone(),
+            intended_digest: None,
+        });
+    }
+    let prompt_round = req.origin.prompt_round;
+    let session_prefix = format!("{}/", req.origin.session_id);
+    let parent = txn
+        .keys(schema::CHECKPOINTS_BY_SESSION, session_prefix.as_bytes())?
+        .last()
+        .map(|k| String::from_utf8_lossy(&k[session_prefix.len()..]).into_owned());
+    let mut record = CheckpointRecord {
+        checkpoint_id: checkpoint_id.clone(),
+        mutation: MutationMetadata {
+            operation_id: operation_id.clone(),
+            aggregate_version: 1,
+            commit_state: CommitState::Pending,
+            kind: req.kind,
+        },
+        artifact_ids,
+        parent_checkpoint_ids: parent.into_iter().collect(),
+        coverage_state: if req.protect { CoverageState::FullyProtected } else { CoverageState::Unprotected },
+        retention_state: RetentionState::Retained,
+        integrity_state: IntegrityState::Verified,
+        stage_state: StageState::Staging,
+        created_at: now.clone(),
+        committed_at: None,
+        prompt_round: Some(prompt_round),
+        session_id: req.origin.session_id.to_string(),
+        workspace_id: req.origin.workspace_id.to_string(),
+        targets,
+        owner: req.owner.clone(),
+    };
+    let pre_bytes = record.artifact_bytes();
+    let verdict = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, pre_bytes);
+    if req.protect && !verdict.fits() {
+        // Another process used the room between our preflight and this transaction.
+        return Err(over_cap_error(&verdict, record.targets.iter().map(|t| &t.path)));
+    }
+    add_usage(&mut *txn, i128::from(pre_bytes))?;
+    if external {
+        journal::dispatch(&mut *txn, &operation_id, &checkpoint_id, &now)?;
+        record.stage_state = StageState::Staged;
+    }
+    record.save(store, &mut *txn)?;
+    txn.put(schema::CHECKPOINTS_BY_SESSION, format!("{session_prefix}{checkpoint_id}").as_bytes(), b"")?;
+    txn.put(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes(), checkpoint_id.as_bytes())?;
+    txn.put(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes(), req.owner.as_deref().unwrap_or("").as_bytes())?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// The over-cap refusal, with the exact usage and the unprotected scope.
+pub(crate) fn over_cap_error<'a>(
+    verdict: &retention::CapacityVerdict,
+    paths: impl IntoIterator<Item = &'a RelPath>,
+) -> Error {
+    let scope: Vec<String> = paths.into_iter().map(RelPath::display).collect();
+    Error::new(
+        ErrorCode::OverCap,
+        format!(
+            "{}; without --confirm-unprotected nothing was changed. Unprotected scope if confirmed: {} (not reversible by rollback)",
+            verdict.disclosure(),
+            scope.join(", ")
+        ),
+    )
+    .with_details(serde_json::json!({
+        "capacity": verdict,
+        "unprotectedScope": scope,
+        "excludedEffects": EXCLUDED_EFFECTS,
+    }))
+}
+
+/// Journals the dispatch of a staged in-process mutation (`staging` → `staged`), with the
+/// digest of each target's intended content (`None`: a delete).
+pub(crate) fn dispatch(store: &Store, checkpoint_id: &str, intended: &[Option<String>]) -> Result<CheckpointRecord> {
+    let mut txn = store.kv().begin()?;
+    let mut record = load_in(store, &mut *txn, checkpoint_id)?;
+    if record.stage_state != StageState::Staging {
+        return Err(Error::new(
+            ErrorCode::RecoveryLocked,
+            format!("checkpoint {checkpoint_id} is {}", record.stage_state.as_str()),
+        ));
+    }
+    journal::dispatch(&mut *txn, &record.mutation.operation_id, checkpoint_id, &format_ms(now_ms()))?;
+    for (t, digest) in record.targets.iter_mut().zip(intended) {
+        t.intended_digest = digest.clone();
+    }
+    record.stage_state = StageState::Staged;
+    record.bump();
+    record.save(store, &mut *txn)?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// The state of one target after the mutation, for [`commit`].
+#[derive(Debug)]
+pub(crate) struct PostState {
+    pub current: Current,
+    pub created_dirs: Vec<RelPath>,
+    /// False for a post-image recorded before it is written (a rollback's intended
+    /// result): its identity is not known yet and is left out.
+    pub identity_known: bool,
+}
+
+/// Commits a staged checkpoint: post-images, `committed`, terminal journal event — one
+/// transaction. Committing a committed checkpoint returns it unchanged.
+///
+/// # Errors
+/// `recovery-locked` if the record was reconciled as unreachable (or never dispatched).
+pub(crate) fn commit(
+    store: &Store,
+    checkpoint_id: &str,
+    posts: Vec<PostState>,
+    failed: bool,
+) -> Result<CheckpointRecord> {
+    commit_with(store, checkpoint_id, posts, CommitMode::AfterMutation { failed })
+}
+
+/// When a checkpoint's post-images are committed relative to its mutation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CommitMode {
+    /// The mutation happened: post-images observed, terminal journal event written.
+    AfterMutation { failed: bool },
+    /// A rollback: the intended post-images are committed and the dispatch journaled in
+    /// one transaction *before* anything is written, so the rollback is undoable whatever
+    /// happens next; [`finish`] writes the terminal event afterwards.
+    BeforeMutation,
+}
+
+/// Commits a checkpoint's post-images (see [`CommitMode`]).
+pub(crate) fn commit_with(
+    store: &Store,
+    checkpoint_id: &str,
+    posts: Vec<PostState>,
+    mode: CommitMode,
+) -> Result<CheckpointRecord> {
+    let mut txn = store.kv().begin()?;
+    let mut record = load_in(store, &mut *txn, checkpoint_id)?;
+    let expected = match mode {
+        CommitMode::AfterMutation { .. } => StageState::Staged,
+        CommitMode::BeforeMutation => StageState::Staging,
+    };
+    match record.stage_state {
+        StageState::Committed => return Ok(record),
+        s if s == expected => {}
+        other => {
+            return Err(Error::new(
+                ErrorCode::RecoveryLocked,
+                format!(
+                    "checkpoint {checkpoint_id} is {}; it cannot be committed (run `turnback inspect {checkpoint_id}`)",
+                    other.as_str()
+                ),
+            ));
+        }
+    }
+    if posts.len() != record.targets.len() {
+        return Err(Error::invalid("post-images do not match the staged targets"));
+    }
+    let now = format_ms(now_ms());
+    let protect_pre = record.coverage_state != CoverageState::Unprotected;
+    let post_bytes: u64 = posts
+        .iter()
+        .map(|p| match &p.current {
+            Current::File { bytes, .. } => bytes.len() as u64,
+            Current::Absent => 0,
+        })
+        .sum();
+    let total = record.artifact_bytes() + post_bytes;
+    // The post-image joins the checkpoint's bytes; if that would break a cap now, keep
+    // the digests (so rollback can still tell what changed) but not the bytes.
+    let room = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, post_bytes).fits()
+        && total <= store.settings().checkpoint_cap;
+    let protect_post = protect_pre && room;
+    let mut artifact_ids = std::mem::take(&mut record.artifact_ids);
+    let mut sink = ImageSink { checkpoint_id, protect: protect_post, artifact_ids: &mut artifact_ids };
+    for (i, post) in posts.into_iter().enumerate() {
+        let mut image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current)?;
+        if !post.identity_known {
+            image.identity = None;
+        }
+        let target = &mut record.targets[i];
+        if record.mutation.kind == OperationKind::External {
+            target.effect = EffectKind::infer(target.pre_image.present, image.present);
+        }
+        target.post_image = Some(image);
+        if mode != CommitMode::BeforeMutation {
+            // Before the write, the directories it will make were planned at stage time.
+            target.created_dirs = post.created_dirs;
+        }
+    }
+    record.artifact_ids = artifact_ids;
+    if protect_pre && !protect_post && record.targets.iter().any(|t| t.post_image.as_ref().is_some_and(|p| p.present)) {
+        record.coverage_state = CoverageState::PartiallyProtected;
+    }
+    add_usage(&mut *txn, i128::from(if protect_post { post_bytes } else { 0 }))?;
+    for id in &record.artifact_ids {
+        artifact::commit(&mut *txn, id)?;
+    }
+    match mode {
+        CommitMode::AfterMutation { failed } => {
+            let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
+            journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &now)?;
+            record.mutation.commit_state = if failed { CommitState::Failed } else { CommitState::Succeeded };
+            record.owner = None;
+            txn.delete(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())?;
+        }
+        CommitMode::BeforeMutation => {
+            // Stays in the pending index (with its owner) until `finish`.
+            journal::dispatch(&mut *txn, &record.mutation.operation_id, checkpoint_id, &now)?;
+        }
+    }
+    record.stage_state = StageState::Committed;
+    record.committed_at = Some(now);
+    record.bump();
+    record.save(store, &mut *txn)?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// One path a write-back operation (rollback, resolution, rewind) is about to change:
+/// what is there now (its real bytes) and what it will hold (`None`: removed).
+#[derive(Debug, Clone)]
+pub(crate) struct PlannedWrite {
+    pub path: RelPath,
+    pub current: Current,
+    pub intended: Option<Vec<u8>>,
+}
+
+/// Commits the checkpoint of a write-back operation before anything is written: the real
+/// bytes of everything it will overwrite or delete, the intended results, and the journal
+/// dispatch, in one transaction ([`CommitMode::BeforeMutation`]). Rolling it back undoes
+/// the operation whatever happens next; [`finish`] closes it after the writes.
+///
+/// # Errors
+/// `over-cap` if it would break a cap (such a checkpoint is never unprotected).
+pub(crate) fn record_before_writes(
+    store: &Store,
+    origin: Origin<'_>,
+    root: &std::path::Path,
+    writes: Vec<PlannedWrite>,
+) -> Result<CheckpointRecord> {
+    let bytes: u64 = writes
+        .iter()
+        .map(|w| {
+            let now = match &w.current {
+                Current::File { bytes, .. } => bytes.len() as u64,
+                Current::Absent => 0,
+            };
+            now + w.intended.as_ref().map_or(0, |b| b.len() as u64)
+        })
+        .sum();
+    let verdict = retention::evaluate_capacity(store.settings(), usage(store)?, bytes);
+    if !verdict.fits() {
+        return Err(over_cap_error(&verdict, writes.iter().map(|w| &w.path)));
+    }
+    // The identity of a file not written yet is unknown; `identity_known: false` drops it.
+    let unknown = FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 };
+    let mut targets = Vec::with_capacity(writes.len());
+    let mut posts = Vec::with_capacity(writes.len());
+    for w in writes {
+        let effect = EffectKind::infer(matches!(w.current, Current::File { .. }), w.intended.is_some());
+        let planned_dirs = match &w.intended {
+            Some(_) => files::missing_parents(root, &w.path).unwrap_or_default(),
+            None => Vec::new(),
+        };
+        posts.push(PostState {
+            current: match w.intended {
+                Some(bytes) => Current::File { bytes, identity: unknown },
+                None => Current::Absent,
+            },
+            created_dirs: Vec::new(),
+            identity_known: false,
+        });
+        targets.push(PreparedTarget { path: w.path, effect, current: w.current, planned_dirs });
+    }
+    let owner = store.owner()?.id().to_string();
+    let request = StageRequest { origin, kind: OperationKind::Rollback, targets, protect: true, owner: Some(owner) };
+    let staged = stage(store, request)?;
+    commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)
+}
+
+/// Writes the terminal journal event of a checkpoint committed with
+/// [`CommitMode::BeforeMutation`] once its writes are done.
+pub(crate) fn finish(store: &Store, checkpoint_id: &str, failed: bool) -> Result<CheckpointRecord> {
+    let mut txn = store.kv().begin()?;
+    let mut record = load_in(store, &mut *txn, checkpoint_id)?;
+    if record.mutation.commit_state != CommitState::Pending {
+        return Ok(record);
+    }
+    let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
+    journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &format_ms(now_ms()))?;
+    record.mutation.commit_state = if failed { CommitState::Failed } else { CommitState::Succeeded };
+    record.owner = None;
+    record.bump();
+    record.save(store, &mut *txn)?;
+    txn.delete(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())?;
+    txn.commit()?;
+    Ok(record)
+}

@@ -1,0 +1,150 @@
+//! Reading checkpoints: every read is verified (record id, operation id, states), and
+//! image bytes come back only through the artifact's own checks.
+
+use crate::checkpoint::artifact::{self, ContentMetadata, Expected, ImageRole};
+use crate::checkpoint::*;
+use crate::error::{Error, ErrorCode, Result};
+use crate::storage::schema;
+use crate::storage::store::Store;
+
+/// The checkpoint recording operation `operation_id`.
+pub fn by_operation(store: &Store, operation_id: &str) -> Result<String> {
+    let id = store
+        .kv()
+        .get(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes())?
+        .ok_or_else(|| Error::not_found(format!("operation {operation_id}")))?;
+    String::from_utf8(id).map_err(|_| Error::corrupt("operation index", "bad checkpoint id"))
+}
+
+/// Decrypts and checks the record `id` whatever its state (for `inspect` and `verify`).
+///
+/// # Errors
+/// `not-found`, or `corrupt` if it was altered.
+pub fn load(store: &Store, id: &str) -> Result<CheckpointRecord> {
+    let value = store
+        .kv()
+        .get(schema::CHECKPOINTS, id.as_bytes())?
+        .ok_or_else(|| Error::not_found(format!("checkpoint {id}")))?;
+    let record: CheckpointRecord = store.open_record(schema::CHECKPOINTS, id.as_bytes(), &value)?;
+    check_identity(id, &record)?;
+    Ok(record)
+}
+
+/// The verified checkpoint `id`: complete and trustworthy, or an error.
+///
+/// # Errors
+/// `not-found`; `corrupt` if altered or marked corrupt; `recovery-locked` if it is not
+/// committed (an incomplete or unreachable stage).
+pub fn get(store: &Store, id: &str) -> Result<CheckpointRecord> {
+    let record = load(store, id)?;
+    verify_usable(&record)?;
+    Ok(record)
+}
+
+fn verify_usable(record: &CheckpointRecord) -> Result<()> {
+    let id = &record.checkpoint_id;
+    match record.integrity_state {
+        IntegrityState::Corrupt => return Err(Error::corrupt(format!("checkpoint {id}"), "marked corrupt")),
+        IntegrityState::RecoveryLocked => {
+            return Err(Error::new(
+                ErrorCode::RecoveryLocked,
+                format!("checkpoint {id} is an incomplete stage (recovery-locked)"),
+            ));
+        }
+        IntegrityState::Verified => {}
+    }
+    match record.stage_state {
+        StageState::Committed => Ok(()),
+        StageState::Unreachable => {
+            Err(Error::new(ErrorCode::RecoveryLocked, format!("checkpoint {id} is unreachable")))
+        }
+        other => Err(Error::new(
+            ErrorCode::RecoveryLocked,
+            format!("checkpoint {id} is {} and has not been committed", other.as_str()),
+        )),
+    }
+}
+
+/// Reads the bytes of one image of a verified checkpoint (`None`: the file was absent).
+///
+/// # Errors
+/// `recovery-locked` if the checkpoint is not committed; `not-found` if the content was
+/// evicted or never stored; `corrupt` if anything does not verify. No bytes on failure.
+pub fn read_image(
+    store: &Store,
+    record: &CheckpointRecord,
+    target: usize,
+    role: ImageRole,
+) -> Result<Option<(ContentMetadata, Vec<u8>)>> {
+    verify_usable(record)?;
+    let t = record.targets.get(target).ok_or_else(|| Error::not_found(format!("target {target}")))?;
+    let image = match role {
+        ImageRole::Pre => &t.pre_image,
+        ImageRole::Post => {
+            t.post_image.as_ref().ok_or_else(|| Error::corrupt("checkpoint", "committed without a post-image"))?
+        }
+    };
+    if !image.present {
+        return Ok(None);
+    }
+    if record.retention_state == RetentionState::Evicted {
+        return Err(Error::not_found(format!("content of checkpoint {} (evicted)", record.checkpoint_id)));
+    }
+    let artifact_id = image
+        .artifact_id
+        .as_deref()
+        .ok_or_else(|| Error::not_found(format!("content of {} (not protected: over a cap)", t.path.display())))?;
+    let digest = image.digest.as_deref().ok_or_else(|| Error::corrupt("checkpoint", "image without digest"))?;
+    let expected = Expected { checkpoint_id: &record.checkpoint_id, digest, size: image.size };
+    artifact::read(store.keys(), store.kv(), artifact_id, expected).map(Some)
+}
+
+/// Which checkpoints to list.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListFilter {
+    /// Only those made in this prompt round.
+    pub prompt_round: Option<u64>,
+    /// Include incomplete, unreachable and evicted records.
+    pub all: bool,
+}
+
+/// The checkpoints of session `session_id`, oldest first. Without `all`, only complete checkpoints
+/// whose content is still kept.
+pub fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Vec<CheckpointRecord>> {
+    let prefix = format!("{session_id}/");
+    let mut ids = Vec::new();
+    store.kv().scan_keys(schema::CHECKPOINTS_BY_SESSION, prefix.as_bytes(), &mut |k| {
+        ids.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
+        Ok(true)
+    })?;
+    let mut out = Vec::new();
+    for id in ids {
+        // One altered record must not hide every other checkpoint; `verify` reports it.
+        let record = match load(store, &id) {
+            Ok(r) => r,
+            Err(e) if e.code == ErrorCode::Corrupt => continue,
+            Err(e) => return Err(e),
+        };
+        if filter.prompt_round.is_some_and(|r| record.prompt_round != Some(r)) {
+            continue;
+        }
+        let shown = filter.all
+            || (record.stage_state == StageState::Committed
+                && record.integrity_state == IntegrityState::Verified
+                && record.retention_state != RetentionState::Evicted);
+        if shown {
+            out.push(record);
+        }
+    }
+    Ok(out)
+}
+
+/// Every checkpoint id in the store, in session order.
+pub fn all_ids(store: &Store) -> Result<Vec<String>> {
+    let mut ids = Vec::new();
+    store.kv().scan_keys(schema::CHECKPOINTS, b"", &mut |k| {
+        ids.push(String::from_utf8_lossy(k).into_owned());
+        Ok(true)
+    })?;
+    Ok(ids)
+}

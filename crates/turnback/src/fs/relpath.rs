@@ -1,0 +1,181 @@
+//! Paths inside a workspace.
+//!
+//! Invariants:
+//! - A [`RelPath`] is always relative, `/`-separated, with no empty, `.` or `..`
+//!   component: once made it cannot name anything outside its workspace.
+//! - [`resolve`] refuses paths outside the workspace, the workspace root itself, anything
+//!   inside a `.git` directory (guarantee 1: the user's repository is never touched) and
+//!   anything inside the store or the key's directory. Symlinked parents are refused later,
+//!   at the moment of access, by [`files`](crate::fs::files), which never follows them.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorCode, Result};
+
+/// A path relative to a workspace root, as bytes (Unix paths need not be UTF-8).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RelPath(Vec<u8>);
+
+impl std::fmt::Debug for RelPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RelPath({:?})", self.display())
+    }
+}
+
+impl RelPath {
+    /// Builds a relative path from `/`-separated bytes, validating every component.
+    ///
+    /// # Errors
+    /// `path-rejected` for an empty path, an absolute path, or `.`/`..`/empty components.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
+        let bytes = bytes.into();
+        if bytes.is_empty() {
+            return Err(Error::new(ErrorCode::PathRejected, "empty path"));
+        }
+        for comp in bytes.split(|b| *b == b'/') {
+            if comp.is_empty() || comp == b"." || comp == b".." || comp.contains(&0) {
+                return Err(Error::new(
+                    ErrorCode::PathRejected,
+                    format!("not a clean relative path: {:?}", String::from_utf8_lossy(&bytes)),
+                ));
+            }
+        }
+        Ok(RelPath(bytes))
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// As a [`Path`] (relative).
+    pub fn as_path(&self) -> &Path {
+        Path::new(OsStr::from_bytes(&self.0))
+    }
+
+    /// For people (lossy if not UTF-8).
+    pub fn display(&self) -> String {
+        String::from_utf8_lossy(&self.0).into_owned()
+    }
+
+    /// The components, in order.
+    pub fn components(&self) -> impl Iterator<Item = &OsStr> {
+        self.0.split(|b| *b == b'/').map(OsStr::from_bytes)
+    }
+}
+
+impl Serialize for RelPath {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match std::str::from_utf8(&self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => s.serialize_bytes(&self.0),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RelPath {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Text(String),
+            Bytes(Vec<u8>),
+        }
+        let bytes = match Repr::deserialize(d)? {
+            Repr::Text(t) => t.into_bytes(),
+            Repr::Bytes(b) => b,
+        };
+        RelPath::new(bytes).map_err(|e| serde::de::Error::custom(e.message))
+    }
+}
+
+/// Turns a path given by a person or agent (absolute, or relative to `cwd`) into a
+/// path inside the workspace at `root`.
+///
+/// # Errors
+/// `path-rejected` if it is outside the workspace, is the workspace itself, lies inside
+/// a `.git` directory, or is or lies inside one of `protected` (the store, the key file
+/// and the key's directory: an agent must not be able to destroy them).
+pub fn resolve(root: &Path, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
+    let absolute = normalize(&if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) });
+    let reject = |why: &str| Error::new(ErrorCode::PathRejected, format!("{}: {why}", path.display()));
+    let rel = absolute.strip_prefix(root).map_err(|_| reject("outside the workspace"))?;
+    if rel.as_os_str().is_empty() {
+        return Err(reject("is the workspace root, not a file"));
+    }
+    if rel.components().any(|c| c.as_os_str() == ".git") {
+        return Err(reject("inside a .git directory; turnback never touches a repository's internals"));
+    }
+    for p in protected {
+        let p = normalize(&p.canonicalize().unwrap_or_else(|_| p.to_path_buf()));
+        if absolute.starts_with(&p) {
+            return Err(reject("part of turnback's own store or keys"));
+        }
+    }
+    RelPath::new(rel.as_os_str().as_bytes())
+}
+
+/// Lexically removes `.` and resolves `..` (never above the root).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_in(root: &str, path: &str, cwd: &str, protected: &[PathBuf]) -> Result<RelPath> {
+        resolve(Path::new(root), Path::new(path), Path::new(cwd), protected)
+    }
+
+    #[test]
+    fn resolves_relative_and_absolute_paths_inside() {
+        let store = &[PathBuf::from("/s")];
+        assert_eq!(resolve_in("/w", "a/b.txt", "/w", store).unwrap().display(), "a/b.txt");
+        assert_eq!(resolve_in("/w", "../x", "/w/a", store).unwrap().display(), "x");
+        assert_eq!(resolve_in("/w", "/w/./c", "/", store).unwrap().display(), "c");
+    }
+
+    #[test]
+    fn rejects_escapes_root_git_store_and_keys() {
+        let store = &[PathBuf::from("/w/.store"), PathBuf::from("/w/.config/turnback")];
+        for (p, cwd) in [
+            ("../etc/passwd", "/w"),
+            ("/w", "/"),
+            ("/wx/a", "/"),
+            (".git/config", "/w"),
+            ("sub/.git/HEAD", "/w"),
+            (".store/store.db", "/w"),
+            (".config/turnback/master.key", "/w"),
+        ] {
+            let err = resolve_in("/w", p, cwd, store).unwrap_err();
+            assert_eq!(err.code, ErrorCode::PathRejected, "{p}");
+        }
+    }
+
+    #[test]
+    fn rel_paths_are_clean_and_round_trip_non_utf8() {
+        assert!(RelPath::new("a//b").is_err());
+        assert!(RelPath::new("a/../b").is_err());
+        assert!(RelPath::new("/a").is_err());
+        let p = RelPath::new(b"caf\xe9/x".to_vec()).unwrap();
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(serde_json::from_str::<RelPath>(&json).unwrap(), p);
+        let q = RelPath::new("ไฟล์/ข้อมูล.txt").unwrap();
+        assert_eq!(serde_json::from_str::<RelPath>(&serde_json::to_string(&q).unwrap()).unwrap(), q);
+    }
+}

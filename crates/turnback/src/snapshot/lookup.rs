@@ -1,0 +1,115 @@
+//! Reading snapshot trees: single paths ([`Lookup`]), whole trees ([`flatten`]), and every
+//! object some snapshot keeps alive ([`live_objects`]).
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::error::{Error, Result};
+use crate::snapshot::tree::{self, Node, NodeKind};
+use crate::snapshot::{SnapshotRecord, all};
+use crate::storage::content::{ContentClass, ContentId};
+use crate::storage::store::Store;
+
+/// Reads and verifies the tree node `id`.
+pub fn read_tree(store: &Store, id: &ContentId) -> Result<Vec<Node>> {
+    let (header, bytes) = store.read_object(id)?;
+    if header.class != ContentClass::Tree {
+        return Err(Error::corrupt("tree", "object is not a tree"));
+    }
+    tree::decode(&bytes)
+}
+
+/// Every object id some snapshot reaches (trees, file contents, symlink targets).
+pub fn live_objects(store: &Store) -> Result<HashSet<ContentId>> {
+    let roots: Vec<ContentId> =
+        all(store)?.iter().filter_map(|r: &SnapshotRecord| r.root.as_deref().and_then(ContentId::from_hex)).collect();
+    let mut live = HashSet::new();
+    let mut stack = roots;
+    while let Some(id) = stack.pop() {
+        if !live.insert(id) {
+            continue;
+        }
+        for node in read_tree(store, &id)? {
+            match node.kind {
+                NodeKind::Tree(sub) => stack.push(sub),
+                NodeKind::File(f) | NodeKind::Symlink(f) => {
+                    live.insert(f);
+                }
+                NodeKind::Gitlink(_) => {}
+            }
+        }
+    }
+    Ok(live)
+}
+
+/// Looks single paths up in snapshot trees, decoding each directory node once however
+/// many paths and snapshots share it (a rewind asks about the few paths that changed).
+pub(crate) struct Lookup<'a> {
+    store: &'a Store,
+    trees: std::collections::HashMap<ContentId, std::rc::Rc<Vec<Node>>>,
+}
+
+impl<'a> Lookup<'a> {
+    pub(crate) fn new(store: &'a Store) -> Self {
+        Lookup { store, trees: Default::default() }
+    }
+
+    fn tree(&mut self, id: &ContentId) -> Result<std::rc::Rc<Vec<Node>>> {
+        if let Some(t) = self.trees.get(id) {
+            return Ok(std::rc::Rc::clone(t));
+        }
+        let nodes = std::rc::Rc::new(read_tree(self.store, id)?);
+        self.trees.insert(*id, std::rc::Rc::clone(&nodes));
+        Ok(nodes)
+    }
+
+    /// The node at `path` under `root`, as [`flatten`] would hold it: a file, symlink or
+    /// nested repository, never a directory (`None` for a directory or nothing).
+    pub(crate) fn node(&mut self, root: &ContentId, path: &[u8]) -> Result<Option<Node>> {
+        let mut dir = *root;
+        let mut parts = path.split(|c| *c == b'/').peekable();
+        while let Some(name) = parts.next() {
+            let nodes = self.tree(&dir)?;
+            let Ok(i) = nodes.binary_search_by(|n| n.name.as_slice().cmp(name)) else { return Ok(None) };
+            match (&nodes[i].kind, parts.peek().is_some()) {
+                (NodeKind::Tree(sub), true) => dir = *sub,
+                (NodeKind::Tree(_), false) | (_, true) => return Ok(None),
+                (_, false) => return Ok(Some(nodes[i].clone())),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Whether some proper ancestor directory of `path` is a nested repository under `root`.
+    pub(crate) fn under_gitlink(&mut self, root: &ContentId, path: &[u8]) -> Result<bool> {
+        let mut at = 0;
+        while let Some(slash) = path[at..].iter().position(|c| *c == b'/') {
+            if matches!(self.node(root, &path[..at + slash])?, Some(Node { kind: NodeKind::Gitlink(_), .. })) {
+                return Ok(true);
+            }
+            at += slash + 1;
+        }
+        Ok(false)
+    }
+}
+
+/// Every path of a snapshot's tree with its node (for diff and rewind).
+pub fn flatten(store: &Store, root: &ContentId) -> Result<BTreeMap<Vec<u8>, Node>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![(Vec::new(), *root)];
+    while let Some((prefix, id)) = stack.pop() {
+        for node in read_tree(store, &id)? {
+            let mut path = prefix.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&node.name);
+            match node.kind {
+                NodeKind::Tree(sub) => stack.push((path, sub)),
+                _ => {
+                    out.insert(path, node);
+                }
+            }
+        }
+    }
+    Ok(out)
+}

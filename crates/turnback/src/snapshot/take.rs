@@ -1,0 +1,543 @@
+//! Taking a snapshot, phase by phase: walk and classify (what the stat cache vouches for,
+//! what must be read), check the limits, read, hash and pack what the store lacks (each
+//! batch stored by a writer thread while the next is read), build the trees bottom-up, and
+//! commit the record with its trees and the new stat cache in one transaction.
+//!
+//! Invariants: see [the module](crate::snapshot). Nothing of a snapshot is committed until
+//! its last phase; a cancelled or failed snapshot leaves only unreferenced content, which
+//! `gc` removes.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rayon::prelude::*;
+
+use crate::base::time::{format_ms, now_ms};
+use crate::error::{Error, ErrorCode, Result};
+use crate::fs::lock;
+use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
+use crate::snapshot::lookup::flatten;
+use crate::snapshot::prune::prune;
+use crate::snapshot::statcache::{self, Cached, StatCache};
+use crate::snapshot::tree::{self, Node, NodeKind};
+use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
+use crate::storage::content::{ContentClass, ContentId};
+use crate::storage::object::{self, Sealed};
+use crate::storage::pack::{Packer, SealedPack};
+use crate::storage::settings::{SnapshotLimits, format_size};
+use crate::storage::store::Store;
+
+/// Bytes of file content read and sealed per batch (bounds memory).
+const BATCH_BYTES: u64 = 16 * 1024 * 1024;
+
+/// How to take a snapshot.
+#[derive(Clone, Copy, Default)]
+pub struct TakeOptions<'a> {
+    /// Why.
+    pub kind: Option<SnapshotKind>,
+    /// The turn it belongs to.
+    pub turn_id: Option<&'a str>,
+    /// Checked between batches and, finally, inside the committing transaction: once set,
+    /// the snapshot is abandoned and nothing of it is committed (`cancelled` error).
+    pub cancel: Option<&'a AtomicBool>,
+    /// Told, after each batch, the bytes read so far and the bytes to read in all.
+    pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
+}
+
+impl std::fmt::Debug for TakeOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TakeOptions").field("kind", &self.kind).field("turn_id", &self.turn_id).finish()
+    }
+}
+
+fn cancelled(opts: &TakeOptions<'_>) -> Result<()> {
+    match opts.cancel {
+        Some(flag) if flag.load(Ordering::SeqCst) => {
+            Err(Error::new(ErrorCode::Cancelled, "cancelled; nothing of the snapshot was recorded"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Takes a snapshot of `source`, telling `hooks` (the turns) what it commits and prunes.
+///
+/// # Errors
+/// I/O errors of the store; `cancelled` if the flag was set before the record committed.
+/// A snapshot over a limit is not an error but a record with `skipped` set.
+pub(crate) fn take(
+    store: &Store,
+    source: Source<'_>,
+    opts: &TakeOptions<'_>,
+    hooks: &dyn Hooks,
+) -> Result<SnapshotRecord> {
+    let started = std::time::Instant::now();
+    let _session_turn = lock::session(&store.locks_dir(), source.session_id)?;
+    let _objects = lock::objects(&store.locks_dir(), false)?;
+    let taken_at_ns = i128::from(now_ms()) * 1_000_000;
+    let created_at = format_ms(now_ms());
+    let walked = walk::walk(source.root, store.protected_paths())?;
+    crate::base::failpoint::hit("snapshot-walked");
+    let cache = StatCache::load(store, source.session_id)?;
+    let mut plan = classify(&walked, &cache);
+    let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
+    let mut record = SnapshotRecord {
+        snapshot_id: uuid::Uuid::now_v7().to_string(),
+        session_id: source.session_id.to_string(),
+        workspace_id: source.workspace_id.to_string(),
+        kind,
+        root: None,
+        created_at,
+        files: plan.files,
+        bytes: plan.bytes,
+        read_files: plan.to_read.len() as u64,
+        read_bytes: plan.read_bytes,
+        stored_bytes: 0,
+        excluded: walked.excluded,
+        nested_repos: Vec::new(),
+        skipped_paths: walked.skipped.clone(),
+        skipped: over_limit(store, source.session_id, kind, &walked, &cache, &plan)?,
+        duration_ms: 0,
+        turn_id: opts.turn_id.map(str::to_string),
+    };
+    if record.skipped.is_none() {
+        record.stored_bytes += read_and_pack(store, source.root, &walked, &mut plan, opts, &mut record.skipped_paths)?;
+    }
+    let built = match record.skipped {
+        Some(_) => None,
+        None => Some(build_trees(store, &walked, &plan, &cache, taken_at_ns, source.session_id)?),
+    };
+    record.duration_ms = started.elapsed().as_millis() as u64;
+    commit(store, &mut record, built, opts, hooks)?;
+    prune(store, source.session_id, hooks)?;
+    Ok(record)
+}
+
+/// What the walk found, and what the stat cache cannot vouch for.
+struct ReadPlan {
+    /// Per walked entry, its content id once known (from the cache, or after reading).
+    ids: Vec<Option<ContentId>>,
+    /// Per walked entry, its stat as read (a file that changed while it was read).
+    stat_after: Vec<Option<walk::Stat>>,
+    /// Entries (indices) to read.
+    to_read: Vec<usize>,
+    files: u64,
+    bytes: u64,
+    read_bytes: u64,
+}
+
+/// Phase 1: which files must be read — everything the stat cache cannot vouch for.
+fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
+    let n = walked.entries.len();
+    let mut plan = ReadPlan {
+        ids: Vec::with_capacity(n),
+        stat_after: vec![None; n],
+        to_read: Vec::new(),
+        files: 0,
+        bytes: 0,
+        read_bytes: 0,
+    };
+    for (i, e) in walked.entries.iter().enumerate() {
+        let id = match e.kind {
+            Kind::File => {
+                plan.files += 1;
+                plan.bytes += e.stat.size;
+                cache.clean_id(&e.path, &e.stat)
+            }
+            _ => None,
+        };
+        if id.is_none() && e.kind == Kind::File {
+            plan.to_read.push(i);
+            plan.read_bytes += e.stat.size;
+        }
+        plan.ids.push(id);
+    }
+    plan
+}
+
+/// Phase 2: the reason the snapshot is skipped, if it is over a limit. A first snapshot
+/// counts everything; a later one what it adds.
+fn over_limit(
+    store: &Store,
+    session_id: &str,
+    kind: SnapshotKind,
+    walked: &Walk,
+    cache: &StatCache,
+    plan: &ReadPlan,
+) -> Result<Option<String>> {
+    // A pre-rewind snapshot is how a rewind sees the workspace: however much an agent
+    // added, it must be taken, or the mess could never be rewound.
+    if kind == SnapshotKind::PreRewind {
+        return Ok(None);
+    }
+    let limits: SnapshotLimits = store.settings().snapshots;
+    let previous = latest(store, session_id)?;
+    let Some(previous) = previous else {
+        return Ok(limit_reason(plan.files, limits.first_max_files, plan.bytes, limits.first_max_bytes, ""));
+    };
+    let reading = plan.to_read.iter().map(|&i| &walked.entries[i]);
+    let (new_files, new_bytes) = if cache.entries.is_empty() && !plan.to_read.is_empty() {
+        // No stat cache (lost, or an older format): what a later snapshot *adds* is still
+        // judged against the previous snapshot, by path and size, so re-reading unchanged
+        // files does not count against the limit.
+        let before = match previous.root.as_deref().and_then(ContentId::from_hex) {
+            Some(root) => flatten(store, &root)?,
+            None => BTreeMap::new(),
+        };
+        reading
+            .filter(|e| before.get(&e.path).is_none_or(|n| n.size != e.stat.size))
+            .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
+    } else {
+        // A racily clean file (stat as cached, only too recent to trust) is read again but
+        // adds nothing new: it does not count against the limit.
+        reading
+            .filter(|e| cache.entries.get(&e.path).is_none_or(|c| c.stat != e.stat))
+            .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
+    };
+    Ok(limit_reason(new_files, limits.later_max_files, new_bytes, limits.later_max_bytes, "new or changed "))
+}
+
+/// Phase 3: reads, hashes and packs what the store lacks, on the thread pool; each batch
+/// is compressed and encrypted while the next one is read, and stored by a writer thread.
+/// Files that vanished or became unreadable since the walk are left out with the reason.
+/// Returns the bytes stored.
+fn read_and_pack(
+    store: &Store,
+    root: &Path,
+    walked: &Walk,
+    plan: &mut ReadPlan,
+    opts: &TakeOptions<'_>,
+    skipped: &mut Vec<Skipped>,
+) -> Result<u64> {
+    let mut packed = HashSet::new();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<SealedPack>(1);
+    std::thread::scope(|scope| -> Result<u64> {
+        let writer = scope.spawn(move || -> Result<u64> {
+            let mut written = 0;
+            for sealed in rx {
+                let mut txn = store.kv().begin()?;
+                written += sealed.store(&mut *txn)?;
+                txn.commit()?;
+            }
+            Ok(written)
+        });
+        let reading = (|| -> Result<()> {
+            let mut previous: Option<Packer> = None;
+            let mut done_bytes = 0u64;
+            let to_read = plan.to_read.clone();
+            for batch in batches(&to_read, &walked.entries) {
+                cancelled(opts)?;
+                if let Some(progress) = opts.progress {
+                    progress(done_bytes, plan.read_bytes);
+                }
+                done_bytes += batch.iter().map(|&i| walked.entries[i].stat.size).sum::<u64>();
+                let (sealed, read) = rayon::join(
+                    || previous.take().map(|p| p.seal(store.keys())).transpose(),
+                    || -> Vec<(usize, Result<ReadFile>)> {
+                        batch.par_iter().map(|&i| (i, read_and_hash(store, root, &walked.entries[i]))).collect()
+                    },
+                );
+                if let Some(sealed) = sealed?
+                    && tx.send(sealed).is_err()
+                {
+                    return Ok(()); // the writer failed; its error is reported below
+                }
+                let packer = pack_batch(store, walked, plan, read, &mut packed, skipped)?;
+                previous = Some(packer).filter(|p| !p.is_empty());
+            }
+            if let Some(last) = previous {
+                let _ = tx.send(last.seal(store.keys())?);
+            }
+            Ok(())
+        })();
+        drop(tx);
+        let written = writer.join().map_err(|_| Error::new(ErrorCode::Io, "snapshot writer thread panicked"))?;
+        reading?;
+        written
+    })
+}
+
+/// Records what one batch read and adds the content the store lacks to a packer.
+fn pack_batch(
+    store: &Store,
+    walked: &Walk,
+    plan: &mut ReadPlan,
+    read: Vec<(usize, Result<ReadFile>)>,
+    packed: &mut HashSet<ContentId>,
+    skipped: &mut Vec<Skipped>,
+) -> Result<Packer> {
+    let read_ids: Vec<ContentId> = read.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
+    let mut in_store = object::exist_each(store.kv(), &read_ids)?.into_iter();
+    let mut packer = Packer::default();
+    for (i, result) in read {
+        match result {
+            Ok((id, bytes, stat)) => {
+                // `packed`: an earlier batch may still be on its way to the store.
+                if !in_store.next().unwrap_or(false) && packed.insert(id) {
+                    packer.add(id, ContentClass::of(&bytes), &bytes);
+                }
+                plan.ids[i] = Some(id);
+                plan.stat_after[i] = Some(stat);
+            }
+            Err(e) => skipped.push(Skipped {
+                path: String::from_utf8_lossy(&walked.entries[i].path).into_owned(),
+                reason: e.message,
+            }),
+        }
+    }
+    Ok(packer)
+}
+
+/// What phase 4 built: the root, the nested repositories, the tree nodes and symlink
+/// targets to store, and the stat cache to write (`None`: the old one still holds).
+struct Built {
+    root: ContentId,
+    nested: Vec<NestedRepo>,
+    pending: Vec<Sealed>,
+    cache: Option<Vec<u8>>,
+}
+
+/// Phase 4: builds the trees bottom-up, and the new stat cache unless the old one still
+/// describes this snapshot.
+fn build_trees(
+    store: &Store,
+    walked: &Walk,
+    plan: &ReadPlan,
+    cache: &StatCache,
+    taken_at_ns: i128,
+    session_id: &str,
+) -> Result<Built> {
+    let unchanged_cache = cache_still_holds(walked, plan, cache, taken_at_ns);
+    let mut new_cache = StatCache { taken_at_ns, entries: Default::default(), tree_ids: Vec::new() };
+    let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
+    let mut nested = Vec::new();
+    for (i, e) in walked.entries.iter().enumerate() {
+        let name = e.path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
+        let dir = &e.path[..e.path.len() - name.len()].strip_suffix(b"/").unwrap_or_default();
+        let node = match &e.kind {
+            Kind::File => {
+                let Some(id) = plan.ids[i] else { continue };
+                let stat = plan.stat_after[i].unwrap_or(e.stat);
+                if !unchanged_cache {
+                    new_cache.entries.insert(e.path.clone(), Cached { stat, id });
+                }
+                Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
+            }
+            Kind::Symlink(target) => {
+                let (id, sealed) = object::seal(store.keys(), target, ContentClass::SymlinkTarget, |_| false)?;
+                builder.pending.extend(sealed);
+                Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
+            }
+            Kind::Gitlink(commit) => {
+                nested.push(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() });
+                Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) }
+            }
+        };
+        builder.add(store, dir, node)?;
+    }
+    let root = builder.finish(store)?;
+    let pending = std::mem::take(&mut builder.pending);
+    let unchanged_cache = unchanged_cache && builder.seen.iter().all(|id| builder.previous.contains(id));
+    let cache = if unchanged_cache {
+        None
+    } else {
+        new_cache.tree_ids = builder.seen.iter().copied().collect();
+        Some(new_cache.seal(store, session_id)?)
+    };
+    Ok(Built { root, nested, pending, cache })
+}
+
+/// Whether the old stat cache still describes this snapshot: every file kept the stat and
+/// id it holds. A racily clean file read again and found the same does not make it stale:
+/// the cache is rewritten for it (with this walk's time) only once that would settle it,
+/// i.e. its mtime is past the margin now; until then it is simply read again, which costs
+/// far less than rewriting the cache of a large tree at every snapshot.
+fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at_ns: i128) -> bool {
+    plan.files as usize == cache.entries.len()
+        && walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File).all(|(i, e)| {
+            let stat = plan.stat_after[i].unwrap_or(e.stat);
+            let same =
+                plan.ids[i].is_some_and(|id| cache.entries.get(&e.path).is_some_and(|c| c.id == id && c.stat == stat));
+            let would_settle = plan.stat_after[i].is_some() && stat.mtime_ns + statcache::RACY_MARGIN_NS < taken_at_ns;
+            same && !would_settle
+        })
+}
+
+/// Phase 5: one transaction — the trees, the record, what the turns are told, and the new
+/// stat cache.
+fn commit(
+    store: &Store,
+    record: &mut SnapshotRecord,
+    built: Option<Built>,
+    opts: &TakeOptions<'_>,
+    hooks: &dyn Hooks,
+) -> Result<()> {
+    let mut txn = store.kv().begin()?;
+    let mut cache = None;
+    if let Some(built) = built {
+        for sealed in &built.pending {
+            record.stored_bytes += object::store_sealed(&mut *txn, sealed)?;
+        }
+        record.root = Some(built.root.to_hex());
+        record.nested_repos = built.nested;
+        cache = built.cache;
+    }
+    cancelled(opts)?;
+    put_record(store, &mut *txn, record)?;
+    hooks.committed(&mut *txn, record)?;
+    if let Some(value) = &cache {
+        statcache::put_in(&mut *txn, &record.session_id, value)?;
+    }
+    txn.commit()
+}
+
+fn limit_reason(files: u64, max_files: u64, bytes: u64, max_bytes: u64, what: &str) -> Option<String> {
+    if files > max_files {
+        Some(format!("too many {what}files ({files} > {max_files})"))
+    } else if bytes > max_bytes {
+        Some(format!(
+            "{what}files exceed {} ({} > {})",
+            format_size(max_bytes),
+            format_size(bytes),
+            format_size(max_bytes)
+        ))
+    } else {
+        None
+    }
+}
+
+fn batches<'a>(to_read: &'a [usize], entries: &'a [Entry]) -> Vec<&'a [usize]> {
+    let mut out = Vec::new();
+    let (mut start, mut size) = (0, 0u64);
+    for (k, &i) in to_read.iter().enumerate() {
+        size += entries[i].stat.size;
+        if size >= BATCH_BYTES {
+            out.push(&to_read[start..=k]);
+            start = k + 1;
+            size = 0;
+        }
+    }
+    if start < to_read.len() {
+        out.push(&to_read[start..]);
+    }
+    out
+}
+
+/// A file read and hashed by a worker: its id, its bytes, its stat after reading.
+type ReadFile = (ContentId, Vec<u8>, walk::Stat);
+
+/// Reads one file without following a symlink, and hashes it.
+fn read_and_hash(store: &Store, root: &Path, e: &Entry) -> Result<ReadFile> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&path)
+        .map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    let meta = file.metadata().map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorCode::Io, "no longer a regular file"));
+    }
+    // Exactly the size fstat gave (what the stat cache records with it): a file that grew
+    // meanwhile has a new size and is read again next time; one that shrank ends early.
+    // (`read_to_end` would stat and seek again and read once more to see the end.)
+    let mut bytes = vec![0u8; meta.len() as usize];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(Error::new(ErrorCode::Io, format!("{}: {err}", path.display()))),
+        }
+    }
+    bytes.truncate(filled);
+    let id = ContentId(store.keys().content_id(&bytes));
+    use std::os::unix::fs::MetadataExt;
+    let stat = walk::Stat {
+        mode: meta.mode(),
+        size: meta.size(),
+        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
+        device: meta.dev(),
+        inode: meta.ino(),
+    };
+    Ok((id, bytes, stat))
+}
+
+/// Builds directory nodes bottom-up from entries in component order.
+#[derive(Default)]
+struct TreeBuilder {
+    /// Open directories from the root down: (path, entries so far).
+    stack: Vec<(Vec<u8>, Vec<Node>)>,
+    /// Sealed nodes not stored yet.
+    pending: Vec<Sealed>,
+    /// Node ids already sealed in this run.
+    seen: HashSet<ContentId>,
+    /// Node ids of the session's previous snapshot (known to be stored: that snapshot
+    /// keeps them alive), so unchanged directories cost no store lookup.
+    previous: HashSet<ContentId>,
+}
+
+impl TreeBuilder {
+    fn add(&mut self, store: &Store, dir: &[u8], node: Node) -> Result<()> {
+        if self.stack.is_empty() {
+            self.stack.push((Vec::new(), Vec::new()));
+        }
+        // Close directories that are not ancestors of `dir`.
+        while self.stack.len() > 1 && !is_ancestor(&self.stack.last().expect("non-empty").0, dir) {
+            self.close(store)?;
+        }
+        // Open the directories between the innermost open one and `dir`.
+        let open = self.stack.last().expect("non-empty").0.clone();
+        let rest = if open.is_empty() { dir } else { &dir[(open.len() + 1).min(dir.len())..] };
+        if !rest.is_empty() {
+            let mut path = open;
+            for comp in rest.split(|c| *c == b'/') {
+                if !path.is_empty() {
+                    path.push(b'/');
+                }
+                path.extend_from_slice(comp);
+                self.stack.push((path.clone(), Vec::new()));
+            }
+        }
+        self.stack.last_mut().expect("non-empty").1.push(node);
+        Ok(())
+    }
+
+    fn close(&mut self, store: &Store) -> Result<()> {
+        let (path, nodes) = self.stack.pop().expect("non-empty");
+        let id = self.seal(store, nodes)?;
+        let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
+        self.stack.last_mut().expect("a parent").1.push(Node { name, mode: 0, size: 0, kind: NodeKind::Tree(id) });
+        Ok(())
+    }
+
+    fn seal(&mut self, store: &Store, nodes: Vec<Node>) -> Result<ContentId> {
+        let encoded = tree::encode(nodes);
+        let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
+            self.seen.contains(id) || self.previous.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
+        })?;
+        self.seen.insert(id);
+        self.pending.extend(sealed);
+        Ok(id)
+    }
+
+    fn finish(&mut self, store: &Store) -> Result<ContentId> {
+        if self.stack.is_empty() {
+            self.stack.push((Vec::new(), Vec::new()));
+        }
+        while self.stack.len() > 1 {
+            self.close(store)?;
+        }
+        let (_, nodes) = self.stack.pop().expect("root");
+        self.seal(store, nodes)
+    }
+}
+
+fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
+    dir.is_empty() || of == dir || (of.starts_with(dir) && of.get(dir.len()) == Some(&b'/'))
+}

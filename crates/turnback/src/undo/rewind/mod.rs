@@ -1,0 +1,529 @@
+//! Rewind: the workspace back to the start of a turn, undoing that turn and every later
+//! one, without overwriting anyone else's work.
+//!
+//! Invariants:
+//! - The target is the start snapshot of turn T; the current state is a snapshot taken now
+//!   (kind `pre-rewind`), so both sides are complete, verified trees.
+//! - A path is changed only if every difference between the target and now is the agents'
+//!   work: its state must be carried unchanged from each turn's end snapshot to the next
+//!   turn's start, and from the last turn's end to now. Anything else is a hand edit (a
+//!   conflict, left alone unless `--force PATH`). A needed end snapshot that is missing
+//!   (late, skipped or pruned) makes the path `unverified`, also left alone.
+//! - Nothing is deleted that the current snapshot does not hold, so a file ignored or
+//!   excluded at snapshot time is never deleted; nothing is written through a symlinked
+//!   parent; nested repositories are never changed.
+//! - Before any write, a checkpoint holding the current bytes of everything to be
+//!   overwritten or deleted is committed (roll it back to undo the rewind), and the
+//!   pre-rewind snapshot is kept; every write is a compare-and-swap against the state the
+//!   plan saw.
+//! - The plan id digests the target, the current tree, the turns and the forced paths:
+//!   an unchanged workspace gives the same id, so `--apply --plan` refuses if anything moved.
+
+mod hidden;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use hidden::HiddenAtTarget;
+
+use crate::base::hex::hex;
+use crate::checkpoint;
+use crate::error::{Error, ErrorCode, Result};
+use crate::fs::files::{self, Current, FileIdentity};
+use crate::fs::relpath::RelPath;
+use crate::session::Session;
+use crate::session::turn::{self, Turn};
+use crate::session::workspace::Workspace;
+use crate::snapshot::tree::{Node, NodeKind};
+use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
+use crate::storage::content::ContentId;
+use crate::storage::store::Store;
+use crate::undo::guarded::{self, Expected, Intended, Refused, ResultType, Write};
+
+/// What a rewind does with one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    /// Written back to its content at the target turn's start.
+    Restore,
+    /// Removed: it did not exist at the target turn's start.
+    Delete,
+    /// Left as it is (a conflict, unverified, or a nested repository).
+    LeaveAlone,
+}
+
+/// Why a path is left alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reason {
+    /// Changed by someone else between two turns.
+    HandEditBetweenTurns,
+    /// Changed by someone else after the last turn.
+    HandEditAfterLastTurn,
+    /// An end snapshot needed to tell is missing.
+    Unverified,
+    /// A nested repository: its own history is not turnback's to change.
+    NestedRepository,
+    /// Changed between the plan and the write.
+    ChangedDuringRewind,
+    /// A symlinked parent or another obstacle on the way.
+    BehindSymlink,
+    /// A symlink on either side: restore it by hand (the plan shows its target).
+    Symlink,
+    /// Absent from the target snapshot because it was ignored, excluded or inside a nested
+    /// repository then — it may well have existed, so it is never deleted.
+    NotSnapshotted,
+    /// Another session's checkpointed mutation wrote it after the target turn began.
+    OtherSession,
+}
+
+/// One path of the plan.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PathPlan {
+    /// The path.
+    pub path: String,
+    /// What happens to it.
+    pub action: Action,
+    /// Why it is left alone.
+    pub reason: Option<Reason>,
+    /// For people.
+    pub detail: Option<String>,
+    /// Forced over a conflict with `--force`.
+    pub forced: bool,
+    #[serde(skip)]
+    raw: Vec<u8>,
+    #[serde(skip)]
+    target: Option<Node>,
+    #[serde(skip)]
+    current: Option<Node>,
+}
+
+/// A rewind plan (the preview).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Digest of everything the plan depends on.
+    pub plan_id: String,
+    /// The turn rewound to (its start).
+    pub to_turn: u64,
+    /// The turns undone.
+    pub turns: Vec<String>,
+    /// The target snapshot.
+    pub target_snapshot: String,
+    /// The snapshot of the workspace now.
+    pub current_snapshot: String,
+    /// The target snapshot was taken late (after the turn had begun): it may already hold
+    /// some of that turn's own edits, which the rewind then cannot take back.
+    pub target_late: bool,
+    /// Every path that differs, with what happens to it.
+    pub paths: Vec<PathPlan>,
+    /// Counts by action.
+    pub counts: BTreeMap<String, u64>,
+    /// `full`, `partial` or `blocked` if applied now (after apply: what it did).
+    pub result_type: ResultType,
+    /// Effects no rewind takes back (shell commands and the like), never protected.
+    pub excluded_effects: Vec<crate::undo::rollback::ExcludedEffect>,
+    /// The shell commands the undone turns ran (secrets redacted): their effects stay.
+    pub shell_effects: Vec<String>,
+}
+
+/// The result of applying a rewind.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rewound {
+    /// The plan, with the outcome of every path.
+    pub plan: Plan,
+    /// The checkpoint holding what the rewind overwrote (roll it back to undo the rewind).
+    pub checkpoint_id: Option<String>,
+    /// The prompt that started the turn rewound to, so it can be offered again.
+    pub restored_prompt: Option<String>,
+    /// History entries removed (those of the rewound turns).
+    pub history_entries_removed: u64,
+}
+
+fn root_of(r: &SnapshotRecord) -> Result<ContentId> {
+    r.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| {
+        Error::new(
+            ErrorCode::NotFound,
+            format!("snapshot {} was skipped ({})", r.snapshot_id, r.skipped.as_deref().unwrap_or("no tree")),
+        )
+    })
+}
+
+/// The root of snapshot `id`, if it exists and was not skipped.
+fn root_at(store: &Store, id: Option<&str>) -> Result<Option<ContentId>> {
+    let Some(id) = id else { return Ok(None) };
+    match snapshot::get(store, id) {
+        Ok(r) => Ok(r.root.as_deref().and_then(ContentId::from_hex)),
+        Err(e) if e.code == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.kind == y.kind && (x.mode & 0o7777) == (y.mode & 0o7777),
+        _ => false,
+    }
+}
+
+/// The turns a rewind undoes and the snapshots along them: the chain every path must
+/// follow, start(T) → end(T) = start(T+1) → … → end(last) = now.
+struct Chain {
+    turns: Vec<Turn>,
+    target: SnapshotRecord,
+    target_root: ContentId,
+    current: SnapshotRecord,
+    current_root: ContentId,
+    /// Each turn's end (`None`: missing); a running last turn ends now.
+    ends: Vec<Option<ContentId>>,
+    /// Each turn's start after the first (`None`: missing).
+    starts: Vec<Option<ContentId>>,
+}
+
+impl Chain {
+    /// Loads the turns from `to` on and their snapshots, and takes the pre-rewind snapshot.
+    fn load(store: &Store, ws: &Workspace, session: &Session, to: u64) -> Result<Self> {
+        let turns: Vec<Turn> = turn::list(store, &session.id)?.into_iter().filter(|t| t.index >= to).collect();
+        let first = turns.first().filter(|t| t.index == to).ok_or_else(|| Error::not_found(format!("turn {to}")))?;
+        let target_id = first.snapshot.id.clone().ok_or_else(|| {
+            Error::not_found(format!(
+                "turn {to}'s start snapshot ({})",
+                first.snapshot.skipped.as_deref().unwrap_or("not taken")
+            ))
+        })?;
+        let target = snapshot::get(store, &target_id)?;
+        let target_root = root_of(&target)?;
+        let opts = snapshot::TakeOptions { kind: Some(SnapshotKind::PreRewind), ..Default::default() };
+        let current = snapshot::take(store, turn::source(ws, session), &opts, &turn::Hooks::new(store))?;
+        let current_root = root_of(&current)?;
+        let mut ends = Vec::new();
+        let mut starts = Vec::new();
+        for (i, t) in turns.iter().enumerate() {
+            let end = match &t.end_snapshot {
+                Some(e) => root_at(store, e.id.as_deref())?,
+                None if i + 1 == turns.len() => Some(current_root),
+                None => None,
+            };
+            ends.push(end);
+            if i > 0 {
+                starts.push(root_at(store, t.snapshot.id.as_deref())?);
+            }
+        }
+        Ok(Chain { turns, target, target_root, current, current_root, ends, starts })
+    }
+
+    /// Where the chain breaks for path `p` (whose state now is `now`): a hand edit between
+    /// two turns or after the last, or a missing snapshot that makes it unverifiable.
+    fn break_at(
+        &self,
+        lookup: &mut snapshot::Lookup<'_>,
+        p: &[u8],
+        now: Option<&Node>,
+    ) -> Result<Option<(Reason, String)>> {
+        let last = self.ends.len();
+        for (k, end) in self.ends.iter().enumerate() {
+            let Some(end) = end else {
+                return Ok(Some((
+                    Reason::Unverified,
+                    format!("turn {}'s end snapshot is missing", self.turns[k].index),
+                )));
+            };
+            let at_next = if k + 1 < last {
+                let Some(next) = &self.starts[k] else {
+                    let why = format!("turn {}'s start snapshot is missing", self.turns[k + 1].index);
+                    return Ok(Some((Reason::Unverified, why)));
+                };
+                lookup.node(next, p)?
+            } else {
+                now.cloned()
+            };
+            if !same(lookup.node(end, p)?.as_ref(), at_next.as_ref()) {
+                return Ok(Some(if k + 1 < last {
+                    let why = format!(
+                        "changed by hand between turns {} and {}",
+                        self.turns[k].index,
+                        self.turns[k + 1].index
+                    );
+                    (Reason::HandEditBetweenTurns, why)
+                } else {
+                    (Reason::HandEditAfterLastTurn, "changed by hand after the last turn".to_string())
+                }));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Decides, path by path, what a rewind does: the one decision of rewind, used by its
+/// preview and its apply alike.
+struct Judge<'a> {
+    ws: &'a Workspace,
+    lookup: snapshot::Lookup<'a>,
+    hidden: HiddenAtTarget<'a>,
+    others: BTreeSet<Vec<u8>>,
+    force: &'a BTreeSet<String>,
+}
+
+impl Judge<'_> {
+    /// What happens to path `p`, whose state at the target is `t` and now `c`.
+    fn path(&mut self, chain: &Chain, p: &[u8], t: Option<&Node>, c: Option<&Node>) -> Result<PathPlan> {
+        let name = String::from_utf8_lossy(p).into_owned();
+        let mut why = chain.break_at(&mut self.lookup, p, c)?;
+        let nested =
+            is_kind(t, |k| matches!(k, NodeKind::Gitlink(_))) || is_kind(c, |k| matches!(k, NodeKind::Gitlink(_)));
+        if nested {
+            why = Some((Reason::NestedRepository, "a nested repository is never changed by a rewind".into()));
+        } else if is_kind(t, is_link) || is_kind(c, is_link) {
+            why = Some((Reason::Symlink, "a symlink: rewind restores files only; restore the link by hand".into()));
+        }
+        // Whatever else is said about it (a hand edit, an unverified chain), a path the
+        // target could not see is never deleted, forced or not.
+        let soft = !matches!(why, Some((Reason::NestedRepository | Reason::Symlink, _)));
+        if soft && t.is_none() && self.hidden.hides(p)? {
+            let detail = "not in the target snapshot because it was ignored or excluded then; never deleted";
+            why = Some((Reason::NotSnapshotted, detail.into()));
+        }
+        if why.is_none() && self.others.contains(p) {
+            why = Some((Reason::OtherSession, "written by another session since this turn began".into()));
+        }
+        if why.is_none()
+            && files::open_parent(&self.ws.root, &RelPath::new(p.to_vec())?, false)
+                .is_err_and(|e| e.code == ErrorCode::PathRejected)
+        {
+            why = Some((Reason::BehindSymlink, "behind a symlink now; never written through".into()));
+        }
+        let hard = matches!(why, Some((Reason::Symlink | Reason::NotSnapshotted | Reason::BehindSymlink, _)));
+        let forced = why.is_some() && !nested && !hard && self.force.contains(&name);
+        let action = match (why.is_some() && !forced, t) {
+            (true, _) => Action::LeaveAlone,
+            (false, Some(_)) => Action::Restore,
+            (false, None) => Action::Delete,
+        };
+        let (reason, detail) = match why {
+            Some((reason, detail)) => ((!forced).then_some(reason), Some(detail)),
+            None => (None, None),
+        };
+        Ok(PathPlan {
+            raw: p.to_vec(),
+            path: name,
+            action,
+            reason,
+            detail,
+            forced,
+            target: t.cloned(),
+            current: c.cloned(),
+        })
+    }
+}
+
+fn is_kind(n: Option<&Node>, f: impl Fn(&NodeKind) -> bool) -> bool {
+    n.is_some_and(|n| f(&n.kind))
+}
+
+fn is_link(k: &NodeKind) -> bool {
+    matches!(k, NodeKind::Symlink(_))
+}
+
+/// Plans rewinding `session` to the start of turn `to` (1-based index), taking a
+/// pre-rewind snapshot of the workspace now. Changes no workspace file.
+///
+/// # Errors
+/// `not-found` if the turn or its start snapshot does not exist.
+pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &BTreeSet<String>) -> Result<Plan> {
+    let chain = Chain::load(store, ws, session, to)?;
+    // Only the paths that differ between the target and now (found by descending into the
+    // directories whose ids differ), each looked up along the chain.
+    let changed = crate::snapshot::diff::raw(store, &chain.target_root, &chain.current_root)?;
+    let mut judge = Judge {
+        ws,
+        lookup: snapshot::Lookup::new(store),
+        hidden: HiddenAtTarget::new(store, ws, chain.target_root, &chain.target),
+        others: other_sessions_paths(store, ws, session, &chain.turns[0].turn_id)?,
+        force,
+    };
+    let mut paths = Vec::new();
+    for change in changed.iter().filter(|c| !same(c.old.as_ref(), c.new.as_ref())) {
+        paths.push(judge.path(&chain, &change.path, change.old.as_ref(), change.new.as_ref())?);
+    }
+    let material = serde_json::json!({
+        "target": chain.target.root,
+        "current": chain.current.root,
+        "turns": chain.turns.iter().map(|t| &t.turn_id).collect::<Vec<_>>(),
+        "force": force,
+        "paths": paths.iter().map(|p| (&p.path, p.action)).collect::<Vec<_>>(),
+    });
+    let plan_id = hex(&store.keys().lookup_id("rewind-plan", &serde_json::to_vec(&material).expect("json"))[..16]);
+    let mut plan = Plan {
+        plan_id,
+        to_turn: to,
+        turns: chain.turns.iter().map(|t| t.turn_id.clone()).collect(),
+        target_snapshot: chain.target.snapshot_id.clone(),
+        current_snapshot: chain.current.snapshot_id.clone(),
+        target_late: chain.turns[0].snapshot.late,
+        paths,
+        counts: BTreeMap::new(),
+        result_type: ResultType::Full,
+        excluded_effects: crate::undo::rollback::excluded_effects(),
+        shell_effects: chain.turns.iter().flat_map(|t| t.shell_effects.iter().map(|e| e.command.clone())).collect(),
+    };
+    plan.count();
+    Ok(plan)
+}
+
+impl Plan {
+    /// Counts the paths by action, and the result they make.
+    fn count(&mut self) {
+        let mut counts = BTreeMap::new();
+        for p in &self.paths {
+            let key =
+                serde_json::to_value(p.action).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+            *counts.entry(key).or_insert(0) += 1;
+        }
+        let left = self.paths.iter().filter(|p| p.action == Action::LeaveAlone).count();
+        self.result_type = ResultType::of(self.paths.len() - left, left);
+        self.counts = counts;
+    }
+}
+
+pub(super) fn bytes_of(store: &Store, node: &Node) -> Result<Vec<u8>> {
+    match &node.kind {
+        NodeKind::File(id) | NodeKind::Symlink(id) => Ok(store.read_object(id)?.1),
+        _ => Err(Error::invalid("not a file")),
+    }
+}
+
+/// Applies a rewind of `session` to the start of turn `to` through the guarded-apply
+/// engine. With `plan_id`, refuses (changing nothing) unless the plan made now has that id.
+///
+/// # Errors
+/// `conflict` for a stale plan; `over-cap` if the undo checkpoint would break a cap.
+pub fn apply(
+    store: &Store,
+    ws: &Workspace,
+    session: &Session,
+    to: u64,
+    force: &BTreeSet<String>,
+    plan_id: Option<&str>,
+) -> Result<Rewound> {
+    let target =
+        guarded::Target { store, workspace: ws, session, failpoints: ["rewind-committed", "rewind-before-swap"] };
+    let make = || Ok(Rewinding { plan: plan(store, ws, session, to, force)?, writes: Vec::new() });
+    let prepare = |r: &mut Rewinding| r.prepare(store);
+    let (done, checkpoint_id) = guarded::apply(target, plan_id, make, prepare)?;
+    let mut plan = done.plan;
+    plan.count();
+    let (restored_prompt, history_entries_removed) = cut_history(store, session, to)?;
+    Ok(Rewound { plan, checkpoint_id, restored_prompt, history_entries_removed })
+}
+
+/// A rewind being applied: its plan and its writes (with the path each belongs to).
+struct Rewinding {
+    plan: Plan,
+    writes: Vec<(usize, Write)>,
+}
+
+impl Rewinding {
+    /// Reads what every path to change holds now and is to hold, from the snapshots;
+    /// orders the writes: deletions deepest first, then restores (a directory that
+    /// replaced a file is gone before the file comes back).
+    fn prepare(&mut self, store: &Store) -> Result<()> {
+        let mut work: Vec<usize> =
+            (0..self.plan.paths.len()).filter(|&i| self.plan.paths[i].action != Action::LeaveAlone).collect();
+        work.sort_by_key(|&i| {
+            let p = &self.plan.paths[i];
+            (p.action != Action::Delete, std::cmp::Reverse(p.raw.iter().filter(|c| **c == b'/').count()))
+        });
+        for i in work {
+            let p = &self.plan.paths[i];
+            let (expected, current) = match &p.current {
+                Some(n @ Node { kind: NodeKind::File(id), .. }) => (
+                    Expected::File { digest: id.to_hex(), inode: None },
+                    Current::File {
+                        bytes: bytes_of(store, n)?,
+                        identity: FileIdentity {
+                            device: 0,
+                            inode: 0,
+                            mode: n.mode,
+                            size: n.size,
+                            mtime_ns: 0,
+                            ctime_ns: 0,
+                        },
+                    },
+                ),
+                _ => (Expected::Absent, Current::Absent),
+            };
+            let intended = match &p.target {
+                Some(n @ Node { kind: NodeKind::File(_), .. }) => {
+                    Intended::File { bytes: bytes_of(store, n)?, mode: Some(n.mode) }
+                }
+                _ => Intended::Absent,
+            };
+            let write = Write {
+                path: RelPath::new(p.raw.clone())?,
+                expected,
+                current,
+                intended,
+                make_parents: true,
+                clear_empty_dir: p.action == Action::Restore && p.current.is_none(),
+            };
+            self.writes.push((i, write));
+        }
+        Ok(())
+    }
+}
+
+impl guarded::Plan for Rewinding {
+    fn plan_id(&self) -> &str {
+        &self.plan.plan_id
+    }
+
+    fn writes(&self) -> Vec<Write> {
+        self.writes.iter().map(|(_, w)| w.clone()).collect()
+    }
+
+    fn written(&mut self, _root: &std::path::Path, index: usize, refused: Option<Refused>) {
+        let p = &mut self.plan.paths[self.writes[index].0];
+        let (reason, detail) = match refused {
+            None => return,
+            Some(Refused::Moved) => {
+                (Reason::ChangedDuringRewind, "changed between the plan and the write; left as it is".to_string())
+            }
+            Some(Refused::Obstacle(_, message)) => (Reason::BehindSymlink, message),
+        };
+        p.action = Action::LeaveAlone;
+        p.reason = Some(reason);
+        p.detail = Some(detail);
+    }
+}
+
+/// Cuts the conversation history before turn `to` (its entries and every later turn's go)
+/// and returns turn `to`'s prompt with how many entries went.
+fn cut_history(store: &Store, session: &Session, to: u64) -> Result<(Option<String>, u64)> {
+    let turns = crate::session::turn::list(store, &session.id)?;
+    let Some(target) = turns.iter().find(|t| t.index == to) else { return Ok((None, 0)) };
+    let prompt = crate::session::history::prompt_of(store, &session.id, &target.turn_id)?;
+    let cut: std::collections::HashSet<String> =
+        turns.iter().filter(|t| t.index >= to).map(|t| t.turn_id.clone()).collect();
+    let keyed = crate::session::history::keyed(store, &session.id)?;
+    let mut txn = store.kv().begin()?;
+    let removed = crate::session::history::cut_in(store, &mut *txn, &session.id, &keyed, &cut)?;
+    txn.commit()?;
+    Ok((prompt, removed))
+}
+
+/// Paths that checkpoints of *other* sessions in this workspace wrote since the turn
+/// `since` began (UUID v7 ids sort by creation time).
+fn other_sessions_paths(store: &Store, ws: &Workspace, session: &Session, since: &str) -> Result<BTreeSet<Vec<u8>>> {
+    let mut out = BTreeSet::new();
+    for id in checkpoint::all_ids(store)?.into_iter().filter(|id| id.as_str() >= since) {
+        let Ok(r) = checkpoint::load(store, &id) else { continue };
+        if r.workspace_id == ws.id && r.session_id != session.id {
+            out.extend(r.targets.iter().map(|t| t.path.as_bytes().to_vec()));
+        }
+    }
+    Ok(out)
+}
