@@ -105,7 +105,8 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// A failure: a stable code, a sentence for people, and optional structured details.
+/// A failure: a stable code, a sentence for people, optional structured details, and the
+/// lower-level error it came from (`std::error::Error::source`).
 #[derive(Debug, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct Error {
@@ -115,12 +116,21 @@ pub struct Error {
     pub message: String,
     /// Structured facts for `--json` output (for example the usage figures of `over-cap`).
     pub details: Option<serde_json::Value>,
+    /// What went wrong below (an I/O or database error), for a caller that walks the chain.
+    #[source]
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 impl Error {
     /// A new error of `code` with `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), details: None }
+        Error { code, message: message.into(), details: None, source: None }
+    }
+
+    /// Attaches the lower-level error this one came from.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Box::new(source));
+        self
     }
 
     /// Attaches structured details.
@@ -155,7 +165,7 @@ impl From<rusqlite::Error> for Error {
             Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
         );
         let code = if busy { ErrorCode::ConcurrentUpdate } else { ErrorCode::Io };
-        Error::new(code, format!("database: {e}"))
+        Error::new(code, format!("database: {e}")).with_source(e)
     }
 }
 
@@ -178,5 +188,23 @@ impl<T> IoResultExt<T> for Result<T, rustix::io::Errno> {
 }
 
 fn io_error(e: std::io::Error, path: &Path) -> Error {
-    Error::new(ErrorCode::Io, format!("{}: {e}", path.display()))
+    Error::new(ErrorCode::Io, format!("{}: {e}", path.display())).with_source(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_io_error_keeps_its_cause_and_names_its_path() {
+        let e: Result<()> = Err(std::io::Error::from(std::io::ErrorKind::NotFound)).context("/some/file");
+        let e = e.unwrap_err();
+        assert_eq!(e.code, ErrorCode::Io);
+        assert!(e.message.starts_with("/some/file: "), "{}", e.message);
+        let cause = std::error::Error::source(&e).expect("the I/O error is the source");
+        assert_eq!(
+            cause.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+    }
 }

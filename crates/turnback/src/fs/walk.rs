@@ -170,70 +170,69 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
     builder.build_parallel().run(|| {
         let found = &found;
-        Box::new(move |result| {
-            let entry = match result {
-                Ok(e) => e,
-                Err(e) => {
-                    // Unreadable paths are skipped with a reason, never a failed snapshot.
-                    let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-                    f.skipped.push(Skipped { path: String::new(), reason: e.to_string() });
-                    return WalkState::Continue;
-                }
-            };
-            if entry.depth() == 0 {
-                return WalkState::Continue;
-            }
-            let full = entry.path().as_os_str().as_bytes();
-            let Some(rel) = full.strip_prefix(root_bytes).and_then(|r| r.strip_prefix(b"/")) else {
-                return WalkState::Continue;
-            };
-            let rel = rel.to_vec();
-            let meta = match entry.path().symlink_metadata() {
-                Ok(m) => m,
-                Err(_) => return WalkState::Continue,
-            };
-            let ft = meta.file_type();
-            let record = if ft.is_dir() {
-                if !entry.path().join(".git").exists() {
-                    return WalkState::Continue;
-                }
-                let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-                match nested_commit(entry.path()) {
-                    Ok(commit) => {
-                        f.entries.push(Entry { path: rel, kind: Kind::Gitlink(commit), stat: Stat::of(&meta) })
-                    }
-                    Err(reason) => f.skipped.push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason }),
-                }
-                return WalkState::Skip;
-            } else if ft.is_symlink() {
-                match std::fs::read_link(entry.path()) {
-                    Ok(target) => Entry {
-                        path: rel,
-                        kind: Kind::Symlink(target.as_os_str().as_bytes().to_vec()),
-                        stat: Stat::of(&meta),
-                    },
-                    // Gone or changed since it was listed: left out, with the reason.
-                    Err(e) => {
-                        let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-                        f.skipped
-                            .push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason: e.to_string() });
-                        return WalkState::Continue;
-                    }
-                }
-            } else if ft.is_file() {
-                Entry { path: rel, kind: Kind::File, stat: Stat::of(&meta) }
-            } else {
-                return WalkState::Continue; // sockets, fifos, devices
-            };
-            found.lock().unwrap_or_else(|p| p.into_inner()).entries.push(record);
-            WalkState::Continue
-        })
+        Box::new(move |result| visit(result, root_bytes, found))
     });
     let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
     walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
     walk.entries.sort_by(|a, b| component_order(&a.path, &b.path));
     walk.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(walk)
+}
+
+/// Records one path the walk met: a file or symlink as an entry, a directory holding
+/// `.git` as a nested repository (not descended into), anything unreadable as skipped.
+fn visit(result: std::result::Result<ignore::DirEntry, ignore::Error>, root: &[u8], found: &Mutex<Walk>) -> WalkState {
+    let entry = match result {
+        Ok(e) => e,
+        Err(e) => {
+            // Unreadable paths are skipped with a reason, never a failed snapshot.
+            let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+            f.skipped.push(Skipped { path: String::new(), reason: e.to_string() });
+            return WalkState::Continue;
+        }
+    };
+    if entry.depth() == 0 {
+        return WalkState::Continue;
+    }
+    let full = entry.path().as_os_str().as_bytes();
+    let Some(rel) = full.strip_prefix(root).and_then(|r| r.strip_prefix(b"/")) else {
+        return WalkState::Continue;
+    };
+    let rel = rel.to_vec();
+    let meta = match entry.path().symlink_metadata() {
+        Ok(m) => m,
+        Err(_) => return WalkState::Continue,
+    };
+    let ft = meta.file_type();
+    let record = if ft.is_dir() {
+        if !entry.path().join(".git").exists() {
+            return WalkState::Continue;
+        }
+        let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+        match nested_commit(entry.path()) {
+            Ok(commit) => f.entries.push(Entry { path: rel, kind: Kind::Gitlink(commit), stat: Stat::of(&meta) }),
+            Err(reason) => f.skipped.push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason }),
+        }
+        return WalkState::Skip;
+    } else if ft.is_symlink() {
+        match std::fs::read_link(entry.path()) {
+            Ok(target) => {
+                Entry { path: rel, kind: Kind::Symlink(target.as_os_str().as_bytes().to_vec()), stat: Stat::of(&meta) }
+            }
+            // Gone or changed since it was listed: left out, with the reason.
+            Err(e) => {
+                let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+                f.skipped.push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason: e.to_string() });
+                return WalkState::Continue;
+            }
+        }
+    } else if ft.is_file() {
+        Entry { path: rel, kind: Kind::File, stat: Stat::of(&meta) }
+    } else {
+        return WalkState::Continue; // sockets, fifos, devices
+    };
+    found.lock().unwrap_or_else(|p| p.into_inner()).entries.push(record);
+    WalkState::Continue
 }
 
 /// Orders paths component by component (so a directory's entries are contiguous): the

@@ -18,6 +18,7 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 use crate::session::Session;
 use crate::session::history::{self, Entry, Role, ToolCall};
+use crate::session::turn;
 use crate::storage::store::Store;
 
 /// What an import did.
@@ -48,135 +49,171 @@ struct Building {
     calls: HashMap<String, usize>,
 }
 
-/// Imports the transcript `text` into `session`.
+/// Imports the transcript `text` into `session`: parse the rows, rebuild the turns from the
+/// rows after the last one imported, commit them in one transaction.
 ///
 /// # Errors
-/// `invalid-argument` if nothing in it looks like a Claude Code transcript.
+/// `invalid-argument` if nothing in it looks like a Claude Code transcript;
+/// `concurrent-update` if another import into the session finished meanwhile.
 pub fn import_claude_code(store: &Store, session: &Session, text: &str) -> Result<Imported> {
     let mut report = Imported::default();
-    let mut totals = history::totals(store, &session.id)?;
-    let rows: Vec<Value> =
-        text.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| serde_json::from_str(l).ok()).collect();
-    let unparsable = text.lines().filter(|l| !l.trim().is_empty()).count() - rows.len();
-    report.skipped_rows += unparsable as u64;
+    let totals = history::totals(store, &session.id)?;
+    let rows = parse_rows(text, &mut report)?;
+    // Skip what an earlier run imported.
+    let start = match totals.last_imported_row.as_deref() {
+        Some(last) => {
+            rows.iter().position(|r| r.get("uuid").and_then(Value::as_str) == Some(last)).map_or(0, |i| i + 1)
+        }
+        None => 0,
+    };
+    report.already_imported_rows = start as u64;
+    let continued = totals.last_imported_turn.clone().filter(|_| start > 0);
+    let mut rebuilt = Rebuild { turns: Vec::new(), continued, last_uuid: None };
+    for row in &rows[start..] {
+        if !rebuilt.row(row) {
+            report.skipped_rows += 1;
+        }
+    }
+    let Some(last_uuid) = rebuilt.last_uuid.take() else { return Ok(report) };
+    commit(store, &session.id, &totals, rebuilt.turns, last_uuid, &mut report)?;
+    history::enforce_budget(store, &session.id)?;
+    Ok(report)
+}
+
+/// The rows of a transcript (unparsable lines counted as skipped).
+fn parse_rows(text: &str, report: &mut Imported) -> Result<Vec<Value>> {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let rows: Vec<Value> = lines.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    report.skipped_rows += (lines.len() - rows.len()) as u64;
     if !rows.is_empty()
         && !rows.iter().any(|r| matches!(r.get("type").and_then(Value::as_str), Some("user" | "assistant")))
     {
         return Err(Error::invalid("no user or assistant rows: not a Claude Code transcript"));
     }
-    // Skip what an earlier run imported.
-    let start = match totals.last_imported_row.as_deref() {
-        Some(last) => match rows.iter().position(|r| r.get("uuid").and_then(Value::as_str) == Some(last)) {
-            Some(i) => i + 1,
-            None => 0,
-        },
-        None => 0,
-    };
-    report.already_imported_rows = start as u64;
-    let mut turns: Vec<Building> = Vec::new();
-    let mut last_uuid = None;
-    for row in &rows[start..] {
+    Ok(rows)
+}
+
+/// Turns being rebuilt from rows, in order.
+struct Rebuild {
+    turns: Vec<Building>,
+    /// The turn imported last, which rows before any new prompt continue.
+    continued: Option<String>,
+    /// The last row taken in.
+    last_uuid: Option<String>,
+}
+
+impl Rebuild {
+    /// Takes one row in; `false` if it is skipped (sub-agent, meta, other types, a local
+    /// command, an assistant row before any prompt).
+    fn row(&mut self, row: &Value) -> bool {
         let kind = row.get("type").and_then(Value::as_str).unwrap_or("");
-        let sidechain = row.get("isSidechain").and_then(Value::as_bool).unwrap_or(false);
-        let meta = row.get("isMeta").and_then(Value::as_bool).unwrap_or(false)
-            || row.get("isCompactSummary").and_then(Value::as_bool).unwrap_or(false);
-        if !matches!(kind, "user" | "assistant") || sidechain || meta {
-            report.skipped_rows += 1;
-            continue;
+        let flag = |name: &str| row.get(name).and_then(Value::as_bool).unwrap_or(false);
+        if !matches!(kind, "user" | "assistant") || flag("isSidechain") || flag("isMeta") || flag("isCompactSummary") {
+            return false;
         }
         if let Some(u) = row.get("uuid").and_then(Value::as_str) {
-            last_uuid = Some(u.to_string());
+            self.last_uuid = Some(u.to_string());
         }
         let at = row.get("timestamp").and_then(Value::as_str).unwrap_or("").to_string();
         let content = row.pointer("/message/content").cloned().unwrap_or(Value::Null);
-        match kind {
-            "user" => {
-                let (text, results) = user_parts(&content);
-                for (id, output) in results {
-                    if let Some(t) = turns.last_mut()
-                        && let (Some(&i), Some(a)) = (t.calls.get(&id), t.assistant.as_mut())
-                        && let Some(calls) = a.tool_calls.as_mut()
-                    {
-                        calls[i].output = Some(output);
-                        t.ended_at = at.clone();
-                    }
-                }
-                match text {
-                    Some(text) if !is_local_command(&text) => turns.push(Building {
-                        continues: None,
-                        prompt: text,
-                        started_at: at.clone(),
-                        ended_at: at,
-                        assistant: None,
-                        calls: HashMap::new(),
-                    }),
-                    Some(_) => report.skipped_rows += 1,
-                    None => {}
-                }
-            }
-            _ => {
-                if turns.is_empty()
-                    && let Some(turn) = totals.last_imported_turn.clone().filter(|_| start > 0)
-                {
-                    // The transcript grew in the middle of the turn imported last.
-                    turns.push(Building {
-                        continues: Some(turn),
-                        prompt: String::new(),
-                        started_at: at.clone(),
-                        ended_at: at.clone(),
-                        assistant: None,
-                        calls: HashMap::new(),
-                    });
-                }
-                let Some(t) = turns.last_mut() else {
-                    // An assistant row before any prompt (the transcript began mid-turn).
-                    report.skipped_rows += 1;
-                    continue;
-                };
-                let a = t.assistant.get_or_insert_with(|| Entry {
-                    turn_id: String::new(),
-                    role: Role::Assistant,
-                    content: String::new(),
-                    prompt: None,
-                    thinking: None,
-                    tool_calls: None,
-                    background: None,
-                    at: at.clone(),
-                    notes: Vec::new(),
-                });
-                for block in content.as_array().into_iter().flatten() {
-                    match block.get("type").and_then(Value::as_str) {
-                        Some("text") => join(&mut a.content, block.get("text").and_then(Value::as_str)),
-                        Some("thinking") => {
-                            let mut thinking = a.thinking.take().unwrap_or_default();
-                            join(&mut thinking, block.get("thinking").and_then(Value::as_str));
-                            a.thinking = Some(thinking).filter(|s| !s.is_empty());
-                        }
-                        Some("tool_use") => {
-                            let calls = a.tool_calls.get_or_insert_with(Vec::new);
-                            if let Some(id) = block.get("id").and_then(Value::as_str) {
-                                t.calls.insert(id.to_string(), calls.len());
-                            }
-                            calls.push(ToolCall {
-                                name: block.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
-                                input: block.get("input").cloned().unwrap_or(Value::Null),
-                                output: None,
-                            });
-                        }
-                        _ => {}
-                    }
-                }
-                if let Some(text) = content.as_str() {
-                    join(&mut a.content, Some(text));
-                }
-                t.ended_at = at;
+        if kind == "user" { self.user(&content, at) } else { self.assistant(&content, at) }
+    }
+
+    /// A user row: tool results for the turn being built, and maybe a new turn's prompt.
+    fn user(&mut self, content: &Value, at: String) -> bool {
+        let (text, results) = user_parts(content);
+        for (id, output) in results {
+            if let Some(t) = self.turns.last_mut()
+                && let (Some(&i), Some(a)) = (t.calls.get(&id), t.assistant.as_mut())
+                && let Some(calls) = a.tool_calls.as_mut()
+            {
+                calls[i].output = Some(output);
+                t.ended_at = at.clone();
             }
         }
+        match text {
+            Some(text) if !is_local_command(&text) => {
+                self.turns.push(Building::new(None, text, at));
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
     }
-    let Some(last_uuid) = last_uuid else { return Ok(report) };
-    // One transaction: turns, entries, and the marker of what was imported.
+
+    /// An assistant row: its text, thinking and tool calls join the turn's reply.
+    fn assistant(&mut self, content: &Value, at: String) -> bool {
+        if self.turns.is_empty()
+            && let Some(turn) = self.continued.clone()
+        {
+            // The transcript grew in the middle of the turn imported last.
+            self.turns.push(Building::new(Some(turn), String::new(), at.clone()));
+        }
+        // An assistant row before any prompt: the transcript began mid-turn.
+        let Some(t) = self.turns.last_mut() else { return false };
+        let a = t.assistant.get_or_insert_with(|| reply_entry(&at));
+        for block in content.as_array().into_iter().flatten() {
+            match block.get("type").and_then(Value::as_str) {
+                Some("text") => join(&mut a.content, block.get("text").and_then(Value::as_str)),
+                Some("thinking") => {
+                    let mut thinking = a.thinking.take().unwrap_or_default();
+                    join(&mut thinking, block.get("thinking").and_then(Value::as_str));
+                    a.thinking = Some(thinking).filter(|s| !s.is_empty());
+                }
+                Some("tool_use") => {
+                    let calls = a.tool_calls.get_or_insert_with(Vec::new);
+                    if let Some(id) = block.get("id").and_then(Value::as_str) {
+                        t.calls.insert(id.to_string(), calls.len());
+                    }
+                    calls.push(ToolCall {
+                        name: block.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                        input: block.get("input").cloned().unwrap_or(Value::Null),
+                        output: None,
+                    });
+                }
+                _ => {}
+            }
+        }
+        if let Some(text) = content.as_str() {
+            join(&mut a.content, Some(text));
+        }
+        t.ended_at = at;
+        true
+    }
+}
+
+impl Building {
+    fn new(continues: Option<String>, prompt: String, at: String) -> Self {
+        Building { continues, prompt, started_at: at.clone(), ended_at: at, assistant: None, calls: HashMap::new() }
+    }
+}
+
+/// An empty assistant entry begun at `at`.
+fn reply_entry(at: &str) -> Entry {
+    Entry {
+        turn_id: String::new(),
+        role: Role::Assistant,
+        content: String::new(),
+        prompt: None,
+        thinking: None,
+        tool_calls: None,
+        background: None,
+        at: at.to_string(),
+        notes: Vec::new(),
+    }
+}
+
+/// One transaction: the rebuilt turns, their entries, and the marker of what was imported.
+fn commit(
+    store: &Store,
+    session: &str,
+    totals: &history::Totals,
+    turns: Vec<Building>,
+    last_uuid: String,
+    report: &mut Imported,
+) -> Result<()> {
     let mut txn = store.kv().begin()?;
-    if history::totals_in(store, &mut *txn, &session.id)?.last_imported_row != totals.last_imported_row {
+    if history::totals_in(store, &mut *txn, session)?.last_imported_row != totals.last_imported_row {
         return Err(Error::new(
             crate::ErrorCode::ConcurrentUpdate,
             "another import into this session finished meanwhile; run the import again",
@@ -185,53 +222,39 @@ pub fn import_claude_code(store: &Store, session: &Session, text: &str) -> Resul
     let mut entries = Vec::new();
     let mut last_turn = totals.last_imported_turn.clone();
     for b in turns {
-        if let Some(turn_id) = b.continues {
-            if let Some(mut a) = b.assistant {
-                a.turn_id = turn_id.clone();
-                history::cap(&mut a);
-                entries.push(a);
+        let turn_id = match b.continues {
+            Some(turn_id) => turn_id,
+            None => {
+                let turn = turn::insert_finished_in(
+                    store,
+                    &mut *txn,
+                    session,
+                    &b.prompt,
+                    &b.started_at,
+                    &b.ended_at,
+                    NO_SNAPSHOT,
+                )?;
+                report.turns += 1;
+                let mut user = Entry { role: Role::User, content: b.prompt, at: b.started_at, ..reply_entry("") };
+                user.turn_id = turn.turn_id.clone();
+                history::cap(&mut user);
+                entries.push(user);
+                turn.turn_id
             }
-            last_turn = Some(turn_id);
-            continue;
-        }
-        let turn = crate::session::turn::insert_finished_in(
-            store,
-            &mut *txn,
-            &session.id,
-            &b.prompt,
-            &b.started_at,
-            &b.ended_at,
-            NO_SNAPSHOT,
-        )?;
-        report.turns += 1;
-        let mut user = Entry {
-            turn_id: turn.turn_id.clone(),
-            role: Role::User,
-            content: b.prompt,
-            prompt: None,
-            thinking: None,
-            tool_calls: None,
-            background: None,
-            at: b.started_at,
-            notes: Vec::new(),
         };
-        history::cap(&mut user);
-        entries.push(user);
         if let Some(mut a) = b.assistant {
-            a.turn_id = turn.turn_id.clone();
+            a.turn_id = turn_id.clone();
             history::cap(&mut a);
             entries.push(a);
         }
-        last_turn = Some(turn.turn_id);
+        last_turn = Some(turn_id);
     }
     report.entries = entries.len() as u64;
-    totals = history::append_in(store, &mut *txn, &session.id, &entries)?;
+    let mut totals = history::append_in(store, &mut *txn, session, &entries)?;
     totals.last_imported_row = Some(last_uuid);
     totals.last_imported_turn = last_turn;
-    history::put_totals_in(store, &mut *txn, &session.id, &totals)?;
-    txn.commit()?;
-    history::enforce_budget(store, &session.id)?;
-    Ok(report)
+    history::put_totals_in(store, &mut *txn, session, &totals)?;
+    txn.commit()
 }
 
 /// A user row's prompt text (if it has any) and its tool results (id → output).

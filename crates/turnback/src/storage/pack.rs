@@ -352,7 +352,29 @@ pub(crate) fn sweep(
     refresh: &dyn Fn(&mut dyn Txn) -> Result<HashSet<ContentId>>,
 ) -> Result<Swept> {
     let mut swept = Swept::default();
-    // 1. Drop dead entries and empty blocks.
+    // An entry that does not parse hides which blocks it needs: then nothing more goes.
+    if let Some(census) = drop_dead(kv, live, refresh, &mut swept)? {
+        repack_sparse(keys, kv, &census, &mut swept)?;
+    }
+    Ok(swept)
+}
+
+/// The live index entries and every block's stored and plaintext size, after a sweep's
+/// first phase.
+struct Census {
+    entries: Vec<(ContentId, Location)>,
+    block_sizes: BTreeMap<BlockId, (u64, u64)>,
+}
+
+/// Phase 1: drops the index entries of dead objects and the blocks nothing points into,
+/// in one transaction. `None` if an index entry does not parse (it is kept, for `verify`
+/// to report, and no block is deleted).
+fn drop_dead(
+    kv: &dyn KeyValueStore,
+    live: &HashSet<ContentId>,
+    refresh: &dyn Fn(&mut dyn Txn) -> Result<HashSet<ContentId>>,
+    swept: &mut Swept,
+) -> Result<Option<Census>> {
     let mut entries: Vec<(ContentId, Location)> = Vec::new();
     let mut dead = Vec::new();
     let mut malformed = false;
@@ -401,23 +423,26 @@ pub(crate) fn sweep(
         }
         txn.commit()?;
     }
-    if malformed {
-        return Ok(swept);
-    }
+    Ok((!malformed).then_some(Census { entries, block_sizes }))
+}
+
+/// Phase 2: copies the live objects of blocks whose live share fell under half into new
+/// blocks, a batch at a time, then deletes the emptied blocks.
+fn repack_sparse(keys: &KeyRing, kv: &dyn KeyValueStore, census: &Census, swept: &mut Swept) -> Result<()> {
+    let Census { entries, block_sizes } = census;
     let mut live_bytes: HashMap<BlockId, u64> = HashMap::new();
-    for (_, loc) in &entries {
+    for (_, loc) in entries {
         for p in &loc.pieces {
             *live_bytes.entry(p.block).or_insert(0) += u64::from(p.len);
         }
     }
-    // 2. Repack blocks mostly dead, a batch at a time.
     let sparse: HashSet<BlockId> = block_sizes
         .iter()
         .filter(|(b, (_, plain))| live_bytes.get(*b).is_some_and(|l| l * 2 < *plain))
         .map(|(b, _)| *b)
         .collect();
     if sparse.is_empty() {
-        return Ok(swept);
+        return Ok(());
     }
     let moving: Vec<&(ContentId, Location)> =
         entries.iter().filter(|(_, loc)| loc.pieces.iter().any(|p| sparse.contains(&p.block))).collect();
@@ -456,7 +481,7 @@ pub(crate) fn sweep(
     }
     txn.commit()?;
     swept.bytes = swept.bytes.saturating_sub(added);
-    Ok(swept)
+    Ok(())
 }
 
 /// Re-seals every block not under the current key version, each in its own transaction;
