@@ -5,6 +5,7 @@ mod common;
 mod test_canary;
 mod test_checkpoints;
 mod test_crash;
+mod test_entry_points;
 mod test_history;
 mod test_integrations;
 mod test_keys;

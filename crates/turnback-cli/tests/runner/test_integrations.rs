@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, parse_json, show_output, str_at};
+use crate::common::{Env, mcp_client_available, parse_json, show_output, str_at};
 
 fn hook(env: &Env, event: &Value) {
     let out = env.run(&["hook", "claude-code"], Some(event.to_string().as_bytes()));
@@ -207,23 +207,6 @@ fn the_demo_tells_its_story_and_leaves_nothing_behind() {
     }
     assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "the demo's workspace and store are removed");
     assert!(std::fs::read_dir(&env.store).unwrap().next().is_none(), "the user's store is untouched");
-}
-
-/// Whether the official MCP Python SDK is importable. `.ci/run` installs it and sets
-/// `TURNBACK_REQUIRE_MCP_CLIENT=1`, so CI never skips the end-to-end test.
-fn mcp_client_available() -> bool {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import mcp.client.stdio"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("TURNBACK_REQUIRE_MCP_CLIENT").is_none(),
-            "the MCP Python SDK is required here: python3 -m pip install mcp"
-        );
-        eprintln!("skipping: the MCP Python SDK is not installed (python3 -m pip install mcp)");
-    }
-    found
 }
 
 #[test]

@@ -50,7 +50,7 @@ use crate::session::turn::{self, Shell, Turn};
 
 /// One thing an agent reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
+#[serde(tag = "event", rename_all = "kebab-case", rename_all_fields = "camelCase")]
 pub enum AgentEvent {
     /// The agent's session began (or resumed).
     SessionStarted,

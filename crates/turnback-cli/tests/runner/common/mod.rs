@@ -376,3 +376,47 @@ pub fn chmod(path: &Path, mode: u32) {
 pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
 }
+
+/// Whether the official MCP Python SDK is importable. `.ci/run` installs it and sets
+/// `TURNBACK_REQUIRE_MCP_CLIENT=1`, so CI never skips the end-to-end test.
+pub fn mcp_client_available() -> bool {
+    let found = std::process::Command::new("python3")
+        .args(["-c", "import mcp.client.stdio"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("TURNBACK_REQUIRE_MCP_CLIENT").is_none(),
+            "the MCP Python SDK is required here: python3 -m pip install mcp"
+        );
+        eprintln!("skipping: the MCP Python SDK is not installed (python3 -m pip install mcp)");
+    }
+    found
+}
+
+impl Env {
+    /// Calls tools of `turnback mcp` through the official MCP Python SDK (`tests/mcp/call.py`)
+    /// in this environment; returns the server's identity and then one value per call (its
+    /// structured content, or `{"isError": true, "text": ...}`).
+    pub fn mcp_calls(&self, calls: &[(&str, Value)]) -> Vec<Value> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/call.py");
+        let mut cmd = Command::new("python3");
+        cmd.arg(&script).arg(env!("CARGO_BIN_EXE_turnback")).arg(&self.ws);
+        for (name, args) in calls {
+            cmd.arg(name).arg(args.to_string());
+        }
+        for name in SCRUBBED {
+            cmd.env_remove(name);
+        }
+        cmd.env("TURNBACK_HOME", &self.store)
+            .env("XDG_CONFIG_HOME", &self.conf)
+            .env("HOME", &self.home)
+            .env("TURNBACK_NO_KEYCHAIN", "1");
+        for (name, value) in &self.vars {
+            cmd.env(name, value);
+        }
+        let out = cmd.output().expect("python3 runs");
+        assert!(out.status.success(), "{}", show_output(&out));
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    }
+}

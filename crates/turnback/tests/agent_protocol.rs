@@ -1,0 +1,248 @@
+//! The agent protocol through the public facade only, as a Rust program using the library
+//! would drive it: the documented sequences of events, and the awkward ones — duplicates,
+//! reordering, missing ends, continuations after a blocked stop, sub-agents, failures.
+
+use std::path::{Path, PathBuf};
+
+use turnback::{AgentEvent, ErrorCode, HistorySelection, KeyConfig, Options, Role, ToolCall, ToolEffect, Turnback};
+
+/// A workspace and a store in a temp dir, the key given explicitly.
+struct Env {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    options: Options,
+}
+
+impl Env {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let options = Options {
+            store: Some(dir.path().join("store")),
+            session: Some("agent-1".into()),
+            keys: KeyConfig::with_key("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".into()),
+            create: true,
+            ..Options::new(&ws)
+        };
+        Env { _dir: dir, ws, options }
+    }
+
+    /// Each event is recorded by a fresh `Turnback`, as each hook is a process of its own.
+    fn send(&self, event: AgentEvent) -> turnback::Recorded {
+        Turnback::open(&self.options).unwrap().record_event(&event, None).unwrap()
+    }
+
+    fn tb(&self) -> Turnback {
+        Turnback::open(&self.options).unwrap()
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        std::fs::write(self.ws.join(rel), text).unwrap();
+    }
+
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.ws.join(rel)).ok()
+    }
+}
+
+fn prompt(text: &str) -> AgentEvent {
+    AgentEvent::PromptSubmitted { prompt: Some(text.into()) }
+}
+
+fn write_call(id: &str, path: &Path) -> ToolCall {
+    ToolCall {
+        id: Some(id.into()),
+        name: "Write".into(),
+        effect: ToolEffect::WritesFiles,
+        paths: vec![path.to_path_buf()],
+        ..ToolCall::default()
+    }
+}
+
+/// A tool call that writes `rel`, with its "before" and "after" events around the write.
+fn agent_writes(env: &Env, id: &str, rel: &str, text: &str) {
+    let call = write_call(id, &env.ws.join(rel));
+    env.send(AgentEvent::ToolStarted { call: call.clone() });
+    env.write(rel, text);
+    env.send(AgentEvent::ToolFinished { call });
+}
+
+fn stop() -> AgentEvent {
+    AgentEvent::Stopped { continued: false }
+}
+
+#[test]
+fn a_documented_turn_records_its_prompt_edits_shell_reply_and_end() {
+    let env = Env::new();
+    env.write("a.txt", "before\n");
+    env.send(AgentEvent::SessionStarted);
+    let begun = env.send(prompt("fix a.txt"));
+    assert!(!begun.joined);
+    agent_writes(&env, "t1", "a.txt", "after\n");
+    let shell = ToolCall {
+        id: Some("t2".into()),
+        name: "Bash".into(),
+        effect: ToolEffect::RunsShell,
+        command: Some("make test TOKEN=abc123".into()),
+        exit_status: Some(2),
+        ..ToolCall::default()
+    };
+    env.send(AgentEvent::ToolFinished { call: shell });
+    env.send(AgentEvent::AssistantReplied { text: "Fixed.".into(), thinking: Some("easy".into()) });
+    let ended = env.send(stop());
+
+    let turn = ended.turn.expect("the stop ended the turn");
+    assert!(!turn.running() && turn.end_snapshot.as_ref().is_some_and(|e| e.id.is_some()));
+    assert_eq!(turn.shell_effects.len(), 1);
+    assert_eq!(turn.shell_effects[0].command, "make test TOKEN=[redacted]");
+    assert_eq!((turn.shell_effects[0].exit_status, turn.shell_effects[0].failed), (Some(2), true));
+    let tb = env.tb();
+    let history = tb.history(&HistorySelection::All).unwrap().entries;
+    let said: Vec<(Role, &str)> = history.iter().map(|e| (e.role, e.content.as_str())).collect();
+    assert_eq!(said, [(Role::User, "fix a.txt"), (Role::Assistant, "Fixed.")]);
+    assert_eq!(history[1].thinking.as_deref(), Some("easy"));
+    let checkpoints = tb.checkpoints(None, false).unwrap().checkpoints;
+    assert_eq!(checkpoints.len(), 1, "one committed checkpoint for the write");
+    assert_eq!(checkpoints[0].record.prompt_round, Some(1));
+}
+
+#[test]
+fn the_same_events_delivered_twice_record_once() {
+    let env = Env::new();
+    env.write("a.txt", "before\n");
+    env.send(prompt("once"));
+    assert!(env.send(prompt("once")).joined, "the same prompt again joins its turn");
+    let call = write_call("t1", &env.ws.join("a.txt"));
+    env.send(AgentEvent::ToolStarted { call: call.clone() });
+    env.send(AgentEvent::ToolStarted { call: call.clone() });
+    env.write("a.txt", "after\n");
+    env.send(AgentEvent::ToolFinished { call: call.clone() });
+    let again = env.send(AgentEvent::ToolFinished { call });
+    assert!(again.checkpoint.is_none(), "a second finish finds nothing left to commit");
+    env.send(stop());
+    let nothing = env.send(stop());
+    assert!(nothing.turn.is_none(), "a second stop does nothing");
+
+    let tb = env.tb();
+    assert_eq!(tb.turns().unwrap().turns.len(), 1);
+    assert_eq!(tb.checkpoints(None, true).unwrap().checkpoints.len(), 1);
+    assert_eq!(tb.history(&HistorySelection::All).unwrap().entries.len(), 1, "the prompt once");
+}
+
+#[test]
+fn an_after_event_before_its_before_event_is_closed_at_the_turn_boundary() {
+    let env = Env::new();
+    env.write("a.txt", "before\n");
+    env.send(prompt("reordered"));
+    let call = write_call("t1", &env.ws.join("a.txt"));
+    let early = env.send(AgentEvent::ToolFinished { call: call.clone() });
+    assert!(early.checkpoint.is_none(), "a finish without its start records nothing");
+    env.send(AgentEvent::ToolStarted { call });
+    let ended = env.send(stop());
+    assert_eq!(ended.abandoned_calls_closed, 1, "the stage waiting for its finish is closed at the stop");
+    let all = env.tb().checkpoints(None, true).unwrap().checkpoints;
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].record.mutation.commit_state.as_str(), "failed");
+}
+
+#[test]
+fn a_prompt_without_a_stop_before_it_starts_a_new_turn_and_ends_the_last() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.send(prompt("first"));
+    agent_writes(&env, "t1", "a.txt", "one\n");
+    // Interrupted: no stop. The person's next prompt is a new turn.
+    let second = env.send(prompt("second"));
+    assert!(!second.joined);
+    agent_writes(&env, "t2", "a.txt", "two\n");
+    env.send(AgentEvent::SessionEnded);
+
+    let tb = env.tb();
+    let turns = tb.turn_records().unwrap();
+    assert_eq!(turns.len(), 2);
+    assert!(
+        turns.iter().all(|t| !t.running()),
+        "the first ended where the second began; the session end ended the second"
+    );
+    assert_eq!(turns[0].end_snapshot.as_ref().and_then(|e| e.id.clone()), turns[1].snapshot.id.clone());
+    let plan = tb.rewind_preview(1, &[]).unwrap();
+    let done = tb.rewind_apply(1, &[], Some(&plan.plan_id)).unwrap();
+    assert_eq!(done.plan.result_type, turnback::ResultType::Full);
+    assert_eq!(env.read("a.txt").as_deref(), Some("zero\n"));
+}
+
+#[test]
+fn an_agent_carrying_on_after_a_blocked_stop_stays_in_its_turn() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.send(prompt("work"));
+    agent_writes(&env, "t1", "a.txt", "one\n");
+    env.send(stop());
+    // Another hook blocked that stop: the agent works on.
+    agent_writes(&env, "t2", "a.txt", "two\n");
+    let ended = env.send(AgentEvent::Stopped { continued: true });
+    let turn = ended.turn.expect("the turn ended again");
+    assert_eq!(turn.continuations, 1);
+
+    let tb = env.tb();
+    assert_eq!(tb.turns().unwrap().turns.len(), 1);
+    let plan = tb.rewind_preview(1, &[]).unwrap();
+    assert_eq!(plan.result_type, turnback::ResultType::Full, "the later edit is the agent's, not a person's");
+    tb.rewind_apply(1, &[], Some(&plan.plan_id)).unwrap();
+    assert_eq!(env.read("a.txt").as_deref(), Some("zero\n"));
+}
+
+#[test]
+fn a_continued_stop_with_no_new_event_takes_the_end_snapshot_again() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.send(prompt("work"));
+    env.send(stop());
+    // The agent carried on, with a tool this protocol does not hear about, and stopped again.
+    env.write("a.txt", "changed by the agent's shell\n");
+    let again = env.send(AgentEvent::Stopped { continued: true });
+    assert!(again.reopened);
+    let plan = env.tb().rewind_preview(1, &[]).unwrap();
+    assert_eq!(plan.result_type, turnback::ResultType::Full, "{plan:?}");
+}
+
+#[test]
+fn sub_agents_are_recorded_in_their_turn_and_compaction_changes_nothing() {
+    let env = Env::new();
+    env.send(prompt("delegate"));
+    env.send(AgentEvent::SubagentStarted { id: "sub-1".into(), kind: Some("Explore".into()) });
+    env.send(AgentEvent::Compacted);
+    env.send(AgentEvent::SubagentStopped { id: "sub-1".into() });
+    let ended = env.send(stop()).turn.unwrap();
+    assert_eq!(ended.subagents.len(), 1);
+    assert_eq!(ended.subagents[0].kind.as_deref(), Some("Explore"));
+    assert!(ended.subagents[0].stopped_at.is_some());
+    assert_eq!(env.tb().history(&HistorySelection::All).unwrap().entries.len(), 1);
+}
+
+#[test]
+fn a_tool_call_outside_the_workspace_is_refused_and_nothing_is_staged() {
+    let env = Env::new();
+    env.send(prompt("escape"));
+    let call = write_call("t1", Path::new("/etc/passwd"));
+    let err = env.tb().record_event(&AgentEvent::ToolStarted { call }, None).unwrap_err();
+    assert_eq!(err.code, ErrorCode::PathRejected);
+    assert!(env.tb().checkpoints(None, true).unwrap().checkpoints.is_empty());
+}
+
+#[test]
+fn events_are_plain_json_an_adapter_can_write() {
+    let json = r#"[
+        {"event": "session-started"},
+        {"event": "prompt-submitted", "prompt": "hi"},
+        {"event": "tool-started", "call": {"id": "t1", "name": "Write", "effect": "writes-files", "paths": ["a.txt"]}},
+        {"event": "shell-ran", "command": "ls", "exitStatus": 0},
+        {"event": "stopped", "continued": true}
+    ]"#;
+    let events: Vec<AgentEvent> = serde_json::from_str(json).unwrap();
+    assert_eq!(events[1], prompt("hi"));
+    assert_eq!(events[4], AgentEvent::Stopped { continued: true });
+    let AgentEvent::ToolStarted { call } = &events[2] else { panic!("{events:?}") };
+    assert_eq!((call.effect, call.paths.clone()), (ToolEffect::WritesFiles, vec![PathBuf::from("a.txt")]));
+}
