@@ -38,10 +38,10 @@ step "turnback rollback $undo --apply   # undo the rollback itself"
 "$tb" rollback "$undo" --apply
 step "cat src/main.rs"
 cat src/main.rs
-step 'turnback turn begin --prompt "add a greeting"   # a whole turn: snapshot at its start'
+step 'turnback turn begin --prompt "add a greeting"   # a whole turn: snapshot at its start, prompt in the history'
 "$tb" turn begin --prompt "add a greeting" >/dev/null
-step "turnback history append   # the conversation of the turn, encrypted too"
-printf '{"role":"user","content":"add a greeting"}\n{"role":"assistant","content":"Added greeting.txt."}\n' | "$tb" history append
+step "turnback history append   # the agent's reply, encrypted too"
+printf '{"role":"assistant","content":"Added greeting.txt."}\n' | "$tb" history append
 printf 'hello\n' > greeting.txt; printf '// tweaked by the agent\n' >> src/main.rs
 step "turnback turn end && turnback diff --stat   # what the turn changed"
 "$tb" turn end; "$tb" diff --stat

@@ -210,8 +210,14 @@ fn a_continued_stop_with_no_new_event_takes_the_end_snapshot_again() {
 #[test]
 fn sub_agents_are_recorded_in_their_turn_and_compaction_changes_nothing() {
     let env = Env::new();
+    env.write("a.txt", "zero\n");
     env.send(prompt("delegate"));
     env.send(AgentEvent::SubagentStarted { id: "sub-1".into(), kind: Some("Explore".into()) });
+    let call = ToolCall { subagent: Some("sub-1".into()), ..write_call("t1", &env.ws.join("a.txt")) };
+    env.send(AgentEvent::ToolStarted { call: call.clone() });
+    env.write("a.txt", "by the sub-agent\n");
+    let committed = env.send(AgentEvent::ToolFinished { call }).checkpoint.expect("committed");
+    assert_eq!(committed.subagent.as_deref(), Some("sub-1"), "a sub-agent's edit can be told apart");
     env.send(AgentEvent::Compacted);
     env.send(AgentEvent::SubagentStopped { id: "sub-1".into() });
     let ended = env.send(stop()).turn.unwrap();

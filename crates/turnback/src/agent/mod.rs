@@ -7,32 +7,8 @@
 //! process (hooks are), so everything the protocol remembers between events is in the
 //! store.
 //!
-//! What each event does:
-//! - `session-started`: the session exists from here on (created under the agent's id).
-//! - `prompt-submitted`: tool calls still waiting for their "after" event are closed as
-//!   failed; a new turn begins with a start snapshot, and the prompt goes into the
-//!   history. The same prompt delivered again within a minute of its turn's start joins
-//!   that turn instead; a running turn that never got its stop ends where the new one
-//!   begins.
-//! - `tool-started`: a call that writes files stages them (their pre-images) under the
-//!   call's id; a second start of the same call changes nothing.
-//! - `tool-finished` / `tool-failed`: a file-writing call is committed (post-images; as
-//!   failed if it failed: the files may still have changed); a shell call is recorded in
-//!   the turn with how it ended. A finish without its start records nothing.
-//! - `shell-ran`: a shell command reported on its own is recorded in the turn.
-//! - `assistant-replied`: the agent's reply goes into the history of the current turn.
-//! - `stopped`: tool calls still waiting are closed as failed and the turn ends with its
-//!   end snapshot. A stop with no running turn does nothing, unless it says the agent
-//!   `continued` after an earlier stop: then the turn is ended again, so its end snapshot
-//!   holds what the agent did since.
-//! - `subagent-started` / `subagent-stopped`: recorded in the running turn.
-//! - `compacted`: nothing to do — the history turnback keeps is not compacted.
-//! - `session-ended`: like a stop without its own event.
-//!
-//! Continuations: any sign of the agent working (a tool call, a shell command, a
-//! sub-agent) while no turn runs, after the newest turn ended, reopens that turn: an agent
-//! whose stop another hook blocked carries on in the same turn, and its later edits count
-//! as its own, not as a person's.
+//! What each event does is documented on [`AgentEvent`]; docs/agent-protocol.md says how
+//! to write an adapter.
 //!
 //! Invariants: every event is safe to deliver twice or out of order; an event that finds
 //! nothing to act on records nothing and is not an error.
@@ -48,7 +24,35 @@ use crate::session::begin::BeginRequest;
 use crate::session::history::{NewEntry, Role};
 use crate::session::turn::{self, Shell, Turn};
 
-/// One thing an agent reports.
+/// One thing an agent reports, in the agent-neutral protocol.
+///
+/// What each event does:
+/// - `session-started`: the session exists from here on (created under the agent's id).
+/// - `prompt-submitted`: tool calls still waiting for their "after" event are closed as
+///   failed; a new turn begins with a start snapshot, and the prompt goes into the
+///   history. The same prompt delivered again within a minute of its turn's start joins
+///   that turn instead; a running turn that never got its stop ends where the new one
+///   begins.
+/// - `tool-started`: a call that writes files stages them (their pre-images) under the
+///   call's id; a second start of the same call changes nothing.
+/// - `tool-finished` / `tool-failed`: a file-writing call is committed (post-images; as
+///   failed if it failed: the files may still have changed); a shell call is recorded in
+///   the turn with how it ended. A finish without its start records nothing.
+/// - `shell-ran`: a shell command reported on its own is recorded in the turn.
+/// - `assistant-replied`: the agent's reply goes into the history of the current turn.
+/// - `stopped`: tool calls still waiting are closed as failed and the turn ends with its
+///   end snapshot. A stop with no running turn does nothing, unless it says the agent
+///   `continued` after an earlier stop: then the turn is ended again, so its end snapshot
+///   holds what the agent did since.
+/// - `subagent-started` / `subagent-stopped`: recorded in the running turn.
+/// - `compacted`: nothing to do — the history turnback keeps is not compacted.
+/// - `session-ended`: like a stop without its own event.
+///
+/// Continuations: any sign of the agent working (a tool call, a shell command, a
+/// sub-agent) while no turn runs, after the newest turn ended, reopens that turn: an agent
+/// whose stop another hook blocked carries on in the same turn, and its later edits count
+/// as its own, not as a person's.
+///
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case", rename_all_fields = "camelCase")]
 pub enum AgentEvent {
@@ -142,7 +146,7 @@ pub struct ToolCall {
     /// Its exit status, for a finished shell call.
     #[serde(default)]
     pub exit_status: Option<i32>,
-    /// The sub-agent making the call, if not the main agent.
+    /// The sub-agent making the call, if not the main agent (kept with its checkpoint).
     #[serde(default)]
     pub subagent: Option<String>,
 }
@@ -187,7 +191,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl Turnback {
-    /// Records one event an agent reported (see [the protocol](crate::agent)). `cancel`,
+    /// Records one event an agent reported (see [`AgentEvent`] for what each does). `cancel`,
     /// when set while a prompt's start snapshot is awaited, cancels that turn's begin.
     ///
     /// # Errors
@@ -214,7 +218,8 @@ impl Turnback {
             AgentEvent::ToolStarted { call } => {
                 done.reopened = self.reopen_if_stopped(&mut done)?;
                 if call.effect == ToolEffect::WritesFiles && !call.paths.is_empty() {
-                    done.checkpoint = Some(self.stage_tool_call(&call_key(call), &call.paths)?);
+                    done.checkpoint =
+                        Some(self.stage_tool_call(&call_key(call), &call.paths, call.subagent.as_deref())?);
                 }
             }
             AgentEvent::ToolFinished { call } | AgentEvent::ToolFailed { call } => {

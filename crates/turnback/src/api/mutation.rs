@@ -103,6 +103,8 @@ pub(crate) struct Context<'a> {
     pub cwd: &'a Path,
     /// Proceed without rollback protection when a cap would be exceeded.
     pub confirm_unprotected: bool,
+    /// The sub-agent making the change, if any.
+    pub subagent: Option<&'a str>,
 }
 
 /// Where a checkpoint made in `ctx` comes from, at the session's current prompt round
@@ -111,7 +113,12 @@ fn origin<'a>(ctx: &Context<'a>) -> Result<checkpoint::Origin<'a>> {
     let session: &'a Session = ctx.session;
     let round = Session::round_of(ctx.store, &session.id)?
         .ok_or_else(|| Error::not_found(format!("session {}", session.id)))?;
-    Ok(checkpoint::Origin { session_id: &session.id, workspace_id: &ctx.workspace.id, prompt_round: round })
+    Ok(checkpoint::Origin {
+        session_id: &session.id,
+        workspace_id: &ctx.workspace.id,
+        prompt_round: round,
+        subagent: ctx.subagent,
+    })
 }
 
 /// What a mutation did.
@@ -577,6 +584,9 @@ pub struct CheckpointSummary {
     pub session_id: String,
     /// The files it covers.
     pub targets: Vec<TargetRecord>,
+    /// The sub-agent whose tool call made it, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<String>,
 }
 
 impl From<&CheckpointRecord> for CheckpointSummary {
@@ -591,6 +601,7 @@ impl From<&CheckpointRecord> for CheckpointSummary {
             prompt_round: r.prompt_round,
             session_id: r.session_id.clone(),
             targets: r.targets.clone(),
+            subagent: r.subagent.clone(),
         }
     }
 }
@@ -630,6 +641,7 @@ impl Turnback {
             session: self.session()?,
             cwd: Path::new(""),
             confirm_unprotected,
+            subagent: None,
         };
         Ok((ctx, cwd))
     }
@@ -703,9 +715,15 @@ impl Turnback {
     ///
     /// # Errors
     /// As [`stage`](Self::stage).
-    pub(crate) fn stage_tool_call(&self, key: &str, paths: &[PathBuf]) -> Result<CheckpointSummary> {
+    pub(crate) fn stage_tool_call(
+        &self,
+        key: &str,
+        paths: &[PathBuf],
+        subagent: Option<&str>,
+    ) -> Result<CheckpointSummary> {
         let (ctx, cwd) = self.mutation_context(true)?;
-        stage_external_keyed(Context { cwd: &cwd, ..ctx }, key, paths, None).map(|r| CheckpointSummary::from(&r))
+        let ctx = Context { cwd: &cwd, subagent, ..ctx };
+        stage_external_keyed(ctx, key, paths, None).map(|r| CheckpointSummary::from(&r))
     }
 
     /// Commits the tool call staged under `key` (`None`: nothing was staged under it).

@@ -105,6 +105,7 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         workspace_id: req.origin.workspace_id.to_string(),
         targets,
         owner: req.owner.clone(),
+        subagent: req.origin.subagent.map(str::to_string),
     };
     let pre_bytes = record.artifact_bytes();
     let verdict = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, pre_bytes);

@@ -296,6 +296,9 @@ pub struct CheckpointRecord {
     pub targets: Vec<TargetRecord>,
     /// The live process working on it (none: an external stage waiting for `commit`).
     pub owner: Option<String>,
+    /// The sub-agent whose tool call made it (none: the agent itself, or a person).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<String>,
 }
 
 impl CheckpointRecord {
@@ -340,6 +343,8 @@ pub(crate) struct Origin<'a> {
     pub session_id: &'a str,
     pub workspace_id: &'a str,
     pub prompt_round: u64,
+    /// The sub-agent whose tool call this is, if any.
+    pub subagent: Option<&'a str>,
 }
 
 /// A target as seen just before staging.
@@ -455,7 +460,7 @@ mod tests {
             planned_dirs: vec![],
         };
         let req = StageRequest {
-            origin: Origin { session_id: "s1", workspace_id: "w1", prompt_round: f.round.get() },
+            origin: Origin { session_id: "s1", workspace_id: "w1", prompt_round: f.round.get(), subagent: None },
             kind: OperationKind::EditFile,
             targets: vec![target],
             protect: true,

@@ -48,7 +48,7 @@ pub struct Begun {
     pub turn: Turn,
 }
 
-/// How a turn's start snapshot is taken while [`begin`] waits for it.
+/// How a turn's start snapshot is taken while a turn's begin waits for it.
 pub trait StartSnapshot {
     /// Starts taking the start snapshot of turn `turn_id` of session `session_id`, of the
     /// workspace at `workspace`, somewhere it can finish after the begin stopped waiting

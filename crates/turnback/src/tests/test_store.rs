@@ -49,6 +49,7 @@ fn two_open_stores_on_one_directory_interleave_writes() {
             session: &env.session,
             cwd: &ws.root,
             confirm_unprotected: false,
+            subagent: None,
         };
         let m = crate::api::mutation::Mutation::Write { path: format!("b{i}.txt").into(), content: b"second".to_vec() };
         crate::api::mutation::apply(ctx, m).unwrap();

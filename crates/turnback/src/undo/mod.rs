@@ -17,5 +17,5 @@ use crate::storage::store::Store;
 pub(crate) fn undo_origin<'a>(store: &Store, session: &'a Session, ws: &'a Workspace) -> Result<Origin<'a>> {
     let round =
         Session::round_of(store, &session.id)?.ok_or_else(|| Error::not_found(format!("session {}", session.id)))?;
-    Ok(Origin { session_id: &session.id, workspace_id: &ws.id, prompt_round: round })
+    Ok(Origin { session_id: &session.id, workspace_id: &ws.id, prompt_round: round, subagent: None })
 }

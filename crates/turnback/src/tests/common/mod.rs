@@ -74,6 +74,7 @@ impl Env {
             session: &self.session,
             cwd: &self.ws.root,
             confirm_unprotected: confirm,
+            subagent: None,
         };
         mutation::apply(ctx, m).map(|o| o.checkpoint)
     }
