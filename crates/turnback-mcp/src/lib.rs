@@ -2,7 +2,9 @@
 //!
 //! Every tool is one call of the library's facade ([`turnback::Turnback`]); its result is
 //! the facade's own result type, serialized — the same JSON document `turnback --json`
-//! prints for the same command. The server acts for an agent ([`turnback::Actor::Agent`]),
+//! prints for the same command — and its output schema is that type's JSON Schema (the
+//! library's `json-schema` feature). Every tool carries annotations (read-only,
+//! destructive, idempotent, closed world). The server acts for an agent ([`turnback::Actor::Agent`]),
 //! so the plan-id rule applies: `rollback_apply` and `rewind_apply` need the `planId` of a
 //! preview.
 //!
@@ -16,6 +18,7 @@
 use std::path::PathBuf;
 
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router};
@@ -151,6 +154,7 @@ impl Server {
     /// Reads a text file of the workspace (never through a symlink).
     #[tool(
         name = "read_file",
+        output_schema = schema_for_output::<turnback::FileText>(),
         description = "Read a UTF-8 text file of the workspace.",
         annotations(title = "Read a file", read_only_hint = true, open_world_hint = false)
     )]
@@ -161,6 +165,7 @@ impl Server {
     /// Creates a file (it must not exist), with a checkpoint.
     #[tool(
         name = "create_file",
+        output_schema = schema_for_output::<turnback::MutationReport>(),
         description = "Create a new file in the workspace (fails if it exists); checkpointed, so it can be rolled back.",
         annotations(
             title = "Create a file",
@@ -180,6 +185,7 @@ impl Server {
     /// Creates or overwrites a file, with a checkpoint.
     #[tool(
         name = "write_file",
+        output_schema = schema_for_output::<turnback::MutationReport>(),
         description = "Create or overwrite a file in the workspace; checkpointed, so it can be rolled back.",
         annotations(
             title = "Write a file",
@@ -199,6 +205,7 @@ impl Server {
     /// Replaces exact text in a file, with a checkpoint.
     #[tool(
         name = "edit_file",
+        output_schema = schema_for_output::<turnback::MutationReport>(),
         description = "Replace an exact string in a file (once, unless replace_all); checkpointed.",
         annotations(
             title = "Edit a file",
@@ -215,6 +222,7 @@ impl Server {
     /// Deletes a file, with a checkpoint.
     #[tool(
         name = "delete_file",
+        output_schema = schema_for_output::<turnback::MutationReport>(),
         description = "Delete a file of the workspace; checkpointed, so it can be restored.",
         annotations(
             title = "Delete a file",
@@ -234,6 +242,7 @@ impl Server {
     /// Begins a turn for a client without hooks.
     #[tool(
         name = "begin_turn",
+        output_schema = schema_for_output::<turnback::Recorded>(),
         description = "Begin a turn for the person's prompt: a snapshot of the whole workspace now, and the prompt in the history. Call it when a new prompt arrives; a repeated call with the same prompt joins the turn.",
         annotations(
             title = "Begin a turn",
@@ -253,6 +262,7 @@ impl Server {
     /// Ends the running turn.
     #[tool(
         name = "end_turn",
+        output_schema = schema_for_output::<turnback::Recorded>(),
         description = "End the running turn with a snapshot of the workspace: call it when the reply to the prompt is done.",
         annotations(
             title = "End the turn",
@@ -269,6 +279,7 @@ impl Server {
     /// The session's turns.
     #[tool(
         name = "list_turns",
+        output_schema = schema_for_output::<turnback::TurnList>(),
         description = "The session's turns: index, turnId, kind, preview, startedAt, snapshots.",
         annotations(title = "List turns", read_only_hint = true, open_world_hint = false)
     )]
@@ -279,6 +290,7 @@ impl Server {
     /// The session's checkpoints.
     #[tool(
         name = "list_checkpoints",
+        output_schema = schema_for_output::<turnback::CheckpointList>(),
         description = "The session's checkpoints, optionally of one turn.",
         annotations(title = "List checkpoints", read_only_hint = true, open_world_hint = false)
     )]
@@ -292,6 +304,7 @@ impl Server {
     /// Previews a rollback: every target's outcome and a planId.
     #[tool(
         name = "rollback_preview",
+        output_schema = schema_for_output::<turnback::Analysis>(),
         description = "Preview taking checkpointed changes back (by ids, a turn, or since a turn): every file's outcome (eligible, conflict with reason, ...) and a planId. Changes nothing.",
         annotations(title = "Preview a rollback", read_only_hint = true, open_world_hint = false)
     )]
@@ -305,6 +318,7 @@ impl Server {
     /// Applies a rollback; never overwrites work done since.
     #[tool(
         name = "rollback_apply",
+        output_schema = schema_for_output::<turnback::RollbackResult>(),
         description = "Apply a rollback previewed with rollback_preview (pass its planId): takes back only what is exactly the agent's result, leaves conflicts alone, and is itself undoable.",
         annotations(
             title = "Apply a rollback",
@@ -324,6 +338,7 @@ impl Server {
     /// Previews a rewind to the start of a turn.
     #[tool(
         name = "rewind_preview",
+        output_schema = schema_for_output::<turnback::RewindPlan>(),
         description = "Preview taking the whole workspace back to the start of a turn: files to restore, delete and leave alone (hand edits), and a planId. Changes nothing.",
         annotations(title = "Preview a rewind", read_only_hint = true, open_world_hint = false)
     )]
@@ -337,6 +352,7 @@ impl Server {
     /// Applies a rewind.
     #[tool(
         name = "rewind_apply",
+        output_schema = schema_for_output::<turnback::Rewound>(),
         description = "Apply a rewind previewed with rewind_preview (pass its planId); hand edits are left alone; undoable through its checkpoint.",
         annotations(
             title = "Apply a rewind",
@@ -356,6 +372,7 @@ impl Server {
     /// What a turn changed.
     #[tool(
         name = "diff_turn",
+        output_schema = schema_for_output::<turnback::DiffReport>(),
         description = "What a turn changed: added, modified, deleted paths with line counts, and optionally the unified diff.",
         annotations(title = "Diff a turn", read_only_hint = true, open_world_hint = false)
     )]

@@ -37,14 +37,25 @@ async def main(exe, ws):
             tools = {t.name: t for t in (await session.list_tools()).tools}
             expected = {"read_file", "create_file", "write_file", "edit_file", "delete_file", "list_turns",
                         "list_checkpoints", "rollback_preview", "rollback_apply", "rewind_preview",
-                        "rewind_apply", "diff_turn"}
+                        "rewind_apply", "diff_turn", "begin_turn", "end_turn"}
             assert expected <= set(tools), sorted(tools)
             for name in expected:
                 schema = attr(tools[name], "input_schema", "inputSchema")
                 assert schema.get("type") == "object", (name, schema)
+                # Every tool says what it returns (the SDK checks each result against it)
+                # and what it does to the world.
+                output = attr(tools[name], "output_schema", "outputSchema")
+                assert output and output.get("type") == "object", (name, output)
+                notes = tools[name].annotations
+                assert notes is not None, name
+                read_only = attr(notes, "read_only_hint", "readOnlyHint")
+                assert read_only is (name in {"read_file", "list_turns", "list_checkpoints", "rollback_preview",
+                                              "rewind_preview", "diff_turn"}), (name, notes)
             assert "old_string" in attr(tools["edit_file"], "input_schema", "inputSchema")["properties"]
             print(json.dumps({"tools": sorted(tools)}))
 
+            begun = data(await session.call_tool("begin_turn", {"prompt": "take notes"}))
+            assert begun["turn"]["index"] == 1 and begun["turn"]["preview"] == "take notes", begun
             made = data(await session.call_tool("create_file", {"path": "notes.md", "content": "one\n"}))
             print(json.dumps({"created": made["checkpointId"]}))
             data(await session.call_tool("edit_file", {"path": "notes.md", "old_string": "one", "new_string": "two"}))
@@ -60,13 +71,19 @@ async def main(exe, ws):
 
             checkpoints = data(await session.call_tool("list_checkpoints", {}))
             assert len(checkpoints["checkpoints"]) == 3, checkpoints
-            preview = data(await session.call_tool("rollback_preview", {"turn": 0}))
+            preview = data(await session.call_tool("rollback_preview", {"turn": 1}))
             assert preview["resultType"] == "full", preview
-            applied = data(await session.call_tool("rollback_apply", {"turn": 0, "plan_id": preview["planId"]}))
+            applied = data(await session.call_tool("rollback_apply", {"turn": 1, "plan_id": preview["planId"]}))
             assert applied["resultType"] == "full", applied
             print(json.dumps({"rolledBack": applied["appliedPaths"]}))
+            ended = data(await session.call_tool("end_turn", {}))
+            assert ended["turn"]["endSnapshot"]["id"], ended
             turns = data(await session.call_tool("list_turns", {}))
             print(json.dumps({"turns": len(turns["turns"])}))
+            diff = data(await session.call_tool("diff_turn", {"turn": 1, "patch": True}))
+            assert diff["changes"] == [], diff  # everything the turn did was rolled back
+            rewind = data(await session.call_tool("rewind_preview", {"to": 1}))
+            assert rewind["resultType"] == "full", rewind
 
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -54,6 +54,7 @@ use crate::session::turn::{self, Shell, Turn};
 /// as its own, not as a person's.
 ///
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event", rename_all = "kebab-case", rename_all_fields = "camelCase")]
 pub enum AgentEvent {
     /// The agent's session began (or resumed).
@@ -126,6 +127,7 @@ pub enum AgentEvent {
 
 /// A tool call, as an agent reports it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     /// The agent's id for the call (a tool-use id): its start and its end are matched by
@@ -153,6 +155,7 @@ pub struct ToolCall {
 
 /// What a tool does, as far as undo is concerned.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ToolEffect {
     /// It writes the files it names: checkpointed.
@@ -167,6 +170,7 @@ pub enum ToolEffect {
 
 /// What recording one event did.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Recorded {
     /// The turn the event began, joined, ended, reopened or was recorded in.

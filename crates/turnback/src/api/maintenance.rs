@@ -27,6 +27,7 @@ use crate::storage::store::{RotationReport, Store};
 
 /// One problem `verify` found.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Problem {
     /// Stable code (`corrupt`, `not-found`, …).
@@ -41,6 +42,7 @@ pub struct Problem {
 
 /// Counts of what `verify` examined.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyCounts {
     /// Checkpoint records.
@@ -63,6 +65,7 @@ pub struct VerifyCounts {
 
 /// The result of `verify`.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyReport {
     /// No problem found.
@@ -196,6 +199,7 @@ fn verify_artifacts(
 
 /// What `gc` did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct GcReport {
     /// Checkpoints past retention whose content was removed.
@@ -227,6 +231,7 @@ pub(crate) fn gc(store: &Store) -> Result<GcReport> {
 
 /// Store usage by kind.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DuReport {
     /// The store directory.
@@ -253,6 +258,7 @@ pub struct DuReport {
 
 /// One session's snapshots.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionUsage {
     /// The session.
@@ -269,6 +275,7 @@ pub struct SessionUsage {
 
 /// Usage of content objects.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectUsage {
     /// How many.
@@ -331,6 +338,7 @@ fn session_usage(store: &Store) -> Result<Vec<SessionUsage>> {
 
 /// What deleting a session removed.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Deleted {
     /// The session.
@@ -345,6 +353,7 @@ pub struct Deleted {
 
 /// The keys: where the master key comes from, and what each data-key version encrypts.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct KeyStatus {
     /// Where the master key was found.
@@ -357,6 +366,7 @@ pub struct KeyStatus {
 
 /// One data-key version.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct KeyVersion {
     /// The version.
     pub version: u32,

@@ -129,6 +129,7 @@ impl std::fmt::Debug for Turnback {
 
 /// What `init` set up.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InitReport {
     /// The store directory.
@@ -147,6 +148,7 @@ pub struct InitReport {
 
 /// The limits `init` reports.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct InitSettings {
     /// Checkpoint retention, in prompt rounds.

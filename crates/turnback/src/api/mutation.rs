@@ -564,6 +564,7 @@ fn forget_keyed(store: &Store, session: &str, key: &str) -> Result<()> {
 
 /// A checkpoint as mutation commands report it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointSummary {
     /// Its id.
@@ -608,6 +609,7 @@ impl From<&CheckpointRecord> for CheckpointSummary {
 
 /// What a checkpointed mutation did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MutationReport {
     /// Its checkpoint.
@@ -625,6 +627,7 @@ pub struct MutationReport {
 
 /// A text file of the workspace, as read.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct FileText {
     /// Its path in the workspace.
     pub path: String,

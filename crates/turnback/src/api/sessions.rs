@@ -16,6 +16,7 @@ use crate::snapshot;
 
 /// The sessions of the workspace.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct SessionList {
     /// The workspace root.
     pub workspace: PathBuf,
@@ -25,6 +26,7 @@ pub struct SessionList {
 
 /// One session in numbers.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     /// The session.
@@ -43,6 +45,7 @@ pub struct SessionInfo {
 
 /// History entries appended.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Appended {
     /// The session.

@@ -15,6 +15,7 @@ use crate::storage::content::ContentId;
 
 /// A session's turns, as `turns` lists them.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TurnList {
     /// The session.
@@ -25,6 +26,7 @@ pub struct TurnList {
 
 /// One turn in a list.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TurnSummary {
     /// 1-based position in the session.
@@ -61,6 +63,7 @@ pub struct DiffRequest {
 
 /// What changed between two snapshots.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DiffReport {
     /// The older snapshot.
@@ -76,6 +79,7 @@ pub struct DiffReport {
 
 /// A shell command recorded in the running turn.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ShellRecorded {
     /// The turn, with the command among its shell effects.
     pub turn: Turn,

@@ -18,6 +18,7 @@ use crate::undo::rollback::{self, Analysis, Choice, ExcludedEffect, ResolveResul
 
 /// A session's checkpoints, as `checkpoints` lists them.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointList {
     /// The session.
@@ -30,6 +31,7 @@ pub struct CheckpointList {
 
 /// One checkpoint with its retention, computed now.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointView {
     /// The record.
@@ -43,6 +45,7 @@ pub struct CheckpointView {
 
 /// Everything about one checkpoint, as `inspect` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Inspection {
     /// The record, whatever its state.
@@ -69,6 +72,7 @@ pub struct Inspection {
 
 /// Why a checkpoint is not usable.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct InspectionProblem {
     /// The stable code.
     pub code: &'static str,
@@ -78,6 +82,7 @@ pub struct InspectionProblem {
 
 /// How a store encrypts content.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Encryption {
     /// Always `AES-256-GCM`.
@@ -94,6 +99,7 @@ pub struct Encryption {
 
 /// One artifact of an inspected checkpoint.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactView {
     /// Its target's index.

@@ -24,6 +24,7 @@ use crate::storage::schema;
 
 /// Which side of a mutation an image is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ImageRole {
     /// Before the mutation.
@@ -34,6 +35,7 @@ pub enum ImageRole {
 
 /// Lifecycle of an artifact.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ArtifactState {
     /// Written with a checkpoint that has not committed.
@@ -44,6 +46,7 @@ pub enum ArtifactState {
 
 /// The metadata of one artifact's content, as the seed names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ContentMetadata {
     /// Keyed digest (HMAC-SHA-256) of the plaintext, hex.
@@ -60,6 +63,7 @@ pub struct ContentMetadata {
 
 /// The stored artifact record (plain: ids, sizes, states only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ArtifactRecord {
     /// This artifact's id.

@@ -53,6 +53,7 @@ pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str)
 
 /// What an eviction pass did.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EvictionReport {
     /// Checkpoints whose content was removed.

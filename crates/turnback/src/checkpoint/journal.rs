@@ -18,6 +18,7 @@ use crate::storage::schema;
 
 /// A journal event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub enum JournalEvent {
     /// Written before the mutation: from here on it may have happened.
     EffectDispatchCommitted,
@@ -31,6 +32,7 @@ pub enum JournalEvent {
 
 /// One journal entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct JournalEntry {
     /// The operation.

@@ -60,6 +60,7 @@ macro_rules! state_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
         pub enum $name { $($(#[$vm])* #[serde(rename = $text)] $variant),+ }
         impl $name {
             /// The stable string form.
@@ -136,6 +137,7 @@ state_enum!(
 
 /// The kind of operation a checkpoint records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum OperationKind {
     /// `fs create`.
@@ -168,6 +170,7 @@ impl OperationKind {
 
 /// The effect of a mutation on one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum EffectKind {
     /// The file did not exist before.
@@ -200,6 +203,7 @@ impl EffectKind {
 
 /// One side (pre or post) of a target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ImageRecord {
     /// Whether a file was there.
@@ -229,6 +233,7 @@ impl ImageRecord {
 
 /// One file a checkpoint covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TargetRecord {
     /// The path, relative to the workspace root.
@@ -250,6 +255,7 @@ pub struct TargetRecord {
 
 /// The seed's mutation metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MutationMetadata {
     /// The journal's operation id.
@@ -264,6 +270,7 @@ pub struct MutationMetadata {
 
 /// A checkpoint: everything needed to take one mutation back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CheckpointRecord {
     /// Its id (UUID v7).

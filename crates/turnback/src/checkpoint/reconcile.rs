@@ -18,6 +18,7 @@ use crate::storage::store::Store;
 
 /// What a reconcile run found and did.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReconcileReport {
     /// Incomplete stages of dead processes, now `unreachable` + `recovery-locked`.
@@ -43,6 +44,7 @@ pub struct ReconcileReport {
 
 /// One reconciled checkpoint.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReconciledCheckpoint {
     /// The checkpoint.

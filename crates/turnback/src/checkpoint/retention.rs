@@ -15,6 +15,7 @@ use crate::storage::settings::{Settings, format_size};
 
 /// The retention verdict for one checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RetentionVerdict {
     /// The round the checkpoint was made in.
@@ -40,6 +41,7 @@ pub fn evaluate(created: u64, current: u64, window: u32) -> RetentionVerdict {
 
 /// Which cap a checkpoint would break.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Breach {
     /// The checkpoint alone is larger than the per-checkpoint cap.
@@ -50,6 +52,7 @@ pub enum Breach {
 
 /// The capacity verdict for a proposed checkpoint, with every figure it was made from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityVerdict {
     /// Bytes the checkpoint needs.

@@ -28,6 +28,7 @@ use crate::fs::relpath::RelPath;
 
 /// The identity and shape of a file at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct FileIdentity {
     /// Device id.

@@ -68,6 +68,20 @@ impl RelPath {
     }
 }
 
+#[cfg(feature = "json-schema")]
+impl schemars::JsonSchema for RelPath {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "RelPath".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A path relative to the workspace root, `/`-separated (a path that is not UTF-8: its bytes)",
+            "anyOf": [{ "type": "string" }, { "type": "array", "items": { "type": "integer", "minimum": 0, "maximum": 255 } }]
+        })
+    }
+}
+
 impl Serialize for RelPath {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match std::str::from_utf8(&self.0) {

@@ -76,6 +76,7 @@ pub struct Entry {
 
 /// A path left out, and why (shown by `du` and in snapshot records).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Skipped {
     /// Relative path.
     pub path: String,

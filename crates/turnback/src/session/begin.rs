@@ -40,6 +40,7 @@ pub struct BeginRequest {
 
 /// A begun turn.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Begun {
     /// A running turn was joined rather than a new one begun.

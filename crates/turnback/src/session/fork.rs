@@ -24,6 +24,7 @@ use crate::storage::store::Store;
 
 /// What a fork made.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Forked {
     /// The new session.

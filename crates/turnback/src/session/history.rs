@@ -38,6 +38,7 @@ const SQUEEZED_TOOL_CAP: usize = 4 * 1024;
 
 /// Who spoke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The person (or whoever sent the prompt).
@@ -48,6 +49,7 @@ pub enum Role {
 
 /// One tool call made in an assistant entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ToolCall {
     /// The tool's name.
     pub name: String,
@@ -61,6 +63,7 @@ pub struct ToolCall {
 
 /// One history entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     /// The turn it belongs to.
@@ -140,6 +143,7 @@ impl NewEntry {
 
 /// A session's history totals.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Totals {
     /// The next entry's sequence number.
@@ -162,6 +166,7 @@ pub struct Totals {
 
 /// A read of a session's history.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct View {
     /// The session.
@@ -577,6 +582,7 @@ pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<u64>
 
 /// One message of a chat-completions style array.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct Message {
     /// `user` or `assistant`.
     pub role: Role,

@@ -26,6 +26,7 @@ const SESSION_SCHEMA: u16 = 1;
 
 /// One agent conversation in one workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
     /// The session id.

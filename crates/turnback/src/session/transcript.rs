@@ -23,6 +23,7 @@ use crate::storage::store::Store;
 
 /// What an import did.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Imported {
     /// Turns recorded.

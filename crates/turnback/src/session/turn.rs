@@ -35,6 +35,7 @@ pub const PREVIEW_CHARS: usize = 120;
 
 /// What started a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum TurnKind {
     /// A user prompt.
@@ -45,6 +46,7 @@ pub enum TurnKind {
 
 /// A turn's snapshot reference.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotRef {
     /// The snapshot (none while a late one is still being taken).
@@ -57,6 +59,7 @@ pub struct SnapshotRef {
 
 /// One turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Turn {
     /// Stable id (UUID v7).
@@ -95,6 +98,7 @@ fn is_zero(n: &u32) -> bool {
 
 /// A sub-agent run during a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Subagent {
     /// The agent's id for it.
@@ -111,6 +115,7 @@ pub struct Subagent {
 
 /// A shell command run during a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ShellEffect {
     /// The command, secrets redacted.

@@ -21,6 +21,7 @@ const WORKSPACE_SCHEMA: u16 = 1;
 
 /// A registered workspace.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Workspace {
     /// Opaque id (UUID).

@@ -15,6 +15,7 @@ use crate::storage::store::Store;
 
 /// How a path changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Change {
     /// Only in the newer snapshot.
@@ -29,6 +30,7 @@ pub enum Change {
 
 /// One changed path.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Changed {
     /// The path.
@@ -43,6 +45,7 @@ pub struct Changed {
 
 /// Lines added and deleted in one changed path (`None` for binary content).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NumStat {
     /// The path.

@@ -49,6 +49,7 @@ const SNAPSHOT_SCHEMA: u16 = 1;
 
 /// Why a snapshot was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum SnapshotKind {
     /// `turnback snapshot`.
@@ -63,6 +64,7 @@ pub enum SnapshotKind {
 
 /// A nested repository recorded as a pointer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NestedRepo {
     /// Its path in the workspace.
@@ -73,6 +75,7 @@ pub struct NestedRepo {
 
 /// One snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotRecord {
     /// Its id (UUID v7).

@@ -14,6 +14,7 @@ use crate::storage::store::Store;
 
 /// What pruning removed.
 #[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PruneReport {
     /// Snapshots removed.

@@ -17,6 +17,7 @@ pub const BINARY_SNIFF_LEN: usize = 8 * 1024;
 
 /// What kind of bytes an object holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ContentClass {
     /// Text-like file content.

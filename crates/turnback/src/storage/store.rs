@@ -292,6 +292,7 @@ impl Store {
 
 /// What a key rotation did.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RotationReport {
     /// The new current data-key version.

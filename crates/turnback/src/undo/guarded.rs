@@ -38,6 +38,7 @@ use crate::storage::store::Store;
 
 /// What an undo did, in aggregate: the one outcome type of rollbacks and rewinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ResultType {
     /// Everything was taken back (or was back already).

@@ -43,6 +43,7 @@ use crate::undo::guarded::{self, Expected, Intended, Refused, ResultType, Write}
 
 /// What a rewind does with one path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Action {
     /// Written back to its content at the target turn's start.
@@ -55,6 +56,7 @@ pub enum Action {
 
 /// Why a path is left alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Reason {
     /// Changed by someone else between two turns.
@@ -80,6 +82,7 @@ pub enum Reason {
 
 /// One path of the plan.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PathPlan {
     /// The path.
@@ -102,6 +105,7 @@ pub struct PathPlan {
 
 /// A rewind plan (the preview).
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Plan {
     /// Digest of everything the plan depends on.
@@ -131,6 +135,7 @@ pub struct Plan {
 
 /// The result of applying a rewind.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Rewound {
     /// The plan, with the outcome of every path.

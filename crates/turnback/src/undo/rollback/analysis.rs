@@ -238,6 +238,7 @@ pub(super) fn plan_id(
 
 /// A preview: every target's decision and the plan id apply must match.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Analysis {
     /// Digest of everything the plan depends on.

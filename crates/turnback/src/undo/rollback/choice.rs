@@ -51,6 +51,7 @@ pub(super) fn write_side_file(ctx: Context<'_>, rel: &RelPath, content: &[u8]) -
 
 /// A pending user-authored resolution (sealed in the store: it names a path).
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub(super) struct Resolution {
     workspace_id: String,

@@ -51,6 +51,7 @@ pub enum Selection {
 
 /// A state in the three-way comparison.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum ThreeWayState {
     /// A file with this keyed digest; `version` is `device:inode:mtime-ns` when known.
@@ -68,6 +69,7 @@ pub enum ThreeWayState {
 
 /// The concrete inverse of one mutation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum InverseOperation {
     /// Undo an edit: write the pre-image back.
@@ -88,6 +90,7 @@ pub enum InverseOperation {
 
 /// What a person may choose for a conflicting target. Never overwrite, retry or continue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum SafeChoice {
     /// Leave the file as it is.
@@ -104,6 +107,7 @@ pub const SAFE_CHOICES: [SafeChoice; 3] =
 
 /// Why a target conflicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum ConflictReason {
     /// The path is a symlink now, or lies behind one.
@@ -122,6 +126,7 @@ pub enum ConflictReason {
 
 /// The decision for one target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Outcome {
     /// Safe to take back.
@@ -195,6 +200,7 @@ impl Outcome {
 
 /// The analysis of one target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct TargetAnalysis {
     /// The checkpoint.
@@ -217,6 +223,7 @@ pub struct TargetAnalysis {
 
 /// What the caller chose for a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Choice {
     /// Leave it.
@@ -252,6 +259,7 @@ pub struct Context<'a> {
 
 /// A side file written for a safe choice.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChoiceFile {
     /// The conflicting path.
@@ -266,6 +274,7 @@ pub struct ChoiceFile {
 
 /// A residual conflict and what the person may do about it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Residual {
     /// The path.
@@ -282,6 +291,7 @@ pub struct Residual {
 
 /// An effect no rollback can take back.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ExcludedEffect {
     /// The category.
     pub effect: &'static str,
@@ -291,6 +301,7 @@ pub struct ExcludedEffect {
 
 /// The result of applying a rollback.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackResult {
     /// `full`, `partial` or `blocked`.
@@ -322,6 +333,7 @@ pub fn excluded_effects() -> Vec<ExcludedEffect> {
 
 /// The result of `rollback resolve`.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResolveResult {
     /// The path written.
