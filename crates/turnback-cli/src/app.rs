@@ -46,9 +46,7 @@ impl Ctx {
     /// Opens turnback so that turn begins take their start snapshot in a detached process
     /// and wait for it at most `wait`.
     pub fn open_for_turns(&self, wait: Duration) -> Result<Turnback> {
-        let tb = self.open(true)?;
-        let starter = commands::detached::DetachedSnapshot::new(tb.store_dir())?;
-        Ok(tb.with_start_snapshot(Box::new(starter), wait))
+        open_for_turns(&self.options(true)?, wait)
     }
 
     /// The store directory, whether or not a store is there yet.
@@ -60,6 +58,14 @@ impl Ctx {
                 .ok_or_else(|| Error::invalid("no store directory: set TURNBACK_HOME or HOME, or pass --store")),
         }
     }
+}
+
+/// Opens turnback with `options`, turn begins taking their start snapshot in a detached
+/// process and waiting for it at most `wait`.
+pub fn open_for_turns(options: &Options, wait: Duration) -> Result<Turnback> {
+    let tb = Turnback::open(options)?;
+    let starter = commands::detached::DetachedSnapshot::new(tb.store_dir())?;
+    Ok(tb.with_start_snapshot(Box::new(starter), wait))
 }
 
 pub fn cwd() -> Result<PathBuf> {

@@ -137,18 +137,26 @@ fn selection(p: &RollbackParams) -> RollbackSelection {
 
 #[tool_router(router = tool_router)]
 impl Server {
-    /// A server that opens turnback with `options`, acting for an agent.
+    /// A server that opens turnback with `options`, acting for an agent. Relative paths in
+    /// tool calls are relative to the workspace root.
     pub fn new(options: Options) -> Self {
-        let options = Options { actor: Actor::Agent, create: true, ..options };
+        let options = Options { actor: Actor::Agent, cwd: None, ..options };
         Server { options, tool_router: Self::tool_router() }
     }
 
+    /// Turnback for a tool that works on what is recorded: the store must exist already.
     fn open(&self) -> Result<Turnback> {
-        Turnback::open(&self.options)
+        Turnback::open(&Options { create: false, ..self.options.clone() })
+    }
+
+    /// Turnback for a tool that records something new: the store (and a key) is made if
+    /// there is none yet.
+    fn open_to_record(&self) -> Result<Turnback> {
+        Turnback::open(&Options { create: true, ..self.options.clone() })
     }
 
     fn mutate(&self, m: Mutation) -> std::result::Result<CallToolResult, ErrorData> {
-        result(self.open().and_then(|tb| tb.mutate(m, false)))
+        result(self.open_to_record().and_then(|tb| tb.mutate(m, false)))
     }
 
     /// Reads a text file of the workspace (never through a symlink).
@@ -256,7 +264,10 @@ impl Server {
         &self,
         Parameters(p): Parameters<BeginParams>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
-        result(self.open().and_then(|tb| tb.record_event(&AgentEvent::PromptSubmitted { prompt: p.prompt }, None)))
+        result(
+            self.open_to_record()
+                .and_then(|tb| tb.record_event(&AgentEvent::PromptSubmitted { prompt: p.prompt }, None)),
+        )
     }
 
     /// Ends the running turn.
@@ -273,7 +284,7 @@ impl Server {
         )
     )]
     async fn end_turn(&self) -> std::result::Result<CallToolResult, ErrorData> {
-        result(self.open().and_then(|tb| tb.record_event(&AgentEvent::Stopped { continued: false }, None)))
+        result(self.open_to_record().and_then(|tb| tb.record_event(&AgentEvent::Stopped { continued: false }, None)))
     }
 
     /// The session's turns.

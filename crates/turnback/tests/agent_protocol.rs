@@ -194,6 +194,31 @@ fn an_agent_carrying_on_after_a_blocked_stop_stays_in_its_turn() {
 }
 
 #[test]
+fn an_event_delivered_again_after_the_stop_never_reopens_the_turn() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.write("b.txt", "mine\n");
+    env.send(prompt("work"));
+    let call = write_call("t1", &env.ws.join("a.txt"));
+    env.send(AgentEvent::ToolStarted { call: call.clone() });
+    env.write("a.txt", "one\n");
+    env.send(AgentEvent::ToolFinished { call: call.clone() });
+    env.send(stop());
+    // The hook runner delivers the same events again after the stop.
+    assert!(!env.send(AgentEvent::ToolFinished { call: call.clone() }).reopened);
+    assert!(!env.send(AgentEvent::ToolStarted { call }).reopened);
+    // The person edits a file by hand, then sends the next prompt.
+    env.write("b.txt", "the person's\n");
+    env.send(prompt("more"));
+
+    let tb = env.tb();
+    assert_eq!(tb.checkpoints(None, true).unwrap().checkpoints.len(), 1, "nothing staged twice");
+    let plan = tb.rewind_preview(1, &[]).unwrap();
+    let b = plan.paths.iter().find(|p| p.path == "b.txt").expect("b.txt differs");
+    assert_eq!(b.action, turnback::RewindAction::LeaveAlone, "a hand edit between turns stays the person's: {plan:?}");
+}
+
+#[test]
 fn a_continued_stop_with_no_new_event_takes_the_end_snapshot_again() {
     let env = Env::new();
     env.write("a.txt", "zero\n");

@@ -1,7 +1,8 @@
 """Calls tools of `turnback mcp` with the official MCP Python SDK and prints each result as
 one JSON line: the structured content, or {"isError": true, "text": ...}.
 Usage: call.py TURNBACK_EXE WORKSPACE TOOL ARGS_JSON [TOOL ARGS_JSON ...]
-The environment (TURNBACK_HOME, TURNBACK_KEY, ...) is passed through to the server."""
+The server runs `turnback --workspace WORKSPACE mcp`, started in $SERVER_CWD if set (else
+in WORKSPACE). The environment (TURNBACK_HOME, TURNBACK_KEY, ...) is passed through."""
 
 import asyncio
 import json
@@ -18,7 +19,8 @@ def attr(obj, snake, camel):
 
 
 async def main(exe, ws, calls):
-    params = StdioServerParameters(command=exe, args=["mcp"], env=dict(os.environ), cwd=ws)
+    cwd = os.environ.get("SERVER_CWD", ws)
+    params = StdioServerParameters(command=exe, args=["--workspace", ws, "mcp"], env=dict(os.environ), cwd=cwd)
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             info = await session.initialize()

@@ -255,3 +255,42 @@ fn a_stop_that_another_hook_blocks_keeps_the_agents_later_edits_in_its_turn() {
     assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
     assert_eq!(env.read("app.py").unwrap(), b"v0\n");
 }
+
+#[test]
+fn an_agents_relative_paths_are_relative_to_its_own_directory_not_the_processs() {
+    let mut env = Env::new();
+    std::fs::create_dir_all(env.ws.join("src")).unwrap();
+    env.write("src/a.txt", "before\n");
+    // Claude Code: hooks run with CLAUDE_PROJECT_DIR set to the project (the workspace);
+    // a relative file_path is relative to the event's cwd, here a subdirectory.
+    let project = env.ws.to_str().unwrap().to_string();
+    env.set_var("CLAUDE_PROJECT_DIR", &project);
+    let session = "cc-relative";
+    let agent_dir = env.ws.join("src");
+    let mut prompt = event(&env, session, "UserPromptSubmit", json!({ "prompt": "edit" }));
+    prompt["cwd"] = json!(agent_dir);
+    hook(&env, &prompt);
+    let mut pre = event(
+        &env,
+        session,
+        "PreToolUse",
+        json!({ "tool_name": "Edit", "tool_input": { "file_path": "a.txt", "old_string": "before", "new_string": "after" }, "tool_use_id": "toolu_rel" }),
+    );
+    pre["cwd"] = json!(agent_dir);
+    // The hook process itself runs elsewhere.
+    let out = env.run_in(&env.root, &["hook", "claude-code"], Some(pre.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "{log}");
+    let staged = env.json(&["--session", session, "checkpoints", "--all"]);
+    assert_eq!(staged["checkpoints"][0]["targets"][0]["path"], "src/a.txt", "{staged:#}");
+
+    // MCP: a relative path is relative to the workspace root, wherever the server started.
+    if !mcp_client_available() {
+        return;
+    }
+    let elsewhere = env.root.to_str().unwrap().to_string();
+    env.set_var("SERVER_CWD", &elsewhere);
+    let got = env.mcp_calls(&[("read_file", json!({ "path": "src/a.txt" }))]);
+    assert_eq!(got[1]["content"], "before\n", "{:?}", got[1]);
+}

@@ -48,10 +48,11 @@ use crate::session::turn::{self, Shell, Turn};
 /// - `compacted`: nothing to do — the history turnback keeps is not compacted.
 /// - `session-ended`: like a stop without its own event.
 ///
-/// Continuations: any sign of the agent working (a tool call, a shell command, a
-/// sub-agent) while no turn runs, after the newest turn ended, reopens that turn: an agent
-/// whose stop another hook blocked carries on in the same turn, and its later edits count
-/// as its own, not as a person's.
+/// Continuations: a sign of the agent starting something new (a tool call, a shell
+/// command or a sub-agent it has not reported before) while no turn runs, after the newest
+/// turn ended, reopens that turn: an agent whose stop another hook blocked carries on in
+/// the same turn, and its later edits count as its own, not as a person's. An event
+/// delivered again, or a call's "after" event, never reopens a turn.
 ///
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -220,15 +221,18 @@ impl Turnback {
                 done.turn = Some(begun.turn);
             }
             AgentEvent::ToolStarted { call } => {
-                done.reopened = self.reopen_if_stopped(&mut done)?;
+                let key = call_key(call);
+                if self.note_tool_call(&key)? {
+                    done.reopened = self.reopen_if_stopped(&mut done)?;
+                }
                 if call.effect == ToolEffect::WritesFiles && !call.paths.is_empty() {
-                    done.checkpoint =
-                        Some(self.stage_tool_call(&call_key(call), &call.paths, call.subagent.as_deref())?);
+                    done.checkpoint = Some(self.stage_tool_call(&key, &call.paths, call.subagent.as_deref())?);
                 }
             }
             AgentEvent::ToolFinished { call } | AgentEvent::ToolFailed { call } => {
+                // An "after" event never reopens a turn: its call began before the stop
+                // (which closed what was still waiting), or it is one delivered again.
                 let failed = matches!(event, AgentEvent::ToolFailed { .. });
-                done.reopened = self.reopen_if_stopped(&mut done)?;
                 match call.effect {
                     ToolEffect::RunsShell => {
                         let command = call.command.as_deref().unwrap_or("");
@@ -239,7 +243,13 @@ impl Turnback {
                 }
             }
             AgentEvent::ShellRan { id, command, exit_status } => {
-                done.reopened = self.reopen_if_stopped(&mut done)?;
+                let new = match id {
+                    Some(id) => self.note_tool_call(&format!("shell:{id}"))?,
+                    None => true,
+                };
+                if new {
+                    done.reopened = self.reopen_if_stopped(&mut done)?;
+                }
                 let shell = Shell { command, id: id.as_deref(), exit_status: *exit_status, failed: false };
                 done.turn = self.record_shell_if_running(shell)?;
             }
@@ -265,7 +275,9 @@ impl Turnback {
                 }
             }
             AgentEvent::SubagentStarted { id, kind } => {
-                done.reopened = self.reopen_if_stopped(&mut done)?;
+                if self.note_tool_call(&format!("subagent:{id}"))? {
+                    done.reopened = self.reopen_if_stopped(&mut done)?;
+                }
                 done.turn = self.record_subagent(id, kind.as_deref(), false)?;
             }
             AgentEvent::SubagentStopped { id } => {

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::api::{Turnback, mutation};
+use crate::api::{Turnback, calls};
 use crate::checkpoint::artifact::{self, ArtifactState, Expected};
 use crate::checkpoint::journal;
 use crate::checkpoint::{self, CheckpointRecord, EvictionReport, RetentionState, StageState};
@@ -451,7 +451,7 @@ pub(crate) fn delete_session(store: &Store, id: &str) -> Result<Deleted> {
     let snapshots = snapshot::delete_session_in(store, &mut *txn, id)?;
     let turns = turn::delete_session_in(&mut *txn, id)?;
     history::delete_session_in(&mut *txn, id)?;
-    mutation::delete_session_in(&mut *txn, id)?;
+    calls::delete_session_in(&mut *txn, id)?;
     Session::delete_in(&mut *txn, &session)?;
     txn.commit()?;
     Ok(Deleted { session_id: id.to_string(), turns, snapshots, checkpoints })

@@ -18,6 +18,7 @@
 //! first time a method needs them, never by methods that do not (`verify` creates no
 //! session).
 
+mod calls;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;
 mod sessions;

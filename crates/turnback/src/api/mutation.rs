@@ -32,7 +32,7 @@ use crate::fs::files::{self, Current, Expect, FileIdentity, Parent, Swap};
 use crate::fs::relpath::RelPath;
 use crate::session::Session;
 use crate::session::workspace::Workspace;
-use crate::storage::schema;
+use crate::storage::kv::Txn;
 use crate::storage::store::Store;
 
 /// A built-in file mutation.
@@ -107,18 +107,21 @@ pub(crate) struct Context<'a> {
     pub subagent: Option<&'a str>,
 }
 
-/// Where a checkpoint made in `ctx` comes from, at the session's current prompt round
-/// (read now: a `Session` value the caller holds may be older than the latest turn).
-fn origin<'a>(ctx: &Context<'a>) -> Result<checkpoint::Origin<'a>> {
-    let session: &'a Session = ctx.session;
-    let round = Session::round_of(ctx.store, &session.id)?
-        .ok_or_else(|| Error::not_found(format!("session {}", session.id)))?;
-    Ok(checkpoint::Origin {
-        session_id: &session.id,
+/// Where a checkpoint made in `ctx` comes from; `round` reads the session's round inside
+/// the staging transaction ([`round_reader`]).
+fn origin<'a>(ctx: &Context<'a>, round: &'a dyn Fn(&mut dyn Txn) -> Result<u64>) -> checkpoint::Origin<'a> {
+    checkpoint::Origin {
+        session_id: &ctx.session.id,
         workspace_id: &ctx.workspace.id,
         prompt_round: round,
         subagent: ctx.subagent,
-    })
+    }
+}
+
+/// Reads the round of `ctx`'s session inside a transaction.
+fn round_reader<'a>(ctx: &Context<'a>) -> impl Fn(&mut dyn Txn) -> Result<u64> + 'a {
+    let (store, session): (&'a Store, &'a Session) = (ctx.store, ctx.session);
+    move |txn| Session::round_in(store, txn, &session.id)
 }
 
 /// What a mutation did.
@@ -286,12 +289,14 @@ pub(crate) fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutc
         _ => Vec::new(),
     };
     let target = PreparedTarget { path: rel.clone(), effect, current: current.clone(), planned_dirs };
+    let round = round_reader(&ctx);
     let request = StageRequest {
-        origin: origin(&ctx)?,
+        origin: origin(&ctx, &round),
         kind: mutation.kind(),
         targets: vec![target],
         protect,
         owner: Some(owner),
+        also: None,
     };
     let staged = checkpoint::stage(store, request)?;
     failpoint::hit("staged");
@@ -386,6 +391,7 @@ pub(crate) fn stage_external(
     ctx: Context<'_>,
     paths: &[PathBuf],
     kind: Option<EffectKind>,
+    also: Option<checkpoint::AlsoInStage<'_>>,
 ) -> Result<CheckpointRecord> {
     if paths.is_empty() {
         return Err(Error::invalid("stage needs at least one path"));
@@ -418,7 +424,9 @@ pub(crate) fn stage_external(
         targets.iter().map(|t| current_size(&t.current) * if t.effect == EffectKind::Delete { 1 } else { 2 }).sum();
     let paths: Vec<&RelPath> = targets.iter().map(|t| &t.path).collect();
     let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
-    let request = StageRequest { origin: origin(&ctx)?, kind: OperationKind::External, targets, protect, owner: None };
+    let round = round_reader(&ctx);
+    let origin = origin(&ctx, &round);
+    let request = StageRequest { origin, kind: OperationKind::External, targets, protect, owner: None, also };
     checkpoint::stage(ctx.store, request)
 }
 
@@ -455,111 +463,6 @@ pub(crate) fn commit_external(store: &Store, operation_id: &str, failed: bool) -
         posts.push(PostState { current, created_dirs: Vec::new(), identity_known: true });
     }
     checkpoint::commit(store, &id, posts, failed)
-}
-
-fn keyed(session: &str, key: &str) -> Vec<u8> {
-    format!("{session}/{key}").into_bytes()
-}
-
-/// Forgets a session's keyed operations inside `txn` (its checkpoints go with it).
-pub(crate) fn delete_session_in(txn: &mut dyn crate::storage::kv::Txn, session: &str) -> Result<()> {
-    for key in txn.keys(schema::EXTERNAL_OPERATIONS, format!("{session}/").as_bytes())? {
-        txn.delete(schema::EXTERNAL_OPERATIONS, &key)?;
-    }
-    Ok(())
-}
-
-/// [`stage_external`] under the caller's own `key` (for hooks, whose "before" and "after"
-/// events arrive in separate processes): a key staged already returns its checkpoint
-/// instead of staging twice.
-///
-/// # Errors
-/// As [`stage_external`].
-pub(crate) fn stage_external_keyed(
-    ctx: Context<'_>,
-    key: &str,
-    paths: &[PathBuf],
-    kind: Option<EffectKind>,
-) -> Result<CheckpointRecord> {
-    if let Some(op) = ctx.store.kv().get(schema::EXTERNAL_OPERATIONS, &keyed(&ctx.session.id, key))? {
-        let op = String::from_utf8_lossy(&op).into_owned();
-        return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
-    }
-    // An earlier call on the same file that never got its "after" event was denied or
-    // failed (calls on one file run one after another): it is finished now, while the
-    // file still holds what that call left, so it records no change it did not make.
-    let rels = paths
-        .iter()
-        .map(|p| ctx.workspace.resolve(p, ctx.cwd, ctx.store.protected_paths()))
-        .collect::<Result<Vec<_>>>()?;
-    finish_abandoned(ctx.store, &ctx.session.id, Some(&rels))?;
-    let record = stage_external(ctx, paths, kind)?;
-    let mut txn = ctx.store.kv().begin()?;
-    txn.put(schema::EXTERNAL_OPERATIONS, &keyed(&ctx.session.id, key), record.mutation.operation_id.as_bytes())?;
-    txn.commit()?;
-    Ok(record)
-}
-
-/// Commits the operation staged under `key`; `None` if nothing was staged under it (an
-/// "after" event without its "before", or one that arrived twice is still answered).
-///
-/// # Errors
-/// As [`commit_external`].
-pub(crate) fn commit_external_keyed(
-    store: &Store,
-    session: &str,
-    key: &str,
-    failed: bool,
-) -> Result<Option<CheckpointRecord>> {
-    let Some(op) = store.kv().get(schema::EXTERNAL_OPERATIONS, &keyed(session, key))? else { return Ok(None) };
-    let record = commit_external(store, &String::from_utf8_lossy(&op), failed)?;
-    forget_keyed(store, session, key)?;
-    Ok(Some(record))
-}
-
-/// Commits, as failed and with what the files hold now, every keyed operation of `session`
-/// still waiting for its "after" event — a tool call that was denied or failed never sends
-/// one, and an unfinished stage would block taking back the path's other changes. Run at
-/// turn boundaries, when no tool of the turn is still running. Returns how many.
-pub(crate) fn finish_abandoned_keyed(store: &Store, session: &str) -> Result<u64> {
-    finish_abandoned(store, session, None)
-}
-
-/// [`finish_abandoned_keyed`], limited to operations on one of `paths` when given.
-fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
-    let prefix = format!("{session}/");
-    let mut pending = Vec::new();
-    store.kv().scan(schema::EXTERNAL_OPERATIONS, prefix.as_bytes(), &mut |k, op| {
-        pending
-            .push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), String::from_utf8_lossy(op).into_owned()));
-        Ok(true)
-    })?;
-    let mut finished = 0;
-    for (key, op) in pending {
-        if let Some(paths) = paths {
-            let on_path = checkpoint::by_operation(store, &op)
-                .and_then(|id| checkpoint::load(store, &id))
-                .map(|r| r.targets.iter().any(|t| paths.contains(&t.path)))
-                .unwrap_or(true);
-            if !on_path {
-                continue;
-            }
-        }
-        match commit_external(store, &op, true) {
-            Ok(_) => finished += 1,
-            // Reconciled away meanwhile (recovery-locked) or gone: only the key is left.
-            Err(e) if matches!(e.code, ErrorCode::RecoveryLocked | ErrorCode::NotFound) => {}
-            Err(e) => return Err(e),
-        }
-        forget_keyed(store, session, &key)?;
-    }
-    Ok(finished)
-}
-
-fn forget_keyed(store: &Store, session: &str, key: &str) -> Result<()> {
-    let mut txn = store.kv().begin()?;
-    txn.delete(schema::EXTERNAL_OPERATIONS, &keyed(session, key))?;
-    txn.commit()
 }
 
 /// A checkpoint as mutation commands report it.
@@ -636,7 +539,7 @@ pub struct FileText {
 }
 
 impl Turnback {
-    fn mutation_context(&self, confirm_unprotected: bool) -> Result<(Context<'_>, PathBuf)> {
+    pub(crate) fn mutation_context(&self, confirm_unprotected: bool) -> Result<(Context<'_>, PathBuf)> {
         let cwd = self.cwd()?;
         let ctx = Context {
             store: &self.store,
@@ -701,7 +604,7 @@ impl Turnback {
         confirm_unprotected: bool,
     ) -> Result<CheckpointSummary> {
         let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
-        stage_external(Context { cwd: &cwd, ..ctx }, paths, kind).map(|r| CheckpointSummary::from(&r))
+        stage_external(Context { cwd: &cwd, ..ctx }, paths, kind, None).map(|r| CheckpointSummary::from(&r))
     }
 
     /// Captures the post-images of a staged operation and commits it (idempotent).
@@ -710,38 +613,6 @@ impl Turnback {
     /// `not-found` for an unknown operation; `recovery-locked` if it was reconciled away.
     pub fn commit(&self, operation_id: &str, failed: bool) -> Result<CheckpointSummary> {
         commit_external(&self.store, operation_id, failed).map(|r| CheckpointSummary::from(&r))
-    }
-
-    /// Stages the paths a tool call is about to write, under the caller's own key for the
-    /// call (its tool-use id): a key staged already is not staged twice. An earlier call
-    /// on one of the same files that never got its "after" event is closed first.
-    ///
-    /// # Errors
-    /// As [`stage`](Self::stage).
-    pub(crate) fn stage_tool_call(
-        &self,
-        key: &str,
-        paths: &[PathBuf],
-        subagent: Option<&str>,
-    ) -> Result<CheckpointSummary> {
-        let (ctx, cwd) = self.mutation_context(true)?;
-        let ctx = Context { cwd: &cwd, subagent, ..ctx };
-        stage_external_keyed(ctx, key, paths, None).map(|r| CheckpointSummary::from(&r))
-    }
-
-    /// Commits the tool call staged under `key` (`None`: nothing was staged under it).
-    ///
-    /// # Errors
-    /// As [`commit`](Self::commit).
-    pub(crate) fn commit_tool_call(&self, key: &str, failed: bool) -> Result<Option<CheckpointSummary>> {
-        Ok(commit_external_keyed(&self.store, &self.session()?.id, key, failed)?.map(|r| CheckpointSummary::from(&r)))
-    }
-
-    /// Closes, as failed and with what the files hold now, every tool call of the session
-    /// still waiting for its "after" event (a denied or failed call never sends one).
-    /// Returns how many.
-    pub(crate) fn finish_abandoned_tool_calls(&self) -> Result<u64> {
-        finish_abandoned_keyed(&self.store, &self.session()?.id)
     }
 }
 

@@ -78,7 +78,8 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
             intended_digest: None,
         });
     }
-    let prompt_round = req.origin.prompt_round;
+    // The round is read inside this transaction: a turn that began a moment ago counts.
+    let prompt_round = (req.origin.prompt_round)(&mut *txn)?;
     let session_prefix = format!("{}/", req.origin.session_id);
     let parent = txn
         .keys(schema::CHECKPOINTS_BY_SESSION, session_prefix.as_bytes())?
@@ -122,6 +123,9 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
     txn.put(schema::CHECKPOINTS_BY_SESSION, format!("{session_prefix}{checkpoint_id}").as_bytes(), b"")?;
     txn.put(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes(), checkpoint_id.as_bytes())?;
     txn.put(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes(), req.owner.as_deref().unwrap_or("").as_bytes())?;
+    if let Some(also) = req.also {
+        also(&mut *txn, &record)?;
+    }
     txn.commit()?;
     Ok(record)
 }
@@ -351,7 +355,8 @@ pub(crate) fn record_before_writes(
         targets.push(PreparedTarget { path: w.path, effect, current: w.current, planned_dirs });
     }
     let owner = store.owner()?.id().to_string();
-    let request = StageRequest { origin, kind: OperationKind::Rollback, targets, protect: true, owner: Some(owner) };
+    let request =
+        StageRequest { origin, kind: OperationKind::Rollback, targets, protect: true, owner: Some(owner), also: None };
     let staged = stage(store, request)?;
     commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)
 }

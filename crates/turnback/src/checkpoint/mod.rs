@@ -343,16 +343,29 @@ impl CheckpointRecord {
     }
 }
 
-/// Where a checkpoint comes from: its session and workspace, and the prompt round it is
-/// made in (retention counts rounds from it).
-#[derive(Debug, Clone, Copy)]
+/// Where a checkpoint comes from: its session and workspace, the prompt round it is made in
+/// (retention counts rounds from it) and the sub-agent whose tool call made it.
+#[derive(Clone, Copy)]
 pub(crate) struct Origin<'a> {
     pub session_id: &'a str,
     pub workspace_id: &'a str,
-    pub prompt_round: u64,
-    /// The sub-agent whose tool call this is, if any.
+    /// Reads the session's current round inside the staging transaction (the session's
+    /// owner supplies it), so a turn that began a moment before counts.
+    pub prompt_round: &'a dyn Fn(&mut dyn Txn) -> Result<u64>,
     pub subagent: Option<&'a str>,
 }
+
+impl std::fmt::Debug for Origin<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Origin")
+            .field("session_id", &self.session_id)
+            .field("workspace_id", &self.workspace_id)
+            .finish()
+    }
+}
+
+/// Written inside the transaction that stages a checkpoint (a caller's own index of it).
+pub(crate) type AlsoInStage<'a> = &'a dyn Fn(&mut dyn Txn, &CheckpointRecord) -> Result<()>;
 
 /// A target as seen just before staging.
 #[derive(Debug)]
@@ -366,7 +379,6 @@ pub(crate) struct PreparedTarget {
 }
 
 /// Everything `stage` needs.
-#[derive(Debug)]
 pub(crate) struct StageRequest<'a> {
     pub origin: Origin<'a>,
     pub kind: OperationKind,
@@ -375,6 +387,8 @@ pub(crate) struct StageRequest<'a> {
     pub protect: bool,
     /// The owning process (none for an external stage, which is dispatched at once).
     pub owner: Option<String>,
+    /// Written in the same transaction.
+    pub also: Option<AlsoInStage<'a>>,
 }
 
 fn load_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<CheckpointRecord> {
@@ -467,11 +481,17 @@ mod tests {
             planned_dirs: vec![],
         };
         let req = StageRequest {
-            origin: Origin { session_id: "s1", workspace_id: "w1", prompt_round: f.round.get(), subagent: None },
+            origin: Origin {
+                session_id: "s1",
+                workspace_id: "w1",
+                prompt_round: &|_| Ok(f.round.get()),
+                subagent: None,
+            },
             kind: OperationKind::EditFile,
             targets: vec![target],
             protect: true,
             owner,
+            also: None,
         };
         stage(&f.store, req).unwrap()
     }

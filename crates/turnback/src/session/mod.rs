@@ -215,6 +215,15 @@ impl Session {
         Ok(())
     }
 
+    /// The current prompt round of session `id`, read inside `txn`.
+    ///
+    /// # Errors
+    /// `not-found` if there is no such session.
+    pub(crate) fn round_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<u64> {
+        let v = txn.get(schema::SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        Ok(store.open_record::<Session>(schema::SESSIONS, id.as_bytes(), &v)?.prompt_round)
+    }
+
     /// Sets the prompt round of session `id` inside `txn` (turns do, as each begins).
     pub(crate) fn set_round_in(store: &Store, txn: &mut dyn Txn, id: &str, round: u64) -> Result<()> {
         let Some(v) = txn.get(schema::SESSIONS, id.as_bytes())? else { return Ok(()) };

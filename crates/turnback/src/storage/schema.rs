@@ -95,8 +95,8 @@ tables! {
     HISTORY_TOTALS = "history-totals" in "session/history.rs", sealed;
     /// Pending user-authored resolutions of rollback conflicts.
     RESOLUTIONS = "resolutions" in "undo/rollback/", sealed;
-    /// External operations by the caller's own key (an agent's tool-use id).
-    EXTERNAL_OPERATIONS = "external-operations" in "api/mutation.rs";
+    /// Tool calls by the agent's own key (its tool-use id): seen, pending or done.
+    EXTERNAL_OPERATIONS = "external-operations" in "api/calls.rs";
 }
 
 /// Whether values of `ns` may be large.

@@ -160,3 +160,15 @@ fn gc_removes_content_of_evicted_checkpoints_only() {
     assert_eq!(read(&env, &kept, ImageRole::Post).unwrap(), b"current round content");
     assert!(maintenance::verify(&env.store, true).unwrap().clean);
 }
+
+#[test]
+fn a_checkpoint_counts_the_turn_that_began_after_the_caller_read_its_session() {
+    let env = Env::new();
+    assert_eq!(env.session.prompt_round, 0, "the caller's session value says round 0");
+    // Meanwhile another process begins turn 1.
+    let id = crate::session::turn::new_id();
+    let new = crate::session::turn::NewTurn { prompt: Some("p"), background: false };
+    crate::session::turn::record(&env.store, &env.session, &id, new, false, None).unwrap();
+    let record = env.write("a.txt", b"x");
+    assert_eq!(record.prompt_round, Some(1), "the round is read when the checkpoint is staged");
+}

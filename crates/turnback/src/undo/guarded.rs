@@ -197,7 +197,8 @@ fn record(target: Target<'_>, writes: &[Write]) -> Result<String> {
             },
         })
         .collect();
-    let origin = crate::undo::undo_origin(target.store, target.session, target.workspace)?;
+    let round = crate::undo::round_reader(target.store, target.session);
+    let origin = crate::undo::undo_origin(target.session, target.workspace, &round);
     Ok(checkpoint::record_before_writes(target.store, origin, &target.workspace.root, planned)?.checkpoint_id)
 }
 

@@ -45,7 +45,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         "Stop" => vec![AgentEvent::Stopped { continued: event.stop_hook_active }],
         _ => Vec::new(),
     };
-    Ok(Translated { name: event.hook_event_name, workspace, session: event.session_id, events })
+    Ok(Translated { name: event.hook_event_name, workspace, cwd: event.cwd, session: event.session_id, events })
 }
 
 /// The tool call an event is about.

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use turnback::{AgentEvent, Error, ErrorCode, Result};
 
-use crate::app::Ctx;
+use std::sync::atomic::AtomicBool;
+
+use crate::app::{Ctx, open_for_turns};
 use crate::cli::HookAgent;
 use crate::output::Outcome;
 
@@ -29,6 +31,9 @@ pub struct Translated {
     pub name: String,
     /// The workspace the agent works in, if the event says.
     pub workspace: Option<PathBuf>,
+    /// The directory the agent's relative paths are relative to, if the event says (else
+    /// the workspace root).
+    pub cwd: Option<PathBuf>,
     /// The agent's session id, if the event says.
     pub session: Option<String>,
     /// The protocol events, in order.
@@ -37,6 +42,14 @@ pub struct Translated {
 
 /// Handles one event; always exit 0, nothing on stdout.
 pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
+    // SIGINT/SIGTERM while a prompt's start snapshot is awaited cancels that turn cleanly.
+    let cancel = match super::turn::cancel_on_signals() {
+        Ok(flag) => flag,
+        Err(e) => {
+            log(ctx, agent, &e);
+            return Outcome::raw(String::new());
+        }
+    };
     let mut input = String::new();
     let mut name = String::from("event");
     let result = std::io::stdin()
@@ -47,7 +60,7 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
         })
         .and_then(|t| {
             name = t.name.clone();
-            record(ctx, t)
+            record(ctx, t, &cancel)
         })
         .map_err(|e| Error::new(e.code, format!("{name}: {}", e.message)));
     if let Err(e) = result {
@@ -57,18 +70,21 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
 }
 
 /// Records the translated events in the workspace and session they name.
-fn record(ctx: &Ctx, t: Translated) -> Result<()> {
+fn record(ctx: &Ctx, t: Translated, cancel: &AtomicBool) -> Result<()> {
     if t.events.is_empty() {
         return Ok(());
     }
-    let mut global = ctx.global.clone();
-    global.workspace = t.workspace.or(global.workspace);
-    global.session = t.session.or(global.session);
-    global.json = false;
-    let ctx = Ctx { global };
-    let tb = ctx.open_for_turns(PROMPT_WAIT)?;
+    let mut options = ctx.options(true)?;
+    if let Some(ws) = t.workspace {
+        options.workspace = ws;
+    }
+    options.session = t.session.or(options.session);
+    // The agent's relative paths are relative to its own directory, not to wherever the
+    // hook process was started.
+    options.cwd = t.cwd;
+    let tb = open_for_turns(&options, PROMPT_WAIT)?;
     for event in &t.events {
-        tb.record_event(event, None)?;
+        tb.record_event(event, Some(cancel))?;
     }
     Ok(())
 }

@@ -1,0 +1,198 @@
+//! Tool calls by the agent's own key (its tool-use id). An agent reports a call's "before"
+//! and "after" in separate events (separate processes, for hooks), sometimes twice, late,
+//! or never; the store remembers every call it has been told of.
+//!
+//! Invariants:
+//! - A key is `seen` (reported, nothing staged), `pending` (its files staged: the
+//!   operation id) or `done` (committed), and only ever moves forward. Seeing a key again
+//!   changes nothing: a repeated event neither stages nor commits twice.
+//! - A key becomes `pending` in the very transaction that stages its files, so a crash
+//!   never leaves a stage its key cannot find, nor a key pointing at nothing.
+//! - No call stays `pending` past a turn boundary: an agent never reports the end of a
+//!   call the person denied, so the boundary (and the next call on the same file) commits
+//!   it as failed, with what the file holds then.
+//! - Keys live as long as their session.
+
+use std::path::PathBuf;
+
+use crate::api::Turnback;
+use crate::api::mutation::{CheckpointSummary, Context, commit_external, stage_external};
+use crate::checkpoint::{self, CheckpointRecord};
+use crate::error::{ErrorCode, Result};
+use crate::fs::relpath::RelPath;
+use crate::storage::kv::Txn;
+use crate::storage::schema;
+use crate::storage::store::Store;
+
+/// What the store knows of one call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Call {
+    /// Reported; nothing staged.
+    Seen,
+    /// Its files are staged under this operation.
+    Pending(String),
+    /// Committed (this operation).
+    Done(String),
+}
+
+impl Call {
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Call::Seen => b"seen".to_vec(),
+            Call::Pending(op) => format!("pending:{op}").into_bytes(),
+            Call::Done(op) => format!("done:{op}").into_bytes(),
+        }
+    }
+
+    /// Stores from before these states held a bare operation id: a pending call.
+    fn decode(value: &[u8]) -> Call {
+        let text = String::from_utf8_lossy(value);
+        match text.split_once(':') {
+            _ if text == "seen" => Call::Seen,
+            Some(("pending", op)) => Call::Pending(op.to_string()),
+            Some(("done", op)) => Call::Done(op.to_string()),
+            _ => Call::Pending(text.into_owned()),
+        }
+    }
+}
+
+fn key_of(session: &str, key: &str) -> Vec<u8> {
+    format!("{session}/{key}").into_bytes()
+}
+
+fn get(store: &Store, session: &str, key: &str) -> Result<Option<Call>> {
+    Ok(store.kv().get(schema::EXTERNAL_OPERATIONS, &key_of(session, key))?.map(|v| Call::decode(&v)))
+}
+
+fn set(store: &Store, session: &str, key: &str, call: &Call) -> Result<()> {
+    let mut txn = store.kv().begin()?;
+    txn.put(schema::EXTERNAL_OPERATIONS, &key_of(session, key), &call.encode())?;
+    txn.commit()
+}
+
+/// Records that call `key` was reported; `true` if it had not been before.
+pub(crate) fn note(store: &Store, session: &str, key: &str) -> Result<bool> {
+    let mut txn = store.kv().begin()?;
+    let new = txn.put_if_absent(schema::EXTERNAL_OPERATIONS, &key_of(session, key), &Call::Seen.encode())?;
+    txn.commit()?;
+    Ok(new)
+}
+
+/// Stages the files call `key` is about to write, unless it staged them already (then its
+/// checkpoint is returned as it is). An earlier call on one of the same files that never
+/// got its "after" event is committed first, as failed: calls on one file run one after
+/// another, so it is over, and the file still holds what it left.
+pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<CheckpointRecord> {
+    let session = &ctx.session.id;
+    if let Some(Call::Pending(op) | Call::Done(op)) = get(ctx.store, session, key)? {
+        return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
+    }
+    let rels = paths
+        .iter()
+        .map(|p| ctx.workspace.resolve(p, ctx.cwd, ctx.store.protected_paths()))
+        .collect::<Result<Vec<_>>>()?;
+    finish_abandoned(ctx.store, session, Some(&rels))?;
+    let record_key = key_of(session, key);
+    let also = |txn: &mut dyn Txn, record: &CheckpointRecord| {
+        let pending = Call::Pending(record.mutation.operation_id.clone());
+        txn.put(schema::EXTERNAL_OPERATIONS, &record_key, &pending.encode())
+    };
+    stage_external(ctx, paths, None, Some(&also))
+}
+
+/// Commits call `key`'s staged files; `None` if nothing of it is pending (an "after" event
+/// without its "before", or one delivered twice).
+pub(crate) fn commit(store: &Store, session: &str, key: &str, failed: bool) -> Result<Option<CheckpointRecord>> {
+    let Some(Call::Pending(op)) = get(store, session, key)? else { return Ok(None) };
+    let record = commit_external(store, &op, failed)?;
+    set(store, session, key, &Call::Done(op))?;
+    Ok(Some(record))
+}
+
+/// Commits, as failed and with what the files hold now, every pending call of `session`
+/// (on one of `paths`, when given). Returns how many.
+pub(crate) fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
+    let prefix = format!("{session}/");
+    let mut pending = Vec::new();
+    store.kv().scan(schema::EXTERNAL_OPERATIONS, prefix.as_bytes(), &mut |k, v| {
+        if let Call::Pending(op) = Call::decode(v) {
+            pending.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), op));
+        }
+        Ok(true)
+    })?;
+    let mut finished = 0;
+    for (key, op) in pending {
+        if let Some(paths) = paths {
+            let on_path = checkpoint::by_operation(store, &op)
+                .and_then(|id| checkpoint::load(store, &id))
+                .map(|r| r.targets.iter().any(|t| paths.contains(&t.path)))
+                .unwrap_or(true);
+            if !on_path {
+                continue;
+            }
+        }
+        match commit_external(store, &op, true) {
+            Ok(_) => finished += 1,
+            // Reconciled away meanwhile (recovery-locked) or gone: only the key is left.
+            Err(e) if matches!(e.code, ErrorCode::RecoveryLocked | ErrorCode::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        set(store, session, &key, &Call::Done(op))?;
+    }
+    Ok(finished)
+}
+
+/// Forgets a session's calls inside `txn` (its checkpoints go with it).
+pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
+    for key in txn.keys(schema::EXTERNAL_OPERATIONS, format!("{session}/").as_bytes())? {
+        txn.delete(schema::EXTERNAL_OPERATIONS, &key)?;
+    }
+    Ok(())
+}
+
+impl Turnback {
+    /// Records that the agent reported tool call `key`; `true` if it had not before.
+    pub(crate) fn note_tool_call(&self, key: &str) -> Result<bool> {
+        note(&self.store, &self.session()?.id, key)
+    }
+
+    /// Stages the files tool call `key` is about to write (see [`stage`]); `subagent`
+    /// names the sub-agent making the call.
+    pub(crate) fn stage_tool_call(
+        &self,
+        key: &str,
+        paths: &[PathBuf],
+        subagent: Option<&str>,
+    ) -> Result<CheckpointSummary> {
+        let (ctx, cwd) = self.mutation_context(true)?;
+        let ctx = Context { cwd: &cwd, subagent, ..ctx };
+        stage(ctx, key, paths).map(|r| CheckpointSummary::from(&r))
+    }
+
+    /// Commits tool call `key` (`None`: nothing of it was pending).
+    pub(crate) fn commit_tool_call(&self, key: &str, failed: bool) -> Result<Option<CheckpointSummary>> {
+        Ok(commit(&self.store, &self.session()?.id, key, failed)?.map(|r| CheckpointSummary::from(&r)))
+    }
+
+    /// Closes, as failed, every tool call of the session still waiting for its "after"
+    /// event. Returns how many.
+    pub(crate) fn finish_abandoned_tool_calls(&self) -> Result<u64> {
+        finish_abandoned(&self.store, &self.session()?.id, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Call;
+
+    #[test]
+    fn call_states_round_trip_and_a_bare_operation_id_is_pending() {
+        for call in [Call::Seen, Call::Pending("0193-a".into()), Call::Done("0193-b".into())] {
+            assert_eq!(Call::decode(&call.encode()), call);
+        }
+        assert_eq!(
+            Call::decode(b"0193a0b2-0000-7000-8000-000000000000"),
+            Call::Pending("0193a0b2-0000-7000-8000-000000000000".into())
+        );
+    }
+}
