@@ -183,6 +183,9 @@ pub enum EffectKind {
 
 impl EffectKind {
     /// Parses `create`, `edit`, `delete`.
+    ///
+    /// # Errors
+    /// `invalid-argument` for anything else.
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "create" => Ok(EffectKind::Create),

@@ -236,6 +236,9 @@ pub enum Choice {
 
 impl Choice {
     /// Parses `skip`, `patch`, `resolve`.
+    ///
+    /// # Errors
+    /// `invalid-argument` for anything else.
     pub fn parse(text: &str) -> Result<Self> {
         match text {
             "skip" => Ok(Choice::Skip),
