@@ -57,12 +57,11 @@ mod undo;
 
 pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
-    Actor, Appended, CheckpointList, CheckpointSummary, CheckpointView, Deleted, DiffReport, DiffRequest, DuReport,
-    FileText, GcReport, InitReport, InitSettings, Inspection, KeyStatus, KeyVersion, Mutation, MutationReport,
-    ObjectUsage, Options, Problem, SessionInfo, SessionList, SessionUsage, TurnList, TurnSummary, Turnback,
-    VerifyCounts, VerifyReport,
+    Actor, Appended, ArtifactView, CheckpointList, CheckpointSummary, CheckpointView, Deleted, DiffReport, DiffRequest,
+    DuReport, Encryption, FileText, GcReport, InitReport, InitSettings, Inspection, InspectionProblem, KeyStatus,
+    KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList,
+    SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
 };
-pub use api::{ArtifactView, Encryption, InspectionProblem, ShellRecorded};
 pub use base::time::{format_ms, now_ms};
 pub use checkpoint::artifact::ImageRole;
 pub use checkpoint::journal::{JournalEntry, JournalEvent};

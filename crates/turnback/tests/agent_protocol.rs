@@ -277,3 +277,32 @@ fn events_are_plain_json_an_adapter_can_write() {
     let AgentEvent::ToolStarted { call } = &events[2] else { panic!("{events:?}") };
     assert_eq!((call.effect, call.paths.clone()), (ToolEffect::WritesFiles, vec![PathBuf::from("a.txt")]));
 }
+
+#[test]
+fn the_same_call_delivered_by_several_processes_at_once_is_staged_once() {
+    let env = Env::new();
+    env.write("a.txt", "before\n");
+    env.send(prompt("race"));
+    let call = write_call("toolu_race", &env.ws.join("a.txt"));
+    let start = std::sync::Barrier::new(6);
+    std::thread::scope(|scope| {
+        for _ in 0..6 {
+            scope.spawn(|| {
+                let tb = env.tb();
+                start.wait();
+                tb.record_event(&AgentEvent::ToolStarted { call: call.clone() }, None).unwrap()
+            });
+        }
+    });
+    env.write("a.txt", "after\n");
+    let done = env.send(AgentEvent::ToolFinished { call });
+    assert!(done.checkpoint.is_some());
+    let all = env.tb().checkpoints(None, true).unwrap().checkpoints;
+    assert_eq!(
+        all.len(),
+        1,
+        "one stage for one call: {:#?}",
+        all.iter().map(|c| &c.record.checkpoint_id).collect::<Vec<_>>()
+    );
+    assert_eq!(all[0].record.stage_state.as_str(), "committed");
+}

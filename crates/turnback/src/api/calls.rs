@@ -7,7 +7,8 @@
 //!   operation id) or `done` (committed), and only ever moves forward. Seeing a key again
 //!   changes nothing: a repeated event neither stages nor commits twice.
 //! - A key becomes `pending` in the very transaction that stages its files, so a crash
-//!   never leaves a stage its key cannot find, nor a key pointing at nothing.
+//!   never leaves a stage its key cannot find, nor a key pointing at nothing; of two
+//!   processes staging the same call at once, one stages and the other is given its stage.
 //! - No call stays `pending` past a turn boundary: an agent never reports the end of a
 //!   call the person denied, so the boundary (and the next call on the same file) commits
 //!   it as failed, with what the file holds then.
@@ -18,7 +19,7 @@ use std::path::PathBuf;
 use crate::api::Turnback;
 use crate::api::mutation::{CheckpointSummary, Context, commit_external, stage_external};
 use crate::checkpoint::{self, CheckpointRecord};
-use crate::error::{ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::fs::relpath::RelPath;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
@@ -94,10 +95,24 @@ pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<Ch
     finish_abandoned(ctx.store, session, Some(&rels))?;
     let record_key = key_of(session, key);
     let also = |txn: &mut dyn Txn, record: &CheckpointRecord| {
+        // The same call delivered twice at once: the other stage won; this one goes.
+        if let Some(Call::Pending(_) | Call::Done(_)) =
+            txn.get(schema::EXTERNAL_OPERATIONS, &record_key)?.map(|v| Call::decode(&v))
+        {
+            return Err(Error::new(ErrorCode::ConcurrentUpdate, format!("tool call {key} was staged meanwhile")));
+        }
         let pending = Call::Pending(record.mutation.operation_id.clone());
         txn.put(schema::EXTERNAL_OPERATIONS, &record_key, &pending.encode())
     };
-    stage_external(ctx, paths, None, Some(&also))
+    match stage_external(ctx, paths, None, Some(&also)) {
+        Err(e) if e.code == ErrorCode::ConcurrentUpdate => match get(ctx.store, session, key)? {
+            Some(Call::Pending(op) | Call::Done(op)) => {
+                checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?)
+            }
+            _ => Err(e),
+        },
+        other => other,
+    }
 }
 
 /// Commits call `key`'s staged files; `None` if nothing of it is pending (an "after" event

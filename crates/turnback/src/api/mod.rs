@@ -25,8 +25,9 @@ mod sessions;
 mod turns;
 mod undo;
 
-pub use maintenance::{Deleted, DuReport, GcReport, KeyStatus, KeyVersion, ObjectUsage, Problem, SessionUsage};
-pub use maintenance::{VerifyCounts, VerifyReport};
+pub use maintenance::{
+    Deleted, DuReport, GcReport, KeyStatus, KeyVersion, ObjectUsage, Problem, SessionUsage, VerifyCounts, VerifyReport,
+};
 pub use mutation::{CheckpointSummary, FileText, Mutation, MutationReport};
 pub use sessions::{Appended, SessionInfo, SessionList};
 pub use turns::{DiffReport, DiffRequest, ShellRecorded, TurnList, TurnSummary};
