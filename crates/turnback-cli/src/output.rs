@@ -2,7 +2,7 @@
 //! Results go to stdout; errors go to stdout as JSON with `--json`, else to stderr.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use turnback::{Error, ErrorCode, ResultType};
 
 /// Exit codes of DESIGN.md §3.
@@ -53,12 +53,11 @@ pub fn exit_for(result: ResultType) -> i32 {
     }
 }
 
-/// The word for an undo's outcome.
-pub fn result_word(result: ResultType) -> &'static str {
-    match result {
-        ResultType::Full => "full",
-        ResultType::Partial => "partial",
-        ResultType::Blocked => "blocked",
+/// The word for an undo's outcome: its name in the JSON document.
+pub fn result_word(result: ResultType) -> String {
+    match serde_json::to_value(result) {
+        Ok(Value::String(word)) => word,
+        _ => format!("{result:?}"),
     }
 }
 
@@ -83,21 +82,9 @@ pub fn print(outcome: &Outcome, json_mode: bool) {
     }
 }
 
-pub fn error_json(e: &Error) -> Value {
-    json!({
-        "error": {
-            "code": e.code.as_str(),
-            "message": e.message,
-            "retryable": e.code.retryable(),
-            "recoveryActions": e.code.recovery_actions(),
-            "details": e.details,
-        }
-    })
-}
-
 pub fn print_error(e: &Error, json_mode: bool) -> i32 {
     if json_mode {
-        println!("{}", serde_json::to_string_pretty(&error_json(e)).expect("JSON values serialize"));
+        println!("{}", serde_json::to_string_pretty(&e.report()).expect("JSON values serialize"));
     } else {
         eprintln!("turnback: {}: {}", e.code, e.message);
         for action in e.code.recovery_actions() {

@@ -25,7 +25,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use turnback::{
-    Actor, AgentEvent, DiffRequest, Error, ErrorCode, Mutation, Options, Result, RollbackSelection, Turnback,
+    Actor, BeginRequest, DiffRequest, Error, ErrorCode, Mutation, Options, Result, RollbackSelection, Turnback,
 };
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -104,6 +104,10 @@ struct BeginParams {
     /// The person's prompt: the turn's preview, and the first entry of its history.
     #[serde(default)]
     prompt: Option<String>,
+    /// A new turn even if one is running (it then ends where this one begins); otherwise a
+    /// message sent while a turn runs joins it, into its history.
+    #[serde(default)]
+    new: bool,
 }
 
 /// The server: how to open turnback for each call.
@@ -114,7 +118,8 @@ pub struct Server {
 }
 
 /// A facade result as a tool result: its JSON as structured content (and as text, for
-/// clients that read only text); an error as a tool error naming its stable code.
+/// clients that read only text); an error as a tool error whose text is the error document
+/// the command line prints, naming its stable code.
 fn result<T: Serialize>(r: Result<T>) -> std::result::Result<CallToolResult, ErrorData> {
     Ok(match r.and_then(|v| serde_json::to_value(v).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))) {
         Ok(value) => {
@@ -123,7 +128,8 @@ fn result<T: Serialize>(r: Result<T>) -> std::result::Result<CallToolResult, Err
             done.structured_content = Some(value);
             done
         }
-        Err(e) => CallToolResult::error(vec![ContentBlock::text(format!("{}: {}", e.code, e.message))]),
+        // The same error document `--json` prints: {"error": {code, message, …}}.
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report().to_string())]),
     })
 }
 
@@ -250,8 +256,8 @@ impl Server {
     /// Begins a turn for a client without hooks.
     #[tool(
         name = "begin_turn",
-        output_schema = schema_for_output::<turnback::Recorded>(),
-        description = "Begin a turn for the person's prompt: a snapshot of the whole workspace now, and the prompt in the history. Call it when a new prompt arrives; a repeated call with the same prompt joins the turn.",
+        output_schema = schema_for_output::<turnback::Begun>(),
+        description = "Begin a turn for the person's prompt: a snapshot of the whole workspace now, and the prompt in the history. Call it when a new prompt arrives; a message sent while a turn runs joins it (new: true begins a turn of its own instead); the same prompt again within a minute joins its turn. Tool calls still waiting are closed first.",
         annotations(
             title = "Begin a turn",
             read_only_hint = false,
@@ -264,17 +270,15 @@ impl Server {
         &self,
         Parameters(p): Parameters<BeginParams>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
-        result(
-            self.open_to_record()
-                .and_then(|tb| tb.record_event(&AgentEvent::PromptSubmitted { prompt: p.prompt }, None)),
-        )
+        let req = BeginRequest { prompt: p.prompt, background: false, new: p.new };
+        result(self.open_to_record().and_then(|tb| tb.begin_turn(&req, None)))
     }
 
     /// Ends the running turn.
     #[tool(
         name = "end_turn",
-        output_schema = schema_for_output::<turnback::Recorded>(),
-        description = "End the running turn with a snapshot of the workspace: call it when the reply to the prompt is done.",
+        output_schema = schema_for_output::<turnback::Turn>(),
+        description = "End the running turn with a snapshot of the workspace: call it when the reply to the prompt is done. not-found if no turn is running.",
         annotations(
             title = "End the turn",
             read_only_hint = false,
@@ -284,7 +288,7 @@ impl Server {
         )
     )]
     async fn end_turn(&self) -> std::result::Result<CallToolResult, ErrorData> {
-        result(self.open_to_record().and_then(|tb| tb.record_event(&AgentEvent::Stopped { continued: false }, None)))
+        result(self.open_to_record().and_then(|tb| tb.end_turn(None)))
     }
 
     /// The session's turns.

@@ -153,6 +153,20 @@ impl Error {
     pub fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorCode::InvalidArgument, message)
     }
+
+    /// The error as every door reports it to a program (`--json` output, an MCP tool
+    /// error): `{"error": {code, message, retryable, recoveryActions, details}}`.
+    pub fn report(&self) -> serde_json::Value {
+        serde_json::json!({
+            "error": {
+                "code": self.code.as_str(),
+                "message": self.message,
+                "retryable": self.code.retryable(),
+                "recoveryActions": self.code.recovery_actions(),
+                "details": self.details,
+            }
+        })
+    }
 }
 
 /// Result with the library's [`Error`].

@@ -2,9 +2,11 @@
 //! itself back through others, and every table of the store is touched only by its owner.
 //!
 //! The checks read the source files (everything under `src/` but the unit-test modules at
-//! the bottom of files, and this file) and look at three kinds of references: `crate::…`
-//! paths, `super::…` paths, and `use child::…` lines naming a module's own submodule.
-//! Re-exports (`pub use`, `pub(crate) use`) are not uses.
+//! the bottom of files, and this file) and look at every `use` declaration — re-exports
+//! too, since re-exporting is depending — with its use-tree expanded (`crate::{a::X,
+//! b::{self, c::Y}}`, across lines, `super::super::`, `self::`, a module's own
+//! submodules), and at every `crate::…`, `super::…` and `self::…` path written inline.
+//! `checks_see_what_they_must` proves the reading on lines that must fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -73,53 +75,138 @@ fn resolve<'m>(known: &'m BTreeSet<String>, path: &str) -> Option<&'m String> {
     (1..=parts.len()).rev().find_map(|n| known.get(&parts[..n].join("::")))
 }
 
+/// The absolute path (from the crate root, without `crate::`) of `path` written in module
+/// `module`; `None` for a path into another crate.
+fn absolute(module: &str, path: &str, known: &BTreeSet<String>) -> Option<String> {
+    let mut segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    let mut base: Vec<&str> = if module.is_empty() { Vec::new() } else { module.split("::").collect() };
+    match segments.first().copied() {
+        Some("crate") => {
+            base.clear();
+            segments.remove(0);
+        }
+        Some("self") => {
+            segments.remove(0);
+        }
+        Some("super") => {
+            while segments.first() == Some(&"super") {
+                segments.remove(0);
+                base.pop()?;
+            }
+        }
+        // A module's own submodule, named bare.
+        Some(first) if known.contains(&format!("{module}::{first}")) => {}
+        _ => return None,
+    }
+    base.extend(segments);
+    Some(base.join("::"))
+}
+
+/// A use-tree (`a::{b, c::{self, D}}`, aliases allowed) as the paths it names.
+fn expand(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap_or(tree);
+        return vec![path.split_whitespace().collect()];
+    };
+    let prefix: String = tree[..open].split_whitespace().collect();
+    let inner = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let (mut items, mut depth, mut from) = (Vec::new(), 0, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&inner[from..i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&inner[from..]);
+    items
+        .into_iter()
+        .filter(|i| !i.trim().is_empty())
+        .flat_map(expand)
+        .map(|p| if p == "self" { prefix.trim_end_matches("::").to_string() } else { format!("{prefix}{p}") })
+        .collect()
+}
+
+/// The `use` declarations of `code` (re-exports included), each with the paths it names;
+/// and the code left without them.
+fn uses(code: &str) -> (Vec<(String, Vec<String>)>, String) {
+    let mut out = Vec::new();
+    let mut rest = String::new();
+    let mut lines = code.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        let after_vis = t.strip_prefix("pub").map_or(t, |r| {
+            let r = r.trim_start();
+            if r.starts_with('(') { r.split_once(')').map_or(r, |(_, x)| x).trim_start() } else { r }
+        });
+        let Some(tree) = after_vis.strip_prefix("use ") else {
+            rest.push_str(line);
+            rest.push('\n');
+            continue;
+        };
+        let mut statement = tree.to_string();
+        while !statement.contains(';') {
+            let Some(next) = lines.next() else { break };
+            statement.push(' ');
+            statement.push_str(next.trim());
+        }
+        let tree = statement.split(';').next().unwrap_or("");
+        let visibility = &t[..t.len() - after_vis.len()];
+        out.push((format!("{visibility}use {}", tree.split_whitespace().collect::<Vec<_>>().join(" ")), expand(tree)));
+    }
+    (out, rest)
+}
+
+/// Every path written inline (`crate::…`, `super::…`, `self::…`) in `code`.
+fn inline_paths(code: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in code.lines() {
+        for start in ["crate::", "super::", "self::"] {
+            for (i, _) in line.match_indices(start) {
+                let before = line[..i].chars().next_back();
+                if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                    continue;
+                }
+                let path: String =
+                    line[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+                out.push((path, line.trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// Whether `line` is a re-export (`pub use`, `pub(crate) use`, …).
+fn is_reexport(line: &str) -> bool {
+    line.trim_start().starts_with("pub")
+}
+
 /// Every module `m` refers to (other than itself), with the line that does.
 fn references(m: &Module, known: &BTreeSet<String>) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
-    // `super` is the parent module, for a folder's `mod.rs` and a plain file alike.
-    let super_of = m.path.rsplit_once("::").map(|(p, _)| p.to_string()).unwrap_or_default();
-    for line in m.code.lines() {
-        let t = line.trim_start();
-        if t.starts_with("pub use") || t.starts_with("pub(crate) use") || t.starts_with("pub(super) use") {
-            continue;
-        }
-        let mut targets = Vec::new();
-        for (i, _) in line.match_indices("crate::") {
-            if i > 0 && line.as_bytes()[i - 1].is_ascii_alphanumeric() {
-                continue;
-            }
-            let rest: String =
-                line[i + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
-            targets.push(rest);
-        }
-        for (i, _) in line.match_indices("super::") {
-            if i > 0 && (line.as_bytes()[i - 1].is_ascii_alphanumeric() || line.as_bytes()[i - 1] == b':') {
-                continue;
-            }
-            let rest: String =
-                line[i + 7..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
-            let base = if super_of.is_empty() { rest } else { format!("{super_of}::{rest}") };
-            targets.push(base);
-        }
-        if let Some(used) = t.strip_prefix("use ") {
-            let first = used.split("::").next().unwrap_or("");
-            let child = format!("{}::{first}", m.path);
-            if known.contains(&child) {
-                targets.push(format!("{}::{}", m.path, used.trim_end_matches(';')));
-            }
-        }
-        for target in targets {
-            if let Some(module) = resolve(known, target.trim_end_matches("::")) {
-                if *module != m.path {
-                    out.entry(module.clone()).or_insert_with(|| line.trim().to_string());
+    let (declarations, rest) = uses(&m.code);
+    let named = declarations.into_iter().flat_map(|(line, paths)| paths.into_iter().map(move |p| (p, line.clone())));
+    for (path, line) in named.chain(inline_paths(&rest)) {
+        let Some(target) = absolute(&m.path, path.trim_end_matches("::"), known) else { continue };
+        if let Some(module) = resolve(known, &target) {
+            if *module != m.path {
+                // A plain use is kept over a re-export of the same module: it is the edge.
+                let kept = out.entry(module.clone()).or_insert_with(|| line.clone());
+                if is_reexport(kept) && !is_reexport(&line) {
+                    *kept = line;
                 }
-            } else if let Some(first) = target.split("::").next()
-                && first.chars().next().is_some_and(|c| c.is_ascii_uppercase())
-                && !["Error", "ErrorCode", "Result"].contains(&first)
-            {
-                // A root re-export used from inside the library hides the real layer.
-                out.insert(format!("<root {first}>"), line.trim().to_string());
             }
+        } else if let Some(first) = target.split("::").next()
+            && first.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+            && !["Error", "ErrorCode", "Result"].contains(&first)
+        {
+            // A root re-export used from inside the library hides the real layer.
+            out.insert(format!("<root {first}>"), line);
         }
     }
     out
@@ -153,7 +240,20 @@ fn no_module_imports_itself_back() {
     let known: BTreeSet<String> = modules.iter().map(|m| m.path.clone()).collect();
     let graph: BTreeMap<String, BTreeSet<String>> = modules
         .iter()
-        .map(|m| (m.path.clone(), references(m, &known).into_keys().filter(|t| !t.starts_with('<')).collect()))
+        .map(|m| {
+            // A module re-exporting its own submodules' items is their face, not their user:
+            // not an edge (the submodules may use the module's own items).
+            let inside = format!("{}::", m.path);
+            let edges = references(m, &known)
+                .into_iter()
+                .filter(|(t, line)| {
+                    let face = is_reexport(line) && t.starts_with(&inside);
+                    !t.starts_with('<') && !face
+                })
+                .map(|(t, _)| t)
+                .collect();
+            (m.path.clone(), edges)
+        })
         .collect();
     // Depth-first search for a back edge; report the cycle it closes.
     fn visit(
@@ -234,4 +334,45 @@ fn every_table_is_touched_only_by_its_owner() {
     wrong.sort();
     wrong.dedup();
     assert!(wrong.is_empty(), "tables touched by modules that do not own them:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn checks_see_what_they_must() {
+    let known: BTreeSet<String> = [
+        "api",
+        "session",
+        "session::turn",
+        "storage",
+        "storage::kv",
+        "undo",
+        "undo::guarded",
+        "undo::rollback",
+        "undo::rollback::apply",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .collect();
+    let module = |path: &str, code: &str| Module { path: path.into(), file: format!("{path}.rs"), code: code.into() };
+    let refs = |path: &str, code: &str| references(&module(path, code), &known).into_keys().collect::<Vec<_>>();
+    // A use-tree across lines, with `self` and an alias.
+    assert_eq!(
+        refs("storage::kv", "use crate::{\n    api::Turnback as T,\n    session::{self, turn::Turn},\n};\n"),
+        ["api", "session", "session::turn"]
+    );
+    // A re-export is a dependency.
+    assert_eq!(refs("storage", "pub use crate::api::Turnback;"), ["api"]);
+    assert_eq!(refs("storage", "pub(crate) use crate::api::Turnback;"), ["api"]);
+    // `super::super::` is the grandparent, inline and in a use.
+    assert_eq!(refs("undo::rollback::apply", "let x = super::super::guarded::apply(a);"), ["undo::guarded"]);
+    assert_eq!(refs("undo::rollback::apply", "use super::super::guarded;"), ["undo::guarded"]);
+    // `self::` and a bare submodule name.
+    assert_eq!(refs("undo::rollback", "use self::apply::X;"), ["undo::rollback::apply"]);
+    assert_eq!(refs("undo::rollback", "use apply::X;"), ["undo::rollback::apply"]);
+    // Another crate's paths are not ours.
+    assert!(refs("storage", "use serde::Serialize;\nlet v = std::mem::take(&mut x);").is_empty());
+    // The layer check fails on an upward use written each of these ways.
+    for code in ["use crate::{api::X};", "pub use crate::api::X;", "use crate::{\n    api::X,\n};"] {
+        let up = refs("storage", code).into_iter().any(|t| layer(&t) > layer("storage"));
+        assert!(up, "an upward import not seen: {code}");
+    }
 }

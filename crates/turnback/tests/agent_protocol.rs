@@ -306,3 +306,133 @@ fn the_same_call_delivered_by_several_processes_at_once_is_staged_once() {
     );
     assert_eq!(all[0].record.stage_state.as_str(), "committed");
 }
+
+/// A `Write` of `rel` the agent gives no id.
+fn anonymous_write(env: &Env, rel: &str) -> ToolCall {
+    ToolCall { id: None, ..write_call("unused", &env.ws.join(rel)) }
+}
+
+#[test]
+fn calls_without_ids_on_one_file_are_checkpointed_one_by_one() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.send(prompt("two writes, no ids"));
+    for text in ["one\n", "two\n"] {
+        let call = anonymous_write(&env, "a.txt");
+        let staged = env.send(AgentEvent::ToolStarted { call: call.clone() });
+        // The same start delivered again while the call is pending is that call.
+        let again = env.send(AgentEvent::ToolStarted { call: call.clone() });
+        assert_eq!(
+            again.checkpoint.as_ref().map(|c| &c.checkpoint_id),
+            staged.checkpoint.as_ref().map(|c| &c.checkpoint_id)
+        );
+        env.write("a.txt", text);
+        assert!(env.send(AgentEvent::ToolFinished { call: call.clone() }).checkpoint.is_some());
+        assert!(env.send(AgentEvent::ToolFinished { call }).checkpoint.is_none(), "a repeated finish commits nothing");
+    }
+    env.send(stop());
+
+    let tb = env.tb();
+    let all = tb.checkpoints(None, true).unwrap().checkpoints;
+    assert_eq!(all.len(), 2, "two calls, two checkpoints: {all:?}");
+    assert!(all.iter().all(|c| c.record.mutation.commit_state.as_str() == "succeeded"));
+    let selection = turnback::RollbackSelection::Turn(1);
+    let plan = tb.rollback_preview(&selection, &[]).unwrap();
+    let done = tb.rollback_apply(&selection, &[], Some(&plan.plan_id)).unwrap();
+    assert_eq!(done.result_type, turnback::ResultType::Full, "{done:?}");
+    assert_eq!(env.read("a.txt").as_deref(), Some("zero\n"));
+}
+
+#[test]
+fn a_reply_or_an_identified_shell_command_delivered_twice_is_recorded_once() {
+    let env = Env::new();
+    env.send(prompt("reply twice"));
+    let shell = AgentEvent::ShellRan { id: Some("s1".into()), command: "ls".into(), exit_status: Some(0) };
+    env.send(shell.clone());
+    env.send(shell.clone());
+    let reply = AgentEvent::AssistantReplied { text: "Done.".into(), thinking: None };
+    env.send(reply.clone());
+    env.send(reply.clone());
+    let ended = env.send(stop());
+    assert_eq!(ended.turn.unwrap().shell_effects.len(), 1);
+    // Delivered again after the stop: neither reopens the turn nor records anything.
+    assert!(!env.send(shell).reopened);
+    assert!(!env.send(reply).reopened);
+    let unidentified = AgentEvent::ShellRan { id: None, command: "ls".into(), exit_status: Some(0) };
+    assert!(!env.send(unidentified).reopened, "a command without an id cannot tell it is new: no reopen");
+
+    let tb = env.tb();
+    let said: Vec<Role> = tb.history(&HistorySelection::All).unwrap().entries.iter().map(|e| e.role).collect();
+    assert_eq!(said, [Role::User, Role::Assistant]);
+    assert!(!tb.turn_records().unwrap()[0].running());
+}
+
+#[test]
+fn beginning_a_turn_directly_closes_calls_left_waiting() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.send(prompt("denied"));
+    // The person denies the write: its "after" event never comes.
+    let call = write_call("t1", &env.ws.join("a.txt"));
+    env.send(AgentEvent::ToolStarted { call });
+    let tb = env.tb();
+    let req = turnback::BeginRequest { prompt: Some("next".into()), background: false, new: true };
+    let begun = tb.begin_turn(&req, None).unwrap();
+    assert_eq!(begun.abandoned_calls_closed, 1, "a turn boundary by any door closes it");
+    let all = tb.checkpoints(None, true).unwrap().checkpoints;
+    assert_eq!(all[0].record.mutation.commit_state.as_str(), "failed");
+    let plan = tb.rollback_preview(&turnback::RollbackSelection::Turn(1), &[]).unwrap();
+    assert_ne!(plan.result_type, turnback::ResultType::Blocked, "nothing left staged blocks the path: {plan:?}");
+}
+
+#[test]
+fn a_message_sent_while_a_turn_runs_joins_it_and_a_new_prompt_from_an_agent_does_not() {
+    let env = Env::new();
+    let tb = env.tb();
+    let begin = |prompt: &str, new: bool| {
+        let req = turnback::BeginRequest { prompt: Some(prompt.into()), background: false, new };
+        env.tb().begin_turn(&req, None).unwrap()
+    };
+    let first = begin("fix the bug", false);
+    let message = begin("also the docs", false);
+    assert!(message.joined && message.turn.turn_id == first.turn.turn_id);
+    let repeat = begin("fix the bug", true);
+    assert!(repeat.joined, "the same prompt delivered again joins even as a new turn");
+    let second = env.send(prompt("something else"));
+    assert!(!second.joined, "an agent reporting a prompt begins a turn of its own");
+
+    let turns = tb.turn_records().unwrap();
+    assert_eq!(turns.len(), 2);
+    let history = tb.history(&HistorySelection::All).unwrap().entries;
+    let said: Vec<(&str, &str)> =
+        history.iter().map(|e| (if e.turn_id == turns[0].turn_id { "1" } else { "2" }, e.content.as_str())).collect();
+    assert_eq!(said, [("1", "fix the bug"), ("1", "also the docs"), ("2", "something else")]);
+}
+
+#[test]
+fn a_blocked_rewind_changes_neither_files_nor_history_and_a_full_one_cuts_it() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    env.send(prompt("edit a.txt"));
+    agent_writes(&env, "t1", "a.txt", "one\n");
+    env.send(AgentEvent::AssistantReplied { text: "Edited.".into(), thinking: None });
+    env.send(stop());
+    // The person's edit since: a rewind leaves it alone, and so has nothing it may do.
+    env.write("a.txt", "the person's\n");
+    let tb = env.tb();
+    let plan = tb.rewind_preview(1, &[]).unwrap();
+    let done = tb.rewind_apply(1, &[], Some(&plan.plan_id)).unwrap();
+    assert_eq!(done.plan.result_type, turnback::ResultType::Blocked);
+    assert_eq!((done.history_entries_removed, done.restored_prompt), (0, None));
+    assert_eq!(tb.history(&HistorySelection::All).unwrap().entries.len(), 2, "the conversation stays as the files do");
+    assert_eq!(env.read("a.txt").as_deref(), Some("the person's\n"));
+
+    // Forced past the person's edit, the rewind happens, and the history goes back with it.
+    let forced = [PathBuf::from("a.txt")];
+    let plan = tb.rewind_preview(1, &forced).unwrap();
+    let done = tb.rewind_apply(1, &forced, Some(&plan.plan_id)).unwrap();
+    assert_eq!(done.plan.result_type, turnback::ResultType::Full);
+    assert_eq!(done.restored_prompt.as_deref(), Some("edit a.txt"));
+    assert_eq!(done.history_entries_removed, 2);
+    assert_eq!(env.read("a.txt").as_deref(), Some("zero\n"));
+}

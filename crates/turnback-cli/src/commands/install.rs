@@ -14,13 +14,16 @@ use crate::cli::{HookAgent, Scope};
 use crate::output::Outcome;
 
 /// The events turnback hooks, with their tool matcher.
-const EVENTS: [(&str, Option<&str>); 6] = [
+const EVENTS: [(&str, Option<&str>); 9] = [
     ("SessionStart", None),
     ("UserPromptSubmit", None),
     ("PreToolUse", Some("Write|Edit|MultiEdit|NotebookEdit|Bash")),
     ("PostToolUse", Some("Write|Edit|MultiEdit|NotebookEdit|Bash")),
-    ("PostToolUseFailure", Some("Write|Edit|MultiEdit|NotebookEdit")),
+    ("PostToolUseFailure", Some("Write|Edit|MultiEdit|NotebookEdit|Bash")),
     ("Stop", None),
+    ("SubagentStart", None),
+    ("SubagentStop", None),
+    ("SessionEnd", None),
 ];
 
 /// What `install` did.

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use turnback::{Choice, Error, RelPath, Result, RollbackSelection, TargetAnalysis, TargetOutcome};
+use turnback::{Choice, Error, ExcludedEffect, RelPath, Result, RollbackSelection, TargetAnalysis, TargetOutcome};
 
 use crate::app::Ctx;
 use crate::cli::{RollbackArgs, RollbackCommand};
@@ -43,7 +43,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         for f in &result.choice_files {
             text.push_str(&format!("wrote {} for {}\n", f.file.display(), f.path.display()));
         }
-        text.push_str(&excluded_text());
+        text.push_str(&excluded_text(&result.excluded_effects));
         Ok(Outcome::of(&result, text).with_exit(exit_for(result.result_type)))
     } else {
         let analysis = tb.rollback_preview(&selection, &choices)?;
@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         if analysis.targets.is_empty() {
             text.push_str("nothing to roll back\n");
         }
-        text.push_str(&excluded_text());
+        text.push_str(&excluded_text(&analysis.excluded_effects));
         text.push_str(&format!("apply with --apply --plan {}\n", analysis.plan_id));
         Ok(Outcome::of(&analysis, text).with_exit(exit_for(analysis.result_type)))
     }
@@ -91,6 +91,9 @@ fn targets_text(targets: &[TargetAnalysis]) -> String {
     text
 }
 
-pub fn excluded_text() -> String {
-    "never reversible (never-protected): shell, remote, permission, process, symlink-side, external\n".into()
+/// The effects a result says are never reversible, as one line.
+pub fn excluded_text(excluded: &[ExcludedEffect]) -> String {
+    let Some(status) = excluded.first().map(|e| e.status) else { return String::new() };
+    let effects: Vec<&str> = excluded.iter().map(|e| e.effect).collect();
+    format!("never reversible ({status}): {}\n", effects.join(", "))
 }

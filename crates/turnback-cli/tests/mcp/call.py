@@ -1,5 +1,6 @@
 """Calls tools of `turnback mcp` with the official MCP Python SDK and prints each result as
-one JSON line: the structured content, or {"isError": true, "text": ...}.
+one JSON line: the structured content, or {"isError": true, "error": {...}} (the error
+document the command line prints).
 Usage: call.py TURNBACK_EXE WORKSPACE TOOL ARGS_JSON [TOOL ARGS_JSON ...]
 The server runs `turnback --workspace WORKSPACE mcp`, started in $SERVER_CWD if set (else
 in WORKSPACE). The environment (TURNBACK_HOME, TURNBACK_KEY, ...) is passed through."""
@@ -29,7 +30,8 @@ async def main(exe, ws, calls):
             for name, args in calls:
                 result = await session.call_tool(name, args)
                 if attr(result, "is_error", "isError"):
-                    print(json.dumps({"isError": True, "text": result.content[0].text}))
+                    # The error document `--json` prints, as the tool error's text.
+                    print(json.dumps({"isError": True, **json.loads(result.content[0].text)}))
                 else:
                     print(json.dumps(attr(result, "structured_content", "structuredContent")))
 

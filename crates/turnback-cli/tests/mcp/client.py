@@ -77,7 +77,7 @@ async def main(exe, ws):
             assert applied["resultType"] == "full", applied
             print(json.dumps({"rolledBack": applied["appliedPaths"]}))
             ended = data(await session.call_tool("end_turn", {}))
-            assert ended["turn"]["endSnapshot"]["id"], ended
+            assert ended["endSnapshot"]["id"], ended
             turns = data(await session.call_tool("list_turns", {}))
             print(json.dumps({"turns": len(turns["turns"])}))
             diff = data(await session.call_tool("diff_turn", {"turn": 1, "patch": True}))

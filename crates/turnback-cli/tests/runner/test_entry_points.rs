@@ -202,16 +202,18 @@ fn the_plan_id_rule_a_person_may_apply_without_one_an_agent_may_not() {
     let refused = env.mcp_calls(&[("rollback_apply", json!({ "turn": 1 })), ("rewind_apply", json!({ "to": 1 }))]);
     for r in &refused[1..] {
         assert_eq!(r["isError"], true, "{r}");
-        assert!(str_at(r, "/text").starts_with("invalid-argument: preview first"), "{r}");
+        assert_eq!(str_at(r, "/error/code"), "invalid-argument", "{r}");
+        assert!(str_at(r, "/error/message").starts_with("preview first"), "{r}");
     }
     assert_eq!(env.read("a.txt").unwrap(), b"two\n", "an agent's apply without a plan changes nothing");
 
     // A stale plan is refused on both doors alike, changing nothing.
     let stale =
         env.mcp_calls(&[("rollback_apply", json!({ "turn": 1, "plan_id": "0123456789abcdef0123456789abcdef" }))]);
-    assert!(str_at(&stale[1], "/text").starts_with("conflict: "), "{}", stale[1]);
     let cli = env.fail(&["rollback", "--turn", "1", "--apply", "--plan", "0123456789abcdef0123456789abcdef"], None);
     assert_eq!((cli.exit, cli.code.as_str()), (20, "conflict"), "{cli:?}");
+    // Both doors report it as the same error document.
+    assert_eq!(stale[1]["error"], cli.doc["error"], "the MCP error is the CLI's --json error");
 
     // A person at the command line may apply without naming the plan.
     env.ok(&["rollback", "--turn", "1", "--apply"], None);
@@ -293,4 +295,81 @@ fn an_agents_relative_paths_are_relative_to_its_own_directory_not_the_processs()
     env.set_var("SERVER_CWD", &elsewhere);
     let got = env.mcp_calls(&[("read_file", json!({ "path": "src/a.txt" }))]);
     assert_eq!(got[1]["content"], "before\n", "{:?}", got[1]);
+}
+
+#[test]
+fn a_prompt_while_a_turn_runs_a_new_turn_by_the_hook_and_by_turn_begin_new_a_message_otherwise() {
+    let env = Env::new();
+    // The hook: Claude Code reports a prompt as it starts replying; the one before was
+    // interrupted (no Stop), and a call in it was left waiting.
+    abandoned_write(&env, "by-hook");
+    hook(&env, &event(&env, "by-hook", "UserPromptSubmit", json!({ "prompt": "second" })));
+    // The command line, asked for a new turn, does the same.
+    abandoned_write(&env, "by-cli");
+    let begun = env.json(&["--session", "by-cli", "turn", "begin", "--new", "--prompt", "second"]);
+    assert_eq!(begun["abandonedCallsClosed"], 1, "turn begin closes the waiting call too: {begun:#}");
+    for session in ["by-hook", "by-cli"] {
+        assert_eq!(previews(&env, session), ["write a.txt", "second"], "session {session}");
+        let want = [("user", "write a.txt"), ("user", "second")].map(|(r, c)| (r.to_string(), c.to_string()));
+        assert_eq!(history(&env, session), want, "session {session}");
+    }
+    assert_eq!(closed(&env, "by-cli"), closed(&env, "by-hook"), "the waiting call closed alike");
+
+    // Without --new, a message sent while the turn runs joins it, into its history.
+    let joined = env.json(&["--session", "by-cli", "turn", "begin", "--prompt", "and the docs"]);
+    assert_eq!(joined["joined"], true);
+    assert_eq!(previews(&env, "by-cli"), ["write a.txt", "second"]);
+    assert_eq!(history(&env, "by-cli").last().unwrap().1, "and the docs");
+}
+
+#[test]
+fn the_command_line_and_mcp_give_the_same_rewind_result() {
+    if !mcp_client_available() {
+        return;
+    }
+    let (cli_env, mcp_env) = (Env::new(), Env::new());
+    agents_turn(&cli_env);
+    agents_turn(&mcp_env);
+    let plan: Value = serde_json::from_slice(&cli_env.run(&["--json", "rewind", "--to", "1"], None).stdout).unwrap();
+    let cli = cli_env.run(&["--json", "rewind", "--to", "1", "--apply", "--plan", str_at(&plan, "/planId")], None);
+    assert_eq!(cli.status.code(), Some(3), "partial: the person's edit is left alone: {}", show_output(&cli));
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    let preview = mcp_env.mcp_calls(&[("rewind_preview", json!({ "to": 1 }))]);
+    let mcp = mcp_env.mcp_calls(&[("rewind_apply", json!({ "to": 1, "plan_id": str_at(&preview[1], "/planId") }))]);
+    assert_eq!(masked(&mcp[1]), masked(&cli), "a rewind's result is one document, whichever the door");
+    for env in [&cli_env, &mcp_env] {
+        assert_eq!(env.read("kept.txt").unwrap(), b"the person's\n", "never overwritten");
+        assert_eq!(env.read("edit.txt").unwrap(), b"one\n");
+        assert!(env.read("new.txt").is_none());
+    }
+}
+
+#[test]
+fn claude_codes_session_end_and_sub_agents_reach_the_protocol() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    let session = "cc-subagents";
+    hook(&env, &event(&env, session, "UserPromptSubmit", json!({ "prompt": "delegate" })));
+    // Payloads as Claude Code sends them (hooks reference: SubagentStart carries agent_id
+    // and agent_type; a sub-agent's tool events carry its agent_id).
+    let sub = json!({ "agent_id": "a8a5aea3b68767861", "agent_type": "general-purpose" });
+    hook(&env, &event(&env, session, "SubagentStart", sub.clone()));
+    let mut pre = json!({ "tool_name": "Write", "tool_input": { "file_path": env.ws.join("a.txt"), "content": "one\n" }, "tool_use_id": "toolu_sub" });
+    pre["agent_id"] = sub["agent_id"].clone();
+    pre["agent_type"] = sub["agent_type"].clone();
+    hook(&env, &event(&env, session, "PreToolUse", pre.clone()));
+    env.write("a.txt", "one\n");
+    hook(&env, &event(&env, session, "PostToolUse", pre));
+    hook(&env, &event(&env, session, "SubagentStop", sub));
+    // Esc, then quitting: no Stop, only SessionEnd.
+    hook(&env, &event(&env, session, "SessionEnd", json!({ "reason": "prompt_input_exit" })));
+
+    let turns = env.json(&["--session", session, "turns"]);
+    assert!(turns["turns"][0]["endedAt"].is_string(), "the session's end ended the turn: {turns:#}");
+    let list = env.json(&["--session", session, "checkpoints", "--all"]);
+    assert_eq!(list["checkpoints"][0]["subagent"], "a8a5aea3b68767861", "{list:#}");
+    // A person's edit after quitting is theirs: rewinding the turn leaves it alone.
+    env.write("a.txt", "the person's\n");
+    let plan = env.run(&["--json", "--session", session, "rewind", "--to", "1"], None);
+    assert_eq!(plan.status.code(), Some(20), "blocked: {}", show_output(&plan));
 }

@@ -8,7 +8,7 @@ use crate::common::{Env, files_under, mode_of, str_at, unique};
 /// Begins a turn whose prompt the test then appends to the history itself, with fields of
 /// its own (`turn begin --prompt` would record the prompt too: see
 /// `turn_begin_with_a_prompt_puts_it_in_the_history`).
-fn begin(env: &Env, _prompt: &str) -> String {
+fn begin(env: &Env) -> String {
     let out = env.ok(&["turn", "begin"], None);
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
@@ -29,7 +29,7 @@ fn entries(view: &Value) -> Vec<Value> {
 
 /// A turn with a user entry and an assistant reply.
 fn exchange(env: &Env, prompt: &str, reply: &str) -> String {
-    let turn = begin(env, prompt);
+    let turn = begin(env);
     append(env, &json!({ "role": "user", "content": prompt }));
     append(env, &json!({ "role": "assistant", "content": reply }));
     env.ok(&["turn", "end"], None);
@@ -39,7 +39,7 @@ fn exchange(env: &Env, prompt: &str, reply: &str) -> String {
 #[test]
 fn every_field_round_trips_with_non_ascii_text_across_processes() {
     let env = Env::new();
-    let turn = begin(&env, "héllo wörld — 你好");
+    let turn = begin(&env);
     let user = json!({
         "role": "user",
         "content": "Ünïcödé prompt 你好 🚀",
@@ -83,7 +83,7 @@ fn every_field_round_trips_with_non_ascii_text_across_processes() {
 fn json_lines_append_and_a_turn_read_and_caps_in_bytes() {
     let env = Env::new();
     let first = exchange(&env, "one", "reply one");
-    begin(&env, "two");
+    begin(&env);
     let big = "é".repeat(200_000); // 400,000 bytes: over the 256 KiB text cap
     let lines = format!(
         "{}\n{}\n",
@@ -108,7 +108,7 @@ fn json_lines_append_and_a_turn_read_and_caps_in_bytes() {
 fn a_tail_widens_to_a_user_entry_and_is_marked_partial() {
     let env = Env::new();
     exchange(&env, "first", "a1");
-    begin(&env, "second");
+    begin(&env);
     append(&env, &json!({ "role": "user", "content": "second" }));
     for i in 0..3 {
         append(&env, &json!({ "role": "assistant", "content": format!("step {i}") }));
@@ -131,7 +131,7 @@ fn over_budget_compaction_keeps_the_newest_turns_from_a_user_entry() {
     std::fs::write(env.store.join("settings.toml"), "[history]\nmax-session-size = \"64 KiB\"\n").unwrap();
     let pad = "x".repeat(6000);
     for t in 0..8 {
-        begin(&env, &format!("turn {t}"));
+        begin(&env);
         append(&env, &json!({ "role": "user", "content": format!("turn {t} {pad}") }));
         append(&env, &json!({ "role": "assistant", "content": format!("reply {t} a {pad}") }));
         append(&env, &json!({ "role": "assistant", "content": format!("reply {t} b {pad}") }));
@@ -191,7 +191,7 @@ fn rewind_cuts_the_history_before_the_turn_and_returns_its_prompt() {
     let env = Env::new();
     env.write("f.txt", "v0");
     for t in 1..=3 {
-        let turn = begin(&env, &format!("prompt {t}"));
+        let turn = begin(&env);
         append(
             &env,
             &json!({ "role": "user", "content": format!("prompt {t}"), "prompt": format!("/ask prompt {t}") }),
@@ -214,7 +214,7 @@ fn rewind_cuts_the_history_before_the_turn_and_returns_its_prompt() {
 fn a_prompts_canary_never_appears_in_the_store() {
     let env = Env::new();
     let canary = unique("history-canary");
-    begin(&env, &format!("remember {canary}"));
+    begin(&env);
     append(&env, &json!({ "role": "user", "content": format!("remember {canary}"), "thinking": canary }));
     append(
         &env,
@@ -250,7 +250,7 @@ const CHAT_MESSAGES_SCHEMA: &str = r#"{
 fn export_as_messages_is_a_chat_completions_message_array() {
     let env = Env::new();
     exchange(&env, "what is 2+2?", "4");
-    begin(&env, "and 3+3?");
+    begin(&env);
     append(&env, &json!({ "role": "user", "content": "and 3+3?" }));
     append(&env, &json!({ "role": "assistant", "content": "", "toolCalls": [{ "name": "calc", "input": {} }] }));
     append(&env, &json!({ "role": "assistant", "content": "6" }));

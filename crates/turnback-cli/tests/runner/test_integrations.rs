@@ -142,7 +142,17 @@ fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_clean
     assert_eq!(settings["model"], "opus");
     assert_eq!(settings["permissions"], original["permissions"]);
     assert_eq!(settings["hooks"]["Notification"], original["hooks"]["Notification"]);
-    for event in ["SessionStart", "UserPromptSubmit", "PreToolUse", "PostToolUse", "PostToolUseFailure", "Stop"] {
+    for event in [
+        "SessionStart",
+        "UserPromptSubmit",
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "Stop",
+        "SubagentStart",
+        "SubagentStop",
+        "SessionEnd",
+    ] {
         let ours = settings["hooks"][event]
             .as_array()
             .unwrap()

@@ -1188,6 +1188,31 @@ fn choose_patch_for_a_binary_file_describes_it_without_its_content() {
 }
 
 #[test]
+fn an_impossible_choice_refuses_the_rollback_before_any_side_file_or_write() {
+    let env = Env::new();
+    env.write("a.txt", "original\n");
+    env.write("conf.ini", "port = 80\n");
+    env.write("img.bin", b"\x89PNG\x00\x00ORIGINAL\x00");
+    agent_write(&env, "a.txt", b"agent\n");
+    agent_write(&env, "conf.ini", b"port = 8080\n");
+    agent_write(&env, "img.bin", b"\x89PNG\x00\x00AGENT\x00");
+    env.write("conf.ini", "port = 9090\n");
+    env.write("img.bin", b"\x89PNG\x00\x00PERSON\x00");
+    let before = env.json(&["checkpoints", "--all"])["checkpoints"].as_array().unwrap().len();
+
+    // conf.ini's patch is possible and comes first; img.bin cannot be merged.
+    let args = ["rollback", "--turn", "0", "--apply", "--choose", "conf.ini=patch", "--choose", "img.bin=resolve"];
+    let refused = env.fail(&args, None);
+    assert_eq!(refused.code, "invalid-argument", "{refused:?}");
+    assert!(refused.message.contains("binary"), "{refused:?}");
+    assert!(!env.ws.join("conf.ini.turnback.patch").exists(), "no side file before the choices all hold");
+    assert!(!env.ws.join("img.bin.turnback-merge").exists());
+    assert_eq!(env.read("a.txt").as_deref(), Some(&b"agent\n"[..]), "nothing taken back");
+    let after = env.json(&["checkpoints", "--all"])["checkpoints"].as_array().unwrap().len();
+    assert_eq!(after, before, "no undo checkpoint recorded");
+}
+
+#[test]
 fn choose_resolve_writes_a_merge_and_resolve_applies_the_edited_version_undoably() {
     let env = Env::new();
     env.write("m.txt", "alpha\nbeta\ngamma\n");

@@ -10,8 +10,10 @@
 //! What each event does is documented on [`AgentEvent`]; docs/agent-protocol.md says how
 //! to write an adapter.
 //!
-//! Invariants: every event is safe to deliver twice or out of order; an event that finds
-//! nothing to act on records nothing and is not an error.
+//! Invariants: an event delivered twice records nothing twice, and an event out of order
+//! (an "after" without its "before", a stop with no turn) records nothing wrong; an event
+//! that finds nothing to act on records nothing and is not an error. What an agent that
+//! gives no ids makes ambiguous is said on [`AgentEvent`].
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -22,7 +24,7 @@ use crate::api::{CheckpointSummary, Turnback};
 use crate::error::Result;
 use crate::session::begin::BeginRequest;
 use crate::session::history::{NewEntry, Role};
-use crate::session::turn::{self, Shell, Turn};
+use crate::session::turn::{Shell, Turn};
 
 /// One thing an agent reports, in the agent-neutral protocol.
 ///
@@ -39,7 +41,8 @@ use crate::session::turn::{self, Shell, Turn};
 ///   failed if it failed: the files may still have changed); a shell call is recorded in
 ///   the turn with how it ended. A finish without its start records nothing.
 /// - `shell-ran`: a shell command reported on its own is recorded in the turn.
-/// - `assistant-replied`: the agent's reply goes into the history of the current turn.
+/// - `assistant-replied`: the agent's reply goes into the history of the current turn
+///   (unless it is the newest entry already: the same reply delivered again).
 /// - `stopped`: tool calls still waiting are closed as failed and the turn ends with its
 ///   end snapshot. A stop with no running turn does nothing, unless it says the agent
 ///   `continued` after an earlier stop: then the turn is ended again, so its end snapshot
@@ -54,6 +57,11 @@ use crate::session::turn::{self, Shell, Turn};
 /// the same turn, and its later edits count as its own, not as a person's. An event
 /// delivered again, or a call's "after" event, never reopens a turn.
 ///
+/// Ids: a tool call or shell command the agent gives an id is recognised when it is
+/// delivered again. Without one, a tool call is matched by its name and paths (a start
+/// while the same call is still pending is the same start again; two calls one after
+/// another are two checkpoints), and a shell command cannot be told from the same command
+/// run again: it is recorded each time and never reopens a stopped turn.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(tag = "event", rename_all = "kebab-case", rename_all_fields = "camelCase")]
@@ -132,7 +140,7 @@ pub enum AgentEvent {
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     /// The agent's id for the call (a tool-use id): its start and its end are matched by
-    /// it. Without one, they are matched by name and paths.
+    /// it. Without one, they are matched by name and paths (see [`AgentEvent`]).
     #[serde(default)]
     pub id: Option<String>,
     /// The tool's name.
@@ -209,70 +217,66 @@ impl Turnback {
                 self.session()?;
             }
             AgentEvent::PromptSubmitted { prompt } => {
-                done.abandoned_calls_closed = self.finish_abandoned_tool_calls()?;
-                let prompt = prompt.as_deref().filter(|p| !p.is_empty());
-                // A new prompt is a new turn, even when the last one got no stop (an agent
-                // interrupted); the same prompt delivered twice joins the turn it began.
-                let running = self.running_turn()?;
-                let repeat = running.is_some_and(|t| prompt.is_some_and(|p| turn::repeats(&t, p)));
-                let req = BeginRequest { prompt: prompt.map(str::to_string), background: false, new: !repeat };
+                // An agent reports a prompt as it starts replying to it: a turn still
+                // running was interrupted (no stop came), and this is a turn of its own.
+                let req = BeginRequest { prompt: prompt.clone(), background: false, new: true };
                 let begun = self.begin_turn(&req, cancel)?;
+                done.abandoned_calls_closed = begun.abandoned_calls_closed;
                 done.joined = begun.joined;
                 done.turn = Some(begun.turn);
             }
             AgentEvent::ToolStarted { call } => {
-                let key = call_key(call);
+                let key = self.tool_call_start_key(call.id.as_deref(), &call.name, &call.paths)?;
                 if self.note_tool_call(&key)? {
                     done.reopened = self.reopen_if_stopped(&mut done)?;
                 }
                 if call.effect == ToolEffect::WritesFiles && !call.paths.is_empty() {
-                    done.checkpoint = Some(self.stage_tool_call(&key, &call.paths, call.subagent.as_deref())?);
+                    done.checkpoint = self.stage_tool_call(&key, &call.paths, call.subagent.as_deref())?;
                 }
             }
             AgentEvent::ToolFinished { call } | AgentEvent::ToolFailed { call } => {
                 // An "after" event never reopens a turn: its call began before the stop
                 // (which closed what was still waiting), or it is one delivered again.
                 let failed = matches!(event, AgentEvent::ToolFailed { .. });
-                match call.effect {
-                    ToolEffect::RunsShell => {
-                        let command = call.command.as_deref().unwrap_or("");
-                        let shell = Shell { command, id: call.id.as_deref(), exit_status: call.exit_status, failed };
-                        done.turn = self.record_shell_if_running(shell)?;
-                    }
-                    _ => done.checkpoint = self.commit_tool_call(&call_key(call), failed)?,
+                let key = self.tool_call_end_key(call.id.as_deref(), &call.name, &call.paths)?;
+                if call.effect == ToolEffect::RunsShell {
+                    let command = call.command.as_deref().unwrap_or("");
+                    let shell = Shell { command, id: call.id.as_deref(), exit_status: call.exit_status, failed };
+                    done.turn = self.record_shell_if_running(shell)?;
+                }
+                if let Some(key) = key {
+                    done.checkpoint = self.commit_tool_call(&key, failed)?;
                 }
             }
             AgentEvent::ShellRan { id, command, exit_status } => {
-                let new = match id {
-                    Some(id) => self.note_tool_call(&format!("shell:{id}"))?,
-                    None => true,
-                };
-                if new {
+                // Only a command with an id can tell a new command from one delivered
+                // again, so only such a one reopens a stopped turn.
+                if let Some(id) = id
+                    && self.note_tool_call(&format!("shell:{id}"))?
+                {
                     done.reopened = self.reopen_if_stopped(&mut done)?;
                 }
                 let shell = Shell { command, id: id.as_deref(), exit_status: *exit_status, failed: false };
                 done.turn = self.record_shell_if_running(shell)?;
             }
             AgentEvent::AssistantReplied { text, thinking } => {
-                if !self.turn_records()?.is_empty() {
+                if !self.turn_records()?.is_empty() && !self.replied_last(text)? {
                     let entry = NewEntry { thinking: thinking.clone(), ..NewEntry::new(Role::Assistant, text.clone()) };
                     self.history_append(vec![entry])?;
                 }
             }
             AgentEvent::Stopped { continued } => {
-                done.abandoned_calls_closed = self.finish_abandoned_tool_calls()?;
                 if *continued && self.running_turn()?.is_none() {
                     done.reopened = self.reopen_if_stopped(&mut done)?;
                 }
-                if self.running_turn()?.is_some() {
-                    done.turn = Some(self.end_turn(self.progress())?);
-                }
+                let (ended, closed) = self.close_turn(self.progress())?;
+                done.abandoned_calls_closed = closed;
+                done.turn = ended.or(done.turn.take());
             }
             AgentEvent::SessionEnded => {
-                done.abandoned_calls_closed = self.finish_abandoned_tool_calls()?;
-                if self.running_turn()?.is_some() {
-                    done.turn = Some(self.end_turn(self.progress())?);
-                }
+                let (ended, closed) = self.close_turn(self.progress())?;
+                done.abandoned_calls_closed = closed;
+                done.turn = ended;
             }
             AgentEvent::SubagentStarted { id, kind } => {
                 if self.note_tool_call(&format!("subagent:{id}"))? {
@@ -296,20 +300,5 @@ impl Turnback {
             done.turn = Some(t);
         }
         Ok(was)
-    }
-}
-
-/// The key a tool call's start and end are matched by: its id, else its name and paths
-/// (which its start and end share).
-fn call_key(call: &ToolCall) -> String {
-    match &call.id {
-        Some(id) => id.clone(),
-        None => {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            call.name.hash(&mut h);
-            call.paths.hash(&mut h);
-            format!("call-{:016x}", h.finish())
-        }
     }
 }

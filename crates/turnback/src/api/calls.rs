@@ -4,7 +4,8 @@
 //!
 //! Invariants:
 //! - A key is `seen` (reported, nothing staged), `pending` (its files staged: the
-//!   operation id) or `done` (committed), and only ever moves forward. Seeing a key again
+//!   operation id) or `done` (committed, or ended with nothing staged), and only ever
+//!   moves forward. Seeing a key again
 //!   changes nothing: a repeated event neither stages nor commits twice.
 //! - A key becomes `pending` in the very transaction that stages its files, so a crash
 //!   never leaves a stage its key cannot find, nor a key pointing at nothing; of two
@@ -12,6 +13,11 @@
 //! - No call stays `pending` past a turn boundary: an agent never reports the end of a
 //!   call the person denied, so the boundary (and the next call on the same file) commits
 //!   it as failed, with what the file holds then.
+//! - A call the agent gives no id is keyed by its name and paths (a keyed hash: stable
+//!   across processes and releases, revealing nothing) and a counter: its start takes the
+//!   key of a call of the same name and paths still pending (the same start delivered
+//!   again), else a fresh one; its "after" event commits the oldest pending one. Two such
+//!   calls one after another on the same file are two checkpoints.
 //! - Keys live as long as their session.
 
 use std::path::PathBuf;
@@ -71,6 +77,62 @@ fn set(store: &Store, session: &str, key: &str, call: &Call) -> Result<()> {
     txn.commit()
 }
 
+/// The keys of the calls without an id named `name` on `paths`, with their states, oldest
+/// first.
+fn anonymous(store: &Store, session: &str, name: &str, paths: &[PathBuf]) -> Result<(String, Vec<(String, Call)>)> {
+    let mut named = name.as_bytes().to_vec();
+    for p in paths {
+        named.push(0);
+        named.extend_from_slice(p.as_os_str().as_encoded_bytes());
+    }
+    let digest = store.keys().lookup_id("tool-call", &named);
+    let base: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    let base = format!("anon-{base}#");
+    let prefix = key_of(session, &base);
+    let mut out = Vec::new();
+    store.kv().scan(schema::EXTERNAL_OPERATIONS, &prefix, &mut |k, v| {
+        let key = String::from_utf8_lossy(&k[session.len() + 1..]).into_owned();
+        out.push((key, Call::decode(v)));
+        Ok(true)
+    })?;
+    Ok((base, out))
+}
+
+/// The key a call's start is kept under: its id, else (see the module docs) the key of a
+/// pending call of the same name and paths, or a fresh one.
+pub(crate) fn start_key(
+    store: &Store,
+    session: &str,
+    id: Option<&str>,
+    name: &str,
+    paths: &[PathBuf],
+) -> Result<String> {
+    if let Some(id) = id {
+        return Ok(id.to_string());
+    }
+    let (base, calls) = anonymous(store, session, name, paths)?;
+    if let Some((key, _)) = calls.iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Seen)) {
+        return Ok(key.clone());
+    }
+    Ok(format!("{base}{:08}", calls.len() + 1))
+}
+
+/// The key a call's "after" event settles: its id, else the oldest pending call of the same
+/// name and paths (`None`: nothing is pending, the event came twice or without its start).
+pub(crate) fn end_key(
+    store: &Store,
+    session: &str,
+    id: Option<&str>,
+    name: &str,
+    paths: &[PathBuf],
+) -> Result<Option<String>> {
+    if let Some(id) = id {
+        return Ok(Some(id.to_string()));
+    }
+    let (_, calls) = anonymous(store, session, name, paths)?;
+    Ok(calls.into_iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Seen)).map(|(k, _)| k))
+}
+
 /// Records that call `key` was reported; `true` if it had not been before.
 pub(crate) fn note(store: &Store, session: &str, key: &str) -> Result<bool> {
     let mut txn = store.kv().begin()?;
@@ -83,10 +145,14 @@ pub(crate) fn note(store: &Store, session: &str, key: &str) -> Result<bool> {
 /// checkpoint is returned as it is). An earlier call on one of the same files that never
 /// got its "after" event is committed first, as failed: calls on one file run one after
 /// another, so it is over, and the file still holds what it left.
-pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<CheckpointRecord> {
+/// `None`: the call already ended without staging anything (a start delivered again after
+/// its end).
+pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<Option<CheckpointRecord>> {
     let session = &ctx.session.id;
-    if let Some(Call::Pending(op) | Call::Done(op)) = get(ctx.store, session, key)? {
-        return checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?);
+    match get(ctx.store, session, key)? {
+        Some(Call::Done(op)) if op.is_empty() => return Ok(None),
+        Some(Call::Pending(op) | Call::Done(op)) => return staged(ctx.store, &op).map(Some),
+        _ => {}
     }
     let rels = paths
         .iter()
@@ -106,22 +172,31 @@ pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<Ch
     };
     match stage_external(ctx, paths, None, Some(&also)) {
         Err(e) if e.code == ErrorCode::ConcurrentUpdate => match get(ctx.store, session, key)? {
-            Some(Call::Pending(op) | Call::Done(op)) => {
-                checkpoint::load(ctx.store, &checkpoint::by_operation(ctx.store, &op)?)
-            }
+            Some(Call::Pending(op) | Call::Done(op)) if !op.is_empty() => staged(ctx.store, &op).map(Some),
             _ => Err(e),
         },
-        other => other,
+        other => other.map(Some),
     }
 }
 
+/// The checkpoint operation `op` staged.
+fn staged(store: &Store, op: &str) -> Result<CheckpointRecord> {
+    checkpoint::load(store, &checkpoint::by_operation(store, op)?)
+}
+
 /// Commits call `key`'s staged files; `None` if nothing of it is pending (an "after" event
-/// without its "before", or one delivered twice).
+/// without its "before", one delivered twice, or a call that staged nothing — which is
+/// then done).
 pub(crate) fn commit(store: &Store, session: &str, key: &str, failed: bool) -> Result<Option<CheckpointRecord>> {
-    let Some(Call::Pending(op)) = get(store, session, key)? else { return Ok(None) };
-    let record = commit_external(store, &op, failed)?;
-    set(store, session, key, &Call::Done(op))?;
-    Ok(Some(record))
+    match get(store, session, key)? {
+        Some(Call::Pending(op)) => {
+            let record = commit_external(store, &op, failed)?;
+            set(store, session, key, &Call::Done(op))?;
+            Ok(Some(record))
+        }
+        Some(Call::Seen) => set(store, session, key, &Call::Done(String::new())).map(|()| None),
+        _ => Ok(None),
+    }
 }
 
 /// Commits, as failed and with what the files hold now, every pending call of `session`
@@ -166,6 +241,16 @@ pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<()> 
 }
 
 impl Turnback {
+    /// The key tool call `id` (or, without one, `name` on `paths`) starts under.
+    pub(crate) fn tool_call_start_key(&self, id: Option<&str>, name: &str, paths: &[PathBuf]) -> Result<String> {
+        start_key(&self.store, &self.session()?.id, id, name, paths)
+    }
+
+    /// The key tool call `id`'s (or, without one, `name` on `paths`) "after" event settles.
+    pub(crate) fn tool_call_end_key(&self, id: Option<&str>, name: &str, paths: &[PathBuf]) -> Result<Option<String>> {
+        end_key(&self.store, &self.session()?.id, id, name, paths)
+    }
+
     /// Records that the agent reported tool call `key`; `true` if it had not before.
     pub(crate) fn note_tool_call(&self, key: &str) -> Result<bool> {
         note(&self.store, &self.session()?.id, key)
@@ -178,10 +263,10 @@ impl Turnback {
         key: &str,
         paths: &[PathBuf],
         subagent: Option<&str>,
-    ) -> Result<CheckpointSummary> {
+    ) -> Result<Option<CheckpointSummary>> {
         let (ctx, cwd) = self.mutation_context(true)?;
         let ctx = Context { cwd: &cwd, subagent, ..ctx };
-        stage(ctx, key, paths).map(|r| CheckpointSummary::from(&r))
+        Ok(stage(ctx, key, paths)?.map(|r| CheckpointSummary::from(&r)))
     }
 
     /// Commits tool call `key` (`None`: nothing of it was pending).

@@ -117,6 +117,15 @@ impl Turnback {
         Ok(Appended { session_id: session.id.clone(), appended })
     }
 
+    /// Whether the newest entry of the history is the agent's reply `text` (the same reply
+    /// delivered again).
+    pub(crate) fn replied_last(&self, text: &str) -> Result<bool> {
+        let last = history::last(&self.store, &self.session()?.id)?;
+        // Compared as stored (long replies are capped).
+        let stored = history::entry_of(String::new(), NewEntry::new(history::Role::Assistant, text.to_string()));
+        Ok(last.is_some_and(|e| e.role == history::Role::Assistant && e.content == stored.content))
+    }
+
     /// The session's history, or part of it.
     ///
     /// # Errors

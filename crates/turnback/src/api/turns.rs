@@ -7,7 +7,6 @@ use serde::Serialize;
 use crate::api::Turnback;
 use crate::error::{Error, ErrorCode, Result};
 use crate::session::begin::{self, BeginRequest, Begun};
-use crate::session::history::{self, NewEntry};
 use crate::session::turn::{self, Shell, SnapshotRef, Turn, TurnKind};
 use crate::snapshot::diff::{self, NumStat};
 use crate::snapshot::{self, SnapshotKind, SnapshotRecord, TakeOptions};
@@ -86,26 +85,27 @@ pub struct ShellRecorded {
 }
 
 impl Turnback {
-    /// Begins a turn: joins a running prompt turn unless `req.new` (or background), else
-    /// takes a start snapshot — waiting for it at most as long as
+    /// Begins a turn. Tool calls still waiting for their "after" event are closed first,
+    /// as failed (a call the person denied never gets one). A message sent while a prompt
+    /// turn runs joins it, into its history, unless `req.new` or background work; the same
+    /// prompt delivered again within a minute of its turn's start joins it and records
+    /// nothing. Otherwise a start
+    /// snapshot is taken — waited for at most as long as
     /// [`with_start_snapshot`](Self::with_start_snapshot) says, if it set a process to take
-    /// it, after which the turn goes on with its snapshot marked late — and records the turn. A new turn's prompt
-    /// goes into the session's history. With `cancel` set meanwhile, nothing is recorded.
+    /// it, after which the turn goes on with its snapshot marked late — and the turn is
+    /// recorded, its prompt in the session's history with it; a running prompt turn it
+    /// supersedes ends where it starts. With `cancel` set meanwhile, no turn is recorded.
     ///
     /// # Errors
-    /// `cancelled` (nothing recorded); store errors.
+    /// `cancelled` (no turn recorded); store errors.
     pub fn begin_turn(&self, req: &BeginRequest, cancel: Option<&AtomicBool>) -> Result<Begun> {
         let never = AtomicBool::new(false);
+        let closed = self.finish_abandoned_tool_calls()?;
         let (ws, session) = (self.workspace()?, self.session()?);
         let starter = self.starter.as_deref().map(|s| s as &dyn begin::StartSnapshot);
         let wait = self.begin_wait;
         let begun = begin::begin(&self.store, ws, session, req, starter.map(|s| (s, wait)), cancel.unwrap_or(&never))?;
-        if !begun.joined
-            && let Some(prompt) = req.prompt.as_ref().filter(|p| !p.is_empty())
-        {
-            history::append(&self.store, session, NewEntry::prompt(&begun.turn.turn_id, prompt.clone()))?;
-        }
-        Ok(begun)
+        Ok(Begun { abandoned_calls_closed: closed, ..begun })
     }
 
     /// Ends the running turn with its end snapshot, first closing, as failed, every tool
@@ -115,8 +115,20 @@ impl Turnback {
     /// # Errors
     /// `not-found` if no turn is running.
     pub fn end_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<Turn> {
-        self.finish_abandoned_tool_calls()?;
-        turn::end(&self.store, self.workspace()?, self.session()?, progress)
+        self.close_turn(progress)?
+            .0
+            .ok_or_else(|| Error::not_found("a running turn (begin one with turnback turn begin)"))
+    }
+
+    /// Closes, as failed, every tool call still waiting for its "after" event, then ends
+    /// the running turn if there is one: the turn (if one ended) and how many calls were
+    /// closed.
+    pub(crate) fn close_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<(Option<Turn>, u64)> {
+        let closed = self.finish_abandoned_tool_calls()?;
+        if self.running_turn()?.is_none() {
+            return Ok((None, closed));
+        }
+        Ok((Some(turn::end(&self.store, self.workspace()?, self.session()?, progress)?), closed))
     }
 
     /// Takes the start snapshot of turn `turn_id`, which a begin elsewhere is waiting for

@@ -2,7 +2,9 @@
 //!
 //! 1. One begin at a time per session (a named lock): two prompts arriving at once never
 //!    make two turns out of one, nor one out of two.
-//! 2. A request that does not ask for a new turn joins a running prompt turn.
+//! 2. A message sent while a prompt turn runs joins it and goes into its history, unless
+//!    the request asks for a new turn; the same prompt delivered again joins its turn and
+//!    records nothing ([`turn::joins`] decides).
 //! 3. The start snapshot is taken by a [`StartSnapshot`]: in a process that can finish it
 //!    after this one stopped waiting (the command line spawns a detached one), or, without
 //!    one, right here.
@@ -12,7 +14,8 @@
 //!    discards whatever of it committed and records no turn: `cancelled`.
 //!
 //! Invariants: a cancelled begin leaves no turn and no snapshot; a begin that returns has
-//! recorded exactly one turn, or joined one.
+//! recorded exactly one turn, or joined one; a new turn's prompt is in the history from
+//! the transaction that records the turn.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,8 +26,10 @@ use serde::Serialize;
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::lock::NamedLock;
 use crate::session::Session;
-use crate::session::turn::{self, NewTurn, Turn};
+use crate::session::history::{self, NewEntry};
+use crate::session::turn::{self, Joining, NewTurn, Turn};
 use crate::session::workspace::Workspace;
+use crate::storage::kv::Txn;
 use crate::storage::store::Store;
 
 /// What to begin.
@@ -34,7 +39,9 @@ pub struct BeginRequest {
     pub prompt: Option<String>,
     /// Work the agent started on its own: always a turn of its own.
     pub background: bool,
-    /// A new turn even if one is running (otherwise a running prompt turn is joined).
+    /// A new turn even if a prompt turn is running (which then ends where this one
+    /// begins); otherwise a message sent while it runs joins it. An agent starting its
+    /// reply to a prompt asks for this.
     pub new: bool,
 }
 
@@ -47,6 +54,13 @@ pub struct Begun {
     pub joined: bool,
     /// The turn.
     pub turn: Turn,
+    /// Tool calls closed as failed first, because their "after" event never came.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub abandoned_calls_closed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a turn's start snapshot is taken while a turn's begin waits for it.
@@ -84,9 +98,16 @@ pub(crate) fn begin(
     starter: Option<(&dyn StartSnapshot, Duration)>,
     cancel: &AtomicBool,
 ) -> Result<Begun> {
+    let prompt = req.prompt.as_deref().filter(|p| !p.is_empty());
     let _one_at_a_time = NamedLock::exclusive(&store.locks_dir(), &format!("turn-begin-{}", session.id))?;
-    if let Some(turn) = turn::joins(store, session, req.background, req.new)? {
-        return Ok(Begun { joined: true, turn });
+    match turn::joins(store, session, req.background, req.new, prompt)? {
+        Joining::New => {}
+        Joining::Repeat(turn) => return Ok(Begun { joined: true, turn, abandoned_calls_closed: 0 }),
+        Joining::Message(turn) => {
+            let text = prompt.unwrap_or_default().to_string();
+            history::append(store, session, NewEntry::prompt(&turn.turn_id, text))?;
+            return Ok(Begun { joined: true, turn, abandoned_calls_closed: 0 });
+        }
     }
     let turn_id = turn::new_id();
     let (late, failure) = match starter {
@@ -100,9 +121,18 @@ pub(crate) fn begin(
             Err(e) => (false, Some(format!("the start snapshot failed ({}: {})", e.code, e.message))),
         },
     };
-    let new = NewTurn { prompt: req.prompt.as_deref(), background: req.background };
-    let turn = turn::record(store, session, &turn_id, new, late, failure)?;
-    Ok(Begun { joined: false, turn })
+    let new = NewTurn { prompt, background: req.background };
+    // The prompt goes into the history with its turn: a turn is never without its prompt.
+    let prompt_entry = |txn: &mut dyn Txn, turn: &Turn| match prompt {
+        Some(p) => {
+            let entry = history::entry_of(turn.turn_id.clone(), NewEntry::prompt(&turn.turn_id, p.to_string()));
+            history::append_in(store, txn, &session.id, &[entry]).map(drop)
+        }
+        None => Ok(()),
+    };
+    let turn = turn::record(store, session, &turn_id, new, late, failure, &prompt_entry)?;
+    history::enforce_budget(store, &session.id)?;
+    Ok(Begun { joined: false, turn, abandoned_calls_closed: 0 })
 }
 
 /// Waits at most `wait` for the start snapshot `running` elsewhere: `(late, failure)`.

@@ -72,19 +72,46 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         None => Workspace::by_id(store, &parent.workspace_id)?,
     };
     let session = Session::create(store, &workspace, id)?;
+    let (forked, snapshots, history_entries) = copy_records(store, &parent, session, &workspace, &carried, last)?;
+    let (files_written, not_written) = match (into, state) {
+        (Some(dir), Some(state)) => materialise(store, dir, &state)?,
+        _ => (0, Vec::new()),
+    };
+    Ok(Forked {
+        session: forked,
+        turns: carried.len() as u64,
+        snapshots,
+        history_entries,
+        into: into.map(Path::to_path_buf),
+        files_written,
+        not_written,
+    })
+}
+
+/// Copies into `session`, in one transaction, the `carried` turns of `parent` with their
+/// snapshot records (new ids, the same trees) and their history; the fork's round is
+/// `last`. Returns the fork's session, and how many snapshots and entries it carries.
+fn copy_records(
+    store: &Store,
+    parent: &Session,
+    session: Session,
+    workspace: &Workspace,
+    carried: &[&Turn],
+    last: u64,
+) -> Result<(Session, u64, u64)> {
     // Read everything first: the store's reads and its write transaction share one
     // connection.
     let mut originals = std::collections::HashMap::new();
-    for t in &carried {
+    for t in carried {
         for id in std::iter::once(&t.snapshot.id).chain(t.end_snapshot.as_ref().map(|e| &e.id)).flatten() {
             originals.insert(id.clone(), snapshot::get(store, id)?);
         }
     }
-    let history = crate::session::history::read(store, from, &crate::session::history::Selection::All)?.entries;
+    let history = crate::session::history::read(store, &parent.id, &crate::session::history::Selection::All)?.entries;
     let mut turn_map = std::collections::HashMap::new();
     let mut txn = store.kv().begin()?;
     let mut snapshots = 0;
-    for t in &carried {
+    for t in carried {
         let mut copy = (*t).clone();
         copy.turn_id = turn::new_id();
         turn_map.insert(t.turn_id.clone(), copy.turn_id.clone());
@@ -108,45 +135,41 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         turn::put(store, &mut *txn, &copy)?;
     }
     let history_entries = crate::session::history::copy_in(store, &mut *txn, &session.id, &history, &turn_map)?;
-    let forked = Session { parent: Some(from.to_string()), prompt_round: last, ..session };
+    let forked = Session { parent: Some(parent.id.clone()), prompt_round: last, ..session };
     crate::session::put_in(store, &mut *txn, &forked)?;
     txn.commit()?;
+    Ok((forked, snapshots, history_entries))
+}
 
+/// Writes the files of snapshot `state` into the new directory `dir` (never through a
+/// symlink); nested repositories are named, not written. Returns how many files were
+/// written, and what was not.
+fn materialise(store: &Store, dir: &Path, state: &SnapshotRecord) -> Result<(u64, Vec<String>)> {
     let (mut files_written, mut not_written) = (0, Vec::new());
-    if let (Some(dir), Some(state)) = (into, state) {
-        let root = state.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| Error::not_found("a tree"))?;
-        for (path, node) in snapshot::flatten(store, &root)? {
-            let target = dir.join(OsStr::from_bytes(&path));
-            match &node.kind {
-                NodeKind::File(id) => {
-                    let bytes = store.read_object(id)?.1;
-                    write_new(&target, &bytes, node.mode)?;
-                    files_written += 1;
-                }
-                NodeKind::Symlink(id) => {
-                    let link = store.read_object(id)?.1;
-                    if let Some(p) = target.parent() {
-                        std::fs::create_dir_all(p).context(p)?;
-                    }
-                    std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target).context(&target)?;
-                    files_written += 1;
-                }
-                NodeKind::Gitlink(commit) => {
-                    not_written.push(format!("{} (nested repository at {commit})", String::from_utf8_lossy(&path)));
-                }
-                NodeKind::Tree(_) => {}
+    let root = state.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| Error::not_found("a tree"))?;
+    for (path, node) in snapshot::flatten(store, &root)? {
+        let target = dir.join(OsStr::from_bytes(&path));
+        match &node.kind {
+            NodeKind::File(id) => {
+                let bytes = store.read_object(id)?.1;
+                write_new(&target, &bytes, node.mode)?;
+                files_written += 1;
             }
+            NodeKind::Symlink(id) => {
+                let link = store.read_object(id)?.1;
+                if let Some(p) = target.parent() {
+                    std::fs::create_dir_all(p).context(p)?;
+                }
+                std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target).context(&target)?;
+                files_written += 1;
+            }
+            NodeKind::Gitlink(commit) => {
+                not_written.push(format!("{} (nested repository at {commit})", String::from_utf8_lossy(&path)));
+            }
+            NodeKind::Tree(_) => {}
         }
     }
-    Ok(Forked {
-        session: forked,
-        turns: carried.len() as u64,
-        snapshots,
-        history_entries,
-        into: into.map(Path::to_path_buf),
-        files_written,
-        not_written,
-    })
+    Ok((files_written, not_written))
 }
 
 /// The snapshot of the state right after turn `index`: its end, else the next start.

@@ -366,9 +366,14 @@ fn turn_for(store: &Store, session: &str, asked: Option<&str>) -> Result<Turn> {
 /// Builds the stored form of `new` (turn resolved, caps applied) without storing it.
 pub fn prepare(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> {
     let turn = turn_for(store, &session.id, new.turn_id.as_deref())?;
+    Ok(entry_of(turn.turn_id, new))
+}
+
+/// The stored form of `new` in turn `turn_id` (caps applied).
+pub(crate) fn entry_of(turn_id: String, new: NewEntry) -> Entry {
     let prompt = new.prompt.filter(|p| *p != new.content);
     let mut entry = Entry {
-        turn_id: turn.turn_id,
+        turn_id,
         role: new.role,
         content: new.content,
         prompt,
@@ -379,7 +384,7 @@ pub fn prepare(store: &Store, session: &Session, new: NewEntry) -> Result<Entry>
         notes: Vec::new(),
     };
     cap(&mut entry);
-    Ok(entry)
+    entry
 }
 
 /// Appends `new` to the session's history, durably; compacts if over the budget.
@@ -472,6 +477,18 @@ pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
 // ---------------------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------------------
+
+/// The session's newest entry, if any is kept.
+pub(crate) fn last(store: &Store, session: &str) -> Result<Option<Entry>> {
+    let next = totals(store, session)?.next_seq;
+    let Some(seq) = next.checked_sub(1) else { return Ok(None) };
+    let key = entry_key(session, seq);
+    let Some(value) = store.kv().get(schema::HISTORY, &key)? else { return Ok(None) };
+    let plain = store.open_bytes(schema::HISTORY, &key, &value)?;
+    serde_json::from_slice(&plain)
+        .map(Some)
+        .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))
+}
 
 /// Every kept entry with its key and serialised size, oldest first.
 pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>> {

@@ -197,20 +197,48 @@ pub fn by_index(store: &Store, session: &str, index: u64) -> Result<Turn> {
     get(store, &String::from_utf8_lossy(&id))
 }
 
-/// Decides, before anything is snapshotted, whether `begin` joins the running turn.
-pub fn joins(store: &Store, session: &Session, background: bool, new: bool) -> Result<Option<Turn>> {
-    if background || new {
-        return Ok(None);
-    }
-    // Only a running prompt turn is joined; a background one never captures a prompt.
-    Ok(running(store, &session.id)?.filter(|t| t.kind == TurnKind::Prompt))
+/// How a begin meets the running turn.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Joining {
+    /// A new turn begins.
+    New,
+    /// The running prompt turn is joined by a message sent while it runs (it goes into
+    /// the turn's history).
+    Message(Turn),
+    /// The running prompt turn is joined by the prompt that began it, delivered again.
+    Repeat(Turn),
 }
 
-/// Whether a prompt arriving while `running` runs is the same prompt delivered again (an
-/// agent's hook firing twice) rather than a new prompt: the same preview, within a minute
-/// of the turn's start. A new prompt starts a new turn even if the last one never ended
-/// (an agent interrupted without its stop event).
-pub fn repeats(running: &Turn, prompt: &str) -> bool {
+/// Decides, before anything is snapshotted, how a begin meets the running turn. Background
+/// work is always a turn of its own, and a background turn is never joined. The same
+/// prompt delivered again within a minute of its turn's start (an agent's hook firing
+/// twice) joins that turn. Otherwise a message sent while a prompt turn runs joins it —
+/// unless the begin asks for a `new` turn (an agent starting its reply to a prompt: the
+/// turn that runs was interrupted, and ends where the new one begins).
+pub(crate) fn joins(
+    store: &Store,
+    session: &Session,
+    background: bool,
+    new: bool,
+    prompt: Option<&str>,
+) -> Result<Joining> {
+    if background {
+        return Ok(Joining::New);
+    }
+    let Some(running) = running(store, &session.id)?.filter(|t| t.kind == TurnKind::Prompt) else {
+        return Ok(Joining::New);
+    };
+    Ok(match prompt {
+        Some(p) if repeats(&running, p) => Joining::Repeat(running),
+        _ if new => Joining::New,
+        Some(_) => Joining::Message(running),
+        None => Joining::Repeat(running),
+    })
+}
+
+/// Whether `prompt`, arriving while `running` runs, is the same prompt delivered again:
+/// the same preview, within a minute of the turn's start.
+fn repeats(running: &Turn, prompt: &str) -> bool {
     let started = running.started_at.parse::<jiff::Timestamp>().ok();
     let recent = started.is_some_and(|t| jiff::Timestamp::now().duration_since(t).as_secs() < 60);
     recent && running.preview == preview(prompt)
@@ -231,7 +259,8 @@ pub(crate) struct NewTurn<'a> {
 /// Records the new turn `turn_id`, with its start snapshot if it is done (`late` if it
 /// was not done within the wait; it is attached when it commits, see [`Hooks`]);
 /// `failure` says why there is none when the snapshot process failed.
-/// Ends a running turn it supersedes. Advances the session's prompt round.
+/// Ends a running turn it supersedes. Advances the session's prompt round. `also` writes
+/// what goes with the turn (its prompt's history entry) in the same transaction.
 pub(crate) fn record(
     store: &Store,
     session: &Session,
@@ -239,6 +268,7 @@ pub(crate) fn record(
     new: NewTurn<'_>,
     late: bool,
     failure: Option<String>,
+    also: &dyn Fn(&mut dyn Txn, &Turn) -> Result<()>,
 ) -> Result<Turn> {
     let mut txn = store.kv().begin()?;
     let prefix = format!("{}/", session.id);
@@ -282,6 +312,7 @@ pub(crate) fn record(
         subagents: Vec::new(),
     };
     put(store, &mut *txn, &turn)?;
+    also(&mut *txn, &turn)?;
     // The session's round is the newest turn's index.
     Session::set_round_in(store, &mut *txn, &session.id, index)?;
     // Keep the newest MAX_TURNS (index entries and records).

@@ -168,7 +168,7 @@ fn a_checkpoint_counts_the_turn_that_began_after_the_caller_read_its_session() {
     // Meanwhile another process begins turn 1.
     let id = crate::session::turn::new_id();
     let new = crate::session::turn::NewTurn { prompt: Some("p"), background: false };
-    crate::session::turn::record(&env.store, &env.session, &id, new, false, None).unwrap();
+    crate::session::turn::record(&env.store, &env.session, &id, new, false, None, &|_, _| Ok(())).unwrap();
     let record = env.write("a.txt", b"x");
     assert_eq!(record.prompt_round, Some(1), "the round is read when the checkpoint is staged");
 }

@@ -318,7 +318,7 @@ fn pruning_keeps_the_budget_by_removing_oldest_whole_turns_and_gc_reclaims_them(
         let prompt = format!("turn {i}");
         let new = crate::session::turn::NewTurn { prompt: Some(&prompt), background: false };
         crate::session::turn::take_start_snapshot(&env.store, &env.ws, &session, &id, None).unwrap();
-        crate::session::turn::record(&env.store, &session, &id, new, false, None).unwrap();
+        crate::session::turn::record(&env.store, &session, &id, new, false, None, &|_, _| Ok(())).unwrap();
         write(&env, "f.txt", &format!("version {i} edited"));
         crate::session::turn::end(&env.store, &env.ws, &session, None).unwrap();
         turn_ids.push(id);

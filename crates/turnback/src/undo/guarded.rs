@@ -6,7 +6,8 @@
 //! 2. plan again, under the lock, from what is on disk now;
 //! 3. if the caller names the plan it previewed, refuse (`conflict`, nothing changed)
 //!    unless the plan made now has that id;
-//! 4. let the plan finish its preparations (re-classify what moved, write side files);
+//! 4. let the plan finish its preparations (re-classify what moved, check the caller's
+//!    choices can be carried out);
 //! 5. commit the undo's own checkpoint — the real bytes of everything it will overwrite or
 //!    delete, and the intended results — with the journal's dispatch, before any write
 //!    (`rollback-committed`, `rewind-committed`): rolling that checkpoint back undoes the
@@ -15,11 +16,14 @@
 //!    (`rollback-before-swap`, `rewind-before-swap`); a path that moved meanwhile, or that something now stands in
 //!    the way of, is left as it is and handed back to the plan to re-classify — one
 //!    refused path never stops the others;
-//! 7. write the journal's terminal event (`OperationFailed` if nothing was written).
+//! 7. write the journal's terminal event (`OperationFailed` if nothing was written);
+//! 8. let the plan finish, still under the lock, with what happened (write the side files
+//!    of the caller's choices, cut a rewind's history) — also when nothing was to be
+//!    written.
 //!
-//! Invariants: nothing in the workspace changes before step 5 is durable; no write
-//! replaces anything but the exact state the plan saw; an undo that writes nothing records
-//! no checkpoint.
+//! Invariants: nothing in the workspace changes before step 5 is durable (steps 2-4 only
+//! read and decide); no write replaces anything but the exact state the plan saw; an undo
+//! that writes nothing records no checkpoint.
 
 use std::path::Path;
 
@@ -112,6 +116,13 @@ pub(crate) trait Plan {
     fn writes(&self) -> Vec<Write>;
     /// Told the outcome of write `index` (`None`: made) once it was tried.
     fn written(&mut self, root: &Path, index: usize, refused: Option<Refused>);
+    /// Step 8: what the plan does once every write was tried, under the lock.
+    ///
+    /// # Errors
+    /// Whatever it fails with (the writes stand; the undo's checkpoint takes them back).
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Where an undo happens, and the names of its failpoints.
@@ -148,6 +159,7 @@ pub(crate) fn apply<P: Plan>(
     prepare(&mut plan)?;
     let writes = plan.writes();
     if writes.is_empty() {
+        plan.finish()?;
         return Ok((plan, None));
     }
     let id = record(target, &writes)?;
@@ -165,6 +177,7 @@ pub(crate) fn apply<P: Plan>(
         plan.written(&target.workspace.root, index, refused);
     }
     checkpoint::finish(target.store, &id, made == 0)?;
+    plan.finish()?;
     Ok((plan, Some(id)))
 }
 

@@ -25,6 +25,9 @@ struct Event {
     prompt: Option<String>,
     #[serde(default)]
     stop_hook_active: bool,
+    /// The sub-agent an event comes from (tool events inside one, and its start and stop).
+    agent_id: Option<String>,
+    agent_type: Option<String>,
 }
 
 /// Translates one event.
@@ -43,6 +46,15 @@ pub fn translate(input: &str) -> Result<Translated> {
         "PostToolUse" => vec![AgentEvent::ToolFinished { call: call(&event)? }],
         "PostToolUseFailure" => vec![AgentEvent::ToolFailed { call: call(&event)? }],
         "Stop" => vec![AgentEvent::Stopped { continued: event.stop_hook_active }],
+        "SessionEnd" => vec![AgentEvent::SessionEnded],
+        "PreCompact" => vec![AgentEvent::Compacted],
+        "SubagentStart" | "SubagentStop" => match event.agent_id.clone() {
+            Some(id) if event.hook_event_name == "SubagentStart" => {
+                vec![AgentEvent::SubagentStarted { id, kind: event.agent_type.clone() }]
+            }
+            Some(id) => vec![AgentEvent::SubagentStopped { id }],
+            None => Vec::new(),
+        },
         _ => Vec::new(),
     };
     Ok(Translated { name: event.hook_event_name, workspace, cwd: event.cwd, session: event.session_id, events })
@@ -63,16 +75,13 @@ fn call(event: &Event) -> Result<ToolCall> {
     } else {
         (ToolEffect::Other, Vec::new(), None)
     };
-    let id = event.tool_use_id.clone().or_else(|| Some(fallback_key(&tool, &input)));
-    Ok(ToolCall { id, name: tool, effect, paths, command, exit_status: None, subagent: None })
-}
-
-/// A key for a tool call whose event carries no tool-use id: its name and input, which
-/// the "before" and "after" events share.
-fn fallback_key(tool: &str, input: &Value) -> String {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    tool.hash(&mut h);
-    input.to_string().hash(&mut h);
-    format!("input-{:016x}", h.finish())
+    Ok(ToolCall {
+        id: event.tool_use_id.clone(),
+        name: tool,
+        effect,
+        paths,
+        command,
+        exit_status: None,
+        subagent: event.agent_id.clone(),
+    })
 }

@@ -285,6 +285,8 @@ pub struct Failure {
     pub message: String,
     /// `error.details`.
     pub details: Value,
+    /// The whole error document.
+    pub doc: Value,
 }
 
 impl Failure {
@@ -298,6 +300,7 @@ impl Failure {
             code: error["code"].as_str().unwrap_or_else(|| panic!("no error.code in {doc:#}")).to_string(),
             message: error["message"].as_str().unwrap_or_default().to_string(),
             details: error["details"].clone(),
+            doc: doc.clone(),
         }
     }
 }

@@ -18,6 +18,9 @@
 //!   plan saw.
 //! - The plan id digests the target, the current tree, the turns and the forced paths:
 //!   an unchanged workspace gives the same id, so `--apply --plan` refuses if anything moved.
+//! - The conversation history goes back with the files, under the same workspace lock,
+//!   after the writes: cut before turn T — unless the rewind was blocked (nothing taken
+//!   back), when it stays as the files do.
 
 mod hidden;
 
@@ -416,22 +419,28 @@ pub fn apply(
 ) -> Result<Rewound> {
     let target =
         guarded::Target { store, workspace: ws, session, failpoints: ["rewind-committed", "rewind-before-swap"] };
-    let make = || Ok(Rewinding { plan: plan(store, ws, session, to, force)?, writes: Vec::new() });
+    let make = || {
+        let plan = plan(store, ws, session, to, force)?;
+        Ok(Rewinding { store, session, to, plan, writes: Vec::new(), cut: (None, 0) })
+    };
     let prepare = |r: &mut Rewinding| r.prepare(store);
     let (done, checkpoint_id) = guarded::apply(target, plan_id, make, prepare)?;
-    let mut plan = done.plan;
-    plan.count();
-    let (restored_prompt, history_entries_removed) = cut_history(store, session, to)?;
-    Ok(Rewound { plan, checkpoint_id, restored_prompt, history_entries_removed })
+    let (restored_prompt, history_entries_removed) = done.cut;
+    Ok(Rewound { plan: done.plan, checkpoint_id, restored_prompt, history_entries_removed })
 }
 
 /// A rewind being applied: its plan and its writes (with the path each belongs to).
-struct Rewinding {
+struct Rewinding<'a> {
+    store: &'a Store,
+    session: &'a Session,
+    to: u64,
     plan: Plan,
     writes: Vec<(usize, Write)>,
+    /// The history cut, once done: the prompt given back and the entries removed.
+    cut: (Option<String>, u64),
 }
 
-impl Rewinding {
+impl Rewinding<'_> {
     /// Reads what every path to change holds now and is to hold, from the snapshots;
     /// orders the writes: deletions deepest first, then restores (a directory that
     /// replaced a file is gone before the file comes back).
@@ -481,7 +490,7 @@ impl Rewinding {
     }
 }
 
-impl guarded::Plan for Rewinding {
+impl guarded::Plan for Rewinding<'_> {
     fn plan_id(&self) -> &str {
         &self.plan.plan_id
     }
@@ -502,6 +511,16 @@ impl guarded::Plan for Rewinding {
         p.action = Action::LeaveAlone;
         p.reason = Some(reason);
         p.detail = Some(detail);
+    }
+
+    /// Counts what was done; cuts the history before the turn rewound to, under the lock,
+    /// unless the rewind was blocked (the files are as they were, and so is the history).
+    fn finish(&mut self) -> Result<()> {
+        self.plan.count();
+        if self.plan.result_type != ResultType::Blocked {
+            self.cut = cut_history(self.store, self.session, self.to)?;
+        }
+        Ok(())
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use super::analysis::*;
-use super::choice::write_choice_file;
+use super::choice::{PreparedChoice, prepare_choice, write_choice};
 use super::decision::*;
 use super::*;
 use crate::checkpoint::CheckpointRecord;
@@ -39,6 +39,7 @@ pub fn apply(
             analysis,
             order: Vec::new(),
             applied: Vec::new(),
+            prepared: Vec::new(),
             choice_files: Vec::new(),
         })
     };
@@ -59,14 +60,17 @@ struct Applying<'a> {
     /// The path index of each write, in the order the writes were handed out.
     order: Vec<usize>,
     applied: Vec<RelPath>,
+    /// The caller's choices, checked and computed before the undo, written after it.
+    prepared: Vec<PreparedChoice>,
     choice_files: Vec<ChoiceFile>,
 }
 
 impl Applying<'_> {
     /// Steps 1-3 of the seed (re-resolve, capture, re-validate): every path to write is
     /// observed again, and re-decided if it is not as the analysis saw it. Then the
-    /// caller's choices for conflicting paths are carried out, before anything is written,
-    /// so an impossible choice refuses the whole rollback with nothing changed.
+    /// caller's choices for conflicting paths are checked and their side files computed,
+    /// before anything is written, so an impossible choice refuses the whole rollback with
+    /// nothing changed; the side files are written once the writes are done.
     fn prepare(&mut self) -> Result<()> {
         let ctx = self.ctx;
         let refs: Vec<&CheckpointRecord> = self.records.iter().collect();
@@ -99,8 +103,8 @@ impl Applying<'_> {
             if *choice == Choice::Skip || !p.steps.iter().any(|s| s.outcome.residual()) {
                 continue;
             }
-            if let Some(file) = write_choice_file(ctx, &refs, p, *choice)? {
-                self.choice_files.push(file);
+            if let Some(prepared) = prepare_choice(ctx, &refs, p, *choice)? {
+                self.prepared.push(prepared);
             }
         }
         self.order = (0..self.analysis.paths.len()).filter(|&i| self.analysis.paths[i].write.is_some()).collect();
@@ -171,6 +175,13 @@ impl guarded::Plan for Applying<'_> {
             step.outcome = conflict(reason, detail.clone());
         }
         plan.write = None;
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        for prepared in std::mem::take(&mut self.prepared) {
+            self.choice_files.push(write_choice(self.ctx, prepared)?);
+        }
+        Ok(())
     }
 }
 

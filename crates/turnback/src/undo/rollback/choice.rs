@@ -38,7 +38,21 @@ pub(super) fn side_path(path: &RelPath, suffix: &str) -> Result<RelPath> {
     RelPath::new(bytes)
 }
 
-pub(super) fn write_side_file(ctx: Context<'_>, rel: &RelPath, content: &[u8]) -> Result<()> {
+/// Refuses a side file whose place holds something other than a file (checked before the
+/// undo, so an impossible choice changes nothing).
+fn check_side_file(ctx: Context<'_>, rel: &RelPath) -> Result<()> {
+    match files::open_parent(&ctx.workspace.root, rel, false) {
+        Ok(parent) => match parent.observe()? {
+            Observed::Absent | Observed::File { .. } => Ok(()),
+            _ => Err(Error::new(ErrorCode::PathRejected, format!("{}: not a regular file", rel.display()))),
+        },
+        // Its folder is missing: it is made when the file is written.
+        Err(e) if e.code == ErrorCode::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_side_file(ctx: Context<'_>, rel: &RelPath, content: &[u8]) -> Result<()> {
     let parent = files::open_parent(&ctx.workspace.root, rel, true)?;
     let temp = files::temp_name(rel, &uuid::Uuid::now_v7().to_string());
     match parent.observe()? {
@@ -69,21 +83,35 @@ pub(super) fn resolution_key(store: &Store, ws: &Workspace, path: &RelPath) -> V
     hex(&store.keys().lookup_id("resolution", &name)).into_bytes()
 }
 
-pub(super) fn write_choice_file(
+/// A caller's choice for a conflicting path, checked and computed, not yet written.
+pub(super) struct PreparedChoice {
+    file: ChoiceFile,
+    content: Vec<u8>,
+    /// For a merge: the pending resolution, sealed, under its key.
+    resolution: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Checks that `choice` can be carried out for path `p` and computes its side file (a
+/// sanitized patch, or a three-way merge with its pending resolution), writing nothing.
+///
+/// # Errors
+/// `invalid-argument` for a merge without the three versions or of a binary file;
+/// `path-rejected` if the side file's place holds something other than a file.
+pub(super) fn prepare_choice(
     ctx: Context<'_>,
     refs: &[&CheckpointRecord],
     p: &PathPlan,
     choice: Choice,
-) -> Result<Option<ChoiceFile>> {
+) -> Result<Option<PreparedChoice>> {
     let (original, agent) = endpoints(refs, ctx.store, p);
     let name = p.path.display();
-    match choice {
-        Choice::Skip => Ok(None),
+    let prepared = match choice {
+        Choice::Skip => return Ok(None),
         Choice::Patch => {
             let text = patch::sanitized_patch(&name, p.real_bytes.as_deref(), original.as_deref());
             let file = side_path(&p.path, ".turnback.patch")?;
-            write_side_file(ctx, &file, text.as_bytes())?;
-            Ok(Some(ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: false }))
+            let file = ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: false };
+            PreparedChoice { file, content: text.into_bytes(), resolution: None }
         }
         Choice::Resolve => {
             let (Some(current), Some(original), Some(agent)) =
@@ -97,7 +125,6 @@ pub(super) fn write_choice_file(
                 return Err(Error::invalid(format!("{name}: binary files cannot be merged; use patch or skip")));
             };
             let file = side_path(&p.path, ".turnback-merge")?;
-            write_side_file(ctx, &file, merged.as_bytes())?;
             let resolution = Resolution {
                 workspace_id: ctx.workspace.id.clone(),
                 path: p.path.clone(),
@@ -108,12 +135,23 @@ pub(super) fn write_choice_file(
             };
             let key = resolution_key(ctx.store, ctx.workspace, &p.path);
             let sealed = ctx.store.seal_record(schema::RESOLUTIONS, &key, RESOLUTION_SCHEMA, &resolution)?;
-            let mut txn = ctx.store.kv().begin()?;
-            txn.put(schema::RESOLUTIONS, &key, &sealed)?;
-            txn.commit()?;
-            Ok(Some(ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: markers }))
+            let file = ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: markers };
+            PreparedChoice { file, content: merged.into_bytes(), resolution: Some((key, sealed)) }
         }
+    };
+    check_side_file(ctx, &prepared.file.file)?;
+    Ok(Some(prepared))
+}
+
+/// Writes a prepared choice's side file (and records its pending resolution).
+pub(super) fn write_choice(ctx: Context<'_>, prepared: PreparedChoice) -> Result<ChoiceFile> {
+    write_side_file(ctx, &prepared.file.file, &prepared.content)?;
+    if let Some((key, sealed)) = &prepared.resolution {
+        let mut txn = ctx.store.kv().begin()?;
+        txn.put(schema::RESOLUTIONS, key, sealed)?;
+        txn.commit()?;
     }
+    Ok(prepared.file)
 }
 
 /// Applies the person's edited merge file for `path` through the guarded-apply engine:
@@ -139,7 +177,7 @@ pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
     let mut txn = ctx.store.kv().begin()?;
     txn.delete(schema::RESOLUTIONS, &key)?;
     txn.commit()?;
-    Ok(ResolveResult { path: path.clone(), checkpoint_id })
+    Ok(ResolveResult { path: path.clone(), checkpoint_id, excluded_effects: super::excluded_effects() })
 }
 
 /// A resolution's writes share a rollback's failpoints.

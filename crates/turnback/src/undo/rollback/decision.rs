@@ -126,43 +126,64 @@ pub(super) struct Inputs<'a> {
     pub later_not_taken_back: bool,
 }
 
-/// The one decision: what to do with one target. Used by preview and apply alike.
+/// The one decision: what to do with one target. Used by preview and apply alike. Three
+/// phases, in order: what refuses the target whatever the file holds; what the file holds
+/// now against what the mutation left; whether the original can be read back.
 pub(super) fn decide(i: &Inputs<'_>) -> Outcome {
+    match refusal(i) {
+        Err(refused) => refused,
+        Ok(post) => needs_original(i, against_now(i, post)),
+    }
+}
+
+/// Phase 1: the caller's exclusion, the record's state, a later mutation that stays, and
+/// what stands at the path; else the mutation's result, to compare with.
+fn refusal<'a>(i: &Inputs<'a>) -> Result<&'a ImageRecord, Outcome> {
     if i.excluded {
-        return Outcome::Skipped { reason: "excluded by the caller (skip-target)".into() };
+        return Err(Outcome::Skipped { reason: "excluded by the caller (skip-target)".into() });
     }
     match i.status {
         RecordStatus::Usable => {}
         RecordStatus::Abandoned => {
-            return Outcome::Skipped { reason: "not covered: the mutation was never dispatched".into() };
+            return Err(Outcome::Skipped { reason: "not covered: the mutation was never dispatched".into() });
         }
         RecordStatus::UnknownOutcome => {
-            return Outcome::UnknownOutcome {
+            return Err(Outcome::UnknownOutcome {
                 reason: "the operation's journal ends in OperationUnknownOutcome".into(),
-            };
+            });
         }
-        RecordStatus::RecoveryLocked => return inaccessible("recovery-locked"),
-        RecordStatus::Evicted => return inaccessible("evicted"),
+        RecordStatus::RecoveryLocked => return Err(inaccessible("recovery-locked")),
+        RecordStatus::Evicted => return Err(inaccessible("evicted")),
     }
-    let Some(post) = i.post else { return inaccessible("recovery-locked") };
+    let Some(post) = i.post else { return Err(inaccessible("recovery-locked")) };
     if i.later_not_taken_back {
-        return conflict(
+        return Err(conflict(
             ConflictReason::ContentConflict,
             "a later mutation of this file cannot be taken back (or someone else already changed it back), so this one cannot either",
-        );
+        ));
     }
     match i.seen {
-        Seen::BehindSymlink => return conflict(ConflictReason::BehindSymlink, "the path is a symlink or behind one"),
-        Seen::Unreadable => return inaccessible("unreadable"),
-        Seen::Other => return conflict(ConflictReason::TargetRecreated, "something other than a file is there now"),
+        Seen::BehindSymlink => {
+            return Err(conflict(ConflictReason::BehindSymlink, "the path is a symlink or behind one"));
+        }
+        Seen::Unreadable => return Err(inaccessible("unreadable")),
+        Seen::Other => {
+            return Err(conflict(ConflictReason::TargetRecreated, "something other than a file is there now"));
+        }
         Seen::File { held_by, .. } if !held_by.is_empty() => {
-            return Outcome::UnknownOutcome { reason: format!("the file is open in process(es) {held_by:?}") };
+            return Err(Outcome::UnknownOutcome { reason: format!("the file is open in process(es) {held_by:?}") });
         }
         _ => {}
     }
     if i.pre.present && i.pre.digest.is_none() {
-        return conflict(ConflictReason::NoPreImageDigest, "the checkpoint has no digest of the original");
+        return Err(conflict(ConflictReason::NoPreImageDigest, "the checkpoint has no digest of the original"));
     }
+    Ok(post)
+}
+
+/// Phase 2: the file now (absent or a regular file) against the mutation's result `post`
+/// and its original.
+fn against_now(i: &Inputs<'_>, post: &ImageRecord) -> Outcome {
     let inverse = match (i.pre.present, post.present) {
         (false, _) => InverseOperation::DeleteFile,
         (true, false) => {
@@ -200,7 +221,7 @@ pub(super) fn decide(i: &Inputs<'_>) -> Outcome {
     if at_pre {
         return eligible(true);
     }
-    let outcome = match (post.present, i.seen) {
+    match (post.present, i.seen) {
         (true, Seen::Absent { moved: Some(name) }) => mismatch(format!("the file is now at {name:?}")),
         (true, Seen::Absent { moved: None }) => {
             conflict(ConflictReason::TargetDeleted, "the file the agent wrote was deleted since")
@@ -224,7 +245,11 @@ pub(super) fn decide(i: &Inputs<'_>) -> Outcome {
             conflict(ConflictReason::TargetRecreated, "a file was created where the agent deleted one")
         }
         _ => unreachable!("symlinks, others and unreadable files were decided above"),
-    };
+    }
+}
+
+/// Phase 3: an eligible restore needs the original's bytes, readable and verified.
+fn needs_original(i: &Inputs<'_>, outcome: Outcome) -> Outcome {
     if !outcome.eligible() || !i.pre.present {
         return outcome;
     }

@@ -343,4 +343,6 @@ pub struct ResolveResult {
     pub path: RelPath,
     /// The checkpoint recording the write (roll it back to undo it).
     pub checkpoint_id: String,
+    /// Effects never reversible.
+    pub excluded_effects: Vec<ExcludedEffect>,
 }
