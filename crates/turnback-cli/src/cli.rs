@@ -118,12 +118,14 @@ pub enum Command {
     /// Connect turnback to an agent: merges its hooks into the agent's settings, keeping
     /// everything else there; idempotent; --uninstall removes exactly what it added.
     ///
-    /// Example: turnback install claude-code --scope project
+    /// Examples: turnback install claude-code; turnback install codex --scope user
     Install {
         /// The agent.
         #[arg(value_enum)]
         agent: HookAgent,
-        /// project: .claude/settings.json in the workspace; user: ~/.claude/settings.json.
+        /// project: the workspace's own configuration (.claude/, .codex/, .gemini/, .cursor/,
+        /// .opencode/); user: the person's (~/.claude/, ~/.codex/, ~/.gemini/, ~/.cursor/,
+        /// ~/.config/opencode/).
         #[arg(long, value_enum, default_value_t = Scope::Project)]
         scope: Scope,
         /// Remove turnback's hooks instead.
@@ -399,14 +401,22 @@ pub enum HistoryCommand {
         #[arg(long, short, value_name = "FILE")]
         output: Option<PathBuf>,
     },
-    /// Rebuild the session's history and turns from an agent's own transcript, once
-    /// (re-running adds only rows the transcript gained since).
+    /// Bring an agent's own transcript of the session into its history and turns: turns
+    /// the hooks recorded get their replies, the others become turns of their own;
+    /// re-running adds only what the transcript gained since.
     ///
     /// Example: turnback history import --claude-code ~/.claude/projects/-src-app/3f2c….jsonl
+    #[command(group(clap::ArgGroup::new("source").required(true)))]
     Import {
-        /// A Claude Code session transcript (JSON lines).
-        #[arg(long, value_name = "TRANSCRIPT")]
-        claude_code: PathBuf,
+        /// A Claude Code session transcript (~/.claude/projects/…/<session>.jsonl).
+        #[arg(long, value_name = "TRANSCRIPT", group = "source")]
+        claude_code: Option<PathBuf>,
+        /// A Codex CLI rollout (~/.codex/sessions/YYYY/MM/DD/rollout-….jsonl).
+        #[arg(long, value_name = "ROLLOUT", group = "source")]
+        codex: Option<PathBuf>,
+        /// A Gemini CLI chat file (~/.gemini/tmp/<project>/chats/session-….jsonl or .json).
+        #[arg(long, value_name = "CHAT", group = "source")]
+        gemini: Option<PathBuf>,
     },
 }
 
@@ -415,6 +425,14 @@ pub enum HistoryCommand {
 pub enum HookAgent {
     /// Claude Code.
     ClaudeCode,
+    /// OpenAI's Codex CLI.
+    Codex,
+    /// Google's Gemini CLI.
+    Gemini,
+    /// Cursor's agent.
+    Cursor,
+    /// opencode.
+    Opencode,
 }
 
 /// Where an agent's settings live.

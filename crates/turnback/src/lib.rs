@@ -81,7 +81,7 @@ pub use session::history::{
     Entry as HistoryEntry, Message, NewEntry as NewHistoryEntry, Role, Selection as HistorySelection,
     ToolCall as HistoryToolCall, View as HistoryView,
 };
-pub use session::transcript::Imported;
+pub use session::import::{Format as TranscriptFormat, Imported, Scope as ImportScope};
 pub use session::turn::{Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
 pub use snapshot::diff::{Change, NumStat};
 pub use snapshot::{NestedRepo, SnapshotKind, SnapshotRecord};

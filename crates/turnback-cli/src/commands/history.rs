@@ -4,7 +4,8 @@ use std::io::{Read, Write};
 
 use serde_json::Value;
 use turnback::{
-    Error, ErrorCode, HistoryEntry as Entry, HistorySelection as Selection, NewHistoryEntry as NewEntry, Result, Role,
+    Error, ErrorCode, HistoryEntry as Entry, HistorySelection as Selection, ImportScope, NewHistoryEntry as NewEntry,
+    Result, Role, TranscriptFormat,
 };
 
 use crate::app::Ctx;
@@ -79,17 +80,25 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                 None => Ok(Outcome::raw(body)),
             }
         }
-        HistoryCommand::Import { claude_code } => {
-            let text = std::fs::read_to_string(&claude_code)
-                .map_err(|e| Error::new(ErrorCode::Io, format!("{}: {e}", claude_code.display())))?;
-            let report = tb.import_claude_code(&text)?;
+        HistoryCommand::Import { claude_code, codex, gemini } => {
+            let (format, file) = match (claude_code, codex, gemini) {
+                (Some(file), _, _) => (TranscriptFormat::ClaudeCode, file),
+                (_, Some(file), _) => (TranscriptFormat::Codex, file),
+                (_, _, Some(file)) => (TranscriptFormat::Gemini, file),
+                _ => {
+                    return Err(Error::invalid(
+                        "name a transcript to import (--claude-code, --codex or --gemini FILE)",
+                    ));
+                }
+            };
+            let report = tb.import_transcript_file(format, &file, ImportScope::All)?;
             let session = &tb.session()?.id;
-            let msg = if report.turns == 0 && report.entries == 0 {
+            let msg = if report.turns + report.joined_turns + report.updated_turns == 0 && report.entries == 0 {
                 format!("nothing new to import into session {session} (already imported)")
             } else {
                 format!(
-                    "imported {} turns and {} history entries into session {} ({} rows skipped)",
-                    report.turns, report.entries, session, report.skipped_rows
+                    "imported into session {session}: {} new turns, replies for {} recorded turns, {} replies grown; {} history entries ({} records skipped)",
+                    report.turns, report.joined_turns, report.updated_turns, report.entries, report.skipped_rows
                 )
             };
             Ok(Outcome::of(&report, msg))

@@ -388,10 +388,15 @@ fn a_transcript_that_grew_mid_turn_continues_that_turn() {
     env.ok(&["history", "import", "--claude-code", file.to_str().unwrap()], None);
     std::fs::write(&file, rows(&first) + &rows(&then)).unwrap();
     let again = env.json(&["history", "import", "--claude-code", file.to_str().unwrap()]);
-    assert_eq!((again["turns"].as_u64(), again["entries"].as_u64()), (Some(0), Some(1)), "{again:#}");
+    let counts = ["turns", "updatedTurns", "entries"].map(|k| again[k].as_u64().unwrap());
+    assert_eq!(counts, [0, 1, 0], "the reply grew and is replaced where it is: {again:#}");
     let got = entries(&shown(&env, &[]));
-    assert_eq!(got.len(), 3);
-    assert_eq!(got[2]["content"], "FINAL ANSWER");
-    assert_eq!(got[2]["turnId"], got[0]["turnId"], "the continuation joins the turn it continues");
+    assert_eq!(got.len(), 2, "one turn, one reply: {got:#?}");
+    assert_eq!(got[1]["content"], "working\n\nFINAL ANSWER");
+    assert_eq!(got[1]["toolCalls"][0]["output"], "f", "the call's output arrived with the growth");
+    assert_eq!(got[1]["turnId"], got[0]["turnId"], "the continuation stays in the turn it continues");
     assert_eq!(env.json(&["turns"])["turns"].as_array().unwrap().len(), 1);
+    let third = env.json(&["history", "import", "--claude-code", file.to_str().unwrap()]);
+    assert_eq!(third["alreadyImportedTurns"], 1, "{third:#}");
+    assert_eq!(entries(&shown(&env, &[])), got, "importing again changes nothing");
 }

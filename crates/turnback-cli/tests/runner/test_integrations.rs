@@ -133,10 +133,11 @@ fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_clean
     });
     std::fs::write(&file, serde_json::to_string_pretty(&original).unwrap()).unwrap();
     let first = env.json(&["install", "claude-code"]);
-    assert_eq!(first["changed"], true);
+    assert_eq!(first["files"][0]["changed"], true, "{first:#}");
+    assert!(first["keySource"].is_string() && first["store"].is_string(), "install leaves turnback ready: {first:#}");
     let installed = std::fs::read(&file).unwrap();
     let second = env.json(&["install", "claude-code"]);
-    assert_eq!(second["changed"], false, "{second:#}");
+    assert_eq!(second["files"][0]["changed"], false, "{second:#}");
     assert_eq!(std::fs::read(&file).unwrap(), installed, "running it twice changes nothing");
     let settings: Value = serde_json::from_slice(&installed).unwrap();
     assert_eq!(settings["model"], "opus");

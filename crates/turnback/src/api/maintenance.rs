@@ -451,6 +451,7 @@ pub(crate) fn delete_session(store: &Store, id: &str) -> Result<Deleted> {
     let snapshots = snapshot::delete_session_in(store, &mut *txn, id)?;
     let turns = turn::delete_session_in(&mut *txn, id)?;
     history::delete_session_in(&mut *txn, id)?;
+    crate::session::import::delete_session_in(&mut *txn, id)?;
     calls::delete_session_in(&mut *txn, id)?;
     Session::delete_in(&mut *txn, &session)?;
     txn.commit()?;

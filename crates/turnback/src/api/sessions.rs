@@ -6,11 +6,11 @@ use serde::Serialize;
 
 use crate::api::Turnback;
 use crate::checkpoint::{self, ListFilter};
-use crate::error::{Error, Result};
+use crate::error::{Error, IoResultExt, Result};
 use crate::session::Session;
 use crate::session::fork::{self, Forked};
 use crate::session::history::{self, Entry, Message, NewEntry, Selection, View};
-use crate::session::transcript::{self, Imported};
+use crate::session::import::{self, Format, Imported, Scope};
 use crate::session::turn;
 use crate::snapshot;
 
@@ -142,12 +142,32 @@ impl Turnback {
         Ok(history::messages(&self.history(&Selection::All)?.entries))
     }
 
-    /// Imports a Claude Code transcript (the text of its `.jsonl`) into the session's
-    /// history and turns; running it again adds only what the transcript gained.
+    /// Imports an agent's transcript (the text of its file, in `format`) into the session's
+    /// history and turns. Turns the hooks recorded with the same prompts get their replies
+    /// instead of being recorded twice; with [`ImportScope::RepliesOnly`](Scope::RepliesOnly)
+    /// nothing else is added. Running it again adds only what the transcript gained.
     ///
     /// # Errors
-    /// `invalid-argument` if the text is not a Claude Code transcript.
-    pub fn import_claude_code(&self, text: &str) -> Result<Imported> {
-        transcript::import_claude_code(&self.store, self.session()?, text)
+    /// `invalid-argument` if the text is not such a transcript.
+    pub fn import_transcript(&self, format: Format, text: &str, scope: Scope) -> Result<Imported> {
+        import::import(&self.store, self.session()?, format, text, scope)
+    }
+
+    /// [`import_transcript`](Self::import_transcript) of the file at `path` (compressed
+    /// with zstd when its name ends in `.zst`, as newer Codex rollouts are).
+    ///
+    /// # Errors
+    /// `io` if it cannot be read; as `import_transcript`.
+    pub fn import_transcript_file(&self, format: Format, path: &Path, scope: Scope) -> Result<Imported> {
+        let bytes = std::fs::read(path).context(path)?;
+        let bytes = if path.extension().is_some_and(|e| e == "zst") {
+            zstd::decode_all(bytes.as_slice())
+                .map_err(|e| Error::invalid(format!("{}: not zstd ({e})", path.display())))?
+        } else {
+            bytes
+        };
+        let text =
+            String::from_utf8(bytes).map_err(|_| Error::invalid(format!("{}: not UTF-8 text", path.display())))?;
+        self.import_transcript(format, &text, scope)
     }
 }

@@ -14,6 +14,8 @@
 //! - A session's history stays within its budget (`[history] max-session-size`): when an
 //!   append goes over, the oldest entries go, keeping the newest that fit in half the
 //!   budget and starting at a user entry; the totals say how much was compacted.
+//! - Entries are read in the order of their turns, and in the order they were appended
+//!   within a turn; an imported reply that grew is replaced where it is.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -59,6 +61,9 @@ pub struct ToolCall {
     /// What it returned, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
+    /// It failed (the agent was told of an error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<bool>,
 }
 
 /// One history entry.
@@ -156,12 +161,6 @@ pub struct Totals {
     pub compacted_entries: u64,
     /// Their bytes.
     pub compacted_bytes: u64,
-    /// The last transcript row imported into this session (`history import`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_imported_row: Option<String>,
-    /// The turn that row belonged to (a transcript that grew mid-turn continues it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_imported_turn: Option<String>,
 }
 
 /// A read of a session's history.
@@ -429,6 +428,30 @@ pub(crate) fn append_in(store: &Store, txn: &mut dyn Txn, session: &str, entries
     Ok(totals)
 }
 
+/// Replaces, inside `txn`, entry `seq` of the session with `entry` (an imported reply that
+/// grew), if it is still kept and still belongs to `entry`'s turn; `false` otherwise.
+pub(crate) fn replace_in(store: &Store, txn: &mut dyn Txn, session: &str, seq: u64, entry: &Entry) -> Result<bool> {
+    let key = entry_key(session, seq);
+    let Some(old) = txn.get(schema::HISTORY, &key)? else { return Ok(false) };
+    let old_plain = store.open_bytes(schema::HISTORY, &key, &old)?;
+    let was: Entry = serde_json::from_slice(&old_plain)
+        .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))?;
+    if was.turn_id != entry.turn_id {
+        return Ok(false);
+    }
+    let plain = serde_json::to_vec(entry).map_err(|e| Error::invalid(format!("history entry: {e}")))?;
+    txn.put(schema::HISTORY, &key, &store.seal_bytes(schema::HISTORY, &key, SCHEMA, &plain)?)?;
+    let mut totals = totals_in(store, txn, session)?;
+    totals.bytes = (totals.bytes + plain.len() as u64).saturating_sub(old_plain.len() as u64);
+    put_totals_in(store, txn, session, &totals)?;
+    Ok(true)
+}
+
+/// The sequence number the next entry appended to the session gets.
+pub(crate) fn next_seq_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<u64> {
+    Ok(totals_in(store, txn, session)?.next_seq)
+}
+
 /// Removes the oldest entries so the newest that fit in `keep` bytes remain, starting at
 /// a user entry. Returns how many were removed.
 pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
@@ -512,7 +535,13 @@ pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry,
 /// # Errors
 /// `corrupt` if an entry does not verify; `not-found` for an unknown turn.
 pub fn read(store: &Store, session: &str, selection: &Selection) -> Result<View> {
-    let all: Vec<Entry> = keyed(store, session)?.into_iter().map(|(_, e, _)| e).collect();
+    let mut all: Vec<Entry> = keyed(store, session)?.into_iter().map(|(_, e, _)| e).collect();
+    // In the order of their turns (a reply imported later still follows its prompt), and
+    // in the order they were recorded within a turn. Entries of turns no longer listed
+    // (the oldest, pruned) come first.
+    let position: std::collections::HashMap<String, u64> =
+        turn::list(store, session)?.into_iter().map(|t| (t.turn_id, t.index)).collect();
+    all.sort_by_key(|e| position.get(&e.turn_id).copied().unwrap_or(0));
     let compacted = totals(store, session)?.compacted_entries;
     let (entries, partial) = match selection {
         Selection::All => (all, compacted > 0),
@@ -655,6 +684,7 @@ mod tests {
             name: "Write".into(),
             input: serde_json::json!({ "content": big }),
             output: Some(Value::String("ü".repeat(TOOL_CAP))),
+            error: None,
         }]);
         cap(&mut e);
         let call = &e.tool_calls.as_ref().unwrap()[0];
@@ -672,6 +702,7 @@ mod tests {
             name: "Bash".into(),
             input: Value::Null,
             output: Some(Value::String("\u{1}".repeat(60_000))),
+            error: None,
         }]);
         cap(&mut e);
         let out = serde_json::to_string(e.tool_calls.as_ref().unwrap()[0].output.as_ref().unwrap()).unwrap();
@@ -694,6 +725,7 @@ mod tests {
                 name: format!("call-{i}"),
                 input: serde_json::json!({ "n": i, "pad": "y".repeat(3000) }),
                 output: None,
+                error: None,
             })
             .collect();
         e.tool_calls = Some(calls);

@@ -9,7 +9,7 @@
 pub mod begin;
 pub mod fork;
 pub mod history;
-pub mod transcript;
+pub mod import;
 pub mod turn;
 pub mod workspace;
 

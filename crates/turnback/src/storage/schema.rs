@@ -93,6 +93,8 @@ tables! {
     HISTORY = "history" in "session/history.rs", sealed, large;
     /// History totals per session.
     HISTORY_TOTALS = "history-totals" in "session/history.rs", sealed;
+    /// Turns imported from agents' transcripts, by session, source and the source's key.
+    IMPORTED_TURNS = "imported-turns" in "session/import/", sealed;
     /// Pending user-authored resolutions of rollback conflicts.
     RESOLUTIONS = "resolutions" in "undo/rollback/", sealed;
     /// Tool calls by the agent's own key (its tool-use id): seen, pending or done.

@@ -1,23 +1,38 @@
-//! Claude Code's hook events (its documented JSON on stdin), translated into the agent
-//! protocol. Nothing here decides anything the protocol decides.
+//! Claude Code's hook events (its documented JSON on stdin, hooks reference at
+//! code.claude.com/docs/en/hooks), translated into the agent protocol. Nothing here decides
+//! anything the protocol decides.
+//!
+//! - File tools (`Write`, `Edit`, `NotebookEdit`; `MultiEdit`, gone from current Claude
+//!   Code, still accepted) are checkpointed; `Bash` and `PowerShell` commands, and MCP
+//!   tools (`mcp__server__tool`, which may write anything), are shell records — turn
+//!   snapshots cover what they change. turnback's own MCP tools checkpoint themselves.
+//! - A sub-agent's events carry its `agent_id`: its calls' checkpoints name it.
+//! - `Stop` (again with `stop_hook_active` when another hook made Claude carry on),
+//!   `StopFailure` (an API error ended the turn) and `SessionEnd` end the turn; at a stop
+//!   the replies come in from the session's transcript (`transcript_path`), or from
+//!   `last_assistant_message` when it cannot be read.
 
 use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect};
+use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect, TranscriptFormat};
 
 use super::Translated;
 
-/// Tools whose writes are checkpointed (`MultiEdit` no longer exists in current Claude
-/// Code; older sessions still send it).
+/// Tools whose writes are checkpointed.
 const FILE_TOOLS: [&str; 4] = ["Write", "Edit", "MultiEdit", "NotebookEdit"];
+/// Tools that run shell commands.
+const SHELL_TOOLS: [&str; 2] = ["Bash", "PowerShell"];
+/// The prefix of turnback's own MCP tools, which checkpoint their writes themselves.
+const OWN_MCP: &str = "mcp__turnback__";
 
 /// One Claude Code hook event (the documented input; unknown fields are ignored).
 #[derive(Debug, Deserialize)]
 struct Event {
     session_id: Option<String>,
     cwd: Option<PathBuf>,
+    transcript_path: Option<PathBuf>,
     hook_event_name: String,
     tool_name: Option<String>,
     tool_input: Option<Value>,
@@ -25,6 +40,7 @@ struct Event {
     prompt: Option<String>,
     #[serde(default)]
     stop_hook_active: bool,
+    last_assistant_message: Option<String>,
     /// The sub-agent an event comes from (tool events inside one, and its start and stop).
     agent_id: Option<String>,
     agent_type: Option<String>,
@@ -37,6 +53,8 @@ struct Event {
 pub fn translate(input: &str) -> Result<Translated> {
     let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))?;
     let workspace = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).or(event.cwd.clone());
+    let mut transcript = None;
+    let mut last_reply = None;
     let events = match event.hook_event_name.as_str() {
         "SessionStart" => vec![AgentEvent::SessionStarted],
         "UserPromptSubmit" => {
@@ -45,8 +63,15 @@ pub fn translate(input: &str) -> Result<Translated> {
         "PreToolUse" => vec![AgentEvent::ToolStarted { call: call(&event)? }],
         "PostToolUse" => vec![AgentEvent::ToolFinished { call: call(&event)? }],
         "PostToolUseFailure" => vec![AgentEvent::ToolFailed { call: call(&event)? }],
-        "Stop" => vec![AgentEvent::Stopped { continued: event.stop_hook_active }],
-        "SessionEnd" => vec![AgentEvent::SessionEnded],
+        "Stop" | "StopFailure" | "SessionEnd" => {
+            transcript = event.transcript_path.clone().map(|p| (TranscriptFormat::ClaudeCode, p));
+            last_reply = event.last_assistant_message.clone().filter(|m| !m.trim().is_empty());
+            match event.hook_event_name.as_str() {
+                "SessionEnd" => vec![AgentEvent::SessionEnded],
+                "Stop" => vec![AgentEvent::Stopped { continued: event.stop_hook_active }],
+                _ => vec![AgentEvent::Stopped { continued: false }],
+            }
+        }
         "PreCompact" => vec![AgentEvent::Compacted],
         "SubagentStart" | "SubagentStop" => match event.agent_id.clone() {
             Some(id) if event.hook_event_name == "SubagentStart" => {
@@ -57,7 +82,15 @@ pub fn translate(input: &str) -> Result<Translated> {
         },
         _ => Vec::new(),
     };
-    Ok(Translated { name: event.hook_event_name, workspace, cwd: event.cwd, session: event.session_id, events })
+    Ok(Translated {
+        name: event.hook_event_name,
+        workspace,
+        cwd: event.cwd,
+        session: event.session_id,
+        events,
+        transcript,
+        last_reply,
+    })
 }
 
 /// The tool call an event is about.
@@ -70,8 +103,10 @@ fn call(event: &Event) -> Result<ToolCall> {
             .find_map(|k| input.get(*k).and_then(Value::as_str))
             .ok_or_else(|| Error::invalid(format!("{tool}: no file_path in tool_input")))?;
         (ToolEffect::WritesFiles, vec![PathBuf::from(path)], None)
-    } else if tool == "Bash" {
+    } else if SHELL_TOOLS.contains(&tool.as_str()) {
         (ToolEffect::RunsShell, Vec::new(), input.get("command").and_then(Value::as_str).map(str::to_string))
+    } else if tool.starts_with("mcp__") && !tool.starts_with(OWN_MCP) {
+        (ToolEffect::RunsShell, Vec::new(), Some(mcp_command(&tool, &input)))
     } else {
         (ToolEffect::Other, Vec::new(), None)
     };
@@ -84,4 +119,18 @@ fn call(event: &Event) -> Result<ToolCall> {
         exit_status: None,
         subagent: event.agent_id.clone(),
     })
+}
+
+/// An MCP tool call as a shell record: the tool and its arguments (cut short).
+fn mcp_command(tool: &str, input: &Value) -> String {
+    let mut args = input.to_string();
+    if args.len() > 500 {
+        let mut end = 500;
+        while !args.is_char_boundary(end) {
+            end -= 1;
+        }
+        args.truncate(end);
+        args.push('…');
+    }
+    format!("{tool} {args}")
 }

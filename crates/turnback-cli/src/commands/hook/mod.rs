@@ -1,21 +1,28 @@
 //! `turnback hook AGENT`: one agent hook event from stdin, translated into the agent
 //! protocol's events (see the library's `AgentEvent`) and recorded. Each agent's module is
-//! a translator and nothing else.
+//! a translator and nothing else: it reads the agent's documented payload and says what
+//! happened, where (workspace, directory, session), and — at a stop — where the agent's
+//! own transcript is, so the replies of the turns recorded come into the history.
 //!
 //! Invariants: a hook never fails the agent — whatever goes wrong is appended to
-//! `hooks.log` in the store and the exit code is 0, with nothing on stdout (Claude Code
-//! adds a prompt hook's stdout to the conversation). Events arriving twice or out of order
-//! are harmless: the protocol is built for them.
+//! `hooks.log` in the store, the exit code is 0, and stdout holds only what the agent
+//! expects from a hook that lets everything through (nothing for most agents; Cursor's
+//! "allow" answers), so nothing turnback prints reaches the conversation. Events arriving
+//! twice or out of order are harmless: the protocol is built for them.
 
 mod claude_code;
+mod codex;
+mod cursor;
+mod gemini;
+mod opencode;
+pub mod patch;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{AgentEvent, Error, ErrorCode, Result};
-
-use std::sync::atomic::AtomicBool;
+use turnback::{AgentEvent, Error, ErrorCode, ImportScope, Result, TranscriptFormat, Turnback};
 
 use crate::app::{Ctx, open_for_turns};
 use crate::cli::HookAgent;
@@ -38,16 +45,21 @@ pub struct Translated {
     pub session: Option<String>,
     /// The protocol events, in order.
     pub events: Vec<AgentEvent>,
+    /// The agent's transcript, to bring the replies of the turns recorded from (at a stop).
+    pub transcript: Option<(TranscriptFormat, PathBuf)>,
+    /// The agent's last reply as the event carries it: recorded if the transcript cannot be
+    /// read (or there is none).
+    pub last_reply: Option<String>,
 }
 
-/// Handles one event; always exit 0, nothing on stdout.
+/// Handles one event; always exit 0.
 pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
     // SIGINT/SIGTERM while a prompt's start snapshot is awaited cancels that turn cleanly.
     let cancel = match super::turn::cancel_on_signals() {
         Ok(flag) => flag,
         Err(e) => {
             log(ctx, agent, &e);
-            return Outcome::raw(String::new());
+            return Outcome::raw(answer(agent, ""));
         }
     };
     let mut input = String::new();
@@ -55,9 +67,7 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
     let result = std::io::stdin()
         .read_to_string(&mut input)
         .map_err(|e| Error::new(ErrorCode::Io, format!("reading the event: {e}")))
-        .and_then(|_| match agent {
-            HookAgent::ClaudeCode => claude_code::translate(&input),
-        })
+        .and_then(|_| translate(agent, &input))
         .and_then(|t| {
             name = t.name.clone();
             record(ctx, t, &cancel)
@@ -66,12 +76,31 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
     if let Err(e) = result {
         log(ctx, agent, &e);
     }
-    Outcome::raw(String::new())
+    Outcome::raw(answer(agent, &name))
 }
 
-/// Records the translated events in the workspace and session they name.
+fn translate(agent: HookAgent, input: &str) -> Result<Translated> {
+    match agent {
+        HookAgent::ClaudeCode => claude_code::translate(input),
+        HookAgent::Codex => codex::translate(input),
+        HookAgent::Gemini => gemini::translate(input),
+        HookAgent::Cursor => cursor::translate(input),
+        HookAgent::Opencode => opencode::translate(input),
+    }
+}
+
+/// What the agent reads on stdout: the answer of a hook that lets everything through.
+fn answer(agent: HookAgent, event: &str) -> String {
+    match agent {
+        HookAgent::Cursor => cursor::answer(event),
+        _ => String::new(),
+    }
+}
+
+/// Records the translated events in the workspace and session they name, then brings in
+/// the replies from the agent's transcript.
 fn record(ctx: &Ctx, t: Translated, cancel: &AtomicBool) -> Result<()> {
-    if t.events.is_empty() {
+    if t.events.is_empty() && t.transcript.is_none() && t.last_reply.is_none() {
         return Ok(());
     }
     let mut options = ctx.options(true)?;
@@ -86,17 +115,46 @@ fn record(ctx: &Ctx, t: Translated, cancel: &AtomicBool) -> Result<()> {
     for event in &t.events {
         tb.record_event(event, Some(cancel))?;
     }
-    Ok(())
+    replies(&tb, t.transcript, t.last_reply)
+}
+
+/// Brings the replies of the turns recorded in from the agent's transcript (matched by
+/// their prompts, so it does not matter that the turn has just ended). Without a
+/// transcript, or when it cannot be read, the reply the event carried stands in for it
+/// (and the failure is still logged).
+fn replies(tb: &Turnback, transcript: Option<(TranscriptFormat, PathBuf)>, last: Option<String>) -> Result<()> {
+    // A transcript not written yet is no transcript.
+    let transcript = transcript.filter(|(_, path)| path.exists());
+    let imported = transcript.map(|(format, path)| tb.import_transcript_file(format, &path, ImportScope::RepliesOnly));
+    let fallback = |text: String| tb.record_event(&AgentEvent::AssistantReplied { text, thinking: None }, None);
+    match (imported, last) {
+        (Some(Ok(_)), _) | (None, None) => Ok(()),
+        (None, Some(text)) => fallback(text).map(drop),
+        (Some(Err(e)), last) => {
+            if let Some(text) = last {
+                fallback(text)?;
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The name an agent is known by on the command line (and in `hooks.log`).
+pub fn agent_name(agent: HookAgent) -> &'static str {
+    match agent {
+        HookAgent::ClaudeCode => "claude-code",
+        HookAgent::Codex => "codex",
+        HookAgent::Gemini => "gemini",
+        HookAgent::Cursor => "cursor",
+        HookAgent::Opencode => "opencode",
+    }
 }
 
 fn log(ctx: &Ctx, agent: HookAgent, e: &Error) {
     use std::os::unix::fs::OpenOptionsExt;
     let Ok(dir) = ctx.store_dir() else { return };
     let _ = std::fs::create_dir_all(&dir);
-    let agent = match agent {
-        HookAgent::ClaudeCode => "claude-code",
-    };
-    let line = format!("{} {agent} {}: {}\n", turnback::format_ms(turnback::now_ms()), e.code, e.message);
+    let line = format!("{} {} {}: {}\n", turnback::format_ms(turnback::now_ms()), agent_name(agent), e.code, e.message);
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("hooks.log")) {
         let _ = f.write_all(line.as_bytes());
     }

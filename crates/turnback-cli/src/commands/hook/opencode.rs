@@ -1,0 +1,113 @@
+//! opencode's events, as the plugin `turnback install opencode` writes forwards them (one
+//! JSON object per event on stdin; the plugin is `plugin.js` beside this file), translated
+//! into the agent protocol. The plugin reads opencode's plugin hooks (`chat.message`,
+//! `tool.execute.before`/`after`, and the `event` stream's `session.idle`,
+//! `session.created`, `session.compacted` and tool-part errors; opencode's plugin docs,
+//! packages/web/src/content/docs/plugins.mdx) and sends:
+//!
+//! | `event` | fields |
+//! |---|---|
+//! | `prompt` | `prompt` |
+//! | `tool-before`, `tool-after`, `tool-failed` | `tool`, `callID`, `args`, `metadata` (after), `subagent` |
+//! | `idle` | — |
+//! | `subagent-start`, `subagent-stop` | `id`, `kind` |
+//! | `compacted` | — |
+//!
+//! each with `sessionID` (the root session: a sub-agent's calls come under its parent's,
+//! named by `subagent`) and `directory` (the project). `write`, `edit`, `multiedit`,
+//! `apply_patch` and `patch` are checkpointed; `bash` is a shell record.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde_json::Value;
+use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect};
+
+use super::{Translated, patch};
+
+/// One event as the plugin sends it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Event {
+    event: String,
+    #[serde(rename = "sessionID")]
+    session_id: Option<String>,
+    directory: Option<PathBuf>,
+    prompt: Option<String>,
+    tool: Option<String>,
+    #[serde(rename = "callID")]
+    call_id: Option<String>,
+    args: Option<Value>,
+    metadata: Option<Value>,
+    subagent: Option<String>,
+    id: Option<String>,
+    kind: Option<String>,
+}
+
+/// Translates one event.
+///
+/// # Errors
+/// `invalid-argument` if it is not an event of turnback's opencode plugin.
+pub fn translate(input: &str) -> Result<Translated> {
+    let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("plugin event: {e}")))?;
+    let events = match event.event.as_str() {
+        "prompt" => vec![AgentEvent::PromptSubmitted { prompt: Some(event.prompt.clone().unwrap_or_default()) }],
+        "tool-before" => vec![AgentEvent::ToolStarted { call: call(&event) }],
+        "tool-after" => {
+            let call = call(&event);
+            let failed = call.exit_status.is_some_and(|s| s != 0);
+            vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
+        }
+        "tool-failed" => vec![AgentEvent::ToolFailed { call: call(&event) }],
+        "idle" => vec![AgentEvent::Stopped { continued: false }],
+        "subagent-start" => event
+            .id
+            .clone()
+            .map(|id| AgentEvent::SubagentStarted { id, kind: event.kind.clone() })
+            .into_iter()
+            .collect(),
+        "subagent-stop" => event.id.clone().map(|id| AgentEvent::SubagentStopped { id }).into_iter().collect(),
+        "compacted" => vec![AgentEvent::Compacted],
+        _ => Vec::new(),
+    };
+    Ok(Translated {
+        name: event.event,
+        workspace: event.directory.clone(),
+        cwd: event.directory,
+        session: event.session_id,
+        events,
+        transcript: None,
+        last_reply: None,
+    })
+}
+
+/// The tool call an event is about.
+fn call(event: &Event) -> ToolCall {
+    let tool = event.tool.clone().unwrap_or_default();
+    let args = event.args.clone().unwrap_or(Value::Null);
+    let text = |k: &str| args.get(k).and_then(Value::as_str).map(str::to_string);
+    let (effect, paths, command) = match tool.as_str() {
+        "write" | "edit" | "multiedit" => {
+            (ToolEffect::WritesFiles, text("filePath").map(PathBuf::from).into_iter().collect(), None)
+        }
+        "apply_patch" | "patch" => {
+            (ToolEffect::WritesFiles, text("patchText").as_deref().map(patch::paths).unwrap_or_default(), None)
+        }
+        "bash" => (ToolEffect::RunsShell, Vec::new(), text("command")),
+        _ => (ToolEffect::Other, Vec::new(), None),
+    };
+    let exit_status = event
+        .metadata
+        .as_ref()
+        .and_then(|m| ["exit", "exitCode", "exit_code"].iter().find_map(|k| m.get(*k).and_then(Value::as_i64)))
+        .and_then(|s| i32::try_from(s).ok());
+    ToolCall {
+        id: event.call_id.clone(),
+        name: tool,
+        effect,
+        paths,
+        command,
+        exit_status,
+        subagent: event.subagent.clone(),
+    }
+}

@@ -1,0 +1,130 @@
+//! Codex CLI: hooks in `.codex/hooks.json` (project) or `$CODEX_HOME/hooks.json` (user,
+//! default `~/.codex`), and the hooks feature turned on in the `config.toml` beside it, per
+//! the official hooks reference (developers.openai.com/codex/hooks).
+//!
+//! The feature: `codex_hooks = true` under `[features]` — the key older Codex reads and
+//! newer Codex still accepts (hooks are on by default since 0.124) — written with a comment
+//! that marks it as turnback's, so uninstalling removes it only if turnback added it.
+
+use std::path::PathBuf;
+
+use serde_json::json;
+use toml_edit::{DocumentMut, Item, Table, value};
+use turnback::{Error, Result};
+
+use super::{Change, Places, Plan, is_our_command, json_hooks};
+use crate::cli::{HookAgent, Scope};
+
+/// Codex's file tool and shell tools as hooks see them, and MCP tools.
+const TOOLS: &str = "^(apply_patch|Bash)$|^mcp__";
+
+const EVENTS: [(&str, Option<&str>); 8] = [
+    ("SessionStart", None),
+    ("UserPromptSubmit", None),
+    ("PreToolUse", Some(TOOLS)),
+    ("PostToolUse", Some(TOOLS)),
+    ("Stop", None),
+    ("SubagentStart", None),
+    ("SubagentStop", None),
+    ("PreCompact", None),
+];
+
+/// The comment that marks the feature flag as turnback's.
+const MARK: &str = " # turned on by turnback install codex";
+
+pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
+    let dir = match places.scope {
+        Scope::Project => places.project.join(".codex"),
+        Scope::User => std::env::var_os("CODEX_HOME").map(PathBuf::from).unwrap_or_else(|| places.home.join(".codex")),
+    };
+    let hooks = dir.join("hooks.json");
+    let what = hooks.display().to_string();
+    let handler = json!({ "type": "command", "command": command, "timeout": 30 });
+    let edit_hooks = move |text: Option<&str>| {
+        let ours = |c: &str| is_our_command(c, HookAgent::Codex);
+        json_hooks::edit(text, &what, &EVENTS, &handler, &ours, uninstall)
+    };
+    let config = dir.join("config.toml");
+    let config_what = config.display().to_string();
+    let edit_config = move |text: Option<&str>| feature(text, &config_what, uninstall);
+    let mut notes = Vec::new();
+    if !uninstall {
+        notes.push("Codex runs a new hook only once you trust it: run /hooks in Codex and trust turnback's (or start Codex with --dangerously-bypass-hook-trust)".to_string());
+        if places.scope == Scope::Project {
+            notes.push("Codex reads a project's .codex/ only when it trusts the project".to_string());
+        }
+    }
+    Ok(Plan {
+        changes: vec![
+            Change { file: hooks, edit: Box::new(edit_hooks) },
+            Change { file: config, edit: Box::new(edit_config) },
+        ],
+        notes,
+    })
+}
+
+/// `config.toml` with the hooks feature on (unless it is set already), or, uninstalling,
+/// without the setting turnback added. `None`: a file turnback created, left empty.
+fn feature(text: Option<&str>, what: &str, uninstall: bool) -> Result<Option<String>> {
+    let mut doc: DocumentMut = text
+        .unwrap_or("")
+        .parse()
+        .map_err(|e| Error::invalid(format!("{what}: not TOML ({e}); nothing was changed")))?;
+    let features = doc.get("features").and_then(Item::as_table_like);
+    let set = |k: &str| features.is_some_and(|f| f.get(k).is_some());
+    let ours = features
+        .and_then(|f| f.get("codex_hooks"))
+        .and_then(Item::as_value)
+        .is_some_and(|v| v.decor().suffix().and_then(|s| s.as_str()).is_some_and(|s| s.contains("turnback")));
+    if uninstall {
+        if !ours {
+            return Ok(text.map(str::to_string));
+        }
+        let table = doc["features"].as_table_like_mut().expect("features is a table");
+        table.remove("codex_hooks");
+        if table.is_empty() {
+            doc.remove("features");
+        }
+    } else {
+        if set("codex_hooks") || set("hooks") {
+            return Ok(text.map(str::to_string));
+        }
+        if doc.get("features").is_none() {
+            doc.insert("features", Item::Table(Table::new()));
+        }
+        let table = doc["features"]
+            .as_table_like_mut()
+            .ok_or_else(|| Error::invalid(format!("{what}: features is not a table; nothing was changed")))?;
+        let mut on = value(true);
+        if let Some(v) = on.as_value_mut() {
+            v.decor_mut().set_suffix(MARK);
+        }
+        table.insert("codex_hooks", on);
+    }
+    let out = doc.to_string();
+    Ok(if out.trim().is_empty() { None } else { Some(out) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::feature;
+
+    #[test]
+    fn the_feature_is_added_marked_kept_when_set_and_removed_only_when_ours() {
+        let mine = "model = \"gpt-5-codex\"\n\n[features]\nweb_search = true\n";
+        let on = feature(Some(mine), "c", false).unwrap().unwrap();
+        assert!(on.contains("codex_hooks = true # turned on by turnback"), "{on}");
+        assert!(on.starts_with("model = \"gpt-5-codex\"\n\n[features]\nweb_search = true\n"), "{on}");
+        assert_eq!(feature(Some(&on), "c", false).unwrap().as_deref(), Some(on.as_str()), "twice changes nothing");
+        assert_eq!(feature(Some(&on), "c", true).unwrap().as_deref(), Some(mine), "uninstall gives the original back");
+        // Set by the person: left alone both ways.
+        let theirs = "[features]\nhooks = true\n";
+        assert_eq!(feature(Some(theirs), "c", false).unwrap().as_deref(), Some(theirs));
+        let theirs = "[features]\ncodex_hooks = true\n";
+        assert_eq!(feature(Some(theirs), "c", true).unwrap().as_deref(), Some(theirs));
+        // A file turnback made goes when turnback's setting goes.
+        let made = feature(None, "c", false).unwrap().unwrap();
+        assert_eq!(feature(Some(&made), "c", true).unwrap(), None);
+        assert!(feature(Some("not = [toml"), "c", false).is_err());
+    }
+}

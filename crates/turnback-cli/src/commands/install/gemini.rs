@@ -1,0 +1,37 @@
+//! Gemini CLI: hooks in `.gemini/settings.json` (project) or `~/.gemini/settings.json`
+//! (user), per its hooks reference (docs/hooks/reference.md; timeouts in milliseconds).
+
+use serde_json::json;
+use turnback::Result;
+
+use super::{Change, Places, Plan, is_our_command, json_hooks};
+use crate::cli::HookAgent;
+
+/// The tools whose calls turnback hears of (matchers are unanchored regular expressions:
+/// anchored here so that no other tool's name matches by containing one of these).
+const TOOLS: &str = "^(write_file|replace|run_shell_command)$|^mcp_";
+
+const EVENTS: [(&str, Option<&str>); 7] = [
+    ("SessionStart", None),
+    ("BeforeAgent", None),
+    ("BeforeTool", Some(TOOLS)),
+    ("AfterTool", Some(TOOLS)),
+    ("AfterAgent", None),
+    ("PreCompress", None),
+    ("SessionEnd", None),
+];
+
+pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
+    let file = places.dir(".gemini").join("settings.json");
+    let what = file.display().to_string();
+    let handler = json!({ "name": "turnback", "type": "command", "command": command, "timeout": 30000 });
+    let edit = move |text: Option<&str>| {
+        let ours = |c: &str| is_our_command(c, HookAgent::Gemini);
+        json_hooks::edit(text, &what, &EVENTS, &handler, &ours, uninstall)
+    };
+    let notes = vec![
+        "Gemini CLI runs hooks only in folders it trusts: trust this one when it asks (or set GEMINI_CLI_TRUST_WORKSPACE=true)".to_string(),
+        "Gemini CLI before 0.27 also needs \"tools\": {\"enableHooks\": true} in its settings".to_string(),
+    ];
+    Ok(Plan { changes: vec![Change { file, edit: Box::new(edit) }], notes: if uninstall { Vec::new() } else { notes } })
+}

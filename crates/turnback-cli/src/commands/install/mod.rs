@@ -1,0 +1,239 @@
+//! `turnback install AGENT`: connects an agent to turnback — its hooks (or, for opencode,
+//! a plugin) merged into the agent's own configuration — and leaves turnback ready (the
+//! store and key made if missing, and where the key is said), so the agent's next prompt
+//! is recorded. Each agent's module says which files change and how; this one reads,
+//! writes and reports.
+//!
+//! Invariants: installing keeps every other setting and hook; a file is rewritten only if
+//! its text changes (a second install changes nothing, byte for byte); uninstalling
+//! removes exactly what installing added (a file turnback created and left empty goes
+//! too); nothing is written when any file cannot be read as the agent's format.
+
+mod claude_code;
+mod codex;
+mod cursor;
+mod gemini;
+mod json_hooks;
+mod opencode;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use turnback::{Error, ErrorCode, Result};
+
+use crate::app::{Ctx, cwd};
+use crate::cli::{HookAgent, Scope};
+use crate::commands::hook::agent_name;
+use crate::output::Outcome;
+
+/// A file's text after, from its text now (`None`: no file, before or after).
+pub type Edit = Box<dyn Fn(Option<&str>) -> Result<Option<String>>>;
+
+/// One file an installation changes.
+pub struct Change {
+    pub file: PathBuf,
+    pub edit: Edit,
+}
+
+/// What installing (or uninstalling) for one agent does.
+pub struct Plan {
+    pub changes: Vec<Change>,
+    /// What the person must know or do (an agent's own trust prompt, say).
+    pub notes: Vec<String>,
+}
+
+/// Where an agent's configuration lives: the project's root and the person's home.
+#[derive(Debug, Clone)]
+pub struct Places {
+    pub scope: Scope,
+    pub project: PathBuf,
+    pub home: PathBuf,
+}
+
+impl Places {
+    /// The directory of the scope's configuration: `<project>/<dir>` or `<home>/<dir>`.
+    pub fn dir(&self, dir: &str) -> PathBuf {
+        match self.scope {
+            Scope::Project => self.project.join(dir),
+            Scope::User => self.home.join(dir),
+        }
+    }
+}
+
+/// One file, as reported.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FileReport {
+    path: PathBuf,
+    changed: bool,
+}
+
+/// What `install` did.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Installed {
+    agent: &'static str,
+    /// The files it looked at, and whether each was rewritten.
+    files: Vec<FileReport>,
+    /// Whether turnback's hooks are in place now.
+    installed: bool,
+    /// The command the hooks run.
+    command: String,
+    /// The store, when installing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    store: Option<PathBuf>,
+    /// Where the store's key comes from, when installing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_source: Option<String>,
+    notes: Vec<String>,
+}
+
+/// Merges turnback's hooks for `agent` into (or, with `uninstall`, out of) its settings.
+pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool) -> Result<Outcome> {
+    let project = match &ctx.global.workspace {
+        Some(d) => d.clone(),
+        None => cwd()?,
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from).ok_or_else(|| Error::invalid("HOME is not set"))?;
+    let places = Places { scope, project, home };
+    let command = hook_command(agent)?;
+    let plan = match agent {
+        HookAgent::ClaudeCode => claude_code::plan(&places, &command, uninstall),
+        HookAgent::Codex => codex::plan(&places, &command, uninstall),
+        HookAgent::Gemini => gemini::plan(&places, &command, uninstall),
+        HookAgent::Cursor => cursor::plan(&places, &command, uninstall),
+        HookAgent::Opencode => opencode::plan(&places, &command, uninstall),
+    }?;
+    // Every file is read and edited before any is written.
+    let mut writes = Vec::new();
+    for change in &plan.changes {
+        let before = read(&change.file)?;
+        let after = (change.edit)(before.as_deref())?;
+        writes.push((change.file.clone(), before, after));
+    }
+    let mut files = Vec::new();
+    for (file, before, after) in writes {
+        let changed = before != after;
+        if changed {
+            match &after {
+                Some(text) => write_atomically(&file, text.as_bytes())?,
+                None => std::fs::remove_file(&file).map_err(|e| io(&file, e))?,
+            }
+        }
+        files.push(FileReport { path: file, changed });
+    }
+    let (store, key_source) = if uninstall {
+        (None, None)
+    } else {
+        let ready = ctx.open(true)?.init()?;
+        (Some(ready.store), Some(ready.key_source))
+    };
+    let text = report_text(agent, uninstall, &files, store.as_deref(), key_source.as_deref(), &plan.notes);
+    let installed = Installed {
+        agent: agent_name(agent),
+        files,
+        installed: !uninstall,
+        command,
+        store,
+        key_source,
+        notes: plan.notes,
+    };
+    Ok(Outcome::of(&installed, text))
+}
+
+fn report_text(
+    agent: HookAgent,
+    uninstall: bool,
+    files: &[FileReport],
+    store: Option<&Path>,
+    key: Option<&str>,
+    notes: &[String],
+) -> String {
+    let name = agent_name(agent);
+    let mut text = String::new();
+    for f in files {
+        let line = match (uninstall, f.changed) {
+            (false, true) => format!("installed turnback's {name} hooks in {}", f.path.display()),
+            (false, false) => format!("turnback's {name} hooks are already in {}", f.path.display()),
+            (true, true) => format!("removed turnback's {name} hooks from {}", f.path.display()),
+            (true, false) => format!("no turnback {name} hooks in {}", f.path.display()),
+        };
+        text.push_str(&line);
+        text.push('\n');
+    }
+    if let (Some(store), Some(key)) = (store, key) {
+        text.push_str(&format!(
+            "store  {}\nkey    {key} — back it up: without it, nothing in the store can be read\n",
+            store.display()
+        ));
+    }
+    for note in notes {
+        text.push_str(&format!("note: {note}\n"));
+    }
+    text
+}
+
+/// How an agent runs the hook: `turnback hook AGENT` when that name on PATH is this very
+/// binary (so an upgrade that moves the binary keeps working), else this binary's absolute
+/// path — always the absolute path for Cursor, an application that may not share the
+/// shell's PATH.
+pub fn hook_command(agent: HookAgent) -> Result<String> {
+    let name = agent_name(agent);
+    let exe = own_exe()?;
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).map(|d| d.join("turnback")).find(|c| c.is_file()))
+        .unwrap_or_default()
+        .and_then(|c| std::fs::canonicalize(c).ok());
+    if agent != HookAgent::Cursor && on_path.is_some() && on_path == std::fs::canonicalize(&exe).ok() {
+        return Ok(format!("turnback hook {name}"));
+    }
+    Ok(format!("{} hook {name}", shell_quoted(&exe.to_string_lossy())))
+}
+
+/// This binary.
+pub fn own_exe() -> Result<PathBuf> {
+    std::env::current_exe().map_err(|e| Error::new(ErrorCode::Io, format!("own executable: {e}")))
+}
+
+fn shell_quoted(s: &str) -> String {
+    if s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Whether `command` is a hook command turnback installed for `agent`.
+pub fn is_our_command(command: &str, agent: HookAgent) -> bool {
+    command.ends_with(&format!(" hook {}", agent_name(agent))) && command.contains("turnback")
+}
+
+fn read(file: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(file, e)),
+    }
+}
+
+fn io(file: &Path, e: std::io::Error) -> Error {
+    Error::new(ErrorCode::Io, format!("{}: {e}", file.display()))
+}
+
+fn write_atomically(file: &Path, bytes: &[u8]) -> Result<()> {
+    // A settings file that is a symlink (dotfiles managers) is written where it points,
+    // never replaced by a regular file.
+    let file = &std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    let dir = file.parent().ok_or_else(|| Error::invalid("settings file has no directory"))?;
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let temp = dir.join(format!(".{name}.turnback-{}", std::process::id()));
+    let mut f = std::fs::File::create(&temp).map_err(|e| io(&temp, e))?;
+    f.write_all(bytes).map_err(|e| io(&temp, e))?;
+    f.sync_all().map_err(|e| io(&temp, e))?;
+    if let Ok(meta) = std::fs::metadata(file) {
+        let _ = std::fs::set_permissions(&temp, meta.permissions());
+    }
+    std::fs::rename(&temp, file).map_err(|e| io(file, e))
+}

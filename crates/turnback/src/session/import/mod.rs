@@ -1,0 +1,333 @@
+//! Importing an agent's own record of a session (its transcript) into a session's history
+//! and turn list. Each agent's format has a parser of its own ([`claude_code`], …) that
+//! reads the turns the person actually kept; this module merges them in, the same way for
+//! every agent.
+//!
+//! Invariants:
+//! - A source turn is known by its key (the id of the record that began it, stable in the
+//!   agent's file), remembered per session and source: importing again adds nothing
+//!   twice, and a turn whose reply grew since (the file was read mid-turn) has its reply
+//!   replaced where it stands in the history, never appended a second time.
+//! - A source turn not imported before joins a turn the hooks already recorded when that
+//!   turn has the same prompt and comes in the same order (the hooks made the turn, the
+//!   transcript brings the reply): one set of turns, never duplicates. Otherwise it becomes
+//!   a finished turn of its own (no snapshots: nothing was recorded on disk then) — unless
+//!   the import brings replies only (a hook's), which never adds a turn.
+//! - An import is one transaction: its turns, entries and keys all land or none do.
+
+pub mod claude_code;
+pub mod codex;
+pub mod gemini;
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::base::hex::hex;
+use crate::error::{Error, Result};
+use crate::session::Session;
+use crate::session::history::{self, Entry, Role};
+use crate::session::turn::{self, TurnKind};
+use crate::storage::kv::Txn;
+use crate::storage::schema;
+use crate::storage::store::Store;
+
+/// What an import did.
+#[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Imported {
+    /// Turns recorded (new turns of their own).
+    pub turns: u64,
+    /// Turns the hooks had recorded that the import brought their replies to.
+    pub joined_turns: u64,
+    /// Turns imported before whose reply grew, and was replaced.
+    pub updated_turns: u64,
+    /// History entries recorded.
+    pub entries: u64,
+    /// Records skipped (a branch the person abandoned, sub-agents, injected notices,
+    /// records of other kinds, unparsable lines).
+    pub skipped_rows: u64,
+    /// Turns already imported, unchanged.
+    pub already_imported_turns: u64,
+}
+
+/// One turn as an agent's record of it holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SourceTurn {
+    /// Stable in the source: the id of the record that began it.
+    pub key: String,
+    /// The prompt as the person wrote it (a slash command as typed).
+    pub prompt: String,
+    /// The prompt as the agent sent it, when different (a command's expansion).
+    pub sent: Option<String>,
+    /// When it began and ended (RFC 3339, as the source says).
+    pub started_at: String,
+    pub ended_at: String,
+    /// The agent's reply: text, thinking and tool calls with their outputs (its turn id is
+    /// filled in here).
+    pub reply: Option<Entry>,
+}
+
+/// A source, read: its turns in the order the person kept them, and what was skipped.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Parsed {
+    pub turns: Vec<SourceTurn>,
+    pub skipped_rows: u64,
+}
+
+/// Whose record it is: the name under which its keys are remembered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A Claude Code session transcript (`~/.claude/projects/…/<session>.jsonl`).
+    ClaudeCode,
+    /// A Codex CLI rollout (`~/.codex/sessions/…/rollout-…-<session>.jsonl`).
+    Codex,
+    /// A Gemini CLI chat file (`~/.gemini/tmp/<project>/chats/session-….jsonl`, or `.json`
+    /// before v0.39).
+    Gemini,
+}
+
+impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::ClaudeCode => "claude-code",
+            Format::Codex => "codex",
+            Format::Gemini => "gemini",
+        }
+    }
+
+    fn parse(self, text: &str) -> Result<Parsed> {
+        match self {
+            Format::ClaudeCode => claude_code::parse(text),
+            Format::Codex => codex::parse(text),
+            Format::Gemini => gemini::parse(text),
+        }
+    }
+}
+
+/// What an import may add.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every turn: new ones become turns of their own.
+    All,
+    /// Only the replies of turns the hooks recorded (a hook reading the transcript as the
+    /// agent stops).
+    RepliesOnly,
+}
+
+/// An imported turn, remembered: the turn it went into, and its reply's place.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Known {
+    turn_id: String,
+    /// The reply's sequence number in the history.
+    reply_seq: Option<u64>,
+    /// A keyed digest of the reply as imported.
+    reply_digest: Option<String>,
+}
+
+const KNOWN_SCHEMA: u16 = 1;
+const NO_SNAPSHOT: &str = "imported from the agent's transcript (no snapshot)";
+
+fn known_key(session: &str, format: Format, key: &str) -> Vec<u8> {
+    format!("{session}/{}/{key}", format.name()).into_bytes()
+}
+
+/// Imports `text`, a record in `format`, into `session`.
+///
+/// # Errors
+/// `invalid-argument` if `text` is not such a record; store errors.
+pub fn import(store: &Store, session: &Session, format: Format, text: &str, scope: Scope) -> Result<Imported> {
+    let parsed = format.parse(text)?;
+    let mut report = Imported { skipped_rows: parsed.skipped_rows, ..Imported::default() };
+    // What the hooks recorded, read before the transaction (reads and the write share one
+    // connection): each prompt turn with its prompt.
+    let recorded: Vec<(String, Option<String>)> = turn::list(store, &session.id)?
+        .into_iter()
+        .filter(|t| t.kind == TurnKind::Prompt)
+        .map(|t| Ok((t.turn_id.clone(), history::prompt_of(store, &session.id, &t.turn_id)?)))
+        .collect::<Result<_>>()?;
+    let mut txn = store.kv().begin()?;
+    let claimed = claimed(store, &mut *txn, &session.id)?;
+    let mut merge = Merge { store, session: &session.id, format, scope, recorded, claimed, next: 0 };
+    for source in parsed.turns {
+        merge.turn(&mut *txn, source, &mut report)?;
+    }
+    txn.commit()?;
+    history::enforce_budget(store, &session.id)?;
+    Ok(report)
+}
+
+/// The turns of `session` that imported turns already went into (from any source).
+fn claimed(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<HashSet<String>> {
+    let mut out = HashSet::new();
+    for key in txn.keys(schema::IMPORTED_TURNS, format!("{session}/").as_bytes())? {
+        if let Some(value) = txn.get(schema::IMPORTED_TURNS, &key)? {
+            let known: Known = store.open_record(schema::IMPORTED_TURNS, &key, &value)?;
+            out.insert(known.turn_id);
+        }
+    }
+    Ok(out)
+}
+
+/// One import's merging of source turns into a session, in order.
+struct Merge<'a> {
+    store: &'a Store,
+    session: &'a str,
+    format: Format,
+    scope: Scope,
+    /// The session's prompt turns with their prompts, oldest first.
+    recorded: Vec<(String, Option<String>)>,
+    /// Turns an imported turn went into.
+    claimed: HashSet<String>,
+    /// Where to look for the next recorded turn to join: turns join in order.
+    next: usize,
+}
+
+impl Merge<'_> {
+    fn turn(&mut self, txn: &mut dyn Txn, source: SourceTurn, report: &mut Imported) -> Result<()> {
+        let key = known_key(self.session, self.format, &source.key);
+        if let Some(value) = txn.get(schema::IMPORTED_TURNS, &key)? {
+            let known: Known = self.store.open_record(schema::IMPORTED_TURNS, &key, &value)?;
+            if let Some(at) = self.recorded.iter().position(|(id, _)| *id == known.turn_id) {
+                self.next = self.next.max(at + 1);
+            }
+            let updated = self.reply(txn, &key, known, source.reply, report)?;
+            report.already_imported_turns += u64::from(!updated);
+            return Ok(());
+        }
+        let turn_id = match self.join(&source) {
+            Some(turn_id) => {
+                report.joined_turns += 1;
+                turn_id
+            }
+            None if self.scope == Scope::RepliesOnly => return Ok(()),
+            None => self.insert(txn, &source, report)?,
+        };
+        self.claimed.insert(turn_id.clone());
+        let known = Known { turn_id, reply_seq: None, reply_digest: None };
+        self.remember(txn, &key, &known)?;
+        self.reply(txn, &key, known, source.reply, report).map(drop)
+    }
+
+    /// The recorded turn `source` joins: the next unclaimed one with the same prompt.
+    fn join(&mut self, source: &SourceTurn) -> Option<String> {
+        let same = |p: &Option<String>| {
+            p.as_deref().is_some_and(|p| {
+                p.trim() == source.prompt.trim() || source.sent.as_deref().is_some_and(|s| p.trim() == s.trim())
+            })
+        };
+        let at = self.recorded[self.next..]
+            .iter()
+            .position(|(id, prompt)| !self.claimed.contains(id) && same(prompt))
+            .map(|i| self.next + i)?;
+        self.next = at + 1;
+        Some(self.recorded[at].0.clone())
+    }
+
+    /// A finished turn of its own, with its prompt's entry.
+    fn insert(&mut self, txn: &mut dyn Txn, source: &SourceTurn, report: &mut Imported) -> Result<String> {
+        let turn = turn::insert_finished_in(
+            self.store,
+            txn,
+            self.session,
+            &source.prompt,
+            &source.started_at,
+            &source.ended_at,
+            NO_SNAPSHOT,
+        )?;
+        let mut user = Entry {
+            turn_id: turn.turn_id.clone(),
+            role: Role::User,
+            content: source.prompt.clone(),
+            prompt: source.sent.clone().filter(|s| *s != source.prompt),
+            thinking: None,
+            tool_calls: None,
+            background: None,
+            at: source.started_at.clone(),
+            notes: Vec::new(),
+        };
+        history::cap(&mut user);
+        history::append_in(self.store, txn, self.session, &[user])?;
+        report.turns += 1;
+        report.entries += 1;
+        Ok(turn.turn_id)
+    }
+
+    /// Records `reply` for the turn `known` names — replacing, where it stands, the one
+    /// imported before if it changed — and remembers it. `true` if anything changed.
+    fn reply(
+        &mut self,
+        txn: &mut dyn Txn,
+        key: &[u8],
+        mut known: Known,
+        reply: Option<Entry>,
+        report: &mut Imported,
+    ) -> Result<bool> {
+        let Some(mut reply) = reply else { return Ok(false) };
+        reply.turn_id = known.turn_id.clone();
+        history::cap(&mut reply);
+        let digest = self.digest(&reply)?;
+        if known.reply_digest.as_deref() == Some(digest.as_str()) {
+            return Ok(false);
+        }
+        let replaced = match known.reply_seq {
+            Some(seq) => history::replace_in(self.store, txn, self.session, seq, &reply)?,
+            None => false,
+        };
+        if replaced {
+            report.updated_turns += 1;
+        } else {
+            known.reply_seq = Some(history::next_seq_in(self.store, txn, self.session)?);
+            history::append_in(self.store, txn, self.session, &[reply])?;
+            report.entries += 1;
+        }
+        known.reply_digest = Some(digest);
+        self.remember(txn, key, &known)?;
+        Ok(true)
+    }
+
+    fn remember(&self, txn: &mut dyn Txn, key: &[u8], known: &Known) -> Result<()> {
+        txn.put(schema::IMPORTED_TURNS, key, &self.store.seal_record(schema::IMPORTED_TURNS, key, KNOWN_SCHEMA, known)?)
+    }
+
+    /// A keyed digest of a reply (its time aside), to tell whether it grew.
+    fn digest(&self, reply: &Entry) -> Result<String> {
+        let plain = serde_json::to_vec(&Entry { at: String::new(), ..reply.clone() })
+            .map_err(|e| Error::invalid(format!("history entry: {e}")))?;
+        Ok(hex(&self.store.keys().lookup_id("imported-reply", &plain)[..16]))
+    }
+}
+
+/// Forgets a session's imported turns inside `txn` (its history goes with it).
+pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
+    for key in txn.keys(schema::IMPORTED_TURNS, format!("{session}/").as_bytes())? {
+        txn.delete(schema::IMPORTED_TURNS, &key)?;
+    }
+    Ok(())
+}
+
+/// Appends `text` to `into`, a blank line between, unless it is empty or only whitespace.
+pub(crate) fn join_text(into: &mut String, text: Option<&str>) {
+    if let Some(t) = text.filter(|t| !t.trim().is_empty()) {
+        if !into.is_empty() {
+            into.push_str("\n\n");
+        }
+        into.push_str(t);
+    }
+}
+
+/// An empty reply entry begun at `at`.
+pub(crate) fn reply_entry(at: &str) -> Entry {
+    Entry {
+        turn_id: String::new(),
+        role: Role::Assistant,
+        content: String::new(),
+        prompt: None,
+        thinking: None,
+        tool_calls: None,
+        background: None,
+        at: at.to_string(),
+        notes: Vec::new(),
+    }
+}
