@@ -3,14 +3,45 @@
 //! `git add`, `write-tree`, `commit-tree`, `update-ref`), side by side in one run.
 //!
 //! Run: `cargo bench -p turnback-cli --bench stage_commit` (set `ROUNDS`, default 40).
-//! Target (DESIGN.md §5): median ≤ 15 ms for each of stage and commit. Also reports the
-//! Claude Code file hooks (PreToolUse stages, PostToolUse commits) around the same edit.
+//! Target (DESIGN.md §5): median ≤ 15 ms for each of stage and commit, and for each of
+//! every agent's file hooks (its before event stages, its after event commits) around the
+//! same edit.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// Each agent's "before" and "after" hook events around a write of `file.txt`, in its
+/// documented shape (see `commands/hook/*.rs`); `{ws}` and `{round}` are filled in.
+const AGENT_EVENTS: [(&str, &str, &str); 5] = [
+    (
+        "claude-code",
+        r#"{"session_id":"bench-cc","cwd":"{ws}","hook_event_name":"PreToolUse","tool_name":"Write","tool_use_id":"toolu_{round}","tool_input":{"file_path":"{ws}/file.txt","content":"…"}}"#,
+        r#"{"session_id":"bench-cc","cwd":"{ws}","hook_event_name":"PostToolUse","tool_name":"Write","tool_use_id":"toolu_{round}","tool_input":{"file_path":"{ws}/file.txt","content":"…"}}"#,
+    ),
+    (
+        "codex",
+        r#"{"session_id":"bench-codex","cwd":"{ws}","hook_event_name":"PreToolUse","turn_id":"1","tool_name":"apply_patch","tool_use_id":"call_{round}","tool_input":{"command":"*** Begin Patch\n*** Update File: file.txt\n@@\n-a\n+b\n*** End Patch\n"}}"#,
+        r#"{"session_id":"bench-codex","cwd":"{ws}","hook_event_name":"PostToolUse","turn_id":"1","tool_name":"apply_patch","tool_use_id":"call_{round}","tool_input":{"command":"*** Begin Patch\n*** Update File: file.txt\n@@\n-a\n+b\n*** End Patch\n"},"tool_response":"Success. Updated files."}"#,
+    ),
+    (
+        "gemini",
+        r#"{"session_id":"bench-gemini","cwd":"{ws}","hook_event_name":"BeforeTool","timestamp":"2026-12-01T00:00:00Z","tool_name":"write_file","tool_input":{"file_path":"{ws}/file.txt","content":"…"}}"#,
+        r#"{"session_id":"bench-gemini","cwd":"{ws}","hook_event_name":"AfterTool","timestamp":"2026-12-01T00:00:01Z","tool_name":"write_file","tool_input":{"file_path":"{ws}/file.txt","content":"…"},"tool_response":{"llmContent":"ok","returnDisplay":"ok"}}"#,
+    ),
+    (
+        "cursor",
+        r#"{"conversation_id":"bench-cursor","generation_id":"g","hook_event_name":"preToolUse","workspace_roots":["{ws}"],"tool_name":"Write","tool_use_id":"tool_{round}","tool_input":{"file_path":"{ws}/file.txt","content":"…"}}"#,
+        r#"{"conversation_id":"bench-cursor","generation_id":"g","hook_event_name":"postToolUse","workspace_roots":["{ws}"],"tool_name":"Write","tool_use_id":"tool_{round}","tool_input":{"file_path":"{ws}/file.txt","content":"…"},"tool_output":"{}"}"#,
+    ),
+    (
+        "opencode",
+        r#"{"event":"tool-before","sessionID":"ses_bench","directory":"{ws}","tool":"write","callID":"call_{round}","args":{"filePath":"{ws}/file.txt","content":"…"}}"#,
+        r#"{"event":"tool-after","sessionID":"ses_bench","directory":"{ws}","tool":"write","callID":"call_{round}","args":{"filePath":"{ws}/file.txt","content":"…"}}"#,
+    ),
+];
 
 fn turnback(dir: &Path, args: &[&str]) -> (Duration, String) {
     turnback_with(dir, args, None)
@@ -118,34 +149,43 @@ fn main() {
         std::fs::write(&file, content(round + 1_000_000)).unwrap();
         baseline.push(shadow_checkpoint(&shadow, &work, round));
     }
-    // Claude Code's file hooks around the same edit: PreToolUse stages, PostToolUse
-    // commits; each is a fresh process on the agent's critical path.
-    let (mut pre, mut post) = (Vec::new(), Vec::new());
+    // Every agent's file hooks around the same edit: its "before" event stages, its
+    // "after" event commits; each is a fresh process on the agent's critical path.
     let ws = work.display().to_string();
-    for round in 1..=rounds {
-        let event = |name: &str| {
-            format!(
-                r#"{{"session_id":"bench-hooks","cwd":"{ws}","hook_event_name":"{name}","tool_name":"Write","tool_use_id":"toolu_{round}","tool_input":{{"file_path":"{ws}/file.txt","content":"…"}}}}"#
-            )
-        };
-        let (t_pre, _) = turnback_with(dir.path(), &["hook", "claude-code"], Some(event("PreToolUse").as_bytes()));
-        std::fs::write(&file, content(round + 2_000_000)).unwrap();
-        let (t_post, _) = turnback_with(dir.path(), &["hook", "claude-code"], Some(event("PostToolUse").as_bytes()));
-        pre.push(t_pre);
-        post.push(t_post);
+    let mut hooks: Vec<(&str, &str, Vec<Duration>)> = Vec::new();
+    for (agent, before, after) in AGENT_EVENTS {
+        let (mut pre, mut post) = (Vec::new(), Vec::new());
+        for round in 1..=rounds {
+            let event = |template: &str| template.replace("{ws}", &ws).replace("{round}", &round.to_string());
+            let (t_pre, _) = turnback_with(dir.path(), &["hook", agent], Some(event(before).as_bytes()));
+            std::fs::write(&file, content(round + 2_000_000)).unwrap();
+            let (t_post, _) = turnback_with(dir.path(), &["hook", agent], Some(event(after).as_bytes()));
+            pre.push(t_pre);
+            post.push(t_post);
+        }
+        hooks.push((agent, "before", pre));
+        hooks.push((agent, "after", post));
     }
     assert!(!dir.path().join("store/hooks.log").exists(), "a hook failed: see hooks.log");
     let (s, c, p, b) = (stats(stage), stats(commit), stats(pair), stats(baseline));
-    let (h1, h2) = (stats(pre), stats(post));
     println!("stage + commit of a 10 KiB file, each a fresh process, {rounds} rounds (ms)");
     println!("{:<36} {:>8} {:>8} {:>8}", "", "median", "p90", "min");
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback stage", s.median, s.p90, s.min);
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback commit", c.median, c.p90, c.min);
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "turnback stage + commit", p.median, p.p90, p.min);
     println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "shadow git add+write-tree+commit", b.median, b.p90, b.min);
-    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "hook claude-code PreToolUse (Write)", h1.median, h1.p90, h1.min);
-    println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", "hook claude-code PostToolUse (Write)", h2.median, h2.p90, h2.min);
+    let mut worst: f64 = 0.0;
+    for (agent, side, times) in hooks {
+        let h = stats(times);
+        worst = worst.max(h.median);
+        println!("{:<36} {:>8.2} {:>8.2} {:>8.2}", format!("hook {agent} {side} a write"), h.median, h.p90, h.min);
+    }
     println!("ratio turnback (stage + commit) / shadow git: {:.2}", p.median / b.median);
     let verdict = |m: f64| if m <= 15.0 { "meets" } else { "MISSES" };
-    println!("target median <= 15 ms each: stage {}, commit {}", verdict(s.median), verdict(c.median));
+    println!(
+        "target median <= 15 ms each: stage {}, commit {}, every hook {}",
+        verdict(s.median),
+        verdict(c.median),
+        verdict(worst)
+    );
 }

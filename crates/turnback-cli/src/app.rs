@@ -134,6 +134,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Rewind { to, apply, plan, force } => commands::rewind::run(ctx, to, apply, plan, force),
         Command::Checkpoints { turn, all } => commands::checkpoints::list(ctx, turn, all),
         Command::Inspect { id } => commands::checkpoints::inspect(ctx, &id),
+        Command::Doctor => commands::doctor::run(ctx),
         Command::Verify { deep } => commands::maintenance::verify(ctx, deep),
         Command::Reconcile => commands::maintenance::reconcile(ctx),
         Command::Gc => commands::maintenance::gc(ctx),

@@ -218,6 +218,12 @@ pub enum Command {
         /// Checkpoint id.
         id: String,
     },
+    /// Is turnback ready, and does each agent reach it? The store and key, each agent's
+    /// hooks (project and user), the last event each delivered, hook failures — with advice
+    /// for every problem (exit 1 if there is one). Changes nothing.
+    ///
+    /// Example: turnback doctor
+    Doctor,
     /// Check every record of the store; --deep decrypts every object.
     ///
     /// Example: turnback verify --deep
@@ -251,11 +257,14 @@ pub struct RollbackArgs {
     /// Checkpoint ids to take back.
     pub ids: Vec<String>,
     /// Every checkpoint of this prompt round.
-    #[arg(long, value_name = "T", conflicts_with_all = ["ids", "since_turn"])]
+    #[arg(long, value_name = "T", conflicts_with_all = ["ids", "since_turn", "agent"])]
     pub turn: Option<u64>,
     /// Every checkpoint from this prompt round on.
-    #[arg(long, value_name = "T", conflicts_with = "ids")]
+    #[arg(long, value_name = "T", conflicts_with_all = ["ids", "agent"])]
     pub since_turn: Option<u64>,
+    /// Every checkpoint a sub-agent made (its id, as `checkpoints` shows it).
+    #[arg(long, value_name = "ID", conflicts_with = "ids")]
+    pub agent: Option<String>,
     /// Apply (without it, only preview).
     #[arg(long)]
     pub apply: bool,

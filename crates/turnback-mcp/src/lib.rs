@@ -25,7 +25,8 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use turnback::{
-    Actor, BeginRequest, DiffRequest, Error, ErrorCode, Mutation, Options, Result, RollbackSelection, Turnback,
+    Actor, AgentEvent, BeginRequest, DiffRequest, Error, ErrorCode, Mutation, Options, Result, RollbackSelection,
+    Turnback,
 };
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -73,6 +74,9 @@ struct RollbackParams {
     /// Everything since this turn, inclusive.
     #[serde(default)]
     since_turn: Option<u64>,
+    /// Every checkpoint this sub-agent made (its id, as list_checkpoints shows it).
+    #[serde(default)]
+    agent: Option<String>,
     /// Required for apply: the planId of the preview; refused (nothing changed) if anything
     /// moved since.
     #[serde(default)]
@@ -110,6 +114,18 @@ struct BeginParams {
     new: bool,
 }
 
+#[derive(Debug, Deserialize, JsonSchema)]
+struct ShellParams {
+    /// The command line (secrets such as TOKEN=… are redacted before it is stored).
+    command: String,
+    /// Its exit status.
+    #[serde(default)]
+    exit_status: Option<i32>,
+    /// Your id for it: the same command reported again with the same id is recorded once.
+    #[serde(default)]
+    id: Option<String>,
+}
+
 /// The server: how to open turnback for each call.
 #[derive(Debug, Clone)]
 pub struct Server {
@@ -128,15 +144,34 @@ fn result<T: Serialize>(r: Result<T>) -> std::result::Result<CallToolResult, Err
             done.structured_content = Some(value);
             done
         }
-        // The same error document `--json` prints: {"error": {code, message, …}}.
-        Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report().to_string())]),
+        // The same error document `--json` prints: {"error": {code, message, …}}, its hints
+        // naming this server's tools rather than commands.
+        Err(mut e) => {
+            e.message = for_mcp(&e.message);
+            CallToolResult::error(vec![ContentBlock::text(e.report().to_string())])
+        }
     })
 }
 
+/// The command-line hints in the library's messages, and the tools that do the same here.
+const HINTS: [(&str, &str); 5] = [
+    ("`fs write`", "the write_file tool"),
+    ("turnback turn begin", "the begin_turn tool"),
+    ("turnback turn end", "the end_turn tool"),
+    ("turnback rollback", "the rollback_preview and rollback_apply tools"),
+    ("turnback inspect", "list_checkpoints, or `turnback inspect` in a terminal,"),
+];
+
+/// `message` with its command-line hints naming this server's tools.
+fn for_mcp(message: &str) -> String {
+    HINTS.iter().fold(message.to_string(), |m, (cli, tool)| m.replace(cli, tool))
+}
+
 fn selection(p: &RollbackParams) -> RollbackSelection {
-    match (p.turn, p.since_turn) {
-        (Some(t), _) => RollbackSelection::Turn(t),
-        (_, Some(t)) => RollbackSelection::SinceTurn(t),
+    match (p.turn, p.since_turn, &p.agent) {
+        (Some(t), _, _) => RollbackSelection::Turn(t),
+        (_, Some(t), _) => RollbackSelection::SinceTurn(t),
+        (_, _, Some(id)) => RollbackSelection::Subagent(id.clone()),
         _ => RollbackSelection::Checkpoints(p.checkpoint_ids.clone()),
     }
 }
@@ -289,6 +324,27 @@ impl Server {
     )]
     async fn end_turn(&self) -> std::result::Result<CallToolResult, ErrorData> {
         result(self.open_to_record().and_then(|tb| tb.end_turn(None)))
+    }
+
+    /// Records a shell command the client ran, in the running turn.
+    #[tool(
+        name = "shell_ran",
+        output_schema = schema_for_output::<turnback::Recorded>(),
+        description = "Record a shell command you ran in the running turn (with its exit status, and your id for it so a repeat is recorded once). Shell commands are never claimed reversible; the turn's snapshots cover what they changed in the workspace.",
+        annotations(
+            title = "Record a shell command",
+            read_only_hint = false,
+            destructive_hint = false,
+            idempotent_hint = true,
+            open_world_hint = false
+        )
+    )]
+    async fn shell_ran(
+        &self,
+        Parameters(p): Parameters<ShellParams>,
+    ) -> std::result::Result<CallToolResult, ErrorData> {
+        let event = AgentEvent::ShellRan { id: p.id, command: p.command, exit_status: p.exit_status };
+        result(self.open_to_record().and_then(|tb| tb.record_event(&event, None)))
     }
 
     /// The session's turns.

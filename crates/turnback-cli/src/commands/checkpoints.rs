@@ -16,8 +16,9 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
         let r = &c.record;
         let targets: Vec<String> =
             r.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), t.path.display())).collect();
+        let by = r.subagent.as_deref().map(|s| format!("  (sub-agent {s})")).unwrap_or_default();
         text.push_str(&format!(
-            "{}  round {:<3} {:<11} {:<10} {}\n",
+            "{}  round {:<3} {:<11} {:<10} {}{by}\n",
             r.checkpoint_id,
             r.prompt_round.unwrap_or(0),
             r.stage_state.as_str(),

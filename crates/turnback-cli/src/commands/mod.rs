@@ -4,6 +4,7 @@ pub mod checkpoints;
 pub mod demo;
 pub mod detached;
 pub mod diff;
+pub mod doctor;
 pub mod fs;
 pub mod history;
 pub mod hook;

@@ -19,9 +19,10 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         );
         return Ok(Outcome::of(&done, text));
     }
-    let selection = match (args.turn, args.since_turn) {
-        (Some(t), _) => RollbackSelection::Turn(t),
-        (_, Some(t)) => RollbackSelection::SinceTurn(t),
+    let selection = match (args.turn, args.since_turn, args.agent) {
+        (Some(t), _, _) => RollbackSelection::Turn(t),
+        (_, Some(t), _) => RollbackSelection::SinceTurn(t),
+        (_, _, Some(id)) => RollbackSelection::Subagent(id),
         _ => RollbackSelection::Checkpoints(args.ids),
     };
     let mut choices = Vec::new();

@@ -37,7 +37,7 @@ async def main(exe, ws):
             tools = {t.name: t for t in (await session.list_tools()).tools}
             expected = {"read_file", "create_file", "write_file", "edit_file", "delete_file", "list_turns",
                         "list_checkpoints", "rollback_preview", "rollback_apply", "rewind_preview",
-                        "rewind_apply", "diff_turn", "begin_turn", "end_turn"}
+                        "rewind_apply", "diff_turn", "begin_turn", "end_turn", "shell_ran"}
             assert expected <= set(tools), sorted(tools)
             for name in expected:
                 schema = attr(tools[name], "input_schema", "inputSchema")
@@ -51,6 +51,8 @@ async def main(exe, ws):
                 read_only = attr(notes, "read_only_hint", "readOnlyHint")
                 assert read_only is (name in {"read_file", "list_turns", "list_checkpoints", "rollback_preview",
                                               "rewind_preview", "diff_turn"}), (name, notes)
+                if name in {"rollback_apply", "rewind_apply"}:
+                    assert attr(notes, "destructive_hint", "destructiveHint") is True, (name, notes)
             assert "old_string" in attr(tools["edit_file"], "input_schema", "inputSchema")["properties"]
             print(json.dumps({"tools": sorted(tools)}))
 
@@ -68,6 +70,11 @@ async def main(exe, ws):
             assert is_error(bad) and "edit-no-match" in bad.content[0].text, bad
             escape = await session.call_tool("read_file", {"path": "../outside.txt"})
             assert is_error(escape), escape
+            # The error's hint names this server's tool, not a command.
+            exists = await session.call_tool("create_file", {"path": "notes.md", "content": "x"})
+            error = json.loads(exists.content[0].text)["error"]
+            assert error["code"] == "already-exists" and "write_file" in error["message"], error
+            assert "fs write" not in error["message"], error
 
             checkpoints = data(await session.call_tool("list_checkpoints", {}))
             assert len(checkpoints["checkpoints"]) == 3, checkpoints
@@ -84,6 +91,19 @@ async def main(exe, ws):
             assert diff["changes"] == [], diff  # everything the turn did was rolled back
             rewind = data(await session.call_tool("rewind_preview", {"to": 1}))
             assert rewind["resultType"] == "full", rewind
+
+            # A second turn, with a shell command the client reports; then rewound.
+            data(await session.call_tool("begin_turn", {"prompt": "configure", "new": True}))
+            data(await session.call_tool("write_file", {"path": "notes.md", "content": "configured\n"}))
+            ran = data(await session.call_tool("shell_ran", {"command": "make config", "exit_status": 0, "id": "sh-1"}))
+            again = data(await session.call_tool("shell_ran", {"command": "make config", "exit_status": 0, "id": "sh-1"}))
+            assert len(again["turn"]["shellEffects"]) == 1, (ran, again)
+            data(await session.call_tool("end_turn", {}))
+            plan = data(await session.call_tool("rewind_preview", {"to": 2}))
+            assert plan["resultType"] == "full", plan
+            rewound = data(await session.call_tool("rewind_apply", {"to": 2, "plan_id": plan["planId"]}))
+            assert rewound["plan"]["resultType"] == "full" and rewound["restoredPrompt"] == "configure", rewound
+            print(json.dumps({"rewound": [p["path"] for p in rewound["plan"]["paths"]]}))
 
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -70,6 +70,7 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
         .and_then(|_| translate(agent, &input))
         .and_then(|t| {
             name = t.name.clone();
+            seen(ctx, agent, &name);
             record(ctx, t, &cancel)
         })
         .map_err(|e| Error::new(e.code, format!("{name}: {}", e.message)));
@@ -148,6 +149,22 @@ pub fn agent_name(agent: HookAgent) -> &'static str {
         HookAgent::Cursor => "cursor",
         HookAgent::Opencode => "opencode",
     }
+}
+
+/// Where the last event each agent's hooks delivered is noted (its time and name; never a
+/// path or a payload): `turnback doctor` reads it.
+pub fn seen_file(store: &std::path::Path, agent: HookAgent) -> PathBuf {
+    store.join("hooks-seen").join(agent_name(agent))
+}
+
+fn seen(ctx: &Ctx, agent: HookAgent, event: &str) {
+    let Ok(dir) = ctx.store_dir() else { return };
+    let file = seen_file(&dir, agent);
+    if let Some(parent) = file.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let name: String = event.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(64).collect();
+    let _ = std::fs::write(file, format!("{} {name}\n", turnback::format_ms(turnback::now_ms())));
 }
 
 fn log(ctx: &Ctx, agent: HookAgent, e: &Error) {

@@ -91,20 +91,9 @@ struct Installed {
 
 /// Merges turnback's hooks for `agent` into (or, with `uninstall`, out of) its settings.
 pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool) -> Result<Outcome> {
-    let project = match &ctx.global.workspace {
-        Some(d) => d.clone(),
-        None => cwd()?,
-    };
-    let home = std::env::var_os("HOME").map(PathBuf::from).ok_or_else(|| Error::invalid("HOME is not set"))?;
-    let places = Places { scope, project, home };
+    let places = places(ctx, scope)?;
     let command = hook_command(agent)?;
-    let plan = match agent {
-        HookAgent::ClaudeCode => claude_code::plan(&places, &command, uninstall),
-        HookAgent::Codex => codex::plan(&places, &command, uninstall),
-        HookAgent::Gemini => gemini::plan(&places, &command, uninstall),
-        HookAgent::Cursor => cursor::plan(&places, &command, uninstall),
-        HookAgent::Opencode => opencode::plan(&places, &command, uninstall),
-    }?;
+    let plan = plan(agent, &places, &command, uninstall)?;
     // Every file is read and edited before any is written.
     let mut writes = Vec::new();
     for change in &plan.changes {
@@ -140,6 +129,34 @@ pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool) -> Result
         notes: plan.notes,
     };
     Ok(Outcome::of(&installed, text))
+}
+
+/// What installing (or uninstalling) `agent`'s hooks at `places` changes.
+///
+/// # Errors
+/// What the agent's module refuses (a path it cannot name).
+pub fn plan(agent: HookAgent, places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
+    match agent {
+        HookAgent::ClaudeCode => claude_code::plan(places, command, uninstall),
+        HookAgent::Codex => codex::plan(places, command, uninstall),
+        HookAgent::Gemini => gemini::plan(places, command, uninstall),
+        HookAgent::Cursor => cursor::plan(places, command, uninstall),
+        HookAgent::Opencode => opencode::plan(places, command, uninstall),
+    }
+}
+
+/// The places of `scope` for this invocation: the workspace (or the current directory)
+/// and `$HOME`.
+///
+/// # Errors
+/// `invalid-argument` without `HOME`.
+pub fn places(ctx: &Ctx, scope: Scope) -> Result<Places> {
+    let project = match &ctx.global.workspace {
+        Some(d) => d.clone(),
+        None => cwd()?,
+    };
+    let home = std::env::var_os("HOME").map(PathBuf::from).ok_or_else(|| Error::invalid("HOME is not set"))?;
+    Ok(Places { scope, project, home })
 }
 
 fn report_text(
@@ -209,7 +226,11 @@ pub fn is_our_command(command: &str, agent: HookAgent) -> bool {
     command.ends_with(&format!(" hook {}", agent_name(agent))) && command.contains("turnback")
 }
 
-fn read(file: &Path) -> Result<Option<String>> {
+/// The file's text now (`None`: there is none).
+///
+/// # Errors
+/// `io` if it exists and cannot be read.
+pub fn read(file: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(file) {
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),

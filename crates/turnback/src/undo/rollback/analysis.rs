@@ -73,6 +73,17 @@ pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<Vec<Chec
                 .filter(|r| r.prompt_round.is_some_and(|p| if since { p >= *t } else { p == *t }))
                 .collect()
         }
+        Selection::Subagent(id) => {
+            let all = checkpoint::list(ctx.store, &ctx.session.id, ListFilter { prompt_round: None, all: true })?;
+            let made: Vec<CheckpointRecord> = all
+                .into_iter()
+                .filter(|r| r.mutation.kind != OperationKind::Rollback && r.subagent.as_deref() == Some(id))
+                .collect();
+            if made.is_empty() {
+                return Err(Error::not_found(format!("checkpoints of sub-agent {id} in this session")));
+            }
+            made
+        }
     };
     // UUID v7 ids sort by creation time: newest first.
     records.sort_by(|a, b| b.checkpoint_id.cmp(&a.checkpoint_id));

@@ -47,6 +47,8 @@ pub enum Selection {
     Turn(u64),
     /// Every checkpoint from this prompt round on.
     SinceTurn(u64),
+    /// Every checkpoint a sub-agent made (by the agent's id for it), in any turn.
+    Subagent(String),
 }
 
 /// A state in the three-way comparison.
