@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use turnback::Result;
+use turnback::{ErrorCode, Result};
 
 use crate::app::Ctx;
 use crate::cli::{HookAgent, Scope};
@@ -114,15 +114,15 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
 }
 
 fn store_report(ctx: &Ctx, dir: &Path, problems: &mut Vec<Problem>) -> StoreReport {
-    let mut report = StoreReport { dir: dir.to_path_buf(), exists: dir.exists(), key_source: None, clean: None };
-    if !report.exists {
-        problems.push(Problem {
-            what: format!("no store at {}", dir.display()),
-            advice: "run `turnback install AGENT` (or `turnback init`): it makes the store and its key".into(),
-        });
-        return report;
-    }
-    match ctx.open(false).and_then(|tb| Ok((tb.init()?.key_source, tb.verify(false)?))) {
+    let mut report = StoreReport { dir: dir.to_path_buf(), exists: true, key_source: None, clean: None };
+    match ctx.open(false).and_then(|tb| Ok((tb.key_status()?.master_key_source, tb.verify(false)?))) {
+        Err(e) if e.code == ErrorCode::NotFound => {
+            report.exists = false;
+            problems.push(Problem {
+                what: format!("no store at {}", dir.display()),
+                advice: "run `turnback install AGENT` (or `turnback init`): it makes the store and its key".into(),
+            });
+        }
         Ok((key, verify)) => {
             report.key_source = Some(key);
             report.clean = Some(verify.clean);

@@ -4,6 +4,7 @@
 mod common;
 mod test_canary;
 mod test_checkpoints;
+mod test_claude_code;
 mod test_crash;
 mod test_entry_points;
 mod test_history;
