@@ -426,6 +426,14 @@ pub enum HistoryCommand {
         /// A Gemini CLI chat file (~/.gemini/tmp/<project>/chats/session-….jsonl or .json).
         #[arg(long, value_name = "CHAT", group = "source")]
         gemini: Option<PathBuf>,
+        /// An opencode session, by id (read from opencode's storage), or a file that
+        /// `opencode export` wrote.
+        #[arg(long, value_name = "SESSION_ID|FILE", group = "source")]
+        opencode: Option<String>,
+        /// opencode's data directory (default: $XDG_DATA_HOME/opencode, else
+        /// ~/.local/share/opencode).
+        #[arg(long, value_name = "DIR", requires = "opencode")]
+        opencode_data: Option<PathBuf>,
     },
 }
 

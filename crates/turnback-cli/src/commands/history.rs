@@ -1,6 +1,7 @@
 //! `turnback history append|show|export|import`.
 
 use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use turnback::{
@@ -80,18 +81,20 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                 None => Ok(Outcome::raw(body)),
             }
         }
-        HistoryCommand::Import { claude_code, codex, gemini } => {
-            let (format, file) = match (claude_code, codex, gemini) {
-                (Some(file), _, _) => (TranscriptFormat::ClaudeCode, file),
-                (_, Some(file), _) => (TranscriptFormat::Codex, file),
-                (_, _, Some(file)) => (TranscriptFormat::Gemini, file),
+        HistoryCommand::Import { claude_code, codex, gemini, opencode, opencode_data } => {
+            let file = |format, file: PathBuf| tb.import_transcript_file(format, &file, ImportScope::All);
+            let report = match (claude_code, codex, gemini, opencode) {
+                (Some(f), ..) => file(TranscriptFormat::ClaudeCode, f)?,
+                (_, Some(f), ..) => file(TranscriptFormat::Codex, f)?,
+                (_, _, Some(f), _) => file(TranscriptFormat::Gemini, f)?,
+                (.., Some(id)) if Path::new(&id).is_file() => file(TranscriptFormat::Opencode, PathBuf::from(id))?,
+                (.., Some(id)) => tb.import_opencode_session(&opencode_data_dir(opencode_data)?, &id)?,
                 _ => {
                     return Err(Error::invalid(
-                        "name a transcript to import (--claude-code, --codex or --gemini FILE)",
+                        "name a transcript to import (--claude-code, --codex or --gemini FILE, --opencode SESSION)",
                     ));
                 }
             };
-            let report = tb.import_transcript_file(format, &file, ImportScope::All)?;
             let session = &tb.session()?.id;
             let msg = if report.turns + report.joined_turns + report.updated_turns == 0 && report.entries == 0 {
                 format!("nothing new to import into session {session} (already imported)")
@@ -168,4 +171,17 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
     f.set_permissions(std::fs::Permissions::from_mode(0o600)).map_err(io)?;
     f.write_all(bytes).map_err(io)?;
     f.sync_all().map_err(io)
+}
+
+/// opencode's data directory: the one given, else `$XDG_DATA_HOME/opencode`, else
+/// `~/.local/share/opencode`.
+fn opencode_data_dir(given: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir);
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .ok_or_else(|| Error::invalid("no data directory: set HOME or pass --opencode-data"))?;
+    Ok(data.join("opencode"))
 }

@@ -153,6 +153,17 @@ impl Turnback {
         import::import(&self.store, self.session()?, format, text, scope)
     }
 
+    /// [`import_transcript`](Self::import_transcript) of opencode's session `session`, read
+    /// from opencode's data directory `data` (`~/.local/share/opencode`: its database, or the
+    /// JSON files of versions before 1.2).
+    ///
+    /// # Errors
+    /// `not-found` if opencode has no such session there; as `import_transcript`.
+    pub fn import_opencode_session(&self, data: &Path, session: &str) -> Result<Imported> {
+        let export = import::opencode::read_storage(data, session)?;
+        self.import_transcript(Format::Opencode, &export, Scope::All)
+    }
+
     /// [`import_transcript`](Self::import_transcript) of the file at `path` (compressed
     /// with zstd when its name ends in `.zst`, as newer Codex rollouts are).
     ///

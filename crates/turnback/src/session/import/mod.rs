@@ -18,6 +18,7 @@
 pub mod claude_code;
 pub mod codex;
 pub mod gemini;
+pub mod opencode;
 
 use std::collections::HashSet;
 
@@ -86,6 +87,9 @@ pub enum Format {
     /// A Gemini CLI chat file (`~/.gemini/tmp/<project>/chats/session-….jsonl`, or `.json`
     /// before v0.39).
     Gemini,
+    /// An opencode session, as `opencode export` prints it (or as
+    /// [`opencode::read_storage`] reads it from opencode's storage).
+    Opencode,
 }
 
 impl Format {
@@ -94,6 +98,7 @@ impl Format {
             Format::ClaudeCode => "claude-code",
             Format::Codex => "codex",
             Format::Gemini => "gemini",
+            Format::Opencode => "opencode",
         }
     }
 
@@ -102,6 +107,7 @@ impl Format {
             Format::ClaudeCode => claude_code::parse(text),
             Format::Codex => codex::parse(text),
             Format::Gemini => gemini::parse(text),
+            Format::Opencode => opencode::parse(text),
         }
     }
 }
