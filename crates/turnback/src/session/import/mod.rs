@@ -148,11 +148,20 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
     let mut report = Imported { skipped_rows: parsed.skipped_rows, ..Imported::default() };
     // What the hooks recorded, read before the transaction (reads and the write share one
     // connection): each prompt turn with its prompt.
+    let mut prompts: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for e in history::read(store, &session.id, &history::Selection::All)?.entries {
+        if e.role == Role::User && !prompts.contains_key(&e.turn_id) {
+            prompts.insert(e.turn_id.clone(), e.prompt.unwrap_or(e.content));
+        }
+    }
     let recorded: Vec<(String, Option<String>)> = turn::list(store, &session.id)?
         .into_iter()
         .filter(|t| t.kind == TurnKind::Prompt)
-        .map(|t| Ok((t.turn_id.clone(), history::prompt_of(store, &session.id, &t.turn_id)?)))
-        .collect::<Result<_>>()?;
+        .map(|t| {
+            let prompt = prompts.remove(&t.turn_id);
+            (t.turn_id, prompt)
+        })
+        .collect();
     let mut txn = store.kv().begin()?;
     let claimed = claimed(store, &mut *txn, &session.id)?;
     let mut merge = Merge { store, session: &session.id, format, scope, recorded, claimed, next: 0 };
