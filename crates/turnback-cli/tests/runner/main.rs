@@ -2,12 +2,14 @@
 //! its own hermetic temporary environment (workspace, store, config and home directories).
 
 mod common;
+mod test_agents;
 mod test_canary;
 mod test_checkpoints;
 mod test_claude_code;
 mod test_crash;
 mod test_entry_points;
 mod test_history;
+mod test_importers;
 mod test_integrations;
 mod test_keys;
 mod test_repository;
