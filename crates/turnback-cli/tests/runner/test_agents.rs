@@ -1066,6 +1066,10 @@ await tool(root, "edit", "call_1", { filePath: join(ws, "src/app.txt"), oldStrin
 await tool(root, "bash", "call_2", { command: "cargo test", description: "tests" }, () => {});
 await tool(root, "read", "call_3", { filePath: join(ws, "notes.txt") }, () => {});
 await hooks.event({ event: { type: "message.part.delta", properties: { sessionID: root, delta: "…" } } });
+// The reply's text part while it streams (no end yet), then finished: only the finished text counts.
+const text = (t, end) => ({ event: { type: "message.part.updated", properties: { part: { id: "prt_t1", type: "text", text: t, sessionID: root, messageID: "msg_a1", time: end ? { start: 1, end } : { start: 1 } } } } });
+await hooks.event(text("Edit", null));
+await hooks.event(text("Edited the app.", 2));
 await idle(root);
 
 // Turn 2: a write whose after lacks args (older opencode), an apply_patch that deletes, a
@@ -1131,7 +1135,11 @@ fn the_installed_opencode_plugin_run_under_node_records_turns_checkpoints_and_re
     let subagents: Vec<&Value> = list["checkpoints"].as_array().unwrap().iter().map(|c| &c["subagent"]).collect();
     assert!(subagents.contains(&&json!("ses_child01")), "the child's write names its sub-agent: {list:#}");
     assert_eq!(rewind_preview(&env, s, 1).1["shellEffects"], json!(["cargo test"]));
-    assert_eq!(history(&env, s), pairs(&[("user", "first: edit app"), ("user", "second: more")]));
+    assert_eq!(
+        history(&env, s),
+        pairs(&[("user", "first: edit app"), ("assistant", "Edited the app."), ("user", "second: more")]),
+        "the finished text part is the reply"
+    );
 
     // Rewind turn 2: notes, old.txt and the sub-agent's file go back; turn 1's edit stays.
     let (code, plan) = rewind_preview(&env, s, 2);
@@ -1468,4 +1476,77 @@ fn user_scope_installs_go_under_home_and_codex_honours_codex_home() {
     for dir in [".claude", ".gemini", ".cursor", ".opencode"] {
         assert!(!env.home.join(dir).exists() && !env.ws.join(dir).exists(), "{dir}");
     }
+}
+
+#[test]
+fn gemini_a_relative_replace_is_checkpointed_on_the_file_gemini_edits() {
+    // Gemini resolves a relative `replace` path itself (pathCorrector.ts): "app.ts" in a
+    // workspace that has only src/app.ts edits src/app.ts, and AfterTool's
+    // returnDisplay.filePath names it.
+    let env = Env::new();
+    env.write("src/app.ts", "const foo = 1;\n");
+    let chat = env.root.join("chat.jsonl");
+    let at = |name: &str, extra: Value| with(gemini_base(&env, json!(chat), name), extra);
+    hook(&env, "gemini", &at("BeforeAgent", json!({ "prompt": "rename foo" })));
+    let input = json!({ "file_path": "app.ts", "old_string": "const foo = 1;", "new_string": "const bar = 1;" });
+    hook(&env, "gemini", &at("BeforeTool", json!({ "tool_name": "replace", "tool_input": input })));
+    env.write("src/app.ts", "const bar = 1;\n");
+    let response = json!({ "llmContent": "Successfully modified file", "returnDisplay": { "filePath": env.ws.join("src/app.ts"), "fileName": "app.ts" } });
+    hook(
+        &env,
+        "gemini",
+        &at("AfterTool", json!({ "tool_name": "replace", "tool_input": input, "tool_response": response })),
+    );
+    hook(&env, "gemini", &at("AfterAgent", json!({ "prompt": "rename foo", "prompt_response": "Renamed." })));
+    assert_eq!(turn_checkpoints(&env, GEMINI_SESSION, 1), [cp(&[("src/app.ts", "edit")], "succeeded")]);
+    let plan = env.json(&["--session", GEMINI_SESSION, "rollback", "--turn", "1"]);
+    env.ok(
+        &["--session", GEMINI_SESSION, "rollback", "--turn", "1", "--apply", "--plan", str_at(&plan, "/planId")],
+        None,
+    );
+    assert_eq!(env.read("src/app.ts").unwrap(), b"const foo = 1;\n");
+    assert!(env.read("app.ts").is_none());
+}
+
+#[test]
+fn a_stop_payloads_reply_stands_in_until_the_transcript_holds_the_turn_then_is_replaced() {
+    // Codex: a rollout that does not hold the turn yet (only its session_meta line).
+    let env = Env::new();
+    let rollout = env.root.join("rollout.jsonl");
+    let meta = rollout_line("2026-12-01T10:00:00.000Z", "session_meta", json!({ "id": CODEX_SESSION, "cwd": env.ws }));
+    std::fs::write(&rollout, format!("{meta}\n")).unwrap();
+    hook(&env, "codex", &codex_event(&env, Some(&rollout), "1", "UserPromptSubmit", json!({ "prompt": "fix it" })));
+    hook(
+        &env,
+        "codex",
+        &codex_event(
+            &env,
+            Some(&rollout),
+            "1",
+            "Stop",
+            json!({ "stop_hook_active": false, "last_assistant_message": "Fixed." }),
+        ),
+    );
+    assert_eq!(history(&env, CODEX_SESSION), pairs(&[("user", "fix it"), ("assistant", "Fixed.")]));
+    // The rollout catches up; importing it (or the next Stop) replaces the stand-in.
+    let turn = [
+        rollout_line("2026-12-01T10:00:01.000Z", "event_msg", json!({ "type": "user_message", "message": "fix it" })),
+        rollout_line(
+            "2026-12-01T10:00:02.000Z",
+            "response_item",
+            json!({ "type": "message", "role": "assistant", "content": [{ "type": "output_text", "text": "Looking." }] }),
+        ),
+        rollout_line(
+            "2026-12-01T10:00:03.000Z",
+            "response_item",
+            json!({ "type": "message", "role": "assistant", "content": [{ "type": "output_text", "text": "Fixed." }] }),
+        ),
+    ];
+    std::fs::write(&rollout, format!("{meta}\n{}\n", turn.join("\n"))).unwrap();
+    env.ok(&["--session", CODEX_SESSION, "history", "import", "--codex", rollout.to_str().unwrap()], None);
+    assert_eq!(
+        history(&env, CODEX_SESSION),
+        pairs(&[("user", "fix it"), ("assistant", "Looking.\n\nFixed.")]),
+        "one reply"
+    );
 }

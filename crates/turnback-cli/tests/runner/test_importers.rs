@@ -726,3 +726,46 @@ fn gemini_a_chat_file_that_grew_mid_turn_is_continued_in_place() {
         got.iter().find(|e| e["content"] == "Editing app_6.ts.\n\nTurn 6 complete.").expect("turn 6's whole reply");
     assert_eq!(reply["toolCalls"][0]["output"], "Successfully modified file: /p/app_6.ts (1 replacements).");
 }
+
+#[test]
+fn an_agents_own_masking_of_its_record_never_thins_the_history_imported() {
+    // Gemini rewrites its messages with `$set` when it masks old tool output
+    // (chatRecordingService.ts updateMessagesFromHistory): importing again must keep the
+    // full output turnback already has.
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let meta = json!({ "sessionId": "g-mask", "projectHash": "3f7a", "startTime": "2026-08-21T10:15:00Z", "lastUpdated": "2026-08-21T10:15:00Z" });
+    let user = json!({ "id": "u1", "timestamp": "2026-08-21T10:16:00Z", "type": "user", "content": [{ "text": "read the log" }] });
+    let reply = |output: &str| {
+        json!({ "id": "g1", "timestamp": "2026-08-21T10:16:04Z", "type": "gemini", "content": "It says ok.",
+               "toolCalls": [{ "id": "c1", "name": "read_file", "args": { "file_path": "/w/log" }, "status": "success",
+                               "result": [{ "functionResponse": { "id": "c1", "name": "read_file", "response": { "output": output } } }] }] })
+    };
+    let file = env.root.join("chat.jsonl");
+    std::fs::write(&file, format!("{meta}\n{user}\n{}\n", reply("the full log"))).unwrap();
+    import(&env, "g-mask", "--gemini", &file);
+    let masked = json!({ "$set": { "messages": [user, reply("[output masked]")] } });
+    std::fs::write(&file, format!("{meta}\n{user}\n{}\n{masked}\n", reply("the full log"))).unwrap();
+    let again = import(&env, "g-mask", "--gemini", &file);
+    assert_eq!(counts(&again), [0, 0, 0, 0, 1], "{again:#}");
+    assert_eq!(entries(&env, "g-mask")[1]["toolCalls"][0]["output"], "the full log");
+}
+
+#[test]
+fn one_agents_transcript_given_as_anothers_is_refused() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let claude = env.root.join("claude.jsonl");
+    let row = json!({ "type": "user", "uuid": "u1", "parentUuid": null, "sessionId": "s", "timestamp": "2026-12-01T10:00:00Z",
+                      "message": { "role": "user", "content": "hi" } });
+    std::fs::write(&claude, format!("{row}\n")).unwrap();
+    let gemini = env.root.join("gemini.jsonl");
+    let meta = json!({ "sessionId": "g", "projectHash": "3f7a", "startTime": "2026-08-21T10:15:00Z" });
+    let msg = json!({ "id": "u1", "timestamp": "2026-08-21T10:16:00Z", "type": "user", "content": [{ "text": "hi" }] });
+    std::fs::write(&gemini, format!("{meta}\n{msg}\n")).unwrap();
+    for (flag, file) in [("--gemini", &claude), ("--codex", &claude), ("--claude-code", &gemini), ("--codex", &gemini)]
+    {
+        let out = env.fail(&["history", "import", flag, file.to_str().unwrap()], None);
+        assert_eq!((out.exit, out.code.as_str()), (2, "invalid-argument"), "{flag} {}: {out:?}", file.display());
+    }
+}

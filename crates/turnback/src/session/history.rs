@@ -447,6 +447,22 @@ pub(crate) fn replace_in(store: &Store, txn: &mut dyn Txn, session: &str, seq: u
     Ok(true)
 }
 
+/// Entry `seq` of the session, read inside `txn`, if it is still kept.
+pub(crate) fn entry_in(store: &Store, txn: &mut dyn Txn, session: &str, seq: u64) -> Result<Option<Entry>> {
+    let key = entry_key(session, seq);
+    let Some(value) = txn.get(schema::HISTORY, &key)? else { return Ok(None) };
+    let plain = store.open_bytes(schema::HISTORY, &key, &value)?;
+    serde_json::from_slice(&plain)
+        .map(Some)
+        .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))
+}
+
+/// The sequence number in an entry's key (as [`keyed`] returns them).
+pub(crate) fn seq_of(key: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(key).ok()?;
+    u64::from_str_radix(text.rsplit_once('/')?.1, 16).ok()
+}
+
 /// The sequence number the next entry appended to the session gets.
 pub(crate) fn next_seq_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<u64> {
     Ok(totals_in(store, txn, session)?.next_seq)

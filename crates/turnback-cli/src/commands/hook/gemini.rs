@@ -6,14 +6,15 @@
 //!   the replies from the chat file (`transcript_path`) or its `prompt_response`; it does
 //!   not always fire (upstream issues #18514, #27712), so the next prompt or `SessionEnd`
 //!   also ends a turn left running.
-//! - `write_file` and `replace` are checkpointed (`file_path`); `run_shell_command` and MCP
+//! - `write_file` and `replace` are checkpointed (`file_path`, found as Gemini finds it, or
+//!   as its result names it); `run_shell_command` and MCP
 //!   tools are shell records. Gemini gives its hooks no tool-call id: the protocol matches
 //!   a call's before and after by name and paths, and a call the person declined (a
 //!   `BeforeTool` with no `AfterTool`) is closed at the turn's end.
 //! - A call's failure is `tool_response.error`; a shell command's exit status is only in
 //!   its output text ("Exit Code: N").
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -61,9 +62,9 @@ pub fn translate(input: &str) -> Result<Translated> {
             last_reply = event.prompt_response.clone().filter(|r| !r.trim().is_empty() && r != "[no response text]");
             vec![AgentEvent::Stopped { continued: false }]
         }
-        "BeforeTool" => vec![AgentEvent::ToolStarted { call: call(&event) }],
+        "BeforeTool" => vec![AgentEvent::ToolStarted { call: call(&event, workspace.as_deref()) }],
         "AfterTool" => {
-            let call = call(&event);
+            let call = call(&event, workspace.as_deref());
             let failed = event.tool_response.as_ref().and_then(|r| r.get("error")).is_some_and(|e| !e.is_null())
                 || call.exit_status.is_some_and(|s| s != 0);
             vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
@@ -83,11 +84,17 @@ pub fn translate(input: &str) -> Result<Translated> {
 }
 
 /// The tool call an event is about.
-fn call(event: &Event) -> ToolCall {
+fn call(event: &Event, workspace: Option<&Path>) -> ToolCall {
     let tool = event.tool_name.clone().unwrap_or_default();
     let input = event.tool_input.clone().unwrap_or(Value::Null);
     let (effect, paths, command) = if FILE_TOOLS.contains(&tool.as_str()) {
-        let path = input.get("file_path").and_then(Value::as_str).map(PathBuf::from);
+        // After the call, Gemini says which file it was; before, find it as Gemini will.
+        let done =
+            event.tool_response.as_ref().and_then(|r| r.pointer("/returnDisplay/filePath")).and_then(Value::as_str);
+        let path = done.map(PathBuf::from).or_else(|| {
+            let given = input.get("file_path").and_then(Value::as_str)?;
+            Some(resolve(&tool, given, event.cwd.as_deref(), workspace))
+        });
         (ToolEffect::WritesFiles, path.into_iter().collect(), None)
     } else if tool == "run_shell_command" {
         (ToolEffect::RunsShell, Vec::new(), input.get("command").and_then(Value::as_str).map(str::to_string))
@@ -99,6 +106,52 @@ fn call(event: &Event) -> ToolCall {
     let exit_status =
         (effect == ToolEffect::RunsShell).then(|| event.tool_response.as_ref().and_then(exit_status)).flatten();
     ToolCall { id: None, name: tool, effect, paths, command, exit_status, subagent: None }
+}
+
+/// The file a file tool's `file_path` names, as Gemini CLI finds it
+/// (`packages/core/src/utils/pathCorrector.ts`): an absolute path as it is; a relative one
+/// in the directory Gemini runs in — and for `replace`, when no such file is there, the one
+/// file in the workspace whose path ends with it (Gemini searches for it too). Absolute, so
+/// a call's before and after name the same file.
+fn resolve(tool: &str, given: &str, cwd: Option<&Path>, workspace: Option<&Path>) -> PathBuf {
+    let given = Path::new(given);
+    let Some(cwd) = cwd.filter(|_| given.is_relative()) else { return given.to_path_buf() };
+    let here = cwd.join(given);
+    if here.exists() || tool != "replace" {
+        return here;
+    }
+    workspace.and_then(|root| unique_ending_with(root, given)).unwrap_or(here)
+}
+
+/// The one file under `root` whose path ends with `tail` (`None` if none or several), looked
+/// for breadth first among at most 50,000 entries, not in hidden or dependency folders.
+fn unique_ending_with(root: &Path, tail: &Path) -> Option<PathBuf> {
+    let mut queue = std::collections::VecDeque::from([root.to_path_buf()]);
+    let (mut found, mut seen) = (None, 0);
+    while let Some(dir) = queue.pop_front() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > 50_000 {
+                return None;
+            }
+            let path = entry.path();
+            let name = entry.file_name();
+            let Ok(kind) = entry.file_type() else { continue };
+            if kind.is_dir() {
+                let skip = name.to_string_lossy().starts_with('.') || name == "node_modules" || name == "target";
+                if !skip {
+                    queue.push_back(path);
+                }
+            } else if kind.is_file() && path.ends_with(tail) {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(path);
+            }
+        }
+    }
+    found
 }
 
 /// A shell command's exit status, from the "Exit Code: N" line of its output.

@@ -129,7 +129,15 @@ fn replies(tb: &Turnback, transcript: Option<(TranscriptFormat, PathBuf)>, last:
     let imported = transcript.map(|(format, path)| tb.import_transcript_file(format, &path, ImportScope::RepliesOnly));
     let fallback = |text: String| tb.record_event(&AgentEvent::AssistantReplied { text, thinking: None }, None);
     match (imported, last) {
-        (Some(Ok(_)), _) | (None, None) => Ok(()),
+        (Some(Ok(_)), Some(text)) => {
+            // The transcript may not hold this turn's reply yet: the event's copy stands in
+            // (the transcript's replaces it when it is imported).
+            if !newest_turn_replied(tb)? {
+                fallback(text)?;
+            }
+            Ok(())
+        }
+        (Some(Ok(_)), None) | (None, None) => Ok(()),
         (None, Some(text)) => fallback(text).map(drop),
         (Some(Err(e)), last) => {
             if let Some(text) = last {
@@ -138,6 +146,13 @@ fn replies(tb: &Turnback, transcript: Option<(TranscriptFormat, PathBuf)>, last:
             Err(e)
         }
     }
+}
+
+/// Whether the session's newest turn has a reply in the history.
+fn newest_turn_replied(tb: &Turnback) -> Result<bool> {
+    let Some(turn) = tb.turn_records()?.pop() else { return Ok(true) };
+    let entries = tb.history(&turnback::HistorySelection::Turn(turn.turn_id))?.entries;
+    Ok(entries.iter().any(|e| e.role == turnback::Role::Assistant))
 }
 
 /// The name an agent is known by on the command line (and in `hooks.log`).

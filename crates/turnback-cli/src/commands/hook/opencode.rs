@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `prompt` | `prompt` |
 //! | `tool-before`, `tool-after`, `tool-failed` | `tool`, `callID`, `args`, `metadata` (after), `subagent` |
-//! | `idle` | — |
+//! | `idle` | `reply` (the model's finished text parts of the turn) |
 //! | `subagent-start`, `subagent-stop` | `id`, `kind` |
 //! | `compacted` | — |
 //!
@@ -42,6 +42,7 @@ struct Event {
     subagent: Option<String>,
     id: Option<String>,
     kind: Option<String>,
+    reply: Option<String>,
 }
 
 /// Translates one event.
@@ -59,7 +60,11 @@ pub fn translate(input: &str) -> Result<Translated> {
             vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
         }
         "tool-failed" => vec![AgentEvent::ToolFailed { call: call(&event) }],
-        "idle" => vec![AgentEvent::Stopped { continued: false }],
+        "idle" => {
+            let reply = event.reply.clone().filter(|r| !r.trim().is_empty());
+            let reply = reply.map(|text| AgentEvent::AssistantReplied { text, thinking: None });
+            reply.into_iter().chain([AgentEvent::Stopped { continued: false }]).collect()
+        }
         "subagent-start" => event
             .id
             .clone()

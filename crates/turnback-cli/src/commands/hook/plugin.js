@@ -13,6 +13,7 @@ export const TurnbackPlugin = async ({ directory, worktree }) => {
   const root = worktree && worktree !== "/" ? worktree : directory;
   const parents = new Map(); // sub-agent session -> its root session
   const args = new Map(); // callID -> args, for opencode versions whose "after" lacks them
+  const replies = new Map(); // session -> (text part id -> its final text), sent at idle
   let queue = Promise.resolve();
 
   const run = (body) =>
@@ -72,7 +73,9 @@ export const TurnbackPlugin = async ({ directory, worktree }) => {
           if (parents.has(p.sessionID)) {
             await send({ event: "subagent-stop", sessionID: p.sessionID, id: p.sessionID });
           } else {
-            await send({ event: "idle", sessionID: p.sessionID });
+            const reply = [...(replies.get(p.sessionID)?.values() ?? [])].join("\n\n");
+            replies.delete(p.sessionID);
+            await send({ event: "idle", sessionID: p.sessionID, reply: reply || undefined });
           }
           return;
         case "session.compacted":
@@ -80,6 +83,12 @@ export const TurnbackPlugin = async ({ directory, worktree }) => {
           return;
         case "message.part.updated": {
           const part = p.part;
+          // The model's own text, once finished (parts are re-sent while they stream).
+          if (part?.type === "text" && !part.synthetic && !part.ignored && part.time?.end && !parents.has(part.sessionID)) {
+            if (!replies.has(part.sessionID)) replies.set(part.sessionID, new Map());
+            replies.get(part.sessionID).set(part.id, part.text);
+            return;
+          }
           if (part?.type === "tool" && part.state?.status === "error" && WRITES.has(part.tool)) {
             args.delete(part.callID);
             await send({ event: "tool-failed", sessionID: part.sessionID, tool: part.tool, callID: part.callID, args: part.state.input });

@@ -49,6 +49,7 @@ pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let edit_config = move |text: Option<&str>| feature(text, &config_what, uninstall);
     let mut notes = Vec::new();
     if !uninstall {
+        notes.push("Codex before 0.124 needs hooks turned on: turnback sets `codex_hooks = true` under [features] unless config.toml sets it, or writes [features] as an inline table (then add it there yourself)".to_string());
         notes.push("Codex runs a new hook only once you trust it: run /hooks in Codex and trust turnback's (or start Codex with --dangerously-bypass-hook-trust)".to_string());
         if places.scope == Scope::Project {
             notes.push("Codex reads a project's .codex/ only when it trusts the project".to_string());
@@ -86,14 +87,17 @@ fn feature(text: Option<&str>, what: &str, uninstall: bool) -> Result<Option<Str
             doc.remove("features");
         }
     } else {
-        if set("codex_hooks") || set("hooks") {
+        // Set by the person already, or an inline table (a comment cannot mark a key in one,
+        // so turnback would not know to remove it): left as it is.
+        let inline = doc.get("features").is_some_and(|f| f.as_inline_table().is_some());
+        if set("codex_hooks") || set("hooks") || inline {
             return Ok(text.map(str::to_string));
         }
         if doc.get("features").is_none() {
             doc.insert("features", Item::Table(Table::new()));
         }
         let table = doc["features"]
-            .as_table_like_mut()
+            .as_table_mut()
             .ok_or_else(|| Error::invalid(format!("{what}: features is not a table; nothing was changed")))?;
         let mut on = value(true);
         if let Some(v) = on.as_value_mut() {
@@ -122,6 +126,9 @@ mod tests {
         assert_eq!(feature(Some(theirs), "c", false).unwrap().as_deref(), Some(theirs));
         let theirs = "[features]\ncodex_hooks = true\n";
         assert_eq!(feature(Some(theirs), "c", true).unwrap().as_deref(), Some(theirs));
+        // An inline table is left alone (a comment cannot mark a key in it).
+        let inline = "model = \"o3\"\nfeatures = { web_search_request = true }\n";
+        assert_eq!(feature(Some(inline), "c", false).unwrap().as_deref(), Some(inline));
         // A file turnback made goes when turnback's setting goes.
         let made = feature(None, "c", false).unwrap().unwrap();
         assert_eq!(feature(Some(&made), "c", true).unwrap(), None);

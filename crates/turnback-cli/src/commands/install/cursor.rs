@@ -40,15 +40,24 @@ fn edit(text: Option<&str>, what: &str, command: &str, uninstall: bool) -> Resul
     let root = config.as_object_mut().expect("an object");
     if let Some(hooks) = root.get_mut("hooks") {
         let hooks = hooks.as_object_mut().ok_or_else(|| Error::invalid(format!("{what}: hooks is not an object")))?;
-        for handlers in hooks.values_mut() {
+        // Only what turnback's handlers alone filled goes (what the person left empty stays).
+        let was_empty = hooks.is_empty();
+        let mut emptied = Vec::new();
+        for (event, handlers) in hooks.iter_mut() {
             if let Some(list) = handlers.as_array_mut() {
+                let before = list.len();
                 list.retain(|h| {
                     !h.get("command").and_then(Value::as_str).is_some_and(|c| is_our_command(c, HookAgent::Cursor))
                 });
+                if before > 0 && list.is_empty() {
+                    emptied.push(event.clone());
+                }
             }
         }
-        hooks.retain(|_, list| list.as_array().is_none_or(|l| !l.is_empty()));
-        if hooks.is_empty() {
+        for event in emptied {
+            hooks.remove(&event);
+        }
+        if hooks.is_empty() && !was_empty {
             root.remove("hooks");
         }
     }
@@ -70,5 +79,5 @@ fn edit(text: Option<&str>, what: &str, command: &str, uninstall: bool) -> Resul
         // Only the version turnback wrote is left.
         root.remove("version");
     }
-    Ok(json_hooks::render(&config))
+    Ok(json_hooks::render(&config, text))
 }

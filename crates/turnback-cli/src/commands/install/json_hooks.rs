@@ -25,7 +25,7 @@ pub fn edit(
     if !uninstall {
         add(&mut settings, events, handler);
     }
-    Ok(render(&settings))
+    Ok(render(&settings, text))
 }
 
 /// The JSON object in `text` (an empty object for no file or an empty one).
@@ -41,30 +41,51 @@ pub fn parse(text: Option<&str>, what: &str) -> Result<Value> {
     Ok(settings)
 }
 
-/// The file's new text: `None` when nothing is left in it (the file goes).
-pub fn render(settings: &Value) -> Option<String> {
+/// The file's new text, written as `before` was (its indentation, and whether it ends
+/// with a newline; two spaces and a newline for a new file): `None` when nothing is left
+/// in it (the file goes).
+pub fn render(settings: &Value, before: Option<&str>) -> Option<String> {
+    use serde::Serialize;
     if settings.as_object().is_some_and(Map::is_empty) {
         return None;
     }
-    let mut after = serde_json::to_string_pretty(settings).expect("JSON values serialize");
-    after.push('\n');
+    let indent = before
+        .and_then(|b| b.lines().skip(1).map(|l| &l[..l.len() - l.trim_start().len()]).find(|w| !w.is_empty()))
+        .unwrap_or("  ");
+    let mut out = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(indent.as_bytes());
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, formatter);
+    settings.serialize(&mut serializer).expect("JSON values serialize");
+    let mut after = String::from_utf8(out).expect("JSON is UTF-8");
+    if before.is_none_or(|b| b.ends_with('\n')) {
+        after.push('\n');
+    }
     Some(after)
 }
 
+/// Takes out turnback's handlers, and the groups, events and `hooks` object that only they
+/// filled (what the person left empty stays empty).
 fn remove(settings: &mut Value, ours: &dyn Fn(&str) -> bool) {
     let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else { return };
-    for groups in hooks.values_mut() {
-        if let Some(groups) = groups.as_array_mut() {
-            for group in groups.iter_mut() {
-                if let Some(list) = group.get_mut("hooks").and_then(Value::as_array_mut) {
-                    list.retain(|h| !h.get("command").and_then(Value::as_str).is_some_and(ours));
-                }
-            }
-            groups.retain(|g| g.get("hooks").and_then(Value::as_array).is_none_or(|l| !l.is_empty()));
+    let was_empty = hooks.is_empty();
+    let mut emptied_events = Vec::new();
+    for (event, groups) in hooks.iter_mut() {
+        let Some(groups) = groups.as_array_mut() else { continue };
+        let had = groups.len();
+        groups.retain_mut(|group| {
+            let Some(list) = group.get_mut("hooks").and_then(Value::as_array_mut) else { return true };
+            let before = list.len();
+            list.retain(|h| !h.get("command").and_then(Value::as_str).is_some_and(ours));
+            !(list.is_empty() && before > 0)
+        });
+        if had > 0 && groups.is_empty() {
+            emptied_events.push(event.clone());
         }
     }
-    hooks.retain(|_, groups| groups.as_array().is_none_or(|g| !g.is_empty()));
-    if hooks.is_empty() {
+    for event in emptied_events {
+        hooks.remove(&event);
+    }
+    if hooks.is_empty() && !was_empty {
         settings.as_object_mut().expect("an object").remove("hooks");
     }
 }
@@ -84,6 +105,34 @@ fn add(settings: &mut Value, events: &[(&str, Option<&str>)], handler: &Value) {
         let groups = hooks.entry(*event).or_insert_with(|| json!([]));
         if let Some(groups) = groups.as_array_mut() {
             groups.push(group);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::edit;
+
+    #[test]
+    fn a_file_comes_back_as_it_was_written_indentation_and_last_newline_included() {
+        let ours = |c: &str| c.ends_with(" hook x");
+        let handler = json!({ "type": "command", "command": "turnback hook x" });
+        for original in [
+            "{\n    \"model\": \"opus\",\n    \"hooks\": {\n        \"Stop\": [\n            {\n                \"hooks\": []\n            }\n        ],\n        \"Notification\": [\n            {\n                \"hooks\": [\n                    {\n                        \"type\": \"command\",\n                        \"command\": \"notify-send\"\n                    }\n                ]\n            }\n        ]\n    }\n}",
+            "{\n\t\"model\": \"opus\"\n}\n",
+            "{\n  \"model\": \"opus\"\n}\n",
+        ] {
+            let installed = edit(Some(original), "f", &[("Stop", None)], &handler, &ours, false).unwrap().unwrap();
+            let indent = &original[2..original[2..].find('"').unwrap() + 2];
+            assert!(installed.contains(&format!("\n{indent}\"hooks\"")), "{installed}");
+            let removed = edit(Some(&installed), "f", &[("Stop", None)], &handler, &ours, true).unwrap();
+            assert_eq!(
+                removed.as_deref(),
+                Some(original),
+                "uninstall gives the file back, what the person left empty too"
+            );
         }
     }
 }

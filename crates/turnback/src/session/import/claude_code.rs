@@ -14,7 +14,8 @@
 //! - The assistant records after a prompt make one reply: its text (blocks of only
 //!   whitespace dropped), its thinking, its tool calls each with its result and whether
 //!   it was an error.
-//! - A file with lines but no user or assistant record is not a transcript: refused.
+//! - A file with lines but no user or assistant record with a `message` is not a
+//!   transcript: refused.
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,7 +33,9 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     let rows: Vec<Value> = lines.iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect();
     let unparsable = (lines.len() - rows.len()) as u64;
-    if !lines.is_empty() && !rows.iter().any(|r| matches!(kind(r), "user" | "assistant")) {
+    // Claude Code's records carry their message under `message` (another agent's use `content`).
+    if !lines.is_empty() && !rows.iter().any(|r| matches!(kind(r), "user" | "assistant") && r.get("message").is_some())
+    {
         return Err(Error::invalid("no user or assistant records: not a Claude Code transcript"));
     }
     let kept = kept_chain(&rows);

@@ -88,13 +88,16 @@ fn replay(text: &str) -> Result<(Vec<Value>, u64)> {
             chat = true;
             let at = messages.iter().position(|m| m.get("id") == Some(id)).unwrap_or(0);
             messages.truncate(at);
-        } else if row.get("id").is_some_and(Value::is_string) && row.get("type").is_some() {
+        } else if row.get("id").is_some_and(Value::is_string)
+            && matches!(row.get("type").and_then(Value::as_str), Some("user" | "gemini" | "info" | "error" | "warning"))
+        {
             chat = true;
             match messages.iter().position(|m| m.get("id") == row.get("id")) {
                 Some(at) => messages[at] = row,
                 None => messages.push(row),
             }
-        } else if row.get("sessionId").is_some() {
+        } else if row.get("sessionId").is_some() && row.get("projectHash").is_some() {
+            // The metadata line.
             chat = true;
         } else {
             skipped += 1;

@@ -7,10 +7,13 @@
 //! - A source turn is known by its key (the id of the record that began it, stable in the
 //!   agent's file), remembered per session and source: importing again adds nothing
 //!   twice, and a turn whose reply grew since (the file was read mid-turn) has its reply
-//!   replaced where it stands in the history, never appended a second time.
+//!   replaced where it stands in the history, never appended a second time; a reply that
+//!   is not more of the one imported (the agent masked or compacted its own record) changes
+//!   nothing.
 //! - A source turn not imported before joins a turn the hooks already recorded when that
 //!   turn has the same prompt and comes in the same order (the hooks made the turn, the
-//!   transcript brings the reply): one set of turns, never duplicates. Otherwise it becomes
+//!   transcript brings the reply; a reply an event brought is replaced by it): one set of
+//!   turns and one reply each, never duplicates. Otherwise it becomes
 //!   a finished turn of its own (no snapshots: nothing was recorded on disk then) — unless
 //!   the import brings replies only (a hook's), which never adds a turn.
 //! - An import is one transaction: its turns, entries and keys all land or none do.
@@ -20,7 +23,7 @@ pub mod codex;
 pub mod gemini;
 pub mod opencode;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -148,18 +151,23 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
     let mut report = Imported { skipped_rows: parsed.skipped_rows, ..Imported::default() };
     // What the hooks recorded, read before the transaction (reads and the write share one
     // connection): each prompt turn with its prompt.
-    let mut prompts: std::collections::HashMap<String, String> = std::collections::HashMap::new();
-    for e in history::read(store, &session.id, &history::Selection::All)?.entries {
-        if e.role == Role::User && !prompts.contains_key(&e.turn_id) {
-            prompts.insert(e.turn_id.clone(), e.prompt.unwrap_or(e.content));
+    // The prompt of each turn, and its reply if one is recorded already (an event's copy of
+    // it, which the transcript's replaces).
+    let mut recorded_entries: HashMap<String, (Option<String>, Option<u64>)> = HashMap::new();
+    for (key, e, _) in history::keyed(store, &session.id)? {
+        let slot = recorded_entries.entry(e.turn_id.clone()).or_default();
+        match e.role {
+            Role::User if slot.0.is_none() => slot.0 = Some(e.prompt.unwrap_or(e.content)),
+            Role::Assistant if slot.1.is_none() => slot.1 = history::seq_of(&key),
+            _ => {}
         }
     }
-    let recorded: Vec<(String, Option<String>)> = turn::list(store, &session.id)?
+    let recorded: Vec<Recorded> = turn::list(store, &session.id)?
         .into_iter()
         .filter(|t| t.kind == TurnKind::Prompt)
         .map(|t| {
-            let prompt = prompts.remove(&t.turn_id);
-            (t.turn_id, prompt)
+            let (prompt, reply_seq) = recorded_entries.remove(&t.turn_id).unwrap_or_default();
+            Recorded { turn_id: t.turn_id, prompt, reply_seq }
         })
         .collect();
     let mut txn = store.kv().begin()?;
@@ -185,14 +193,22 @@ fn claimed(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<HashSet<St
     Ok(out)
 }
 
+/// A prompt turn the session holds: its prompt, and the place of a reply already recorded.
+#[derive(Debug, Clone)]
+struct Recorded {
+    turn_id: String,
+    prompt: Option<String>,
+    reply_seq: Option<u64>,
+}
+
 /// One import's merging of source turns into a session, in order.
 struct Merge<'a> {
     store: &'a Store,
     session: &'a str,
     format: Format,
     scope: Scope,
-    /// The session's prompt turns with their prompts, oldest first.
-    recorded: Vec<(String, Option<String>)>,
+    /// The session's prompt turns, oldest first.
+    recorded: Vec<Recorded>,
     /// Turns an imported turn went into.
     claimed: HashSet<String>,
     /// Where to look for the next recorded turn to join: turns join in order.
@@ -204,29 +220,30 @@ impl Merge<'_> {
         let key = known_key(self.session, self.format, &source.key);
         if let Some(value) = txn.get(schema::IMPORTED_TURNS, &key)? {
             let known: Known = self.store.open_record(schema::IMPORTED_TURNS, &key, &value)?;
-            if let Some(at) = self.recorded.iter().position(|(id, _)| *id == known.turn_id) {
+            if let Some(at) = self.recorded.iter().position(|r| r.turn_id == known.turn_id) {
                 self.next = self.next.max(at + 1);
             }
             let updated = self.reply(txn, &key, known, source.reply, report)?;
             report.already_imported_turns += u64::from(!updated);
             return Ok(());
         }
-        let turn_id = match self.join(&source) {
-            Some(turn_id) => {
+        let (turn_id, reply_seq) = match self.join(&source) {
+            Some(joined) => {
                 report.joined_turns += 1;
-                turn_id
+                (joined.turn_id, joined.reply_seq)
             }
             None if self.scope == Scope::RepliesOnly => return Ok(()),
-            None => self.insert(txn, &source, report)?,
+            None => (self.insert(txn, &source, report)?, None),
         };
         self.claimed.insert(turn_id.clone());
-        let known = Known { turn_id, reply_seq: None, reply_digest: None };
+        // A reply recorded from an event stands in until the transcript's replaces it.
+        let known = Known { turn_id, reply_seq, reply_digest: None };
         self.remember(txn, &key, &known)?;
         self.reply(txn, &key, known, source.reply, report).map(drop)
     }
 
     /// The recorded turn `source` joins: the next unclaimed one with the same prompt.
-    fn join(&mut self, source: &SourceTurn) -> Option<String> {
+    fn join(&mut self, source: &SourceTurn) -> Option<Recorded> {
         let same = |p: &Option<String>| {
             p.as_deref().is_some_and(|p| {
                 p.trim() == source.prompt.trim() || source.sent.as_deref().is_some_and(|s| p.trim() == s.trim())
@@ -234,10 +251,10 @@ impl Merge<'_> {
         };
         let at = self.recorded[self.next..]
             .iter()
-            .position(|(id, prompt)| !self.claimed.contains(id) && same(prompt))
+            .position(|r| !self.claimed.contains(&r.turn_id) && same(&r.prompt))
             .map(|i| self.next + i)?;
         self.next = at + 1;
-        Some(self.recorded[at].0.clone())
+        Some(self.recorded[at].clone())
     }
 
     /// A finished turn of its own, with its prompt's entry.
@@ -286,6 +303,14 @@ impl Merge<'_> {
         if known.reply_digest.as_deref() == Some(digest.as_str()) {
             return Ok(false);
         }
+        // A reply imported before is replaced only by more of it: the agent's own masking or
+        // compaction of its record never thins turnback's history.
+        if let (Some(_), Some(seq)) = (&known.reply_digest, known.reply_seq)
+            && let Some(old) = history::entry_in(self.store, txn, self.session, seq)?
+            && !grows(&old, &reply)
+        {
+            return Ok(false);
+        }
         let replaced = match known.reply_seq {
             Some(seq) => history::replace_in(self.store, txn, self.session, seq, &reply)?,
             None => false,
@@ -312,6 +337,20 @@ impl Merge<'_> {
             .map_err(|e| Error::invalid(format!("history entry: {e}")))?;
         Ok(hex(&self.store.keys().lookup_id("imported-reply", &plain)[..16]))
     }
+}
+
+/// Whether reply `new` is reply `old` with more in it: its text and thinking go on from
+/// the old, its tool calls are the old ones (outputs only added) and perhaps more.
+fn grows(old: &Entry, new: &Entry) -> bool {
+    let text = |o: &str, n: &str| n.starts_with(o);
+    let thinking = text(old.thinking.as_deref().unwrap_or(""), new.thinking.as_deref().unwrap_or(""));
+    let (old_calls, new_calls) = (old.tool_calls.as_deref().unwrap_or(&[]), new.tool_calls.as_deref().unwrap_or(&[]));
+    let calls = old_calls.len() <= new_calls.len()
+        && old_calls
+            .iter()
+            .zip(new_calls)
+            .all(|(o, n)| o.name == n.name && o.input == n.input && (o.output.is_none() || o.output == n.output));
+    text(&old.content, &new.content) && thinking && calls
 }
 
 /// Forgets a session's imported turns inside `txn` (its history goes with it).
