@@ -91,7 +91,8 @@ pub enum Format {
     /// before v0.39).
     Gemini,
     /// An opencode session, as `opencode export` prints it (or as
-    /// [`opencode::read_storage`] reads it from opencode's storage).
+    /// [`Turnback::import_opencode_session`](crate::Turnback::import_opencode_session) reads
+    /// it from opencode's storage).
     Opencode,
 }
 
