@@ -297,7 +297,7 @@ impl Server {
             title = "Begin a turn",
             read_only_hint = false,
             destructive_hint = false,
-            idempotent_hint = true,
+            idempotent_hint = false,
             open_world_hint = false
         )
     )]
@@ -335,7 +335,7 @@ impl Server {
             title = "Record a shell command",
             read_only_hint = false,
             destructive_hint = false,
-            idempotent_hint = true,
+            idempotent_hint = false,
             open_world_hint = false
         )
     )]

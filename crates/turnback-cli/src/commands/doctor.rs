@@ -95,9 +95,11 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let mut problems = Vec::new();
     let dir = ctx.store_dir()?;
     let store = store_report(ctx, &dir, &mut problems);
+    // Events are noted per workspace: only this one's say its hooks reach turnback.
+    let workspace = ctx.open(false).ok().and_then(|tb| tb.registered_workspace().ok().flatten()).map(|w| w.id);
     let mut agents = Vec::new();
     for agent in AGENTS {
-        agents.push(agent_report(ctx, agent, &dir, &mut problems)?);
+        agents.push(agent_report(ctx, agent, &dir, workspace.as_deref(), &mut problems)?);
     }
     let hook_failures = failures(&dir);
     if hook_failures.count > 0 {
@@ -140,7 +142,13 @@ fn store_report(ctx: &Ctx, dir: &Path, problems: &mut Vec<Problem>) -> StoreRepo
     report
 }
 
-fn agent_report(ctx: &Ctx, agent: HookAgent, store: &Path, problems: &mut Vec<Problem>) -> Result<AgentReport> {
+fn agent_report(
+    ctx: &Ctx,
+    agent: HookAgent,
+    store: &Path,
+    workspace: Option<&str>,
+    problems: &mut Vec<Problem>,
+) -> Result<AgentReport> {
     let name = agent_name(agent);
     let program = on_path(program(agent));
     let command = install::hook_command(agent)?;
@@ -162,7 +170,17 @@ fn agent_report(ctx: &Ctx, agent: HookAgent, store: &Path, problems: &mut Vec<Pr
             hooks.push(HooksReport { scope: scope_name, file: change.file, state });
         }
     }
-    let last_event = std::fs::read_to_string(seen_file(store, agent)).ok().map(|s| s.trim().to_string());
+    let last_event = workspace
+        .and_then(|id| std::fs::read_to_string(seen_file(store, agent, id)).ok())
+        .map(|s| s.trim().to_string());
+    for scope in [Scope::Project, Scope::User] {
+        for why in install::turned_off(agent, &install::places(ctx, scope)?) {
+            problems.push(Problem {
+                what: format!("{name}: its hooks are turned off: {why}"),
+                advice: "turn them on again in that file, or remove the setting".into(),
+            });
+        }
+    }
     for h in hooks.iter().filter(|h| matches!(h.state, "outdated" | "unreadable")) {
         let scope = if h.scope == "user" { " --scope user" } else { "" };
         problems.push(Problem {

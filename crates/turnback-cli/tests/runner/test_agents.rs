@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, files_under, parse_json, show_output, str_at};
+use crate::common::{Env, files_under, parse_json, show_output, stamp, str_at};
 
 const P1: &str = "make the app print v1, add new.txt and drop old.txt";
 const P2: &str = "now v2, touch the notes and add t2.txt";
@@ -254,7 +254,7 @@ fn rollout_line(at: &str, kind: &str, payload: Value) -> String {
 /// reasoning summary, an assistant message, the freeform `apply_patch` call and its
 /// output, an `exec_command` call and its output, the final message, `task_complete`.
 fn codex_turn_rows(n: u32, prompt: &str, patch: &str, shell: &str) -> String {
-    let at = |s: u32| format!("2026-05-20T10:{:02}:{:02}.000Z", n * 5, s);
+    let at = |s: u32| stamp(i64::from(n * 300 + s) * 1000);
     let mut out = String::new();
     out += &rollout_line(
         &at(0),
@@ -551,7 +551,7 @@ impl GeminiCall<'_> {
 /// again with its tool calls (replacing it where it stands), the tool responses as a
 /// synthetic user message (v0.44+), an `info` notice, the final model message.
 fn gemini_turn_rows(n: u32, prompt: &str, calls: &[(&str, Value)]) -> String {
-    let at = |s: u32| format!("2026-08-21T10:{:02}:{:02}.000Z", n * 5, s);
+    let at = |s: u32| stamp(i64::from(n * 300 + s) * 1000);
     let tool_calls: Vec<Value> = calls
         .iter()
         .enumerate()
@@ -1208,7 +1208,10 @@ fn handlers(settings: &Value, event: &str) -> Vec<(Value, Value)> {
 }
 
 fn is_ours(handler: &Value, agent: &str) -> bool {
-    handler["command"].as_str().is_some_and(|c| c.contains("turnback") && c.ends_with(&format!(" hook {agent}")))
+    let hook = format!(" hook {agent}");
+    handler["command"]
+        .as_str()
+        .is_some_and(|c| c.contains("turnback") && (c.ends_with(&hook) || c.contains(&format!("{hook} "))))
 }
 
 #[test]
@@ -1348,6 +1351,8 @@ fn gemini_install_merges_settings_json_idempotently_and_uninstalls_byte_for_byte
             handlers(&settings, event).into_iter().filter(|(_, h)| is_ours(h, "gemini")).collect();
         assert_eq!(ours.len(), 1, "one turnback handler for {event}: {settings:#}");
         assert_eq!(ours[0].1["timeout"], 30000, "milliseconds, in Gemini CLI");
+        // A turnback that cannot start must not print and fail: Gemini would take it as "deny".
+        assert!(ours[0].1["command"].as_str().unwrap().ends_with(" hook gemini 2>/dev/null || true"));
         assert_eq!(ours[0].1["type"], "command");
         if event.ends_with("Tool") {
             let m = Regex::new(ours[0].0.as_str().unwrap());
@@ -1513,7 +1518,7 @@ fn a_stop_payloads_reply_stands_in_until_the_transcript_holds_the_turn_then_is_r
     // Codex: a rollout that does not hold the turn yet (only its session_meta line).
     let env = Env::new();
     let rollout = env.root.join("rollout.jsonl");
-    let meta = rollout_line("2026-12-01T10:00:00.000Z", "session_meta", json!({ "id": CODEX_SESSION, "cwd": env.ws }));
+    let meta = rollout_line(&stamp(0), "session_meta", json!({ "id": CODEX_SESSION, "cwd": env.ws }));
     std::fs::write(&rollout, format!("{meta}\n")).unwrap();
     hook(&env, "codex", &codex_event(&env, Some(&rollout), "1", "UserPromptSubmit", json!({ "prompt": "fix it" })));
     hook(
@@ -1530,14 +1535,14 @@ fn a_stop_payloads_reply_stands_in_until_the_transcript_holds_the_turn_then_is_r
     assert_eq!(history(&env, CODEX_SESSION), pairs(&[("user", "fix it"), ("assistant", "Fixed.")]));
     // The rollout catches up; importing it (or the next Stop) replaces the stand-in.
     let turn = [
-        rollout_line("2026-12-01T10:00:01.000Z", "event_msg", json!({ "type": "user_message", "message": "fix it" })),
+        rollout_line(&stamp(1000), "event_msg", json!({ "type": "user_message", "message": "fix it" })),
         rollout_line(
-            "2026-12-01T10:00:02.000Z",
+            &stamp(2000),
             "response_item",
             json!({ "type": "message", "role": "assistant", "content": [{ "type": "output_text", "text": "Looking." }] }),
         ),
         rollout_line(
-            "2026-12-01T10:00:03.000Z",
+            &stamp(3000),
             "response_item",
             json!({ "type": "message", "role": "assistant", "content": [{ "type": "output_text", "text": "Fixed." }] }),
         ),
@@ -1549,4 +1554,103 @@ fn a_stop_payloads_reply_stands_in_until_the_transcript_holds_the_turn_then_is_r
         pairs(&[("user", "fix it"), ("assistant", "Looking.\n\nFixed.")]),
         "one reply"
     );
+}
+
+#[test]
+fn a_hook_that_panics_still_lets_the_agent_through_and_says_nothing() {
+    // Gemini CLI denies a tool when a hook exits 2 or more with text (hookRunner.ts); Cursor
+    // reads stdout as its answer: a panic must be neither.
+    let mut env = Env::new();
+    env.set_var("TURNBACK_HOOK_PANIC", "1");
+    let gemini = json!({ "session_id": "g", "cwd": env.ws, "hook_event_name": "BeforeAgent", "prompt": "hi", "timestamp": stamp(0) });
+    let out = env.run(&["hook", "gemini"], Some(gemini.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{}", show_output(&out));
+    let cursor = json!({ "conversation_id": "c", "hook_event_name": "preToolUse", "workspace_roots": [env.ws], "tool_name": "Write", "tool_use_id": "t", "tool_input": { "file_path": env.ws.join("a.txt") } });
+    let out = env.run(&["hook", "cursor"], Some(cursor.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert_eq!(parse_json(&out), json!({}), "a neutral answer, never a deny");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap();
+    assert_eq!(log.matches("turnback panicked").count(), 2, "{log}");
+}
+
+#[test]
+fn a_codex_sub_agents_prompt_and_stop_stay_inside_the_persons_turn() {
+    // Sub-agent hooks carry the parent's session_id and their own agent_id (Codex
+    // hooks/src/events: SubagentCommandInputFields).
+    let env = Env::new();
+    env.write("a.txt", "v0\n");
+    let ev = |name: &str, extra: Value| codex_event(&env, None, "1", name, extra);
+    hook(&env, "codex", &ev("UserPromptSubmit", json!({ "prompt": "refactor the app" })));
+    let sub = json!({ "agent_id": "ag1", "agent_type": "worker" });
+    hook(&env, "codex", &ev("UserPromptSubmit", with(json!({ "prompt": "(sub-agent task) write docs" }), sub.clone())));
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-v0\n+v1\n*** End Patch\n";
+    let call = with(
+        json!({ "tool_name": "apply_patch", "tool_input": { "command": patch }, "tool_use_id": "call_sub" }),
+        sub.clone(),
+    );
+    hook(&env, "codex", &ev("PreToolUse", call.clone()));
+    env.write("a.txt", "v1\n");
+    hook(&env, "codex", &ev("PostToolUse", with(call, json!({ "tool_response": "Success." }))));
+    hook(&env, "codex", &ev("Stop", with(json!({ "stop_hook_active": false }), sub)));
+    let turns = env.json(&["--session", CODEX_SESSION, "turns"])["turns"].as_array().unwrap().clone();
+    assert_eq!(turns.len(), 1, "one turn, the person's: {turns:#?}");
+    assert!(turns[0]["endedAt"].is_null(), "the sub-agent's stop does not end the person's turn");
+    let list = env.json(&["--session", CODEX_SESSION, "checkpoints"]);
+    assert_eq!(list["checkpoints"][0]["subagent"], "ag1", "{list:#}");
+}
+
+#[test]
+fn a_workspace_opened_through_a_symlink_is_checkpointed_and_outside_writes_are_no_failures() {
+    // Cursor's workspace_roots is the folder as the person opened it (symlinks kept).
+    let env = Env::new();
+    env.write("n.txt", "n0\n");
+    let link = env.root.join("linked");
+    std::os::unix::fs::symlink(&env.ws, &link).unwrap();
+    let event = |name: &str, extra: Value| {
+        with(
+            json!({ "conversation_id": "c-link", "generation_id": "g1", "hook_event_name": name, "workspace_roots": [link] }),
+            extra,
+        )
+    };
+    cursor(&env, &event("beforeSubmitPrompt", json!({ "prompt": "edit n" })));
+    let write = |id: &str, path: &Path| json!({ "tool_name": "Write", "tool_use_id": id, "tool_input": { "file_path": path, "content": "x" } });
+    cursor(&env, &event("preToolUse", write("t1", &link.join("n.txt"))));
+    env.write("n.txt", "n1\n");
+    cursor(&env, &event("postToolUse", write("t1", &link.join("n.txt"))));
+    // A write outside the workspace (a scratch file): not the workspace's, not a failure.
+    let scratch = env.root.join("scratch.txt");
+    cursor(&env, &event("preToolUse", write("t2", &scratch)));
+    cursor(&env, &event("postToolUse", write("t2", &scratch)));
+    cursor(&env, &event("stop", json!({ "status": "completed", "loop_count": 0 })));
+    assert_eq!(turn_checkpoints(&env, "c-link", 1), [cp(&[("n.txt", "edit")], "succeeded")]);
+    assert!(std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default().is_empty());
+}
+
+#[test]
+fn opencode_relative_paths_are_relative_to_where_opencode_runs() {
+    let env = Env::new();
+    env.write("pkg/lib.ts", "v0\n");
+    let sub = env.ws.join("pkg");
+    let ev = |event: &str, extra: Value| with(opencode_event(&env, event, extra), json!({ "cwd": sub }));
+    hook(&env, "opencode", &ev("prompt", json!({ "prompt": "edit lib" })));
+    let args = json!({ "filePath": "lib.ts", "oldString": "v0", "newString": "v1" });
+    hook(&env, "opencode", &ev("tool-before", json!({ "tool": "edit", "callID": "c1", "args": args })));
+    env.write("pkg/lib.ts", "v1\n");
+    hook(&env, "opencode", &ev("tool-after", json!({ "tool": "edit", "callID": "c1", "args": args })));
+    hook(&env, "opencode", &ev("idle", json!({})));
+    assert_eq!(turn_checkpoints(&env, OPENCODE_SESSION, 1), [cp(&[("pkg/lib.ts", "edit")], "succeeded")]);
+}
+
+#[test]
+fn doctor_and_install_say_when_the_agents_own_settings_turn_hooks_off() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.ws.join(".codex")).unwrap();
+    std::fs::write(env.ws.join(".codex/config.toml"), "[features]\nhooks = false\n").unwrap();
+    let installed = env.json(&["install", "codex"]);
+    let notes = installed["notes"].to_string();
+    assert!(notes.contains("hooks = false"), "{installed:#}");
+    let report = parse_json(&env.run(&["--json", "doctor"], None));
+    let off = report["problems"].as_array().unwrap().iter().any(|p| p["what"].as_str().unwrap().contains("turned off"));
+    assert!(off, "{report:#}");
 }

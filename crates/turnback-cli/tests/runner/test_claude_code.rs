@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, parse_json, show_output, str_at};
+use crate::common::{Env, parse_json, show_output, stamp, str_at};
 
 fn hook(env: &Env, event: &Value) {
     let out = env.run(&["hook", "claude-code"], Some(event.to_string().as_bytes()));
@@ -103,14 +103,14 @@ fn a_stop_failure_ends_the_turn_and_the_reply_comes_from_the_transcript() {
     // The transcript Claude Code wrote meanwhile (its documented JSONL rows: uuid,
     // parentUuid, message.content blocks), which the Stop hook's transcript_path names.
     let rows = [
-        json!({ "type": "user", "uuid": "u1", "parentUuid": null, "timestamp": "2026-12-01T10:00:00Z",
+        json!({ "type": "user", "uuid": "u1", "parentUuid": null, "timestamp": stamp(0),
                 "message": { "role": "user", "content": "explain the parser" } }),
-        json!({ "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": "2026-12-01T10:00:02Z",
+        json!({ "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": stamp(2000),
                 "message": { "role": "assistant", "content": [ { "type": "thinking", "thinking": "Read lexer first" },
                   { "type": "tool_use", "id": "toolu_r", "name": "Read", "input": { "file_path": "src/lexer.rs" } } ] } }),
-        json!({ "type": "user", "uuid": "u2", "parentUuid": "a1", "timestamp": "2026-12-01T10:00:03Z",
+        json!({ "type": "user", "uuid": "u2", "parentUuid": "a1", "timestamp": stamp(3000),
                 "message": { "role": "user", "content": [ { "type": "tool_result", "tool_use_id": "toolu_r", "content": "fn lex() {}", "is_error": false } ] } }),
-        json!({ "type": "assistant", "uuid": "a2", "parentUuid": "u2", "timestamp": "2026-12-01T10:00:05Z",
+        json!({ "type": "assistant", "uuid": "a2", "parentUuid": "u2", "timestamp": stamp(5000),
                 "message": { "role": "assistant", "content": [ { "type": "text", "text": "It lexes, then parses." }, { "type": "text", "text": "  \n" } ] } }),
     ];
     let transcript: String = rows.iter().map(|r| format!("{r}\n")).collect();
@@ -202,4 +202,56 @@ fn doctor_says_what_is_missing_and_what_reaches_turnback() {
     assert_eq!(out.status.code(), Some(0));
     let failing = parse_json(&env.run(&["--json", "doctor"], None));
     assert_eq!(failing["hookFailures"]["count"], 1, "{failing:#}");
+}
+
+#[test]
+fn a_reply_joins_the_turn_it_answers_not_an_older_one_with_the_same_words() {
+    // A session resumed after turnback was installed: its transcript already holds a "yes"
+    // from ten minutes ago; the hooks record only the new "yes".
+    let env = Env::new();
+    let session = "cc-yes";
+    let row = |uuid: &str, parent: Option<&str>, at: i64, role: &str, content: Value| json!({ "type": role, "uuid": uuid, "parentUuid": parent, "timestamp": stamp(at), "message": { "role": role, "content": content } });
+    let text = |t: &str| json!([{ "type": "text", "text": t }]);
+    let rows = [
+        row("u1", None, -600_000, "user", json!("yes")),
+        row("a1", Some("u1"), -599_000, "assistant", text("OLD reply: deleted the build dir.")),
+        row("u2", Some("a1"), -300_000, "user", json!("fix the test")),
+        row("a2", Some("u2"), -299_000, "assistant", text("Fixed it.")),
+        row("u3", Some("a2"), 0, "user", json!("yes")),
+        row("a3", Some("u3"), 1_000, "assistant", text("NEW reply: pushed.")),
+    ];
+    hook(&env, &event(&env, session, "UserPromptSubmit", json!({ "prompt": "yes" })));
+    let transcript: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(env.root.join(format!("{session}.jsonl")), transcript).unwrap();
+    hook(&env, &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    let history = env.json(&["--session", session, "history", "show"]);
+    let said: Vec<&str> =
+        history["entries"].as_array().unwrap().iter().map(|e| e["content"].as_str().unwrap()).collect();
+    assert_eq!(said, ["yes", "NEW reply: pushed."], "{history:#}");
+}
+
+#[test]
+fn powershell_and_mcp_tools_are_shell_records_with_secrets_redacted() {
+    let env = Env::new();
+    let session = "cc-ps";
+    hook(&env, &event(&env, session, "UserPromptSubmit", json!({ "prompt": "clean up" })));
+    for (tool, input, id) in [
+        ("PowerShell", json!({ "command": "Remove-Item build -Recurse" }), "toolu_ps"),
+        ("mcp__github__create_file", json!({ "path": "x", "token": "ghp_secretsecret" }), "toolu_mcp"),
+        ("mcp__turnback__write_file", json!({ "path": "y", "content": "z" }), "toolu_own"),
+    ] {
+        let call = json!({ "tool_name": tool, "tool_input": input, "tool_use_id": id });
+        hook(&env, &event(&env, session, "PreToolUse", call.clone()));
+        hook(&env, &event(&env, session, "PostToolUse", call));
+    }
+    hook(&env, &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    let plan = parse_json(&env.run(&["--json", "--session", session, "rewind", "--to", "1"], None));
+    let effects: Vec<String> =
+        plan["shellEffects"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect();
+    assert_eq!(effects.len(), 2, "turnback's own MCP tools checkpoint themselves: {effects:?}");
+    assert_eq!(effects[0], "Remove-Item build -Recurse");
+    assert!(
+        effects[1].starts_with("mcp__github__create_file ") && !effects[1].contains("ghp_secretsecret"),
+        "{effects:?}"
+    );
 }

@@ -25,7 +25,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, show_output, str_at};
+use crate::common::{Env, show_output, stamp, str_at};
 
 /// What a transcript must import as: each kept turn's prompt and reply, in order.
 type Kept = Vec<(String, String)>;
@@ -152,7 +152,7 @@ impl Claude {
         let base = json!({
             "parentUuid": parent, "isSidechain": false, "userType": "external", "cwd": "/home/me/app",
             "sessionId": "3f2c9a1e-0b7d-4c55-9d1a-2f8e6b4a7c10", "version": "2.0.31", "gitBranch": "main",
-            "uuid": uuid, "timestamp": format!("2026-11-30T10:{:02}:{:02}.000Z", self.clock / 60 % 60, self.clock % 60),
+            "uuid": uuid, "timestamp": stamp(self.clock as i64 * 1000),
         });
         for (k, v) in base.as_object().unwrap() {
             if row.get(k).is_none() {
@@ -447,7 +447,7 @@ impl Rollout {
 
     fn line(&mut self, kind: &str, payload: Value) {
         self.clock += 1;
-        let at = format!("2026-05-20T11:{:02}:{:02}.{:03}Z", self.clock / 60 % 60, self.clock % 60, self.clock % 1000);
+        let at = stamp(self.clock as i64 * 1000);
         self.lines.push(json!({ "timestamp": at, "type": kind, "payload": payload }).to_string());
     }
 
@@ -588,7 +588,7 @@ impl Chat {
 
     fn at(&mut self) -> String {
         self.clock += 1;
-        format!("2026-08-21T11:{:02}:{:02}.000Z", self.clock / 60 % 60, self.clock % 60)
+        stamp(self.clock as i64 * 1000)
     }
 
     /// Appends a message line (a message seen before is replaced where it stands).

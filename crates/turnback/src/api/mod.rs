@@ -245,6 +245,17 @@ impl Turnback {
         Ok(self.workspace.get_or_init(|| ws))
     }
 
+    /// The workspace if it is registered already (this registers nothing).
+    ///
+    /// # Errors
+    /// Store errors; `io` if its directory does not exist.
+    pub fn registered_workspace(&self) -> Result<Option<Workspace>> {
+        match self.workspace.get() {
+            Some(ws) => Ok(Some(ws.clone())),
+            None => Workspace::find(&self.store, &self.workspace_dir),
+        }
+    }
+
     /// The session: the one asked for (created if new), else the workspace's latest, else
     /// a new one. Its prompt round is as it was when first resolved.
     ///

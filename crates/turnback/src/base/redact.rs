@@ -17,6 +17,8 @@ fn rules() -> &'static [(Regex, &'static str)] {
         let word = r"(?:api[_-]?key|secret|token|passw(?:or)?d|pwd|auth(?:[^o]|$)|credentials?)";
         let named = format!(r"[A-Za-z0-9_-]*{word}[A-Za-z0-9_-]*");
         [
+            // "name": "value" (the JSON arguments of an MCP tool call)
+            (format!(r#"(?i)("{named}"\s*:\s*)"(?:[^"\\]|\\.)*""#), "${1}\"[redacted]\""),
             // NAME=value (environment assignments, config flags)
             (format!(r#"(?i)\b({named})=(?:'[^']*'|"[^"]*"|\S+)"#), "${1}=[redacted]"),
             // --password value, --token=value (-p value is left alone: too common a flag)
@@ -71,6 +73,10 @@ mod tests {
                 "curl -H 'Authorization: Basic [redacted]' -H 'X-Api-Key: [redacted]' x",
             ),
             ("curl -u ann:hunter2 https://x", "curl -u ann:[redacted] https://x"),
+            (
+                r#"mcp__github__create_file {"path":"x","api_token":"t0p \"s\" ecret","n":1}"#,
+                r#"mcp__github__create_file {"path":"x","api_token":"[redacted]","n":1}"#,
+            ),
             ("git commit --author 'Ann <a@b.c>' -m fix", "git commit --author 'Ann <a@b.c>' -m fix"),
         ];
         for (input, expected) in cases {

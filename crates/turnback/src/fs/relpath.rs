@@ -115,8 +115,11 @@ impl<'de> Deserialize<'de> for RelPath {
 /// a `.git` directory, or is or lies inside one of `protected` (the store, the key file
 /// and the key's directory: an agent must not be able to destroy them).
 pub fn resolve(root: &Path, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
-    let absolute = normalize(&if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) });
+    let lexical = normalize(&if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) });
     let reject = |why: &str| Error::new(ErrorCode::PathRejected, format!("{}: {why}", path.display()));
+    // The root is canonical; a path that reaches the workspace through a symlink (a
+    // workspace opened as /tmp/x on macOS, or through a linked folder) is the same file.
+    let absolute = if lexical.starts_with(root) { lexical } else { through_links(&lexical) };
     let rel = absolute.strip_prefix(root).map_err(|_| reject("outside the workspace"))?;
     if rel.as_os_str().is_empty() {
         return Err(reject("is the workspace root, not a file"));
@@ -131,6 +134,26 @@ pub fn resolve(root: &Path, path: &Path, cwd: &Path, protected: &[PathBuf]) -> R
         }
     }
     RelPath::new(rel.as_os_str().as_bytes())
+}
+
+/// `path` with its longest existing ancestor directory canonicalized (what is below it does
+/// not exist yet, so it has no links to resolve). The last component is never resolved: a
+/// symlink there is the path's own, not a way to it.
+fn through_links(path: &Path) -> PathBuf {
+    let (Some(mut existing), Some(name)) = (path.parent(), path.file_name()) else { return path.to_path_buf() };
+    let mut rest = vec![name.to_os_string()];
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// Lexically removes `.` and resolves `..` (never above the root).
@@ -179,6 +202,25 @@ mod tests {
             let err = resolve_in("/w", p, cwd, store).unwrap_err();
             assert_eq!(err.code, ErrorCode::PathRejected, "{p}");
         }
+    }
+
+    #[test]
+    fn a_workspace_reached_through_a_symlink_is_the_same_workspace_and_links_out_stay_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(real.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), real.join("out")).unwrap();
+        let root = real.canonicalize().unwrap();
+        let via = |p: &str, cwd: &Path| resolve(&root, Path::new(p), cwd, &[]);
+        let link = dir.path().join("link");
+        assert_eq!(via(link.join("sub/new.txt").to_str().unwrap(), Path::new("/")).unwrap().display(), "sub/new.txt");
+        assert_eq!(via("sub/a.txt", &link).unwrap().display(), "sub/a.txt", "relative to a linked cwd");
+        // A path that leaves the workspace through a link inside it is not let in by the
+        // fallback (lexically inside, it is checked where it is written, never followed).
+        let outside = dir.path().join("elsewhere/x.txt");
+        assert_eq!(via(outside.to_str().unwrap(), Path::new("/")).unwrap_err().code, ErrorCode::PathRejected);
     }
 
     #[test]

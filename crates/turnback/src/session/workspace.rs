@@ -63,6 +63,15 @@ impl Workspace {
         }
     }
 
+    /// The workspace rooted at `dir`, if it is registered (registers nothing).
+    ///
+    /// # Errors
+    /// Store errors; `io` if `dir` does not exist.
+    pub fn find(store: &Store, dir: &Path) -> Result<Option<Self>> {
+        let root = dir.canonicalize().context(dir)?;
+        store.get_record::<Workspace>(schema::WORKSPACES, &lookup_key(store, &root))
+    }
+
     /// Finds a registered workspace by id.
     pub fn by_id(store: &Store, id: &str) -> Result<Self> {
         let mut found = None;

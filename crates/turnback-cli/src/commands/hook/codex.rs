@@ -11,7 +11,9 @@
 //!   on); its replies come from the rollout (`transcript_path`), or from
 //!   `last_assistant_message`. Codex has no session-end event: the next prompt ends a turn
 //!   an interrupt left running.
-//! - A sub-agent's events carry its `agent_id`.
+//! - A sub-agent's events carry its `agent_id` (and the parent's session id): its calls'
+//!   checkpoints name it, and its own prompt and stop start and stop it, inside the
+//!   person's turn.
 
 use std::path::PathBuf;
 
@@ -48,29 +50,13 @@ pub fn translate(input: &str) -> Result<Translated> {
     let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))?;
     let mut transcript = None;
     let mut last_reply = None;
-    let events = match event.hook_event_name.as_str() {
-        "SessionStart" => vec![AgentEvent::SessionStarted],
-        "UserPromptSubmit" => {
-            vec![AgentEvent::PromptSubmitted { prompt: Some(event.prompt.clone().unwrap_or_default()) }]
-        }
-        "PreToolUse" => vec![AgentEvent::ToolStarted { call: call(&event) }],
-        "PostToolUse" => {
-            let call = call(&event);
-            let failed = call.exit_status.is_some_and(|s| s != 0);
-            vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
-        }
-        "Stop" => {
-            transcript = event.transcript_path.clone().map(|p| (TranscriptFormat::Codex, p));
-            last_reply = event.last_assistant_message.clone().filter(|m| !m.trim().is_empty());
-            vec![AgentEvent::Stopped { continued: event.stop_hook_active }]
-        }
-        "PreCompact" | "PostCompact" => vec![AgentEvent::Compacted],
-        "SubagentStart" => match event.agent_id.clone() {
-            Some(id) => vec![AgentEvent::SubagentStarted { id, kind: event.agent_type.clone() }],
-            None => Vec::new(),
-        },
-        "SubagentStop" => event.agent_id.clone().map(|id| AgentEvent::SubagentStopped { id }).into_iter().collect(),
-        _ => Vec::new(),
+    // A sub-agent's hooks carry the parent's session id and its own agent_id: its prompt
+    // and its stop are the sub-agent's, not a turn of the person's.
+    let sub = event.agent_id.clone();
+    let events = match (event.hook_event_name.as_str(), sub) {
+        ("UserPromptSubmit", Some(id)) => vec![AgentEvent::SubagentStarted { id, kind: event.agent_type.clone() }],
+        ("Stop", Some(id)) => vec![AgentEvent::SubagentStopped { id }],
+        (name, _) => translate_main(&event, name, &mut transcript, &mut last_reply),
     };
     Ok(Translated {
         name: event.hook_event_name,
@@ -81,6 +67,39 @@ pub fn translate(input: &str) -> Result<Translated> {
         transcript,
         last_reply,
     })
+}
+
+/// The events of one of the main agent's hook events (and of a sub-agent's tool events).
+fn translate_main(
+    event: &Event,
+    name: &str,
+    transcript: &mut Option<(TranscriptFormat, PathBuf)>,
+    last_reply: &mut Option<String>,
+) -> Vec<AgentEvent> {
+    match name {
+        "SessionStart" => vec![AgentEvent::SessionStarted],
+        "UserPromptSubmit" => {
+            vec![AgentEvent::PromptSubmitted { prompt: Some(event.prompt.clone().unwrap_or_default()) }]
+        }
+        "PreToolUse" => vec![AgentEvent::ToolStarted { call: call(event) }],
+        "PostToolUse" => {
+            let call = call(event);
+            let failed = call.exit_status.is_some_and(|s| s != 0);
+            vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
+        }
+        "Stop" => {
+            *transcript = event.transcript_path.clone().map(|p| (TranscriptFormat::Codex, p));
+            *last_reply = event.last_assistant_message.clone().filter(|m| !m.trim().is_empty());
+            vec![AgentEvent::Stopped { continued: event.stop_hook_active }]
+        }
+        "PreCompact" | "PostCompact" => vec![AgentEvent::Compacted],
+        "SubagentStart" => match event.agent_id.clone() {
+            Some(id) => vec![AgentEvent::SubagentStarted { id, kind: event.agent_type.clone() }],
+            None => Vec::new(),
+        },
+        "SubagentStop" => event.agent_id.clone().map(|id| AgentEvent::SubagentStopped { id }).into_iter().collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// The tool call an event is about.

@@ -52,8 +52,23 @@ pub struct Translated {
     pub last_reply: Option<String>,
 }
 
-/// Handles one event; always exit 0.
+/// Handles one event; always exit 0 — even if turnback itself panics (the panic is logged,
+/// not printed: an agent may read a hook's stderr).
 pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
+    let store = ctx.store_dir().ok();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Some(dir) = &store {
+            let e = Error::new(ErrorCode::Io, format!("turnback panicked: {info}"));
+            append_log(dir, agent, &e);
+        }
+    }));
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(ctx, agent))) {
+        Ok(outcome) => outcome,
+        Err(_) => Outcome::raw(answer(agent, "")),
+    }
+}
+
+fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
     // SIGINT/SIGTERM while a prompt's start snapshot is awaited cancels that turn cleanly.
     let cancel = match super::turn::cancel_on_signals() {
         Ok(flag) => flag,
@@ -70,8 +85,12 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
         .and_then(|_| translate(agent, &input))
         .and_then(|t| {
             name = t.name.clone();
-            seen(ctx, agent, &name);
-            record(ctx, t, &cancel)
+            // Test builds only: turnback failing as badly as it can, mid-hook.
+            #[cfg(debug_assertions)]
+            if std::env::var_os("TURNBACK_HOOK_PANIC").is_some() {
+                panic!("TURNBACK_HOOK_PANIC is set");
+            }
+            record(ctx, agent, t, &cancel)
         })
         .map_err(|e| Error::new(e.code, format!("{name}: {}", e.message)));
     if let Err(e) = result {
@@ -100,7 +119,7 @@ fn answer(agent: HookAgent, event: &str) -> String {
 
 /// Records the translated events in the workspace and session they name, then brings in
 /// the replies from the agent's transcript.
-fn record(ctx: &Ctx, t: Translated, cancel: &AtomicBool) -> Result<()> {
+fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Result<()> {
     if t.events.is_empty() && t.transcript.is_none() && t.last_reply.is_none() {
         return Ok(());
     }
@@ -113,8 +132,19 @@ fn record(ctx: &Ctx, t: Translated, cancel: &AtomicBool) -> Result<()> {
     // hook process was started.
     options.cwd = t.cwd;
     let tb = open_for_turns(&options, PROMPT_WAIT)?;
+    if let Ok(ws) = tb.workspace() {
+        seen(&tb, agent, &ws.id, &t.name);
+    }
     for event in &t.events {
-        tb.record_event(event, Some(cancel))?;
+        match tb.record_event(event, Some(cancel)) {
+            // A file outside the workspace (a plan in ~/.claude/plans, a scratch file in
+            // /tmp), in .git, or in the store: not the workspace's to checkpoint, and not a
+            // failure of the hook.
+            Err(e) if e.code == ErrorCode::PathRejected => {}
+            other => {
+                other?;
+            }
+        }
     }
     replies(&tb, t.transcript, t.last_reply)
 }
@@ -166,15 +196,14 @@ pub fn agent_name(agent: HookAgent) -> &'static str {
     }
 }
 
-/// Where the last event each agent's hooks delivered is noted (its time and name; never a
-/// path or a payload): `turnback doctor` reads it.
-pub fn seen_file(store: &std::path::Path, agent: HookAgent) -> PathBuf {
-    store.join("hooks-seen").join(agent_name(agent))
+/// Where the last event `agent`'s hooks delivered in workspace `workspace_id` is noted (its
+/// time and name; never a path or a payload): `turnback doctor` reads it.
+pub fn seen_file(store: &std::path::Path, agent: HookAgent, workspace_id: &str) -> PathBuf {
+    store.join("hooks-seen").join(agent_name(agent)).join(workspace_id)
 }
 
-fn seen(ctx: &Ctx, agent: HookAgent, event: &str) {
-    let Ok(dir) = ctx.store_dir() else { return };
-    let file = seen_file(&dir, agent);
+fn seen(tb: &Turnback, agent: HookAgent, workspace_id: &str, event: &str) {
+    let file = seen_file(tb.store_dir(), agent, workspace_id);
     if let Some(parent) = file.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
@@ -183,9 +212,14 @@ fn seen(ctx: &Ctx, agent: HookAgent, event: &str) {
 }
 
 fn log(ctx: &Ctx, agent: HookAgent, e: &Error) {
+    if let Ok(dir) = ctx.store_dir() {
+        append_log(&dir, agent, e);
+    }
+}
+
+fn append_log(dir: &std::path::Path, agent: HookAgent, e: &Error) {
     use std::os::unix::fs::OpenOptionsExt;
-    let Ok(dir) = ctx.store_dir() else { return };
-    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::create_dir_all(dir);
     let line = format!("{} {} {}: {}\n", turnback::format_ms(turnback::now_ms()), agent_name(agent), e.code, e.message);
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("hooks.log")) {
         let _ = f.write_all(line.as_bytes());

@@ -14,7 +14,8 @@
 //! | `compacted` | — |
 //!
 //! each with `sessionID` (the root session: a sub-agent's calls come under its parent's,
-//! named by `subagent`) and `directory` (the project). `write`, `edit`, `multiedit`,
+//! named by `subagent`), `directory` (the project: the workspace) and `cwd` (where opencode
+//! runs: its relative paths are relative to it). `write`, `edit`, `multiedit`,
 //! `apply_patch` and `patch` are checkpointed; `bash` is a shell record.
 
 use std::path::PathBuf;
@@ -33,6 +34,7 @@ struct Event {
     #[serde(rename = "sessionID")]
     session_id: Option<String>,
     directory: Option<PathBuf>,
+    cwd: Option<PathBuf>,
     prompt: Option<String>,
     tool: Option<String>,
     #[serde(rename = "callID")]
@@ -78,7 +80,7 @@ pub fn translate(input: &str) -> Result<Translated> {
     Ok(Translated {
         name: event.event,
         workspace: event.directory.clone(),
-        cwd: event.directory,
+        cwd: event.cwd.or(event.directory),
         session: event.session_id,
         events,
         transcript: None,

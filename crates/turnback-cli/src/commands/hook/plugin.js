@@ -35,7 +35,9 @@ export const TurnbackPlugin = async ({ directory, worktree }) => {
   const send = (fields) => {
     const root_session = parents.get(fields.sessionID) ?? fields.sessionID;
     const subagent = parents.has(fields.sessionID) ? fields.sessionID : undefined;
-    const body = { ...fields, sessionID: root_session, subagent, directory: root };
+    // The project (the workspace), and the directory opencode runs in, which its relative
+    // paths are relative to.
+    const body = { ...fields, sessionID: root_session, subagent, directory: root, cwd: directory };
     queue = queue.then(() => run(body));
     return queue;
   };

@@ -33,10 +33,7 @@ const EVENTS: [(&str, Option<&str>); 8] = [
 const MARK: &str = " # turned on by turnback install codex";
 
 pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
-    let dir = match places.scope {
-        Scope::Project => places.project.join(".codex"),
-        Scope::User => std::env::var_os("CODEX_HOME").map(PathBuf::from).unwrap_or_else(|| places.home.join(".codex")),
-    };
+    let dir = dir(places);
     let hooks = dir.join("hooks.json");
     let what = hooks.display().to_string();
     let handler = json!({ "type": "command", "command": command, "timeout": 30 });
@@ -62,6 +59,26 @@ pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
         ],
         notes,
     })
+}
+
+/// Where the person's `config.toml` turns Codex's hooks off (`[features] hooks = false` or
+/// `codex_hooks = false`).
+pub fn turned_off(places: &Places) -> Vec<String> {
+    let file = dir(places).join("config.toml");
+    let Ok(Some(text)) = super::read(&file) else { return Vec::new() };
+    let Ok(doc) = text.parse::<DocumentMut>() else { return Vec::new() };
+    let features = doc.get("features").and_then(Item::as_table_like);
+    let off =
+        ["hooks", "codex_hooks"].iter().any(|k| features.and_then(|f| f.get(k)).and_then(Item::as_bool) == Some(false));
+    off.then(|| format!("{} sets hooks = false under [features]", file.display())).into_iter().collect()
+}
+
+/// The directory of Codex's configuration for the scope.
+fn dir(places: &Places) -> PathBuf {
+    match places.scope {
+        Scope::Project => places.project.join(".codex"),
+        Scope::User => std::env::var_os("CODEX_HOME").map(PathBuf::from).unwrap_or_else(|| places.home.join(".codex")),
+    }
 }
 
 /// `config.toml` with the hooks feature on (unless it is set already), or, uninstalling,

@@ -24,6 +24,10 @@ const EVENTS: [(&str, Option<&str>); 7] = [
 pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let file = places.dir(".gemini").join("settings.json");
     let what = file.display().to_string();
+    // Gemini CLI takes a hook's text on stderr with an exit status of 2 or more as "deny"
+    // (hookRunner.ts): a turnback that cannot even start (moved, uninstalled) must not
+    // block it, so its failure is silenced here too.
+    let command = format!("{command} 2>/dev/null || true");
     let handler = json!({ "name": "turnback", "type": "command", "command": command, "timeout": 30000 });
     let edit = move |text: Option<&str>| {
         let ours = |c: &str| is_our_command(c, HookAgent::Gemini);

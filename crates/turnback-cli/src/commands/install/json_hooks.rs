@@ -21,6 +21,15 @@ pub fn edit(
     uninstall: bool,
 ) -> Result<Option<String>> {
     let mut settings = parse(text, what)?;
+    // A shape turnback does not know is the person's to fix: nothing is rewritten around it.
+    if let Some(hooks) = settings.get("hooks") {
+        let hooks = hooks
+            .as_object()
+            .ok_or_else(|| Error::invalid(format!("{what}: hooks is not an object; nothing was changed")))?;
+        if let Some((event, _)) = hooks.iter().find(|(_, v)| !v.is_array()) {
+            return Err(Error::invalid(format!("{what}: hooks.{event} is not a list; nothing was changed")));
+        }
+    }
     remove(&mut settings, ours);
     if !uninstall {
         add(&mut settings, events, handler);
@@ -93,10 +102,7 @@ fn remove(settings: &mut Value, ours: &dyn Fn(&str) -> bool) {
 fn add(settings: &mut Value, events: &[(&str, Option<&str>)], handler: &Value) {
     let root = settings.as_object_mut().expect("an object");
     let hooks = root.entry("hooks").or_insert_with(|| Value::Object(Map::new()));
-    if !hooks.is_object() {
-        *hooks = Value::Object(Map::new());
-    }
-    let hooks = hooks.as_object_mut().expect("an object");
+    let hooks = hooks.as_object_mut().expect("checked: an object");
     for (event, matcher) in events {
         let mut group = json!({ "hooks": [handler] });
         if let Some(m) = matcher {

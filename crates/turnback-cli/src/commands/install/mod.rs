@@ -93,7 +93,10 @@ struct Installed {
 pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool) -> Result<Outcome> {
     let places = places(ctx, scope)?;
     let command = hook_command(agent)?;
-    let plan = plan(agent, &places, &command, uninstall)?;
+    let mut plan = plan(agent, &places, &command, uninstall)?;
+    if !uninstall {
+        plan.notes.extend(turned_off(agent, &places).into_iter().map(|why| format!("the hooks will not run: {why}")));
+    }
     // Every file is read and edited before any is written.
     let mut writes = Vec::new();
     for change in &plan.changes {
@@ -142,6 +145,37 @@ pub fn plan(agent: HookAgent, places: &Places, command: &str, uninstall: bool) -
         HookAgent::Gemini => gemini::plan(places, command, uninstall),
         HookAgent::Cursor => cursor::plan(places, command, uninstall),
         HookAgent::Opencode => opencode::plan(places, command, uninstall),
+    }
+}
+
+/// What in the agent's own configuration at `places` turns its hooks off, said as a sentence
+/// each (Claude Code's `disableAllHooks`, Codex's `[features] hooks = false`, Gemini CLI's
+/// `hooksConfig.enabled = false`).
+pub fn turned_off(agent: HookAgent, places: &Places) -> Vec<String> {
+    let json = |dir: &str, file: &str| {
+        let path = places.dir(dir).join(file);
+        let value = read(&path).ok().flatten().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+        (path, value)
+    };
+    let off = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_bool) == Some(false);
+    match agent {
+        HookAgent::ClaudeCode => {
+            let (path, v) = json(".claude", "settings.json");
+            let on =
+                v.as_ref().and_then(|v| v.get("disableAllHooks")).and_then(serde_json::Value::as_bool) == Some(true);
+            on.then(|| format!("{} sets disableAllHooks", path.display())).into_iter().collect()
+        }
+        HookAgent::Gemini => {
+            let (path, v) = json(".gemini", "settings.json");
+            let v = v.as_ref();
+            let off = off(v.and_then(|v| v.pointer("/hooksConfig/enabled")))
+                || off(v.and_then(|v| v.pointer("/hooks/enabled")));
+            off.then(|| format!("{} turns hooks off (hooksConfig.enabled = false)", path.display()))
+                .into_iter()
+                .collect()
+        }
+        HookAgent::Codex => codex::turned_off(places),
+        HookAgent::Cursor | HookAgent::Opencode => Vec::new(),
     }
 }
 
@@ -221,9 +255,12 @@ fn shell_quoted(s: &str) -> String {
     }
 }
 
-/// Whether `command` is a hook command turnback installed for `agent`.
+/// Whether `command` is a hook command turnback installed for `agent` (perhaps with a
+/// redirection after it, as for Gemini CLI).
 pub fn is_our_command(command: &str, agent: HookAgent) -> bool {
-    command.ends_with(&format!(" hook {}", agent_name(agent))) && command.contains("turnback")
+    let hook = format!(" hook {}", agent_name(agent));
+    let ours = command.ends_with(&hook) || command.contains(&format!("{hook} "));
+    ours && command.contains("turnback")
 }
 
 /// The file's text now (`None`: there is none).

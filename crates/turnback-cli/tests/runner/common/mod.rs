@@ -423,3 +423,9 @@ impl Env {
         String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
     }
 }
+
+/// An RFC 3339 time `offset_ms` after now: what an agent stamps its records with as they
+/// happen (turnback joins a transcript's turn to a hook's only if it is not much older).
+pub fn stamp(offset_ms: i64) -> String {
+    turnback::format_ms(turnback::now_ms() + offset_ms)
+}

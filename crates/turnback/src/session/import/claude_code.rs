@@ -13,7 +13,7 @@
 //!   records (`isSidechain`) begin nothing.
 //! - The assistant records after a prompt make one reply: its text (blocks of only
 //!   whitespace dropped), its thinking, its tool calls each with its result and whether
-//!   it was an error.
+//!   it was an error — also a result recorded beside the chain (parallel tool calls).
 //! - A file with lines but no user or assistant record with a `message` is not a
 //!   transcript: refused.
 
@@ -45,6 +45,7 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
             rebuild.skipped += 1;
         }
     }
+    rebuild.off_chain_results(&rows);
     let skipped = rebuild.skipped + unparsable + (rows.len() - kept.len()) as u64;
     Ok(Parsed { turns: rebuild.turns, skipped_rows: skipped })
 }
@@ -151,6 +152,33 @@ impl Rebuild {
         }
     }
 
+    /// The results of calls the kept chain made that are not on it: Claude Code records the
+    /// results of parallel tool calls as sibling records, of which the chain holds one.
+    fn off_chain_results(&mut self, rows: &[Value]) {
+        for row in rows.iter().filter(|r| kind(r) == "user" && !flag(r, "isSidechain")) {
+            let content = row.pointer("/message/content").cloned().unwrap_or(Value::Null);
+            let (_, results) = user_parts(&content);
+            let waiting: Vec<(String, Value, bool)> = results
+                .into_iter()
+                .filter(|(id, _, _)| {
+                    self.calls.get(id).is_some_and(|&(t, c)| {
+                        let calls = self.turns[t].reply.as_ref().and_then(|r| r.tool_calls.as_ref());
+                        calls.and_then(|cs| cs.get(c)).is_some_and(|call| call.output.is_none())
+                    })
+                })
+                .collect();
+            for (id, output, is_error) in waiting {
+                let &(t, c) = &self.calls[&id];
+                if let Some(call) =
+                    self.turns[t].reply.as_mut().and_then(|r| r.tool_calls.as_mut()).and_then(|cs| cs.get_mut(c))
+                {
+                    call.output = Some(output);
+                    call.error = is_error.then_some(true);
+                }
+            }
+        }
+    }
+
     fn begin(&mut self, key: String, prompt: String, sent: Option<String>, at: String) {
         self.turns.push(SourceTurn { key, prompt, sent, started_at: at.clone(), ended_at: at, reply: None });
     }
@@ -229,7 +257,9 @@ enum Prompt {
 impl Prompt {
     fn of(text: &str) -> Prompt {
         let t = text.trim_start();
-        if let Some(name) = between(t, "<command-name>", "</command-name>") {
+        // A command record begins with its tags; a prompt that only mentions them is a prompt.
+        let command = t.starts_with("<command-message>") || t.starts_with("<command-name>");
+        if let Some(name) = between(t, "<command-name>", "</command-name>").filter(|_| command) {
             let args = between(t, "<command-args>", "</command-args>").unwrap_or("").trim();
             let name = name.trim();
             let name = if name.starts_with('/') { name.to_string() } else { format!("/{name}") };
@@ -295,5 +325,49 @@ fn tool_output(content: Option<&Value>) -> Value {
         }
         Some(v) => v.clone(),
         None => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::parse;
+
+    fn rows(rows: &[Value]) -> String {
+        rows.iter().map(|r| format!("{r}\n")).collect()
+    }
+
+    #[test]
+    fn the_results_of_parallel_tool_calls_are_kept_though_one_is_off_the_chain() {
+        // Two calls in one assistant message: Claude Code records each result as a child of
+        // the call's record, and the chain goes on from the last one only
+        // (anthropics/claude-code#31330).
+        let text = rows(&[
+            json!({ "type": "user", "uuid": "u1", "parentUuid": null, "message": { "role": "user", "content": "read both" } }),
+            json!({ "type": "assistant", "uuid": "a1", "parentUuid": "u1", "message": { "role": "assistant", "content": [
+                { "type": "tool_use", "id": "ta", "name": "Read", "input": { "file_path": "a" } } ] } }),
+            json!({ "type": "assistant", "uuid": "a2", "parentUuid": "a1", "message": { "role": "assistant", "content": [
+                { "type": "tool_use", "id": "tb", "name": "Read", "input": { "file_path": "b" } } ] } }),
+            json!({ "type": "user", "uuid": "r1", "parentUuid": "a1", "message": { "role": "user", "content": [
+                { "type": "tool_result", "tool_use_id": "ta", "content": "AAA" } ] } }),
+            json!({ "type": "user", "uuid": "r2", "parentUuid": "a2", "message": { "role": "user", "content": [
+                { "type": "tool_result", "tool_use_id": "tb", "content": "BBB", "is_error": true } ] } }),
+            json!({ "type": "assistant", "uuid": "a3", "parentUuid": "r2", "message": { "role": "assistant", "content": [
+                { "type": "text", "text": "Both read." } ] } }),
+        ]);
+        let parsed = parse(&text).unwrap();
+        let calls = parsed.turns[0].reply.as_ref().unwrap().tool_calls.clone().unwrap();
+        let got: Vec<(Option<Value>, Option<bool>)> = calls.into_iter().map(|c| (c.output, c.error)).collect();
+        assert_eq!(got, [(Some(json!("AAA")), None), (Some(json!("BBB")), Some(true))]);
+    }
+
+    #[test]
+    fn a_prompt_that_mentions_command_tags_is_a_prompt() {
+        let prompt = "Why does the importer treat `<command-name>/review</command-name>` rows as turns?";
+        let text = rows(&[
+            json!({ "type": "user", "uuid": "u1", "parentUuid": null, "message": { "role": "user", "content": prompt } }),
+        ]);
+        assert_eq!(parse(&text).unwrap().turns[0].prompt, prompt);
     }
 }

@@ -12,8 +12,9 @@
 //!   nothing.
 //! - A source turn not imported before joins a turn the hooks already recorded when that
 //!   turn has the same prompt and comes in the same order (the hooks made the turn, the
-//!   transcript brings the reply; a reply an event brought is replaced by it): one set of
-//!   turns and one reply each, never duplicates. Otherwise it becomes
+//!   transcript brings the reply; a reply an event brought is replaced by it), and did not
+//!   begin well before it (an older turn with the same words): one set of turns and one
+//!   reply each, never duplicates. Otherwise it becomes
 //!   a finished turn of its own (no snapshots: nothing was recorded on disk then) — unless
 //!   the import brings replies only (a hook's), which never adds a turn.
 //! - An import is one transaction: its turns, entries and keys all land or none do.
@@ -168,7 +169,7 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
         .filter(|t| t.kind == TurnKind::Prompt)
         .map(|t| {
             let (prompt, reply_seq) = recorded_entries.remove(&t.turn_id).unwrap_or_default();
-            Recorded { turn_id: t.turn_id, prompt, reply_seq }
+            Recorded { turn_id: t.turn_id, prompt, reply_seq, started_at: t.started_at }
         })
         .collect();
     let mut txn = store.kv().begin()?;
@@ -200,6 +201,22 @@ struct Recorded {
     turn_id: String,
     prompt: Option<String>,
     reply_seq: Option<u64>,
+    started_at: String,
+}
+
+/// How much earlier than the turn turnback recorded the agent may date the same prompt
+/// (two clocks of one machine, and the time between the agent writing its record and its
+/// hook running).
+const CLOCK_SLACK_SECS: i64 = 120;
+
+/// Whether a source turn that began at `source` can be the turn recorded at `recorded`:
+/// not if it began well before it (an older turn with the same words — a repeated "yes",
+/// a session resumed after turnback was installed). Unreadable times do not rule it out.
+fn can_be(source: &str, recorded: &str) -> bool {
+    match (source.parse::<jiff::Timestamp>(), recorded.parse::<jiff::Timestamp>()) {
+        (Ok(s), Ok(r)) => s.as_second() >= r.as_second() - CLOCK_SLACK_SECS,
+        _ => true,
+    }
 }
 
 /// One import's merging of source turns into a session, in order.
@@ -252,7 +269,9 @@ impl Merge<'_> {
         };
         let at = self.recorded[self.next..]
             .iter()
-            .position(|r| !self.claimed.contains(&r.turn_id) && same(&r.prompt))
+            .position(|r| {
+                !self.claimed.contains(&r.turn_id) && same(&r.prompt) && can_be(&source.started_at, &r.started_at)
+            })
             .map(|i| self.next + i)?;
         self.next = at + 1;
         Some(self.recorded[at].clone())
