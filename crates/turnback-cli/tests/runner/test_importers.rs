@@ -769,3 +769,105 @@ fn one_agents_transcript_given_as_anothers_is_refused() {
         assert_eq!((out.exit, out.code.as_str()), (2, "invalid-argument"), "{flag} {}: {out:?}", file.display());
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// opencode
+// ---------------------------------------------------------------------------------------
+
+/// opencode's storage before v1.2 (JSON files; storage/json-migration.ts reads this
+/// layout): `session/<project>/<id>.json`, `message/<session>/<id>.json`,
+/// `part/<message>/<id>.json`, in the message-v2.ts shapes. 120 turns, each a prompt (with a
+/// synthetic part opencode adds), reasoning, an edit and a bash call with their states, and
+/// a reply; the last 3 undone with opencode's /undo (`revert.messageID`).
+fn opencode_storage(data: &std::path::Path) -> Kept {
+    let storage = data.join("storage");
+    let write = |path: std::path::PathBuf, v: &Value| {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, v.to_string()).unwrap();
+    };
+    let (session, base) = ("ses_import01", 1_764_981_943_000i64);
+    let mut kept = Kept::new();
+    let mut revert = None;
+    for t in 0..120 {
+        let (user, assistant) = (format!("msg_{:04}a", t), format!("msg_{:04}b", t));
+        let at = base + t * 60_000;
+        let prompt = format!("Turn {t}: tighten the parser\nand keep the tests green");
+        let reply = format!("Done with turn {t}.");
+        if t == 117 {
+            revert = Some(user.clone());
+        }
+        if t < 117 {
+            kept.push((prompt.clone(), reply.clone()));
+        }
+        write(
+            storage.join(format!("message/{session}/{user}.json")),
+            &json!({ "id": user, "sessionID": session, "role": "user", "time": { "created": at }, "agent": "build" }),
+        );
+        write(
+            storage.join(format!("part/{user}/prt_{user}_1.json")),
+            &json!({ "id": format!("prt_{user}_1"), "messageID": user, "sessionID": session, "type": "text", "text": prompt }),
+        );
+        write(
+            storage.join(format!("part/{user}/prt_{user}_2.json")),
+            &json!({ "id": format!("prt_{user}_2"), "messageID": user, "sessionID": session, "type": "text", "text": "Use the above message", "synthetic": true }),
+        );
+        write(
+            storage.join(format!("message/{session}/{assistant}.json")),
+            &json!({ "id": assistant, "sessionID": session, "role": "assistant", "parentID": user, "time": { "created": at + 1000, "completed": at + 9000 } }),
+        );
+        let parts = [
+            json!({ "type": "step-start", "snapshot": "4b825dc6" }),
+            json!({ "type": "reasoning", "text": format!("turn {t}: look first"), "time": { "start": 1, "end": 2 } }),
+            json!({ "type": "tool", "callID": format!("toolu_{t}_e"), "tool": "edit",
+                    "state": { "status": "completed", "input": { "filePath": "/p/parser.rs", "oldString": "a", "newString": "b" }, "output": "Edit applied successfully.", "title": "parser.rs", "metadata": {}, "time": { "start": 1, "end": 2 } } }),
+            json!({ "type": "tool", "callID": format!("toolu_{t}_b"), "tool": "bash",
+                    "state": { "status": if t % 10 == 0 { "error" } else { "completed" }, "input": { "command": "cargo test" }, "output": "ok", "error": "exit 101", "time": { "start": 1, "end": 2 } } }),
+            json!({ "type": "text", "text": reply }),
+            json!({ "type": "step-finish", "reason": "stop", "cost": 0.01 }),
+        ];
+        for (i, mut p) in parts.into_iter().enumerate() {
+            p["id"] = json!(format!("prt_{assistant}_{i}"));
+            p["messageID"] = json!(assistant);
+            p["sessionID"] = json!(session);
+            write(storage.join(format!("part/{assistant}/prt_{assistant}_{i}.json")), &p);
+        }
+    }
+    write(
+        storage.join(format!("session/e7f90f8a/{session}.json")),
+        &json!({ "id": session, "projectID": "e7f90f8a", "directory": "/p", "title": "parser", "version": "1.1.65",
+                   "time": { "created": base, "updated": base }, "revert": { "messageID": revert, "snapshot": "abc" } }),
+    );
+    kept
+}
+
+#[test]
+fn opencode_a_long_session_from_its_storage_imports_the_kept_turns_once_without_undone_ones() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let data = env.root.join("opencode-data");
+    let kept = opencode_storage(&data);
+    env.ok(&["session", "new", "--id", "oc"], None);
+    let args = [
+        "--session",
+        "oc",
+        "history",
+        "import",
+        "--opencode",
+        "ses_import01",
+        "--opencode-data",
+        data.to_str().unwrap(),
+    ];
+    let report = env.json(&args);
+    let n = kept.len() as u64;
+    assert_eq!(counts(&report), [n, 0, 0, 2 * n, 0], "{report:#}");
+    assert_eq!(messages(&env, "oc"), conversation(&kept), "the turns the person kept, undone ones left out");
+    let failed = entries(&env, "oc").into_iter().filter(|e| e["toolCalls"][1]["error"] == true).count();
+    assert_eq!(failed, 12, "the bash calls that failed say so");
+    let before = show(&env, "oc");
+    let again = env.json(&args);
+    assert_eq!(counts(&again), [0, 0, 0, 0, n], "{again:#}");
+    assert_eq!(show(&env, "oc"), before);
+    let missing =
+        env.fail(&["history", "import", "--opencode", "ses_nope", "--opencode-data", data.to_str().unwrap()], None);
+    assert_eq!(missing.code, "not-found", "{missing:?}");
+}
