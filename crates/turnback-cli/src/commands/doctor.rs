@@ -150,7 +150,7 @@ fn agent_report(
     problems: &mut Vec<Problem>,
 ) -> Result<AgentReport> {
     let name = agent_name(agent);
-    let program = on_path(program(agent));
+    let program = install::on_path(program(agent));
     let command = install::hook_command(agent)?;
     let mut hooks = Vec::new();
     for scope in [Scope::Project, Scope::User] {
@@ -208,11 +208,6 @@ fn agent_report(
 /// Whether a configuration mentions turnback's hook for `agent` at all.
 fn mentions(text: &str, agent: HookAgent) -> bool {
     text.contains(&format!("hook {}", agent_name(agent))) || text.contains("// turnback: undo")
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|c| c.is_file())
 }
 
 fn failures(store: &Path) -> HookFailures {

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, files_under, parse_json, show_output, stamp, str_at};
+use crate::common::{Env, deliver, files_under, history, hook, parse_json, show_output, stamp, str_at, with};
 
 const P1: &str = "make the app print v1, add new.txt and drop old.txt";
 const P2: &str = "now v2, touch the notes and add t2.txt";
@@ -30,22 +30,6 @@ const PERSON: &str = "notes by the person\n";
 // ---------------------------------------------------------------------------------------
 // Delivering events
 // ---------------------------------------------------------------------------------------
-
-/// Runs `turnback hook AGENT` with `event` on stdin; asserts exit 0 and that nothing went
-/// to `hooks.log`. Returns what the hook printed.
-fn deliver(env: &Env, agent: &str, event: &Value) -> String {
-    let out = env.run(&["hook", agent], Some(event.to_string().as_bytes()));
-    assert_eq!(out.status.code(), Some(0), "a hook always exits 0: {}", show_output(&out));
-    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
-    assert!(log.is_empty(), "the {agent} hook logged a failure for {event}:\n{log}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// [`deliver`] for agents that read nothing back: the hook prints nothing.
-fn hook(env: &Env, agent: &str, event: &Value) {
-    let out = deliver(env, agent, event);
-    assert!(out.is_empty(), "the {agent} hook prints nothing on stdout, got {out:?} for {event}");
-}
 
 /// The answer Cursor reads back for an event: everything is let through (Cursor's hooks
 /// reference: `{continue}` for beforeSubmitPrompt, `{permission}` for the events that
@@ -66,15 +50,6 @@ fn cursor(env: &Env, event: &Value) {
     let name = str_at(event, "/hook_event_name");
     let got: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("Cursor reads JSON, got {out:?}: {e}"));
     assert_eq!(got, cursor_answer(name), "Cursor's answer to {name}");
-}
-
-/// `base` with the fields of `extra` added.
-fn with(base: Value, extra: Value) -> Value {
-    let mut e = base;
-    for (k, v) in extra.as_object().unwrap() {
-        e[k] = v.clone();
-    }
-    e
 }
 
 // ---------------------------------------------------------------------------------------
@@ -124,17 +99,6 @@ fn turn_checkpoints(env: &Env, session: &str, turn: u64) -> Vec<Value> {
             t.sort_by_key(|v| v.to_string());
             json!({ "targets": t, "stage": c["stageState"], "commit": c["mutation"]["commitState"] })
         })
-        .collect()
-}
-
-/// A session's history as (role, content).
-fn history(env: &Env, session: &str) -> Vec<(String, String)> {
-    let view = env.json(&["--session", session, "history", "show"]);
-    view["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (str_at(e, "/role").to_string(), str_at(e, "/content").to_string()))
         .collect()
 }
 

@@ -25,7 +25,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, show_output, stamp, str_at};
+use crate::common::{Env, previews, show_output, stamp, str_at};
 
 /// What a transcript must import as: each kept turn's prompt and reply, in order.
 type Kept = Vec<(String, String)>;
@@ -44,11 +44,6 @@ fn show(env: &Env, session: &str) -> Value {
 
 fn entries(env: &Env, session: &str) -> Vec<Value> {
     show(env, session)["entries"].as_array().unwrap().clone()
-}
-
-fn previews(env: &Env, session: &str) -> Vec<String> {
-    let turns = env.json(&["--session", session, "turns"]);
-    turns["turns"].as_array().unwrap().iter().map(|t| str_at(t, "/preview").to_string()).collect()
 }
 
 /// `history export --format messages`: the [{role, content}] a model API takes.

@@ -15,7 +15,7 @@
 //! that finds nothing to act on records nothing and is not an error. What an agent that
 //! gives no ids makes ambiguous is said on [`AgentEvent`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
@@ -23,7 +23,8 @@ use serde::{Deserialize, Serialize};
 use crate::api::{CheckpointSummary, Turnback};
 use crate::error::Result;
 use crate::session::begin::BeginRequest;
-use crate::session::history::{NewEntry, Role};
+use crate::session::history::{NewEntry, Role, Selection};
+use crate::session::import::{Format, Scope as ImportScope};
 use crate::session::turn::{Shell, Turn};
 
 /// One thing an agent reports, in the agent-neutral protocol.
@@ -290,6 +291,40 @@ impl Turnback {
             AgentEvent::Compacted => {}
         }
         Ok(done)
+    }
+
+    /// At a stop, the replies of the turns recorded, from the agent's own transcript (matched
+    /// by their prompts, so it does not matter that the turn has just ended); `last_reply` is
+    /// the reply the agent's stop event carried. It stands in while the transcript does not
+    /// hold the newest turn's reply yet (the transcript's replaces it when it does), and
+    /// when there is no transcript or it cannot be read. A transcript not written yet is no
+    /// transcript.
+    ///
+    /// # Errors
+    /// The transcript's read or import error, after the stand-in is recorded.
+    pub fn record_replies(&self, transcript: Option<(Format, &Path)>, last_reply: Option<String>) -> Result<()> {
+        let imported = transcript
+            .filter(|(_, path)| path.exists())
+            .map(|(format, path)| self.import_transcript_file(format, path, ImportScope::RepliesOnly));
+        let stand_in = |text: String| self.record_event(&AgentEvent::AssistantReplied { text, thinking: None }, None);
+        match (imported, last_reply) {
+            (Some(Ok(_)), Some(text)) if !self.newest_turn_replied()? => stand_in(text).map(drop),
+            (Some(Ok(_)), _) | (None, None) => Ok(()),
+            (None, Some(text)) => stand_in(text).map(drop),
+            (Some(Err(e)), last) => {
+                if let Some(text) = last {
+                    stand_in(text)?;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether the session's newest turn has a reply in the history.
+    fn newest_turn_replied(&self) -> Result<bool> {
+        let Some(turn) = self.turn_records()?.pop() else { return Ok(true) };
+        let entries = self.history(&Selection::Turn(turn.turn_id))?.entries;
+        Ok(entries.iter().any(|e| e.role == Role::Assistant))
     }
 
     /// Reopens the newest turn when no turn runs: the agent is working after its stop.

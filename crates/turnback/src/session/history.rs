@@ -433,16 +433,14 @@ pub(crate) fn append_in(store: &Store, txn: &mut dyn Txn, session: &str, entries
 pub(crate) fn replace_in(store: &Store, txn: &mut dyn Txn, session: &str, seq: u64, entry: &Entry) -> Result<bool> {
     let key = entry_key(session, seq);
     let Some(old) = txn.get(schema::HISTORY, &key)? else { return Ok(false) };
-    let old_plain = store.open_bytes(schema::HISTORY, &key, &old)?;
-    let was: Entry = serde_json::from_slice(&old_plain)
-        .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))?;
+    let (was, old_size) = open_entry(store, &key, &old)?;
     if was.turn_id != entry.turn_id {
         return Ok(false);
     }
     let plain = serde_json::to_vec(entry).map_err(|e| Error::invalid(format!("history entry: {e}")))?;
     txn.put(schema::HISTORY, &key, &store.seal_bytes(schema::HISTORY, &key, SCHEMA, &plain)?)?;
     let mut totals = totals_in(store, txn, session)?;
-    totals.bytes = (totals.bytes + plain.len() as u64).saturating_sub(old_plain.len() as u64);
+    totals.bytes = (totals.bytes + plain.len() as u64).saturating_sub(old_size);
     put_totals_in(store, txn, session, &totals)?;
     Ok(true)
 }
@@ -451,10 +449,7 @@ pub(crate) fn replace_in(store: &Store, txn: &mut dyn Txn, session: &str, seq: u
 pub(crate) fn entry_in(store: &Store, txn: &mut dyn Txn, session: &str, seq: u64) -> Result<Option<Entry>> {
     let key = entry_key(session, seq);
     let Some(value) = txn.get(schema::HISTORY, &key)? else { return Ok(None) };
-    let plain = store.open_bytes(schema::HISTORY, &key, &value)?;
-    serde_json::from_slice(&plain)
-        .map(Some)
-        .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))
+    Ok(Some(open_entry(store, &key, &value)?.0))
 }
 
 /// The sequence number in an entry's key (as [`keyed`] returns them).
@@ -523,10 +518,7 @@ pub(crate) fn last(store: &Store, session: &str) -> Result<Option<Entry>> {
     let Some(seq) = next.checked_sub(1) else { return Ok(None) };
     let key = entry_key(session, seq);
     let Some(value) = store.kv().get(schema::HISTORY, &key)? else { return Ok(None) };
-    let plain = store.open_bytes(schema::HISTORY, &key, &value)?;
-    serde_json::from_slice(&plain)
-        .map(Some)
-        .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))
+    Ok(Some(open_entry(store, &key, &value)?.0))
 }
 
 /// Every kept entry with its key and serialised size, oldest first.
@@ -538,12 +530,18 @@ pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry,
     })?;
     raw.into_iter()
         .map(|(k, v)| {
-            let plain = store.open_bytes(schema::HISTORY, &k, &v)?;
-            let entry: Entry = serde_json::from_slice(&plain)
-                .map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))?;
-            Ok((k, entry, plain.len() as u64))
+            let (entry, size) = open_entry(store, &k, &v)?;
+            Ok((k, entry, size))
         })
         .collect()
+}
+
+/// The entry stored under `key` (`value` as the table holds it), and its serialised size.
+fn open_entry(store: &Store, key: &[u8], value: &[u8]) -> Result<(Entry, u64)> {
+    let plain = store.open_bytes(schema::HISTORY, key, value)?;
+    let entry =
+        serde_json::from_slice(&plain).map_err(|e| Error::corrupt("history entry", format!("does not parse: {e}")))?;
+    Ok((entry, plain.len() as u64))
 }
 
 /// Reads the session's history.

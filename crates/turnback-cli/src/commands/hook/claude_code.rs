@@ -51,7 +51,7 @@ struct Event {
 /// # Errors
 /// `invalid-argument` if it is not a Claude Code hook event.
 pub fn translate(input: &str) -> Result<Translated> {
-    let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))?;
+    let event: Event = super::parse(input)?;
     let workspace = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).or(event.cwd.clone());
     let mut transcript = None;
     let mut last_reply = None;
@@ -106,7 +106,7 @@ fn call(event: &Event) -> Result<ToolCall> {
     } else if SHELL_TOOLS.contains(&tool.as_str()) {
         (ToolEffect::RunsShell, Vec::new(), input.get("command").and_then(Value::as_str).map(str::to_string))
     } else if tool.starts_with("mcp__") && !tool.starts_with(OWN_MCP) {
-        (ToolEffect::RunsShell, Vec::new(), Some(mcp_command(&tool, &input)))
+        (ToolEffect::RunsShell, Vec::new(), Some(super::mcp_command(&tool, &input)))
     } else {
         (ToolEffect::Other, Vec::new(), None)
     };
@@ -119,18 +119,4 @@ fn call(event: &Event) -> Result<ToolCall> {
         exit_status: None,
         subagent: event.agent_id.clone(),
     })
-}
-
-/// An MCP tool call as a shell record: the tool and its arguments (cut short).
-fn mcp_command(tool: &str, input: &Value) -> String {
-    let mut args = input.to_string();
-    if args.len() > 500 {
-        let mut end = 500;
-        while !args.is_char_boundary(end) {
-            end -= 1;
-        }
-        args.truncate(end);
-        args.push('…');
-    }
-    format!("{tool} {args}")
 }

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect, TranscriptFormat};
+use turnback::{AgentEvent, Result, ToolCall, ToolEffect, TranscriptFormat};
 
 use super::{Translated, patch};
 
@@ -47,7 +47,7 @@ struct Event {
 /// # Errors
 /// `invalid-argument` if it is not a Codex hook event.
 pub fn translate(input: &str) -> Result<Translated> {
-    let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))?;
+    let event: Event = super::parse(input)?;
     let mut transcript = None;
     let mut last_reply = None;
     // A sub-agent's hooks carry the parent's session id and its own agent_id: its prompt
@@ -82,11 +82,7 @@ fn translate_main(
             vec![AgentEvent::PromptSubmitted { prompt: Some(event.prompt.clone().unwrap_or_default()) }]
         }
         "PreToolUse" => vec![AgentEvent::ToolStarted { call: call(event) }],
-        "PostToolUse" => {
-            let call = call(event);
-            let failed = call.exit_status.is_some_and(|s| s != 0);
-            vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
-        }
+        "PostToolUse" => vec![AgentEvent::ToolFinished { call: call(event) }],
         "Stop" => {
             *transcript = event.transcript_path.clone().map(|p| (TranscriptFormat::Codex, p));
             *last_reply = event.last_assistant_message.clone().filter(|m| !m.trim().is_empty());
@@ -113,7 +109,7 @@ fn call(event: &Event) -> ToolCall {
             (ToolEffect::WritesFiles, text.as_deref().map(patch::paths).unwrap_or_default(), None)
         }
         "Bash" => (ToolEffect::RunsShell, Vec::new(), command),
-        t if t.starts_with("mcp__") => (ToolEffect::RunsShell, Vec::new(), Some(format!("{t} {input}"))),
+        t if t.starts_with("mcp__") => (ToolEffect::RunsShell, Vec::new(), Some(super::mcp_command(t, &input))),
         _ => (ToolEffect::Other, Vec::new(), None),
     };
     ToolCall {
@@ -131,10 +127,6 @@ fn call(event: &Event) -> ToolCall {
 /// the "Exit code: N" line of its text).
 fn exit_status(response: &Value) -> Option<i32> {
     let field = ["exit_code", "exitCode"].iter().find_map(|k| response.get(*k).and_then(Value::as_i64));
-    let text = || {
-        let text = response.as_str().or_else(|| response.get("output").and_then(Value::as_str))?;
-        let line = text.lines().find_map(|l| l.trim().strip_prefix("Exit code:"))?;
-        line.trim().parse::<i64>().ok()
-    };
-    field.or_else(text).and_then(|s| i32::try_from(s).ok())
+    let text = || response.as_str().or_else(|| response.get("output").and_then(Value::as_str));
+    field.and_then(|s| i32::try_from(s).ok()).or_else(|| super::exit_status_line(text()?, "Exit code:"))
 }

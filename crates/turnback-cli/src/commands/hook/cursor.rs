@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect};
+use turnback::{AgentEvent, Result, ToolCall, ToolEffect};
 
 use super::Translated;
 
@@ -49,7 +49,7 @@ struct Event {
 /// # Errors
 /// `invalid-argument` if it is not a Cursor hook event.
 pub fn translate(input: &str) -> Result<Translated> {
-    let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))?;
+    let event: Event = super::parse(input)?;
     let workspace =
         event.workspace_roots.first().cloned().or_else(|| std::env::var_os("CURSOR_PROJECT_DIR").map(PathBuf::from));
     let events = match event.hook_event_name.as_str() {
@@ -68,7 +68,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         "postToolUseFailure" => file_call(&event).map(|call| AgentEvent::ToolFailed { call }).into_iter().collect(),
         "afterShellExecution" => match event.command.clone() {
             Some(command) => {
-                let exit_status = event.output.as_deref().and_then(exit_status);
+                let exit_status = event.output.as_deref().and_then(|o| super::exit_status_line(o, "Exit code:"));
                 vec![AgentEvent::ShellRan { id: None, command, exit_status }]
             }
             None => Vec::new(),
@@ -106,12 +106,6 @@ fn file_call(event: &Event) -> Option<ToolCall> {
         paths: vec![PathBuf::from(path)],
         ..ToolCall::default()
     })
-}
-
-/// A shell command's exit status, when its output ends with one.
-fn exit_status(output: &str) -> Option<i32> {
-    let line = output.lines().rev().find_map(|l| l.trim().strip_prefix("Exit code:"))?;
-    line.trim().parse().ok()
 }
 
 /// What Cursor reads back: the answer of a hook that lets everything through.

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use serde_json::Value;
-use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect, TranscriptFormat};
+use turnback::{AgentEvent, Result, ToolCall, ToolEffect, TranscriptFormat};
 
 use super::Translated;
 
@@ -44,7 +44,7 @@ struct Event {
 /// # Errors
 /// `invalid-argument` if it is not a Gemini CLI hook event.
 pub fn translate(input: &str) -> Result<Translated> {
-    let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))?;
+    let event: Event = super::parse(input)?;
     let workspace = std::env::var_os("GEMINI_PROJECT_DIR").map(PathBuf::from).or(event.cwd.clone());
     let mut transcript = None;
     let mut last_reply = None;
@@ -65,8 +65,8 @@ pub fn translate(input: &str) -> Result<Translated> {
         "BeforeTool" => vec![AgentEvent::ToolStarted { call: call(&event, workspace.as_deref()) }],
         "AfterTool" => {
             let call = call(&event, workspace.as_deref());
-            let failed = event.tool_response.as_ref().and_then(|r| r.get("error")).is_some_and(|e| !e.is_null())
-                || call.exit_status.is_some_and(|s| s != 0);
+            // A shell command's exit status marks it failed in the protocol itself.
+            let failed = event.tool_response.as_ref().and_then(|r| r.get("error")).is_some_and(|e| !e.is_null());
             vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
         }
         "PreCompress" => vec![AgentEvent::Compacted],
@@ -99,7 +99,7 @@ fn call(event: &Event, workspace: Option<&Path>) -> ToolCall {
     } else if tool == "run_shell_command" {
         (ToolEffect::RunsShell, Vec::new(), input.get("command").and_then(Value::as_str).map(str::to_string))
     } else if tool.starts_with("mcp_") {
-        (ToolEffect::RunsShell, Vec::new(), Some(format!("{tool} {input}")))
+        (ToolEffect::RunsShell, Vec::new(), Some(super::mcp_command(&tool, &input)))
     } else {
         (ToolEffect::Other, Vec::new(), None)
     };
@@ -156,7 +156,5 @@ fn unique_ending_with(root: &Path, tail: &Path) -> Option<PathBuf> {
 
 /// A shell command's exit status, from the "Exit Code: N" line of its output.
 fn exit_status(response: &Value) -> Option<i32> {
-    let text = response.get("llmContent").and_then(Value::as_str)?;
-    let line = text.lines().find_map(|l| l.trim().strip_prefix("Exit Code:"))?;
-    line.trim().parse().ok()
+    super::exit_status_line(response.get("llmContent").and_then(Value::as_str)?, "Exit Code:")
 }

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{AgentEvent, Error, ErrorCode, ImportScope, Result, TranscriptFormat, Turnback};
+use turnback::{AgentEvent, Error, ErrorCode, Result, TranscriptFormat, Turnback};
 
 use crate::app::{Ctx, open_for_turns};
 use crate::cli::HookAgent;
@@ -146,43 +146,36 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
             }
         }
     }
-    replies(&tb, t.transcript, t.last_reply)
+    tb.record_replies(t.transcript.as_ref().map(|(f, p)| (*f, p.as_path())), t.last_reply)
 }
 
-/// Brings the replies of the turns recorded in from the agent's transcript (matched by
-/// their prompts, so it does not matter that the turn has just ended). Without a
-/// transcript, or when it cannot be read, the reply the event carried stands in for it
-/// (and the failure is still logged).
-fn replies(tb: &Turnback, transcript: Option<(TranscriptFormat, PathBuf)>, last: Option<String>) -> Result<()> {
-    // A transcript not written yet is no transcript.
-    let transcript = transcript.filter(|(_, path)| path.exists());
-    let imported = transcript.map(|(format, path)| tb.import_transcript_file(format, &path, ImportScope::RepliesOnly));
-    let fallback = |text: String| tb.record_event(&AgentEvent::AssistantReplied { text, thinking: None }, None);
-    match (imported, last) {
-        (Some(Ok(_)), Some(text)) => {
-            // The transcript may not hold this turn's reply yet: the event's copy stands in
-            // (the transcript's replaces it when it is imported).
-            if !newest_turn_replied(tb)? {
-                fallback(text)?;
-            }
-            Ok(())
+/// One event in an agent's documented JSON.
+///
+/// # Errors
+/// `invalid-argument` if it is not such an event.
+fn parse<T: serde::de::DeserializeOwned>(input: &str) -> Result<T> {
+    serde_json::from_str(input).map_err(|e| Error::invalid(format!("hook event: {e}")))
+}
+
+/// The exit status stated on the last line of `text` that begins with `label` ("Exit code:
+/// 1", as the agents' shell tools print it).
+fn exit_status_line(text: &str, label: &str) -> Option<i32> {
+    text.lines().rev().find_map(|l| l.trim().strip_prefix(label))?.trim().parse().ok()
+}
+
+/// An MCP tool call as a shell record: the tool and its arguments, cut short (the protocol
+/// redacts secrets in them).
+fn mcp_command(tool: &str, input: &serde_json::Value) -> String {
+    let mut args = input.to_string();
+    if args.len() > 500 {
+        let mut end = 500;
+        while !args.is_char_boundary(end) {
+            end -= 1;
         }
-        (Some(Ok(_)), None) | (None, None) => Ok(()),
-        (None, Some(text)) => fallback(text).map(drop),
-        (Some(Err(e)), last) => {
-            if let Some(text) = last {
-                fallback(text)?;
-            }
-            Err(e)
-        }
+        args.truncate(end);
+        args.push('…');
     }
-}
-
-/// Whether the session's newest turn has a reply in the history.
-fn newest_turn_replied(tb: &Turnback) -> Result<bool> {
-    let Some(turn) = tb.turn_records()?.pop() else { return Ok(true) };
-    let entries = tb.history(&turnback::HistorySelection::Turn(turn.turn_id))?.entries;
-    Ok(entries.iter().any(|e| e.role == turnback::Role::Assistant))
+    format!("{tool} {args}")
 }
 
 /// The name an agent is known by on the command line (and in `hooks.log`).

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use serde_json::Value;
-use turnback::{AgentEvent, Error, Result, ToolCall, ToolEffect};
+use turnback::{AgentEvent, Result, ToolCall, ToolEffect};
 
 use super::{Translated, patch};
 
@@ -52,15 +52,11 @@ struct Event {
 /// # Errors
 /// `invalid-argument` if it is not an event of turnback's opencode plugin.
 pub fn translate(input: &str) -> Result<Translated> {
-    let event: Event = serde_json::from_str(input).map_err(|e| Error::invalid(format!("plugin event: {e}")))?;
+    let event: Event = super::parse(input)?;
     let events = match event.event.as_str() {
         "prompt" => vec![AgentEvent::PromptSubmitted { prompt: Some(event.prompt.clone().unwrap_or_default()) }],
         "tool-before" => vec![AgentEvent::ToolStarted { call: call(&event) }],
-        "tool-after" => {
-            let call = call(&event);
-            let failed = call.exit_status.is_some_and(|s| s != 0);
-            vec![if failed { AgentEvent::ToolFailed { call } } else { AgentEvent::ToolFinished { call } }]
-        }
+        "tool-after" => vec![AgentEvent::ToolFinished { call: call(&event) }],
         "tool-failed" => vec![AgentEvent::ToolFailed { call: call(&event) }],
         "idle" => {
             let reply = event.reply.clone().filter(|r| !r.trim().is_empty());

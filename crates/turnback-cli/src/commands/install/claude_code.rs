@@ -4,7 +4,7 @@
 use serde_json::json;
 use turnback::Result;
 
-use super::{Change, Places, Plan, is_our_command, json_hooks};
+use super::{Places, Plan, json_hooks};
 use crate::cli::HookAgent;
 
 /// The tools whose calls turnback hears of: file tools, shell tools, MCP tools.
@@ -27,11 +27,14 @@ const EVENTS: [(&str, Option<&str>); 11] = [
 
 pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let file = places.dir(".claude").join("settings.json");
-    let what = file.display().to_string();
     let handler = json!({ "type": "command", "command": command, "timeout": 30 });
-    let edit = move |text: Option<&str>| {
-        let ours = |c: &str| is_our_command(c, HookAgent::ClaudeCode);
-        json_hooks::edit(text, &what, &EVENTS, &handler, &ours, uninstall)
-    };
-    Ok(Plan { changes: vec![Change { file, edit: Box::new(edit) }], notes: Vec::new() })
+    let change = json_hooks::change(file, HookAgent::ClaudeCode, &EVENTS, handler, uninstall);
+    Ok(Plan { changes: vec![change], notes: Vec::new() })
+}
+
+/// Whether Claude Code's settings turn every hook off (`disableAllHooks`).
+pub fn turned_off(places: &Places) -> Vec<String> {
+    let (path, settings) = super::json_settings(places, ".claude", "settings.json");
+    let off = settings.and_then(|v| v.get("disableAllHooks")?.as_bool()) == Some(true);
+    off.then(|| format!("{} sets disableAllHooks", path.display())).into_iter().collect()
 }

@@ -12,7 +12,7 @@ use serde_json::json;
 use toml_edit::{DocumentMut, Item, Table, value};
 use turnback::{Error, Result};
 
-use super::{Change, Places, Plan, is_our_command, json_hooks};
+use super::{Change, Places, Plan, json_hooks};
 use crate::cli::{HookAgent, Scope};
 
 /// Codex's file tool and shell tools as hooks see them, and MCP tools.
@@ -35,12 +35,8 @@ const MARK: &str = " # turned on by turnback install codex";
 pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let dir = dir(places);
     let hooks = dir.join("hooks.json");
-    let what = hooks.display().to_string();
     let handler = json!({ "type": "command", "command": command, "timeout": 30 });
-    let edit_hooks = move |text: Option<&str>| {
-        let ours = |c: &str| is_our_command(c, HookAgent::Codex);
-        json_hooks::edit(text, &what, &EVENTS, &handler, &ours, uninstall)
-    };
+    let hooks = json_hooks::change(hooks, HookAgent::Codex, &EVENTS, handler, uninstall);
     let config = dir.join("config.toml");
     let config_what = config.display().to_string();
     let edit_config = move |text: Option<&str>| feature(text, &config_what, uninstall);
@@ -52,13 +48,7 @@ pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
             notes.push("Codex reads a project's .codex/ only when it trusts the project".to_string());
         }
     }
-    Ok(Plan {
-        changes: vec![
-            Change { file: hooks, edit: Box::new(edit_hooks) },
-            Change { file: config, edit: Box::new(edit_config) },
-        ],
-        notes,
-    })
+    Ok(Plan { changes: vec![hooks, Change { file: config, edit: Box::new(edit_config) }], notes })
 }
 
 /// Where the person's `config.toml` turns Codex's hooks off (`[features] hooks = false` or

@@ -4,7 +4,7 @@
 use serde_json::json;
 use turnback::Result;
 
-use super::{Change, Places, Plan, is_our_command, json_hooks};
+use super::{Places, Plan, json_hooks};
 use crate::cli::HookAgent;
 
 /// The tools whose calls turnback hears of (matchers are unanchored regular expressions:
@@ -23,19 +23,26 @@ const EVENTS: [(&str, Option<&str>); 7] = [
 
 pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let file = places.dir(".gemini").join("settings.json");
-    let what = file.display().to_string();
     // Gemini CLI takes a hook's text on stderr with an exit status of 2 or more as "deny"
     // (hookRunner.ts): a turnback that cannot even start (moved, uninstalled) must not
     // block it, so its failure is silenced here too.
     let command = format!("{command} 2>/dev/null || true");
     let handler = json!({ "name": "turnback", "type": "command", "command": command, "timeout": 30000 });
-    let edit = move |text: Option<&str>| {
-        let ours = |c: &str| is_our_command(c, HookAgent::Gemini);
-        json_hooks::edit(text, &what, &EVENTS, &handler, &ours, uninstall)
-    };
+    let change = json_hooks::change(file, HookAgent::Gemini, &EVENTS, handler, uninstall);
     let notes = vec![
         "Gemini CLI runs hooks only in folders it trusts: trust this one when it asks (or set GEMINI_CLI_TRUST_WORKSPACE=true)".to_string(),
         "Gemini CLI before 0.27 also needs \"tools\": {\"enableHooks\": true} in its settings".to_string(),
     ];
-    Ok(Plan { changes: vec![Change { file, edit: Box::new(edit) }], notes: if uninstall { Vec::new() } else { notes } })
+    Ok(Plan { changes: vec![change], notes: if uninstall { Vec::new() } else { notes } })
+}
+
+/// Whether Gemini CLI's settings turn hooks off (`hooksConfig.enabled`, or `hooks.enabled`
+/// before v0.26, set to false).
+pub fn turned_off(places: &Places) -> Vec<String> {
+    let (path, settings) = super::json_settings(places, ".gemini", "settings.json");
+    let off = |p: &str| settings.as_ref().and_then(|v| v.pointer(p)?.as_bool()) == Some(false);
+    (off("/hooksConfig/enabled") || off("/hooks/enabled"))
+        .then(|| format!("{} turns hooks off (hooksConfig.enabled = false)", path.display()))
+        .into_iter()
+        .collect()
 }

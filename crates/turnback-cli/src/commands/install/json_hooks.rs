@@ -3,8 +3,30 @@
 //! …}]}`. Merging adds one group per event for turnback; removing takes out every handler
 //! whose command is turnback's, then the groups and events left empty.
 
+use std::path::PathBuf;
+
 use serde_json::{Map, Value, json};
 use turnback::{Error, Result};
+
+use super::{Change, is_our_command};
+use crate::cli::HookAgent;
+
+/// The change to `file` that hooks `handler` for `agent` on `events` (or, with
+/// `uninstall`, takes turnback's handlers out).
+pub fn change(
+    file: PathBuf,
+    agent: HookAgent,
+    events: &'static [(&'static str, Option<&'static str>)],
+    handler: Value,
+    uninstall: bool,
+) -> Change {
+    let what = file.display().to_string();
+    let edit = move |text: Option<&str>| {
+        let ours = |c: &str| is_our_command(c, agent);
+        edit(text, &what, events, &handler, &ours, uninstall)
+    };
+    Change { file, edit: Box::new(edit) }
+}
 
 /// The settings `text` (none: no file yet) with turnback's `handler` hooked on `events`
 /// (each with its matcher), or, with `uninstall`, without turnback's handlers. `None`: a

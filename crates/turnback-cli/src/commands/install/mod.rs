@@ -152,31 +152,20 @@ pub fn plan(agent: HookAgent, places: &Places, command: &str, uninstall: bool) -
 /// each (Claude Code's `disableAllHooks`, Codex's `[features] hooks = false`, Gemini CLI's
 /// `hooksConfig.enabled = false`).
 pub fn turned_off(agent: HookAgent, places: &Places) -> Vec<String> {
-    let json = |dir: &str, file: &str| {
-        let path = places.dir(dir).join(file);
-        let value = read(&path).ok().flatten().and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
-        (path, value)
-    };
-    let off = |v: Option<&serde_json::Value>| v.and_then(serde_json::Value::as_bool) == Some(false);
     match agent {
-        HookAgent::ClaudeCode => {
-            let (path, v) = json(".claude", "settings.json");
-            let on =
-                v.as_ref().and_then(|v| v.get("disableAllHooks")).and_then(serde_json::Value::as_bool) == Some(true);
-            on.then(|| format!("{} sets disableAllHooks", path.display())).into_iter().collect()
-        }
-        HookAgent::Gemini => {
-            let (path, v) = json(".gemini", "settings.json");
-            let v = v.as_ref();
-            let off = off(v.and_then(|v| v.pointer("/hooksConfig/enabled")))
-                || off(v.and_then(|v| v.pointer("/hooks/enabled")));
-            off.then(|| format!("{} turns hooks off (hooksConfig.enabled = false)", path.display()))
-                .into_iter()
-                .collect()
-        }
+        HookAgent::ClaudeCode => claude_code::turned_off(places),
+        HookAgent::Gemini => gemini::turned_off(places),
         HookAgent::Codex => codex::turned_off(places),
         HookAgent::Cursor | HookAgent::Opencode => Vec::new(),
     }
+}
+
+/// The JSON settings file `file` at `places`: where it is, and its value if it is
+/// readable JSON.
+fn json_settings(places: &Places, dir: &str, file: &str) -> (PathBuf, Option<serde_json::Value>) {
+    let path = places.dir(dir).join(file);
+    let value = read(&path).ok().flatten().and_then(|t| serde_json::from_str(&t).ok());
+    (path, value)
 }
 
 /// The places of `scope` for this invocation: the workspace (or the current directory)
@@ -232,14 +221,17 @@ fn report_text(
 pub fn hook_command(agent: HookAgent) -> Result<String> {
     let name = agent_name(agent);
     let exe = own_exe()?;
-    let on_path = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).map(|d| d.join("turnback")).find(|c| c.is_file()))
-        .unwrap_or_default()
-        .and_then(|c| std::fs::canonicalize(c).ok());
+    let on_path = on_path("turnback").and_then(|c| std::fs::canonicalize(c).ok());
     if agent != HookAgent::Cursor && on_path.is_some() && on_path == std::fs::canonicalize(&exe).ok() {
         return Ok(format!("turnback hook {name}"));
     }
     Ok(format!("{} hook {name}", shell_quoted(&exe.to_string_lossy())))
+}
+
+/// The program `name` on `PATH`, where the shell would find it.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|c| c.is_file())
 }
 
 /// This binary.

@@ -429,3 +429,45 @@ impl Env {
 pub fn stamp(offset_ms: i64) -> String {
     turnback::format_ms(turnback::now_ms() + offset_ms)
 }
+
+/// Runs `turnback hook AGENT` with `event` on stdin; asserts exit 0 and that nothing went
+/// to `hooks.log`. Returns what the hook printed.
+pub fn deliver(env: &Env, agent: &str, event: &Value) -> String {
+    let out = env.run(&["hook", agent], Some(event.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "a hook always exits 0: {}", show_output(&out));
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "the {agent} hook logged a failure for {event}:\n{log}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// [`deliver`] for agents that read nothing back: the hook prints nothing.
+pub fn hook(env: &Env, agent: &str, event: &Value) {
+    let out = deliver(env, agent, event);
+    assert!(out.is_empty(), "the {agent} hook prints nothing on stdout, got {out:?} for {event}");
+}
+
+/// `base` with the fields of `extra` set over it.
+pub fn with(base: Value, extra: Value) -> Value {
+    let mut e = base;
+    for (k, v) in extra.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    e
+}
+
+/// A session's history as (role, content), without the times.
+pub fn history(env: &Env, session: &str) -> Vec<(String, String)> {
+    let view = env.json(&["--session", session, "history", "show"]);
+    view["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (str_at(e, "/role").to_string(), str_at(e, "/content").to_string()))
+        .collect()
+}
+
+/// A session's turns as `turns` previews them.
+pub fn previews(env: &Env, session: &str) -> Vec<String> {
+    let turns = env.json(&["--session", session, "turns"]);
+    turns["turns"].as_array().unwrap().iter().map(|t| str_at(t, "/preview").to_string()).collect()
+}

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::base::hex::hex;
 use crate::error::{Error, Result};
 use crate::session::Session;
-use crate::session::history::{self, Entry, Role};
+use crate::session::history::{self, Entry, NewEntry, Role};
 use crate::session::turn::{self, TurnKind};
 use crate::storage::kv::Txn;
 use crate::storage::schema;
@@ -152,9 +152,8 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
     let parsed = format.parse(text)?;
     let mut report = Imported { skipped_rows: parsed.skipped_rows, ..Imported::default() };
     // What the hooks recorded, read before the transaction (reads and the write share one
-    // connection): each prompt turn with its prompt.
-    // The prompt of each turn, and its reply if one is recorded already (an event's copy of
-    // it, which the transcript's replaces).
+    // connection): each prompt turn's prompt, and its reply if one is recorded already (an
+    // event's copy of it, which the transcript's replaces).
     let mut recorded_entries: HashMap<String, (Option<String>, Option<u64>)> = HashMap::new();
     for (key, e, _) in history::keyed(store, &session.id)? {
         let slot = recorded_entries.entry(e.turn_id.clone()).or_default();
@@ -164,17 +163,19 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
             _ => {}
         }
     }
-    let recorded: Vec<Recorded> = turn::list(store, &session.id)?
+    let recorded: Vec<HookTurn> = turn::list(store, &session.id)?
         .into_iter()
         .filter(|t| t.kind == TurnKind::Prompt)
         .map(|t| {
             let (prompt, reply_seq) = recorded_entries.remove(&t.turn_id).unwrap_or_default();
-            Recorded { turn_id: t.turn_id, prompt, reply_seq, started_at: t.started_at }
+            HookTurn { turn_id: t.turn_id, prompt, reply_seq, started_at: t.started_at }
         })
         .collect();
+    let position = recorded.iter().enumerate().map(|(i, t)| (t.turn_id.clone(), i)).collect();
     let mut txn = store.kv().begin()?;
-    let claimed = claimed(store, &mut *txn, &session.id)?;
-    let mut merge = Merge { store, session: &session.id, format, scope, recorded, claimed, next: 0 };
+    let known = known(store, &mut *txn, &session.id)?;
+    let claimed = known.values().map(|k| k.turn_id.clone()).collect();
+    let mut merge = Merge { store, session: &session.id, format, scope, recorded, position, known, claimed, next: 0 };
     for source in parsed.turns {
         merge.turn(&mut *txn, source, &mut report)?;
     }
@@ -183,21 +184,21 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
     Ok(report)
 }
 
-/// The turns of `session` that imported turns already went into (from any source).
-fn claimed(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<HashSet<String>> {
-    let mut out = HashSet::new();
+/// Every imported turn of `session` remembered, by its key (from any source).
+fn known(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<HashMap<Vec<u8>, Known>> {
+    let mut out = HashMap::new();
     for key in txn.keys(schema::IMPORTED_TURNS, format!("{session}/").as_bytes())? {
         if let Some(value) = txn.get(schema::IMPORTED_TURNS, &key)? {
-            let known: Known = store.open_record(schema::IMPORTED_TURNS, &key, &value)?;
-            out.insert(known.turn_id);
+            out.insert(key.clone(), store.open_record(schema::IMPORTED_TURNS, &key, &value)?);
         }
     }
     Ok(out)
 }
 
-/// A prompt turn the session holds: its prompt, and the place of a reply already recorded.
+/// A prompt turn the session holds (the hooks recorded it): its prompt, and the place of a
+/// reply already recorded.
 #[derive(Debug, Clone)]
-struct Recorded {
+struct HookTurn {
     turn_id: String,
     prompt: Option<String>,
     reply_seq: Option<u64>,
@@ -225,9 +226,11 @@ struct Merge<'a> {
     session: &'a str,
     format: Format,
     scope: Scope,
-    /// The session's prompt turns, oldest first.
-    recorded: Vec<Recorded>,
-    /// Turns an imported turn went into.
+    /// The session's prompt turns, oldest first, and where each turn id is among them.
+    recorded: Vec<HookTurn>,
+    position: HashMap<String, usize>,
+    /// The source turns imported before, by key, and the turns they went into.
+    known: HashMap<Vec<u8>, Known>,
     claimed: HashSet<String>,
     /// Where to look for the next recorded turn to join: turns join in order.
     next: usize,
@@ -236,9 +239,8 @@ struct Merge<'a> {
 impl Merge<'_> {
     fn turn(&mut self, txn: &mut dyn Txn, source: SourceTurn, report: &mut Imported) -> Result<()> {
         let key = known_key(self.session, self.format, &source.key);
-        if let Some(value) = txn.get(schema::IMPORTED_TURNS, &key)? {
-            let known: Known = self.store.open_record(schema::IMPORTED_TURNS, &key, &value)?;
-            if let Some(at) = self.recorded.iter().position(|r| r.turn_id == known.turn_id) {
+        if let Some(known) = self.known.get(&key).cloned() {
+            if let Some(&at) = self.position.get(&known.turn_id) {
                 self.next = self.next.max(at + 1);
             }
             let updated = self.reply(txn, &key, known, source.reply, report)?;
@@ -261,7 +263,7 @@ impl Merge<'_> {
     }
 
     /// The recorded turn `source` joins: the next unclaimed one with the same prompt.
-    fn join(&mut self, source: &SourceTurn) -> Option<Recorded> {
+    fn join(&mut self, source: &SourceTurn) -> Option<HookTurn> {
         let same = |p: &Option<String>| {
             p.as_deref().is_some_and(|p| {
                 p.trim() == source.prompt.trim() || source.sent.as_deref().is_some_and(|s| p.trim() == s.trim())
@@ -288,18 +290,12 @@ impl Merge<'_> {
             &source.ended_at,
             NO_SNAPSHOT,
         )?;
-        let mut user = Entry {
-            turn_id: turn.turn_id.clone(),
-            role: Role::User,
-            content: source.prompt.clone(),
-            prompt: source.sent.clone().filter(|s| *s != source.prompt),
-            thinking: None,
-            tool_calls: None,
-            background: None,
-            at: source.started_at.clone(),
-            notes: Vec::new(),
+        let new = NewEntry {
+            prompt: source.sent.clone(),
+            at: Some(source.started_at.clone()),
+            ..NewEntry::new(Role::User, source.prompt.clone())
         };
-        history::cap(&mut user);
+        let user = history::entry_of(turn.turn_id.clone(), new);
         history::append_in(self.store, txn, self.session, &[user])?;
         report.turns += 1;
         report.entries += 1;
@@ -347,8 +343,14 @@ impl Merge<'_> {
         Ok(true)
     }
 
-    fn remember(&self, txn: &mut dyn Txn, key: &[u8], known: &Known) -> Result<()> {
-        txn.put(schema::IMPORTED_TURNS, key, &self.store.seal_record(schema::IMPORTED_TURNS, key, KNOWN_SCHEMA, known)?)
+    fn remember(&mut self, txn: &mut dyn Txn, key: &[u8], known: &Known) -> Result<()> {
+        txn.put(
+            schema::IMPORTED_TURNS,
+            key,
+            &self.store.seal_record(schema::IMPORTED_TURNS, key, KNOWN_SCHEMA, known)?,
+        )?;
+        self.known.insert(key.to_vec(), known.clone());
+        Ok(())
     }
 
     /// A keyed digest of a reply (its time aside), to tell whether it grew.
@@ -393,15 +395,8 @@ pub(crate) fn join_text(into: &mut String, text: Option<&str>) {
 
 /// An empty reply entry begun at `at`.
 pub(crate) fn reply_entry(at: &str) -> Entry {
-    Entry {
-        turn_id: String::new(),
-        role: Role::Assistant,
-        content: String::new(),
-        prompt: None,
-        thinking: None,
-        tool_calls: None,
-        background: None,
-        at: at.to_string(),
-        notes: Vec::new(),
-    }
+    history::entry_of(
+        String::new(),
+        NewEntry { at: Some(at.to_string()), ..NewEntry::new(Role::Assistant, String::new()) },
+    )
 }

@@ -19,6 +19,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::{Parsed, SourceTurn, join_text, reply_entry};
+use crate::base::time::format_ms;
 use crate::error::{Error, IoResultExt, Result};
 use crate::session::history::ToolCall;
 
@@ -110,11 +111,7 @@ fn own_text(p: &Value) -> bool {
 
 /// A message's creation time (epoch milliseconds in opencode) as RFC 3339.
 fn time(info: &Value) -> String {
-    info.pointer("/time/created")
-        .and_then(Value::as_i64)
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+    info.pointer("/time/created").and_then(Value::as_i64).map(format_ms).unwrap_or_default()
 }
 
 /// The export of session `session` from opencode's data directory `data` (its database,
