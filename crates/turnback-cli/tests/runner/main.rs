@@ -8,6 +8,7 @@ mod test_checkpoints;
 mod test_claude_code;
 mod test_crash;
 mod test_entry_points;
+mod test_fuzz_mcp;
 mod test_history;
 mod test_importers;
 mod test_integrations;

@@ -61,7 +61,10 @@ pub fn encode(mut nodes: Vec<Node>) -> Vec<u8> {
     out
 }
 
-/// Decodes a node encoded by [`encode`].
+/// Decodes a node encoded by [`encode`], and only such a node: entries strictly sorted by
+/// name, each name one path component, nothing after the last entry. (What decodes encodes
+/// to the same bytes, so no node can smuggle in a name a restore would write outside its
+/// directory, or two entries for one name.)
 ///
 /// # Errors
 /// `corrupt` if malformed.
@@ -94,9 +97,20 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Node>> {
             3 => NodeKind::Gitlink(String::from_utf8(payload.to_vec()).map_err(|_| bad())?),
             _ => return Err(bad()),
         };
+        if !is_component(&name) || nodes.last().is_some_and(|prev: &Node| prev.name >= name) {
+            return Err(bad());
+        }
         nodes.push(Node { name, mode, size, kind });
     }
+    if at != bytes.len() {
+        return Err(bad());
+    }
     Ok(nodes)
+}
+
+/// Whether `name` can be an entry of a directory: one path component, not `.` or `..`.
+fn is_component(name: &[u8]) -> bool {
+    !name.is_empty() && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
 }
 
 #[cfg(test)]
@@ -113,5 +127,33 @@ mod tests {
         assert_eq!(one, two);
         assert_eq!(decode(&one).unwrap(), vec![b, a, c]);
         assert!(decode(&one[..one.len() - 1]).is_err());
+        let mut longer = one.clone();
+        longer.push(0);
+        assert!(decode(&longer).is_err(), "bytes after the last entry");
+    }
+
+    #[test]
+    fn names_that_are_not_one_component_or_out_of_order_do_not_decode() {
+        let file = |name: &[u8]| Node {
+            name: name.to_vec(),
+            mode: 0o100644,
+            size: 1,
+            kind: NodeKind::File(ContentId([1; 32])),
+        };
+        for name in [&b""[..], b".", b"..", b"../x", b"a/b", b"nul\0"] {
+            assert!(decode(&encode(vec![file(name)])).is_err(), "{:?}", String::from_utf8_lossy(name));
+        }
+        // encode sorts; write two entries out of order (and twice the same) by hand.
+        let (a, b) = (encode(vec![file(b"a")]), encode(vec![file(b"b")]));
+        let two = |first: &[u8], second: &[u8]| {
+            let mut out = b"TBT1".to_vec();
+            out.extend_from_slice(&2u32.to_le_bytes());
+            out.extend_from_slice(&first[8..]);
+            out.extend_from_slice(&second[8..]);
+            out
+        };
+        assert!(decode(&two(&a, &b)).is_ok());
+        assert!(decode(&two(&b, &a)).is_err(), "out of order");
+        assert!(decode(&two(&a, &a)).is_err(), "one name twice");
     }
 }

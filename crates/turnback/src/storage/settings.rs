@@ -181,8 +181,10 @@ impl Settings {
     /// # Errors
     /// `invalid-argument` naming the setting when a value is malformed or out of range.
     pub fn load(path: &Path, overrides: &SettingsOverrides) -> Result<Self> {
-        let file: File = match std::fs::read_to_string(path) {
-            Ok(text) => {
+        let file: File = match std::fs::read(path) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| Error::invalid(format!("{}: not UTF-8 text (a TOML file is)", path.display())))?;
                 toml::from_str(&text).map_err(|e| Error::invalid(format!("{}: {}", path.display(), e.message())))?
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => File::default(),

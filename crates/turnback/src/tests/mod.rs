@@ -1,6 +1,7 @@
 //! Library integration tests: one binary, one module per behaviour area.
 
 mod common;
+mod test_fuzz;
 mod test_integrity;
 mod test_mutations;
 mod test_rollback_property;

@@ -13,6 +13,8 @@
 mod claude_code;
 mod codex;
 mod cursor;
+#[cfg(test)]
+mod fuzz_tests;
 mod gemini;
 mod opencode;
 pub mod patch;

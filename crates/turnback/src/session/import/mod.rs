@@ -107,7 +107,7 @@ impl Format {
         }
     }
 
-    fn parse(self, text: &str) -> Result<Parsed> {
+    pub(crate) fn parse(self, text: &str) -> Result<Parsed> {
         match self {
             Format::ClaudeCode => claude_code::parse(text),
             Format::Codex => codex::parse(text),
