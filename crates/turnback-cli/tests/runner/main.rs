@@ -11,6 +11,7 @@ mod test_entry_points;
 mod test_history;
 mod test_importers;
 mod test_integrations;
+mod test_integrity;
 mod test_keys;
 mod test_repository;
 mod test_rewind;

@@ -120,7 +120,13 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         record.stage_state = StageState::Staged;
     }
     record.save(store, &mut *txn)?;
-    txn.put(schema::CHECKPOINTS_BY_SESSION, format!("{session_prefix}{checkpoint_id}").as_bytes(), b"")?;
+    // The round is kept in the index too, so a record that no longer opens is still
+    // known to belong to its turn.
+    txn.put(
+        schema::CHECKPOINTS_BY_SESSION,
+        format!("{session_prefix}{checkpoint_id}").as_bytes(),
+        &query::index_value(prompt_round),
+    )?;
     txn.put(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes(), checkpoint_id.as_bytes())?;
     txn.put(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes(), req.owner.as_deref().unwrap_or("").as_bytes())?;
     if let Some(also) = req.also {
