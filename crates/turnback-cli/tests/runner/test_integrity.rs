@@ -143,3 +143,100 @@ fn a_rollback_that_meets_one_corrupt_record_is_partial_and_names_it() {
     assert_eq!(env.read("b.txt").as_deref(), Some(&b"agent's b\n"[..]), "the corrupt one cannot be");
     let _ = a;
 }
+
+// ---------------------------------------------------------------------------------------
+// Item 4: verify --deep sees rows that are missing, dangling or out of order
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn verify_reports_checkpoint_records_deleted_from_under_their_index() {
+    let env = Env::new();
+    let (a, b) = one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    assert_eq!(delete_rows(&env, "checkpoints", |_| true), 2);
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &[&a]) && names(&problems, &[&b]), "both missing records named: {problems:#?}");
+}
+
+#[test]
+fn verify_reports_checkpoints_deleted_with_their_index_rows_and_journal() {
+    let env = Env::new();
+    let (a, _) = one_turn_of_edits(&env);
+    let op = str_at(&env.json(&["inspect", &a]), "/checkpoint/mutation/operationId").to_string();
+    // Every trace of `a` that is plain: record, indexes, journal.
+    delete_rows(&env, "checkpoints", |k| k == a.as_bytes());
+    delete_rows(&env, "checkpoints-by-session", |k| k.ends_with(a.as_bytes()));
+    delete_rows(&env, "checkpoints-by-operation", |k| k == op.as_bytes());
+    delete_rows(&env, "journal", |k| k.starts_with(op.as_bytes()));
+    let problems = verify_problems(&env);
+    assert!(
+        names(&problems, &["checkpoints-by-session"]),
+        "the session's index no longer matches its digest: {problems:#?}"
+    );
+}
+
+#[test]
+fn verify_reports_a_history_entry_deleted() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    let keys = raw_keys(&env, "history");
+    assert_eq!(keys.len(), 2, "the prompt and the reply");
+    let first = keys[0].clone();
+    assert_eq!(delete_rows(&env, "history", |k| k == first.as_slice()), 1);
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["history"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_journal_end_events_deleted() {
+    let env = Env::new();
+    let (a, _) = one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    let ends = tamper(&env, |c| {
+        c.execute("DELETE FROM kv WHERE ns = 'journal' AND value LIKE '%\"OperationSucceeded\"%'", []).expect("delete")
+    });
+    assert_eq!(ends, 2, "both operations' end events");
+    let op = str_at(&env.json(&["inspect", &a]), "/checkpoint/mutation/operationId").to_string();
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &[&op]), "the operation without its end event named: {problems:#?}");
+}
+
+#[test]
+fn verify_reports_a_reordered_turn_index() {
+    let env = Env::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["turn", "begin", "--prompt", prompt], None);
+        env.ok(&["turn", "end"], None);
+    }
+    env.assert_verify_clean();
+    let keys = raw_keys(&env, "turns-by-session");
+    assert_eq!(keys.len(), 2);
+    tamper(&env, |c| {
+        let get = |k: &[u8]| -> Vec<u8> {
+            c.query_row("SELECT value FROM kv WHERE ns = 'turns-by-session' AND key = ?1", [k], |r| r.get(0)).unwrap()
+        };
+        let (first, second) = (get(&keys[0]), get(&keys[1]));
+        let set = |k: &[u8], v: &[u8]| {
+            c.execute("UPDATE kv SET value = ?1 WHERE ns = 'turns-by-session' AND key = ?2", (v, k)).unwrap();
+        };
+        set(&keys[0], &second);
+        set(&keys[1], &first);
+    });
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turn"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_a_turn_deleted_with_its_index_row() {
+    let env = Env::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["turn", "begin", "--prompt", prompt], None);
+        env.ok(&["turn", "end"], None);
+    }
+    let turn_id = str_at(&env.json(&["turns"]), "/turns/1/turnId").to_string();
+    delete_rows(&env, "turns", |k| k == turn_id.as_bytes());
+    delete_rows(&env, "turns-by-session", |k| k.ends_with(b"/0000000002"));
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turns-by-session"]), "{problems:#?}");
+}

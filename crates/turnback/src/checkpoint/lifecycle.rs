@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fs::files::{self, Current, FileIdentity};
 use crate::fs::relpath::RelPath;
 use crate::storage::content::ContentClass;
+use crate::storage::digest;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -122,7 +123,9 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
     record.save(store, &mut *txn)?;
     // The round is kept in the index too, so a record that no longer opens is still
     // known to belong to its turn.
-    txn.put(
+    digest::put(
+        store.keys(),
+        &mut *txn,
         schema::CHECKPOINTS_BY_SESSION,
         format!("{session_prefix}{checkpoint_id}").as_bytes(),
         &query::index_value(prompt_round),

@@ -36,7 +36,7 @@ pub(crate) use eviction::{delete_session_in, evict_expired};
 pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, over_cap_error, record_before_writes, stage,
 };
-pub use query::{ListFilter, Unreadable, all_ids, by_operation, get, list, load, read_image};
+pub use query::{ListFilter, Unreadable, all_ids, by_operation, cross_check, get, list, load, read_image};
 pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile};
 
 use serde::{Deserialize, Serialize};

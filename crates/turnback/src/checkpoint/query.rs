@@ -4,6 +4,7 @@
 use serde::Serialize;
 
 use crate::checkpoint::artifact::{self, ContentMetadata, Expected, ImageRole};
+use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
 use crate::error::{Error, ErrorCode, Result};
 use crate::storage::schema;
@@ -205,4 +206,105 @@ pub fn all_ids(store: &Store) -> Result<Vec<String>> {
         Ok(true)
     })?;
     Ok(ids)
+}
+
+/// Cross-checks the checkpoint tables against each other, for `verify`: every row of a
+/// session's index names a record of that session and round; every record is in its
+/// session's index and its operation's; every operation's journal holds exactly the events
+/// its record's commit state says happened. Each problem comes with what it concerns.
+pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
+    let mut problems = Vec::new();
+    let mut rows = Vec::new();
+    store.kv().scan(schema::CHECKPOINTS_BY_SESSION, b"", &mut |k, v| {
+        rows.push((String::from_utf8_lossy(k).into_owned(), index_round(v)));
+        Ok(true)
+    })?;
+    for (key, round) in rows {
+        let Some((session, id)) = key.split_once('/') else { continue };
+        let what = format!("checkpoint {id}");
+        match load(store, id) {
+            Ok(r) if r.session_id != session => problems.push((
+                what,
+                Error::corrupt("checkpoints-by-session", format!("indexed under session {session}, made in another")),
+            )),
+            Ok(r) if round.is_some() && r.prompt_round != round => problems.push((
+                what,
+                Error::corrupt(
+                    "checkpoints-by-session",
+                    format!("indexed in round {round:?}, made in {:?}", r.prompt_round),
+                ),
+            )),
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::NotFound => problems.push((
+                what,
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "session {session}'s checkpoints-by-session index names checkpoint {id}, whose record is gone"
+                    ),
+                ),
+            )),
+            // An altered record is reported where every record is opened.
+            Err(_) => {}
+        }
+    }
+    for id in all_ids(store)? {
+        let Ok(r) = load(store, &id) else { continue };
+        let what = format!("checkpoint {id}");
+        if !store.kv().contains(schema::CHECKPOINTS_BY_SESSION, format!("{}/{id}", r.session_id).as_bytes())? {
+            problems.push((
+                what.clone(),
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!("missing from session {}'s checkpoints-by-session index", r.session_id),
+                ),
+            ));
+        }
+        let op = &r.mutation.operation_id;
+        if store.kv().get(schema::CHECKPOINTS_BY_OPERATION, op.as_bytes())?.as_deref() != Some(id.as_bytes()) {
+            problems.push((
+                what.clone(),
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!("operation {op} does not lead to it (checkpoints-by-operation)"),
+                ),
+            ));
+        }
+        let expected = expected_journal(&r);
+        let events: Vec<JournalEvent> = journal::events(store.kv(), op)?.into_iter().map(|e| e.event).collect();
+        let open = journal::is_open_now(store.kv(), op)?;
+        let should_be_open = expected.len() == 1;
+        if events != expected || open != should_be_open {
+            problems.push((
+                format!("operation {op}"),
+                Error::corrupt(
+                    "journal",
+                    format!(
+                        "checkpoint {id} is {} / {}, which needs the journal {expected:?}{}; it holds {events:?}{}",
+                        r.stage_state.as_str(),
+                        r.mutation.commit_state.as_str(),
+                        if should_be_open { " (open)" } else { "" },
+                        if open { " (open)" } else { "" }
+                    ),
+                ),
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// The journal events a record's states say its operation has, in order.
+fn expected_journal(r: &CheckpointRecord) -> Vec<JournalEvent> {
+    let dispatched = match r.mutation.commit_state {
+        CommitState::Abandoned => false,
+        CommitState::Pending => r.stage_state != StageState::Staging,
+        _ => true,
+    };
+    let terminal = match r.mutation.commit_state {
+        CommitState::Succeeded => Some(JournalEvent::OperationSucceeded),
+        CommitState::Failed => Some(JournalEvent::OperationFailed),
+        CommitState::UnknownOutcome => Some(JournalEvent::OperationUnknownOutcome),
+        CommitState::Pending | CommitState::Abandoned => None,
+    };
+    dispatched.then_some(JournalEvent::EffectDispatchCommitted).into_iter().chain(terminal).collect()
 }
