@@ -69,6 +69,7 @@ pub use checkpoint::retention::{Breach, CapacityVerdict, RetentionVerdict};
 pub use checkpoint::{
     CheckpointRecord, CommitState, CoverageState, EffectKind, EvictionReport, ImageRecord, IntegrityState,
     MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, StageState, TargetRecord,
+    Unreadable as UnreadableCheckpoint,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use fs::files::FileIdentity;

@@ -9,7 +9,7 @@ use crate::output::{Outcome, short};
 pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
     let list = ctx.open(false)?.checkpoints(turn, all)?;
     let mut text = format!("session {} (prompt round {})\n", list.session_id, list.prompt_round);
-    if list.checkpoints.is_empty() {
+    if list.checkpoints.is_empty() && list.corrupt.is_empty() {
         text.push_str("no checkpoints\n");
     }
     for c in &list.checkpoints {
@@ -25,6 +25,10 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
             c.effective_retention.as_str(),
             targets.join(", ")
         ));
+    }
+    for c in &list.corrupt {
+        let round = c.prompt_round.map_or_else(|| "?".to_string(), |r| r.to_string());
+        text.push_str(&format!("{}  round {round:<3} CORRUPT ({}): {}\n", c.checkpoint_id, c.code, c.message));
     }
     Ok(Outcome::of(&list, text))
 }

@@ -2,7 +2,10 @@
 
 use std::path::PathBuf;
 
-use turnback::{Choice, Error, ExcludedEffect, RelPath, Result, RollbackSelection, TargetAnalysis, TargetOutcome};
+use turnback::{
+    Choice, Error, ExcludedEffect, RelPath, Result, RollbackSelection, TargetAnalysis, TargetOutcome,
+    UnreadableCheckpoint,
+};
 
 use crate::app::Ctx;
 use crate::cli::{RollbackArgs, RollbackCommand};
@@ -41,6 +44,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         }
         text.push('\n');
         text.push_str(&targets_text(&result.targets).replace("eligible: ", "taken back: "));
+        text.push_str(&unreadable_text(&result.unreadable_checkpoints));
         for f in &result.choice_files {
             text.push_str(&format!("wrote {} for {}\n", f.file.display(), f.path.display()));
         }
@@ -50,7 +54,8 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         let analysis = tb.rollback_preview(&selection, &choices)?;
         let mut text = format!("preview ({}): plan {}\n", result_word(analysis.result_type), analysis.plan_id);
         text.push_str(&targets_text(&analysis.targets));
-        if analysis.targets.is_empty() {
+        text.push_str(&unreadable_text(&analysis.unreadable_checkpoints));
+        if analysis.targets.is_empty() && analysis.unreadable_checkpoints.is_empty() {
             text.push_str("nothing to roll back\n");
         }
         text.push_str(&excluded_text(&analysis.excluded_effects));
@@ -90,6 +95,19 @@ fn targets_text(targets: &[TargetAnalysis]) -> String {
         }
     }
     text
+}
+
+/// The checkpoints of a selection that cannot be read, one line each.
+fn unreadable_text(unreadable: &[UnreadableCheckpoint]) -> String {
+    unreadable
+        .iter()
+        .map(|u| {
+            format!(
+                "  CORRUPT checkpoint {} ({}): {}; nothing of it can be taken back\n",
+                u.checkpoint_id, u.code, u.message
+            )
+        })
+        .collect()
 }
 
 /// The effects a result says are never reversible, as one line.

@@ -12,6 +12,7 @@ mod test_fuzz_mcp;
 mod test_history;
 mod test_importers;
 mod test_integrations;
+mod test_integrity;
 mod test_keys;
 mod test_repository;
 mod test_rewind;

@@ -2,7 +2,9 @@
 //! everything it owns.
 //!
 //! Invariants: `verify` never changes anything and reports every problem it finds with a
-//! stable code; `gc` only removes content nothing references, inside one transaction so
+//! stable code — records that do not open, content that does not verify, and rows missing,
+//! dangling or moved (each index against its records, history against its totals, the
+//! journal against checkpoint states, digested indexes against their keyed digests); `gc` only removes content nothing references, inside one transaction so
 //! a concurrent writer (whose objects and artifacts commit together) is never swept; a
 //! session is deleted in one transaction, each owner deleting its own records.
 
@@ -154,6 +156,17 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
                 problems.push(problem(format!("{ns} record {}", String::from_utf8_lossy(&k)), &e));
             }
         }
+    }
+    // Rows missing, dangling or moved: each index against its records, and every digested
+    // index against its keyed digest (rows removed together with what they index).
+    let crossed = [checkpoint::cross_check(store)?, turn::cross_check(store)?, history::cross_check(store)?];
+    problems.extend(crossed.iter().flatten().map(|(what, e)| problem(what.clone(), e)));
+    for m in crate::storage::digest::check(store.keys(), store.kv())? {
+        let what = match &m.group {
+            Some(g) => format!("{} of session {g}", m.ns),
+            None => m.ns.to_string(),
+        };
+        problems.push(problem(what, &Error::corrupt("index", m.describe())));
     }
     Ok(VerifyReport { clean: problems.is_empty(), deep, counts, problems })
 }
@@ -449,8 +462,8 @@ pub(crate) fn delete_session(store: &Store, id: &str) -> Result<Deleted> {
     let mut txn = store.kv().begin()?;
     let checkpoints = checkpoint::delete_session_in(store, &mut *txn, id)?;
     let snapshots = snapshot::delete_session_in(store, &mut *txn, id)?;
-    let turns = turn::delete_session_in(&mut *txn, id)?;
-    history::delete_session_in(&mut *txn, id)?;
+    let turns = turn::delete_session_in(store, &mut *txn, id)?;
+    history::delete_session_in(store, &mut *txn, id)?;
     crate::session::import::delete_session_in(&mut *txn, id)?;
     calls::delete_session_in(&mut *txn, id)?;
     Session::delete_in(&mut *txn, &session)?;

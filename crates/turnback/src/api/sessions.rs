@@ -83,7 +83,7 @@ impl Turnback {
         };
         let turns = turn::list(&self.store, &session.id)?;
         let snaps = snapshot::list(&self.store, &session.id)?;
-        let checkpoints = checkpoint::list(&self.store, &session.id, ListFilter::default())?.len();
+        let checkpoints = checkpoint::list(&self.store, &session.id, ListFilter::default())?.records.len();
         Ok(SessionInfo {
             running_turn: turns.iter().rev().find(|t| t.running()).map(|t| t.turn_id.clone()),
             turns: turns.len(),

@@ -9,7 +9,7 @@ use crate::api::Turnback;
 use crate::checkpoint::artifact::{self, ImageRole};
 use crate::checkpoint::journal::{self, JournalEntry};
 use crate::checkpoint::retention::RetentionVerdict;
-use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, RetentionState};
+use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, RetentionState, Unreadable};
 use crate::error::Result;
 use crate::fs::relpath::RelPath;
 use crate::session::Session;
@@ -27,6 +27,9 @@ pub struct CheckpointList {
     pub prompt_round: u64,
     /// The checkpoints, oldest first.
     pub checkpoints: Vec<CheckpointView>,
+    /// Checkpoints the session's index names whose records cannot be opened (altered or
+    /// gone), oldest first: listed whatever the filter says of states, never hidden.
+    pub corrupt: Vec<Unreadable>,
 }
 
 /// One checkpoint with its retention, computed now.
@@ -189,7 +192,8 @@ impl Turnback {
     }
 
     /// The session's checkpoints (of one prompt round, with `turn`); with `all`, also
-    /// incomplete, recovery-locked and evicted ones.
+    /// incomplete, recovery-locked and evicted ones. Records that cannot be opened are
+    /// always listed, as `corrupt`.
     ///
     /// # Errors
     /// Store errors.
@@ -197,15 +201,21 @@ impl Turnback {
         let session = self.session()?;
         let round = Session::round_of(&self.store, &session.id)?.unwrap_or(session.prompt_round);
         let window = self.store.settings().retention_prompt_rounds;
-        let records = checkpoint::list(&self.store, &session.id, ListFilter { prompt_round: turn, all })?;
-        let checkpoints = records
+        let listing = checkpoint::list(&self.store, &session.id, ListFilter { prompt_round: turn, all })?;
+        let checkpoints = listing
+            .records
             .into_iter()
             .map(|record| {
                 let retention = record.retention(round, window);
                 CheckpointView { effective_retention: record.effective_retention(&retention), retention, record }
             })
             .collect();
-        Ok(CheckpointList { session_id: session.id.clone(), prompt_round: round, checkpoints })
+        Ok(CheckpointList {
+            session_id: session.id.clone(),
+            prompt_round: round,
+            checkpoints,
+            corrupt: listing.unreadable,
+        })
     }
 
     /// One checkpoint, whatever its state: targets, digests, coverage, integrity,

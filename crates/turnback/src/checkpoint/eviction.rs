@@ -11,6 +11,7 @@ use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::lock;
+use crate::storage::digest;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -45,7 +46,7 @@ pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str)
         }
         txn.delete(schema::CHECKPOINTS, id.as_bytes())?;
         txn.delete(schema::CHECKPOINTS_PENDING, id.as_bytes())?;
-        txn.delete(schema::CHECKPOINTS_BY_SESSION, &key)?;
+        digest::delete(store.keys(), txn, schema::CHECKPOINTS_BY_SESSION, &key)?;
         deleted += 1;
     }
     Ok(deleted)

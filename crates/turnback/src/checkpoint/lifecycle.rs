@@ -15,6 +15,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fs::files::{self, Current, FileIdentity};
 use crate::fs::relpath::RelPath;
 use crate::storage::content::ContentClass;
+use crate::storage::digest;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -120,7 +121,15 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         record.stage_state = StageState::Staged;
     }
     record.save(store, &mut *txn)?;
-    txn.put(schema::CHECKPOINTS_BY_SESSION, format!("{session_prefix}{checkpoint_id}").as_bytes(), b"")?;
+    // The round is kept in the index too, so a record that no longer opens is still
+    // known to belong to its turn.
+    digest::put(
+        store.keys(),
+        &mut *txn,
+        schema::CHECKPOINTS_BY_SESSION,
+        format!("{session_prefix}{checkpoint_id}").as_bytes(),
+        &query::index_value(prompt_round),
+    )?;
     txn.put(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes(), checkpoint_id.as_bytes())?;
     txn.put(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes(), req.owner.as_deref().unwrap_or("").as_bytes())?;
     if let Some(also) = req.also {

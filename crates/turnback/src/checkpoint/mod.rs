@@ -36,7 +36,7 @@ pub(crate) use eviction::{delete_session_in, evict_expired};
 pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, over_cap_error, record_before_writes, stage,
 };
-pub use query::{ListFilter, all_ids, by_operation, get, list, load, read_image};
+pub use query::{ListFilter, Unreadable, all_ids, by_operation, cross_check, get, list, load, read_image};
 pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile};
 
 use serde::{Deserialize, Serialize};
@@ -553,7 +553,7 @@ mod tests {
         // An unreachable record can never be committed afterwards.
         let err = commit(&f.store, &b.checkpoint_id, post(b"after"), false).unwrap_err();
         assert_eq!(err.code, ErrorCode::RecoveryLocked);
-        assert!(list(&f.store, "s1", ListFilter::default()).unwrap().is_empty());
+        assert!(list(&f.store, "s1", ListFilter::default()).unwrap().records.is_empty());
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Reading checkpoints: every read is verified (record id, operation id, states), and
 //! image bytes come back only through the artifact's own checks.
 
+use serde::Serialize;
+
 use crate::checkpoint::artifact::{self, ContentMetadata, Expected, ImageRole};
+use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
 use crate::error::{Error, ErrorCode, Result};
 use crate::storage::schema;
@@ -108,21 +111,65 @@ pub struct ListFilter {
     pub all: bool,
 }
 
-/// The checkpoints of session `session_id`, oldest first. Without `all`, only complete checkpoints
-/// whose content is still kept.
-pub fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Vec<CheckpointRecord>> {
-    let prefix = format!("{session_id}/");
-    let mut ids = Vec::new();
-    store.kv().scan_keys(schema::CHECKPOINTS_BY_SESSION, prefix.as_bytes(), &mut |k| {
-        ids.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
-        Ok(true)
-    })?;
-    let mut out = Vec::new();
-    for id in ids {
-        // One altered record must not hide every other checkpoint; `verify` reports it.
+/// A checkpoint the session's index names whose record cannot be opened: altered
+/// (`corrupt`) or gone (`not-found`). Nothing of it can be read, and nothing of it taken
+/// back; it is listed, and it keeps any rollback that meets it from being `full`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Unreadable {
+    /// Its id.
+    pub checkpoint_id: String,
+    /// The prompt round the session's index gives it (none for an index row written before
+    /// rounds were kept there: it may belong to any round).
+    pub prompt_round: Option<u64>,
+    /// Always `corrupt`: the record cannot be trusted.
+    pub integrity_state: IntegrityState,
+    /// The stable code of why (`corrupt`, or `not-found` for a record that is gone).
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+/// A session's checkpoints: the records that open, and those that do not.
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    /// Records that open and verify, oldest first.
+    pub records: Vec<CheckpointRecord>,
+    /// Records the index names that cannot be opened, oldest first.
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// The value of a session index row: the prompt round the checkpoint was made in.
+pub(crate) fn index_value(prompt_round: u64) -> Vec<u8> {
+    prompt_round.to_string().into_bytes()
+}
+
+fn index_round(value: &[u8]) -> Option<u64> {
+    std::str::from_utf8(value).ok()?.parse().ok()
+}
+
+/// The checkpoints of session `session_id`, oldest first. Without `all`, only complete
+/// checkpoints whose content is still kept; records that cannot be opened are always in
+/// [`Listing::unreadable`] (those of `filter`'s round, or of an unknown round).
+pub fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Listing> {
+    let mut out = Listing::default();
+    for (id, indexed_round) in index_rows(store, session_id)? {
+        // One altered record must not hide every other checkpoint, nor itself.
         let record = match load(store, &id) {
             Ok(r) => r,
-            Err(e) if e.code == ErrorCode::Corrupt => continue,
+            Err(e) if matches!(e.code, ErrorCode::Corrupt | ErrorCode::NotFound) => {
+                if filter.prompt_round.is_none_or(|r| indexed_round.is_none_or(|i| i == r)) {
+                    out.unreadable.push(Unreadable {
+                        checkpoint_id: id,
+                        prompt_round: indexed_round,
+                        integrity_state: IntegrityState::Corrupt,
+                        code: e.code.as_str().to_string(),
+                        message: e.message,
+                    });
+                }
+                continue;
+            }
             Err(e) => return Err(e),
         };
         if filter.prompt_round.is_some_and(|r| record.prompt_round != Some(r)) {
@@ -133,10 +180,22 @@ pub fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Vec<C
                 && record.integrity_state == IntegrityState::Verified
                 && record.retention_state != RetentionState::Evicted);
         if shown {
-            out.push(record);
+            out.records.push(record);
         }
     }
     Ok(out)
+}
+
+/// The rows of session `session_id`'s checkpoint index: each checkpoint id with the round
+/// the row gives it, oldest first (for `verify`).
+pub fn index_rows(store: &Store, session_id: &str) -> Result<Vec<(String, Option<u64>)>> {
+    let prefix = format!("{session_id}/");
+    let mut rows = Vec::new();
+    store.kv().scan(schema::CHECKPOINTS_BY_SESSION, prefix.as_bytes(), &mut |k, v| {
+        rows.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), index_round(v)));
+        Ok(true)
+    })?;
+    Ok(rows)
 }
 
 /// Every checkpoint id in the store, in session order.
@@ -147,4 +206,105 @@ pub fn all_ids(store: &Store) -> Result<Vec<String>> {
         Ok(true)
     })?;
     Ok(ids)
+}
+
+/// Cross-checks the checkpoint tables against each other, for `verify`: every row of a
+/// session's index names a record of that session and round; every record is in its
+/// session's index and its operation's; every operation's journal holds exactly the events
+/// its record's commit state says happened. Each problem comes with what it concerns.
+pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
+    let mut problems = Vec::new();
+    let mut rows = Vec::new();
+    store.kv().scan(schema::CHECKPOINTS_BY_SESSION, b"", &mut |k, v| {
+        rows.push((String::from_utf8_lossy(k).into_owned(), index_round(v)));
+        Ok(true)
+    })?;
+    for (key, round) in rows {
+        let Some((session, id)) = key.split_once('/') else { continue };
+        let what = format!("checkpoint {id}");
+        match load(store, id) {
+            Ok(r) if r.session_id != session => problems.push((
+                what,
+                Error::corrupt("checkpoints-by-session", format!("indexed under session {session}, made in another")),
+            )),
+            Ok(r) if round.is_some() && r.prompt_round != round => problems.push((
+                what,
+                Error::corrupt(
+                    "checkpoints-by-session",
+                    format!("indexed in round {round:?}, made in {:?}", r.prompt_round),
+                ),
+            )),
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::NotFound => problems.push((
+                what,
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "session {session}'s checkpoints-by-session index names checkpoint {id}, whose record is gone"
+                    ),
+                ),
+            )),
+            // An altered record is reported where every record is opened.
+            Err(_) => {}
+        }
+    }
+    for id in all_ids(store)? {
+        let Ok(r) = load(store, &id) else { continue };
+        let what = format!("checkpoint {id}");
+        if !store.kv().contains(schema::CHECKPOINTS_BY_SESSION, format!("{}/{id}", r.session_id).as_bytes())? {
+            problems.push((
+                what.clone(),
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!("missing from session {}'s checkpoints-by-session index", r.session_id),
+                ),
+            ));
+        }
+        let op = &r.mutation.operation_id;
+        if store.kv().get(schema::CHECKPOINTS_BY_OPERATION, op.as_bytes())?.as_deref() != Some(id.as_bytes()) {
+            problems.push((
+                what.clone(),
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!("operation {op} does not lead to it (checkpoints-by-operation)"),
+                ),
+            ));
+        }
+        let expected = expected_journal(&r);
+        let events: Vec<JournalEvent> = journal::events(store.kv(), op)?.into_iter().map(|e| e.event).collect();
+        let open = journal::is_open_now(store.kv(), op)?;
+        let should_be_open = expected.len() == 1;
+        if events != expected || open != should_be_open {
+            problems.push((
+                format!("operation {op}"),
+                Error::corrupt(
+                    "journal",
+                    format!(
+                        "checkpoint {id} is {} / {}, which needs the journal {expected:?}{}; it holds {events:?}{}",
+                        r.stage_state.as_str(),
+                        r.mutation.commit_state.as_str(),
+                        if should_be_open { " (open)" } else { "" },
+                        if open { " (open)" } else { "" }
+                    ),
+                ),
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// The journal events a record's states say its operation has, in order.
+fn expected_journal(r: &CheckpointRecord) -> Vec<JournalEvent> {
+    let dispatched = match r.mutation.commit_state {
+        CommitState::Abandoned => false,
+        CommitState::Pending => r.stage_state != StageState::Staging,
+        _ => true,
+    };
+    let terminal = match r.mutation.commit_state {
+        CommitState::Succeeded => Some(JournalEvent::OperationSucceeded),
+        CommitState::Failed => Some(JournalEvent::OperationFailed),
+        CommitState::UnknownOutcome => Some(JournalEvent::OperationUnknownOutcome),
+        CommitState::Pending | CommitState::Abandoned => None,
+    };
+    dispatched.then_some(JournalEvent::EffectDispatchCommitted).into_iter().chain(terminal).collect()
 }

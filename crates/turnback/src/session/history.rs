@@ -21,9 +21,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::base::time::{format_ms, now_ms};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::session::Session;
 use crate::session::turn::{self, Turn};
+use crate::storage::digest;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -205,11 +206,8 @@ pub(crate) fn totals_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Resu
 }
 
 pub(crate) fn put_totals_in(store: &Store, txn: &mut dyn Txn, session: &str, t: &Totals) -> Result<()> {
-    txn.put(
-        schema::HISTORY_TOTALS,
-        session.as_bytes(),
-        &store.seal_record(schema::HISTORY_TOTALS, session.as_bytes(), SCHEMA, t)?,
-    )
+    let sealed = store.seal_record(schema::HISTORY_TOTALS, session.as_bytes(), SCHEMA, t)?;
+    digest::put(store.keys(), txn, schema::HISTORY_TOTALS, session.as_bytes(), &sealed)
 }
 
 /// The session's totals.
@@ -627,12 +625,12 @@ pub(crate) fn cut_in(
 }
 
 /// Deletes a session's whole history inside `txn`.
-pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<u64> {
+pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<u64> {
     let keys = txn.keys(schema::HISTORY, &prefix(session))?;
     for k in &keys {
         txn.delete(schema::HISTORY, k)?;
     }
-    txn.delete(schema::HISTORY_TOTALS, session.as_bytes())?;
+    digest::delete(store.keys(), txn, schema::HISTORY_TOTALS, session.as_bytes())?;
     Ok(keys.len() as u64)
 }
 
@@ -658,6 +656,47 @@ pub fn messages(entries: &[Entry]) -> Vec<Message> {
         .filter(|e| !e.content.is_empty())
         .map(|e| Message { role: e.role, content: e.content.clone() })
         .collect()
+}
+
+/// Cross-checks each session's history entries against its totals, for `verify`: as
+/// many entries as the totals count, none at or past the next sequence number.
+pub(crate) fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
+    let mut seqs: std::collections::BTreeMap<String, Vec<u64>> = std::collections::BTreeMap::new();
+    store.kv().scan_keys(schema::HISTORY, b"", &mut |k| {
+        let session = String::from_utf8_lossy(k.split(|b| *b == b'/').next().unwrap_or(k)).into_owned();
+        seqs.entry(session).or_default().extend(seq_of(k));
+        Ok(true)
+    })?;
+    store.kv().scan_keys(schema::HISTORY_TOTALS, b"", &mut |k| {
+        seqs.entry(String::from_utf8_lossy(k).into_owned()).or_default();
+        Ok(true)
+    })?;
+    let mut problems = Vec::new();
+    for (session, kept) in seqs {
+        // Altered totals are reported where every sealed record is opened.
+        let Ok(t) = totals(store, &session) else { continue };
+        let what = format!("history of session {session}");
+        if kept.len() as u64 != t.entries {
+            problems.push((
+                what.clone(),
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "{} entries kept, its totals count {}: entries deleted or added outside turnback",
+                        kept.len(),
+                        t.entries
+                    ),
+                ),
+            ));
+        }
+        if let Some(past) = kept.iter().find(|s| **s >= t.next_seq) {
+            problems.push((
+                what,
+                Error::corrupt("history", format!("entry {past} is past the next sequence number {}", t.next_seq)),
+            ));
+        }
+    }
+    Ok(problems)
 }
 
 #[cfg(test)]

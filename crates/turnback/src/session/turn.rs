@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::session::Session;
 use crate::session::workspace::Workspace;
 use crate::snapshot::{self, SnapshotKind, SnapshotRecord, Source, TakeOptions};
+use crate::storage::digest;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -154,7 +155,8 @@ pub fn preview(prompt: &str) -> String {
 pub(crate) fn put(store: &Store, txn: &mut dyn Txn, turn: &Turn) -> Result<()> {
     let key = turn.turn_id.as_bytes();
     txn.put(schema::TURNS, key, &store.seal_record(schema::TURNS, key, TURN_SCHEMA, turn)?)?;
-    txn.put(schema::TURNS_BY_SESSION, format!("{}/{:010}", turn.session_id, turn.index).as_bytes(), key)
+    let index_key = format!("{}/{:010}", turn.session_id, turn.index);
+    digest::put(store.keys(), txn, schema::TURNS_BY_SESSION, index_key.as_bytes(), key)
 }
 
 fn get_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<Turn>> {
@@ -321,7 +323,7 @@ pub(crate) fn record(
             if let Some(id) = txn.get(schema::TURNS_BY_SESSION, key)? {
                 txn.delete(schema::TURNS, &id)?;
             }
-            txn.delete(schema::TURNS_BY_SESSION, key)?;
+            digest::delete(store.keys(), &mut *txn, schema::TURNS_BY_SESSION, key)?;
         }
     }
     txn.commit()?;
@@ -422,14 +424,14 @@ impl snapshot::Hooks for Hooks<'_> {
 }
 
 /// Deletes every turn of `session` inside `txn`; returns how many.
-pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<u64> {
+pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<u64> {
     let prefix = format!("{session}/");
     let mut deleted = 0;
     for key in txn.keys(schema::TURNS_BY_SESSION, prefix.as_bytes())? {
         if let Some(id) = txn.get(schema::TURNS_BY_SESSION, &key)? {
             txn.delete(schema::TURNS, &id)?;
         }
-        txn.delete(schema::TURNS_BY_SESSION, &key)?;
+        digest::delete(store.keys(), txn, schema::TURNS_BY_SESSION, &key)?;
         deleted += 1;
     }
     Ok(deleted)
@@ -625,6 +627,55 @@ pub(crate) fn discard_start_snapshot(store: &Store, turn_id: &str) -> Result<()>
         snapshot::discard(&mut *txn, &record)?;
     }
     txn.commit()
+}
+
+/// Cross-checks turns against their index, for `verify`: each row `session/index` names
+/// a turn record of that session at that index, and each turn record is at its own row.
+pub(crate) fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
+    let mut problems = Vec::new();
+    let mut rows = Vec::new();
+    store.kv().scan(schema::TURNS_BY_SESSION, b"", &mut |k, v| {
+        rows.push((String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()));
+        Ok(true)
+    })?;
+    for (key, id) in &rows {
+        let what = format!("turns-by-session row {key}");
+        let Some((session, index)) = key.split_once('/') else { continue };
+        match store.get_record::<Turn>(schema::TURNS, id.as_bytes()) {
+            Ok(Some(t)) if t.session_id != session || Some(t.index) != index.parse().ok() => problems.push((
+                what,
+                Error::corrupt(
+                    "turns-by-session",
+                    format!("names turn {id}, which is turn {} of session {}", t.index, t.session_id),
+                ),
+            )),
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                problems.push((what, Error::new(ErrorCode::NotFound, format!("names turn {id}, whose record is gone"))))
+            }
+            // An altered record is reported where every sealed record is opened.
+            Err(_) => {}
+        }
+    }
+    let mut records = Vec::new();
+    store.kv().scan(schema::TURNS, b"", &mut |k, v| {
+        records.push((k.to_vec(), v.to_vec()));
+        Ok(true)
+    })?;
+    for (k, v) in records {
+        let Ok(t) = store.open_record::<Turn>(schema::TURNS, &k, &v) else { continue };
+        let key = format!("{}/{:010}", t.session_id, t.index);
+        if !rows.iter().any(|(rk, id)| *rk == key && id.as_bytes() == k.as_slice()) {
+            problems.push((
+                format!("turn {}", t.turn_id),
+                Error::new(
+                    ErrorCode::NotFound,
+                    format!("turn {} of session {} is missing from its index", t.index, t.session_id),
+                ),
+            ));
+        }
+    }
+    Ok(problems)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 pub mod content;
 pub mod crypto;
+pub(crate) mod digest;
 pub(crate) mod gc;
 pub(crate) mod header;
 pub mod keys;

@@ -8,6 +8,9 @@
 //! - The values of a `sealed` table are records sealed by [`Store::seal_record`]
 //!   (`crate::storage::store::Store::seal_record`): key rotation re-seals exactly these, and
 //!   `verify --deep` opens them.
+//! - A `digested` table's rows are authenticated by keyed digests per session and per
+//!   table, kept in the transaction that writes the rows (`storage/digest.rs`), so `verify`
+//!   sees rows deleted, added or moved even when nothing is left dangling.
 //! - A `large` table's values may be big (content, stat caches, history): the SQLite
 //!   backend keeps them in a rowid table of their own.
 
@@ -26,6 +29,9 @@ pub(crate) struct Table {
     pub sealed: bool,
     /// Its values may be large.
     pub large: bool,
+    /// Its rows are authenticated by keyed digests ([`digest`](crate::storage::digest)):
+    /// written only through `digest::put` and `digest::delete`.
+    pub digested: bool,
 }
 
 macro_rules! tables {
@@ -33,11 +39,12 @@ macro_rules! tables {
         $( $(#[$doc])* pub(crate) const $ident: Ns = $name; )*
         /// Every table, in the order key rotation and `verify` visit them.
         pub(crate) const TABLES: &[Table] = &[
-            $( Table { name: $name, owner: $owner, sealed: tables!(@has sealed $($flag)*), large: tables!(@has large $($flag)*) }, )*
+            $( Table { name: $name, owner: $owner, sealed: tables!(@has sealed $($flag)*), large: tables!(@has large $($flag)*), digested: tables!(@has digested $($flag)*) }, )*
         ];
     };
     (@has sealed sealed $($rest:ident)*) => { true };
     (@has large large $($rest:ident)*) => { true };
+    (@has digested digested $($rest:ident)*) => { true };
     (@has $want:ident $other:ident $($rest:ident)*) => { tables!(@has $want $($rest)*) };
     (@has $want:ident) => { false };
 }
@@ -47,6 +54,8 @@ tables! {
     META = "meta" in "storage/keys.rs";
     /// Wrapped data keys by version.
     KEYS = "keys" in "storage/keys.rs";
+    /// Keyed digests of the digested tables, per group (session) and per table.
+    INDEX_DIGESTS = "index-digests" in "storage/digest.rs";
     /// Content objects stored on their own (artifacts, trees, symlink targets).
     OBJECTS = "objects" in "storage/object.rs", large;
     /// Packed blocks of snapshot content.
@@ -62,7 +71,7 @@ tables! {
     /// Checkpoint records.
     CHECKPOINTS = "checkpoints" in "checkpoint/", sealed;
     /// Checkpoints by session.
-    CHECKPOINTS_BY_SESSION = "checkpoints-by-session" in "checkpoint/";
+    CHECKPOINTS_BY_SESSION = "checkpoints-by-session" in "checkpoint/", digested;
     /// Checkpoints by operation id.
     CHECKPOINTS_BY_OPERATION = "checkpoints-by-operation" in "checkpoint/";
     /// Checkpoints not committed yet, with their owner process.
@@ -86,13 +95,13 @@ tables! {
     /// Turn records.
     TURNS = "turns" in "session/turn.rs", sealed;
     /// Turns by session and index.
-    TURNS_BY_SESSION = "turns-by-session" in "session/turn.rs";
+    TURNS_BY_SESSION = "turns-by-session" in "session/turn.rs", digested;
     /// Start snapshots being taken, with the owner process taking each.
     TURNS_TAKING_SNAPSHOT = "turns-taking-snapshot" in "session/turn.rs";
     /// History entries by session and sequence.
     HISTORY = "history" in "session/history.rs", sealed, large;
     /// History totals per session.
-    HISTORY_TOTALS = "history-totals" in "session/history.rs", sealed;
+    HISTORY_TOTALS = "history-totals" in "session/history.rs", sealed, digested;
     /// Turns imported from agents' transcripts, by session, source and the source's key.
     IMPORTED_TURNS = "imported-turns" in "session/import/", sealed;
     /// Pending user-authored resolutions of rollback conflicts.

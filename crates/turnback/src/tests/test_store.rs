@@ -54,7 +54,7 @@ fn two_open_stores_on_one_directory_interleave_writes() {
         let m = crate::api::mutation::Mutation::Write { path: format!("b{i}.txt").into(), content: b"second".to_vec() };
         crate::api::mutation::apply(ctx, m).unwrap();
     }
-    let listed = crate::checkpoint::list(&env.store, &env.session.id, Default::default()).unwrap();
+    let listed = crate::checkpoint::list(&env.store, &env.session.id, Default::default()).unwrap().records;
     assert_eq!(listed.len(), 10);
     assert!(maintenance::verify(&second, true).unwrap().clean);
 }

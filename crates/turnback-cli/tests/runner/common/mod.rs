@@ -471,3 +471,27 @@ pub fn previews(env: &Env, session: &str) -> Vec<String> {
     let turns = env.json(&["--session", session, "turns"]);
     turns["turns"].as_array().unwrap().iter().map(|t| str_at(t, "/preview").to_string()).collect()
 }
+
+/// Tampers with the store's database directly, as an attacker with write access to
+/// `store.db` would: `f` gets a connection to it (the CLI runs no process meanwhile).
+/// Rows live in `kv` (small values) and `kv_large` (content, history, stat caches), each
+/// keyed by `(ns, key)`.
+pub fn tamper<T>(env: &Env, f: impl FnOnce(&rusqlite::Connection) -> T) -> T {
+    let conn = rusqlite::Connection::open(env.store.join("store.db")).expect("open store.db to tamper with it");
+    let out = f(&conn);
+    drop(conn);
+    out
+}
+
+/// The keys of every row of table `ns` in the store, in key order.
+pub fn raw_keys(env: &Env, ns: &str) -> Vec<Vec<u8>> {
+    tamper(env, |c| {
+        let mut keys = Vec::new();
+        for table in ["kv", "kv_large"] {
+            let mut stmt = c.prepare(&format!("SELECT key FROM {table} WHERE ns = ?1 ORDER BY key")).expect("select");
+            let rows = stmt.query_map([ns], |r| r.get::<_, Vec<u8>>(0)).expect("query");
+            keys.extend(rows.map(|r| r.expect("row")));
+        }
+        keys
+    })
+}

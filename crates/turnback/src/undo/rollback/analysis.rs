@@ -11,7 +11,7 @@ use super::decision::*;
 use super::*;
 use crate::base::hex::hex;
 use crate::checkpoint::artifact::ImageRole;
-use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, OperationKind, RetentionState};
+use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, OperationKind, RetentionState, Unreadable};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::files::{self, Current, FileIdentity, Observed};
 use crate::fs::handles;
@@ -48,8 +48,10 @@ pub(super) struct PathPlan {
     pub(super) write: Option<Final>,
 }
 
-pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<Vec<CheckpointRecord>> {
-    let mut records = match selection {
+/// The checkpoints a selection takes back, newest first: the records that open, and
+/// those of the selection that do not (altered or gone, named by the session's index).
+pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<(Vec<CheckpointRecord>, Vec<Unreadable>)> {
+    let (mut records, mut unreadable) = match selection {
         Selection::Checkpoints(ids) => {
             if ids.is_empty() {
                 return Err(Error::invalid("name at least one checkpoint, or use --turn / --since-turn"));
@@ -62,33 +64,43 @@ pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<Vec<Chec
                 }
                 out.push(r);
             }
-            out
+            (out, Vec::new())
         }
         Selection::Turn(t) | Selection::SinceTurn(t) => {
             let all = checkpoint::list(ctx.store, &ctx.session.id, ListFilter { prompt_round: None, all: true })?;
             let since = matches!(selection, Selection::SinceTurn(_));
+            let in_selection = |p: u64| if since { p >= *t } else { p == *t };
             // A turn's own mutations; earlier rollbacks are taken back only when named.
-            all.into_iter()
+            let records = all
+                .records
+                .into_iter()
                 .filter(|r| r.mutation.kind != OperationKind::Rollback)
-                .filter(|r| r.prompt_round.is_some_and(|p| if since { p >= *t } else { p == *t }))
-                .collect()
+                .filter(|r| r.prompt_round.is_some_and(in_selection))
+                .collect();
+            // A record that cannot be opened may be one of them (its round from the
+            // index, or unknown): it can only make the rollback partial, never `full`.
+            let unreadable = all.unreadable.into_iter().filter(|u| u.prompt_round.is_none_or(in_selection)).collect();
+            (records, unreadable)
         }
         Selection::Subagent(id) => {
             let all = checkpoint::list(ctx.store, &ctx.session.id, ListFilter { prompt_round: None, all: true })?;
             let made: Vec<CheckpointRecord> = all
+                .records
                 .into_iter()
                 .filter(|r| r.mutation.kind != OperationKind::Rollback && r.subagent.as_deref() == Some(id))
                 .collect();
-            if made.is_empty() {
+            if made.is_empty() && all.unreadable.is_empty() {
                 return Err(Error::not_found(format!("checkpoints of sub-agent {id} in this session")));
             }
-            made
+            // Who made a record that cannot be opened is unknown: it may be this sub-agent.
+            (made, all.unreadable)
         }
     };
     // UUID v7 ids sort by creation time: newest first.
     records.sort_by(|a, b| b.checkpoint_id.cmp(&a.checkpoint_id));
     records.dedup_by(|a, b| a.checkpoint_id == b.checkpoint_id);
-    Ok(records)
+    unreadable.sort_by(|a, b| b.checkpoint_id.cmp(&a.checkpoint_id));
+    Ok((records, unreadable))
 }
 
 /// Looks at what is at `path` now, without following symlinks.
@@ -240,9 +252,11 @@ pub(super) fn decide_path(
 pub(super) fn plan_id(
     store: &Store,
     checkpoint_ids: &[String],
+    unreadable: &[Unreadable],
     paths: &[(RelPath, ThreeWayState, Vec<Outcome>)],
 ) -> String {
-    let material = serde_json::json!({ "checkpoints": checkpoint_ids, "paths": paths });
+    let unreadable: Vec<&str> = unreadable.iter().map(|u| u.checkpoint_id.as_str()).collect();
+    let material = serde_json::json!({ "checkpoints": checkpoint_ids, "unreadable": unreadable, "paths": paths });
     let bytes = serde_json::to_vec(&material).expect("plan material serializes");
     hex(&store.keys().lookup_id("rollback-plan", &bytes)[..16])
 }
@@ -260,6 +274,9 @@ pub struct Analysis {
     pub targets: Vec<TargetAnalysis>,
     /// Counts by outcome category.
     pub counts: BTreeMap<String, u64>,
+    /// Checkpoints of the selection whose records cannot be opened (altered or gone),
+    /// newest first: nothing of them can be taken back, so the result is never `full`.
+    pub unreadable_checkpoints: Vec<Unreadable>,
     /// `full`, `partial` or `blocked` if applied now.
     pub result_type: ResultType,
     /// Whether open handles could be checked on this system.
@@ -284,7 +301,7 @@ pub(super) fn analyze_records(
     selection: &Selection,
     choices: &BTreeMap<RelPath, Choice>,
 ) -> Result<(Vec<CheckpointRecord>, Analysis)> {
-    let records = select(ctx, selection)?;
+    let (records, unreadable) = select(ctx, selection)?;
     let refs: Vec<&CheckpointRecord> = records.iter().collect();
     let mut by_path: BTreeMap<RelPath, Vec<(usize, usize)>> = BTreeMap::new();
     for (ri, r) in refs.iter().enumerate() {
@@ -325,23 +342,29 @@ pub(super) fn analyze_records(
         paths.push(PathPlan { path, real: seen, real_bytes: bytes, steps: analyses, write });
     }
     let checkpoint_ids: Vec<String> = records.iter().map(|r| r.checkpoint_id.clone()).collect();
-    let plan_id = plan_id(ctx.store, &checkpoint_ids, &plan_material);
-    let analysis = summarize(plan_id, checkpoint_ids, paths);
+    let plan_id = plan_id(ctx.store, &checkpoint_ids, &unreadable, &plan_material);
+    let analysis = summarize(plan_id, checkpoint_ids, unreadable, paths);
     Ok((records, analysis))
 }
 
-pub(super) fn summarize(plan_id: String, checkpoint_ids: Vec<String>, paths: Vec<PathPlan>) -> Analysis {
+pub(super) fn summarize(
+    plan_id: String,
+    checkpoint_ids: Vec<String>,
+    unreadable: Vec<Unreadable>,
+    paths: Vec<PathPlan>,
+) -> Analysis {
     let targets: Vec<TargetAnalysis> = paths.iter().flat_map(|p| p.steps.iter().cloned()).collect();
     let mut counts = BTreeMap::new();
     for t in &targets {
         *counts.entry(t.outcome.category().to_string()).or_insert(0) += 1;
     }
-    let result_type = result_type(&targets);
+    let result_type = result_type(&targets, unreadable.len());
     Analysis {
         plan_id,
         checkpoint_ids,
         targets,
         counts,
+        unreadable_checkpoints: unreadable,
         result_type,
         open_handles_checked: handles::available(),
         excluded_effects: excluded_effects(),
@@ -349,8 +372,10 @@ pub(super) fn summarize(plan_id: String, checkpoint_ids: Vec<String>, paths: Vec
     }
 }
 
-pub(super) fn result_type(targets: &[TargetAnalysis]) -> ResultType {
-    let residual = targets.iter().filter(|t| t.outcome.residual()).count();
+/// The result of taking back `targets`, when `unreadable` more checkpoints of the
+/// selection cannot be read at all (each is left as it is, like a residual target).
+pub(super) fn result_type(targets: &[TargetAnalysis], unreadable: usize) -> ResultType {
+    let residual = targets.iter().filter(|t| t.outcome.residual()).count() + unreadable;
     let eligible = targets.iter().filter(|t| t.outcome.eligible()).count();
     ResultType::of(eligible, residual)
 }

@@ -113,8 +113,8 @@ impl Applying<'_> {
 
     /// The result, once every write was tried.
     fn result(self, rollback_checkpoint_id: Option<String>) -> RollbackResult {
-        let Analysis { plan_id, checkpoint_ids, paths, .. } = self.analysis;
-        let summary = summarize(plan_id.clone(), checkpoint_ids, paths);
+        let Analysis { plan_id, checkpoint_ids, unreadable_checkpoints, paths, .. } = self.analysis;
+        let summary = summarize(plan_id.clone(), checkpoint_ids, unreadable_checkpoints, paths);
         let residual_conflicts = summary
             .targets
             .iter()
@@ -134,6 +134,7 @@ impl Applying<'_> {
             applied_paths: self.applied,
             counts: summary.counts,
             residual_conflicts,
+            unreadable_checkpoints: summary.unreadable_checkpoints,
             choice_files: self.choice_files,
             excluded_effects: excluded_effects(),
             rollback_checkpoint_id,

@@ -15,6 +15,10 @@
 //!   bytes of everything it will overwrite or delete, and the dispatch is journaled; each
 //!   write is a compare-and-swap ([`files::Parent::swap_in`], [`files::Parent::remove_if`]).
 //!   Rolling back that checkpoint restores the state before the rollback byte for byte.
+//! - A selection by turn or sub-agent that meets a checkpoint whose record cannot be opened
+//!   (altered, or gone from under the session's index) names it in
+//!   `unreadableCheckpoints` and counts it as left alone: such a rollback is `partial` or
+//!   `blocked`, never `full`.
 //! - Patches and merge files (the safe choices) are plaintext, so they are written only
 //!   into the workspace, beside their file — never into the store.
 
@@ -321,6 +325,9 @@ pub struct RollbackResult {
     pub counts: BTreeMap<String, u64>,
     /// What still stands in the way, with the safe choices.
     pub residual_conflicts: Vec<Residual>,
+    /// Checkpoints of the selection whose records cannot be opened (altered or gone),
+    /// newest first: nothing of them was taken back, so the result is never `full`.
+    pub unreadable_checkpoints: Vec<crate::checkpoint::Unreadable>,
     /// Side files written for the caller's choices.
     pub choice_files: Vec<ChoiceFile>,
     /// Effects never reversible.

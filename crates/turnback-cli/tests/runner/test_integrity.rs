@@ -1,0 +1,242 @@
+//! What an attacker (or a broken disk) does to the store's rows directly, and what
+//! turnback then says (issue 12, items 1 and 4): a corrupt checkpoint record is listed as
+//! `corrupt` and keeps every rollback that meets it from being `full`; `verify --deep`
+//! finds rows deleted, reordered or cut from the journal, and names them.
+//!
+//! Every attack is done for real on `store.db` (see `common::tamper`), between commands.
+
+use serde_json::Value;
+
+use crate::common::{Env, parse_json, raw_keys, show_output, str_at, tamper};
+
+const PARTIAL: i32 = 3;
+const BLOCKED: i32 = 20;
+
+/// One turn (`--prompt one`, prompt round 1) in which the agent rewrites `a.txt` and
+/// creates `b.txt`; returns the two checkpoint ids, oldest first.
+fn one_turn_of_edits(env: &Env) -> (String, String) {
+    env.write("a.txt", "person's original\n");
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    let a = str_at(&env.json_with(&["fs", "write", "a.txt"], Some(b"agent's a\n")), "/checkpointId").to_string();
+    let b = str_at(&env.json_with(&["fs", "create", "b.txt"], Some(b"agent's b\n")), "/checkpointId").to_string();
+    env.ok(&["history", "append"], Some(br#"{"role":"assistant","content":"done"}"#));
+    env.ok(&["turn", "end"], None);
+    (a, b)
+}
+
+/// Flips the last byte of the sealed checkpoint records with these ids.
+fn flip_checkpoint_records(env: &Env, ids: &[&str]) {
+    tamper(env, |c| {
+        for id in ids {
+            let value: Vec<u8> = c
+                .query_row("SELECT value FROM kv WHERE ns = 'checkpoints' AND key = ?1", [id.as_bytes()], |r| r.get(0))
+                .expect("the checkpoint record is in the store");
+            let mut value = value;
+            *value.last_mut().expect("non-empty record") ^= 0x01;
+            c.execute("UPDATE kv SET value = ?1 WHERE ns = 'checkpoints' AND key = ?2", (value, id.as_bytes()))
+                .expect("flip a byte");
+        }
+    });
+}
+
+/// Deletes the rows of table `ns` whose keys `pick` selects; returns how many went.
+fn delete_rows(env: &Env, ns: &str, pick: impl Fn(&[u8]) -> bool) -> usize {
+    let keys: Vec<Vec<u8>> = raw_keys(env, ns).into_iter().filter(|k| pick(k)).collect();
+    tamper(env, |c| {
+        for k in &keys {
+            for table in ["kv", "kv_large"] {
+                c.execute(&format!("DELETE FROM {table} WHERE ns = ?1 AND key = ?2"), (ns, k)).expect("delete row");
+            }
+        }
+    });
+    keys.len()
+}
+
+/// `verify --deep --json`, asserted to find problems; returns them.
+fn verify_problems(env: &Env) -> Vec<Value> {
+    let out = env.run(&["--json", "verify", "--deep"], None);
+    let report = parse_json(&out);
+    assert_eq!(report["clean"], false, "verify --deep must see the damage: {report:#}");
+    assert_eq!(out.status.code(), Some(1), "verify exits 1 with problems: {}", show_output(&out));
+    report["problems"].as_array().expect("problems").clone()
+}
+
+/// Whether some problem's `what` or message mentions every one of `words`.
+fn names(problems: &[Value], words: &[&str]) -> bool {
+    problems.iter().any(|p| {
+        let text = format!("{} {}", p["what"].as_str().unwrap_or(""), p["message"].as_str().unwrap_or(""));
+        words.iter().all(|w| text.contains(w))
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 1: corrupt checkpoint records in listings and rollbacks
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn corrupt_checkpoint_records_are_listed_as_corrupt() {
+    let env = Env::new();
+    let (a, b) = one_turn_of_edits(&env);
+    flip_checkpoint_records(&env, &[&a, &b]);
+
+    assert_eq!(env.fail(&["inspect", &a], None).code, "corrupt");
+    for args in [vec!["checkpoints", "--all"], vec!["checkpoints"], vec!["checkpoints", "--turn", "1"]] {
+        let list = env.json(&args);
+        let corrupt: Vec<&str> =
+            list["corrupt"].as_array().expect("corrupt array").iter().map(|c| str_at(c, "/checkpointId")).collect();
+        assert_eq!(corrupt, [a.as_str(), b.as_str()], "`{}` lists both corrupt records: {list:#}", args.join(" "));
+        for c in list["corrupt"].as_array().unwrap() {
+            assert_eq!(c["integrityState"], "corrupt", "{list:#}");
+            assert_eq!(c["promptRound"], 1, "the index knows the round of a record it cannot open: {list:#}");
+        }
+        let text = String::from_utf8_lossy(&env.ok(&args, None).stdout).into_owned();
+        assert!(!text.contains("no checkpoints"), "`{}` must not say there are none:\n{text}", args.join(" "));
+        assert!(text.contains(&a) && text.contains(&b) && text.contains("corrupt"), "{text}");
+    }
+    // Another round's listing does not claim them.
+    let other = env.json(&["checkpoints", "--turn", "2"]);
+    assert_eq!(other["corrupt"].as_array().map(Vec::len), Some(0), "{other:#}");
+}
+
+#[test]
+fn a_rollback_that_meets_only_corrupt_records_is_blocked_and_names_them() {
+    let env = Env::new();
+    let (a, b) = one_turn_of_edits(&env);
+    flip_checkpoint_records(&env, &[&a, &b]);
+
+    let preview = env.run(&["--json", "rollback", "--turn", "1"], None);
+    let doc = parse_json(&preview);
+    assert_eq!(preview.status.code(), Some(BLOCKED), "{}", show_output(&preview));
+    assert_eq!(doc["resultType"], "blocked", "{doc:#}");
+    let named: Vec<&str> = doc["unreadableCheckpoints"]
+        .as_array()
+        .expect("unreadableCheckpoints")
+        .iter()
+        .map(|c| str_at(c, "/checkpointId"))
+        .collect();
+    assert_eq!(named, [b.as_str(), a.as_str()], "newest first, as the rollback takes them: {doc:#}");
+
+    let plan = str_at(&doc, "/planId").to_string();
+    let applied = env.run(&["rollback", "--turn", "1", "--apply", "--plan", &plan], None);
+    let text = String::from_utf8_lossy(&applied.stdout).into_owned();
+    assert_eq!(applied.status.code(), Some(BLOCKED), "{}", show_output(&applied));
+    assert!(text.contains("rollback blocked") && !text.contains("full"), "{text}");
+    assert!(text.contains(&a) && text.contains(&b) && text.contains("corrupt"), "{text}");
+    assert_eq!(env.read("a.txt").as_deref(), Some(&b"agent's a\n"[..]), "nothing changed");
+    assert_eq!(env.read("b.txt").as_deref(), Some(&b"agent's b\n"[..]), "nothing changed");
+}
+
+#[test]
+fn a_rollback_that_meets_one_corrupt_record_is_partial_and_names_it() {
+    let env = Env::new();
+    let (a, b) = one_turn_of_edits(&env);
+    flip_checkpoint_records(&env, &[&b]);
+
+    let out = env.run(&["--json", "rollback", "--turn", "1", "--apply"], None);
+    let doc = parse_json(&out);
+    assert_eq!(out.status.code(), Some(PARTIAL), "{}", show_output(&out));
+    assert_eq!(doc["resultType"], "partial", "{doc:#}");
+    assert_eq!(doc["unreadableCheckpoints"][0]["checkpointId"], b.as_str(), "{doc:#}");
+    assert_eq!(doc["unreadableCheckpoints"][0]["code"], "corrupt", "{doc:#}");
+    assert_eq!(doc["appliedPaths"], serde_json::json!(["a.txt"]), "{doc:#}");
+    assert_eq!(env.read("a.txt").as_deref(), Some(&b"person's original\n"[..]), "the readable one is taken back");
+    assert_eq!(env.read("b.txt").as_deref(), Some(&b"agent's b\n"[..]), "the corrupt one cannot be");
+    let _ = a;
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 4: verify --deep sees rows that are missing, dangling or out of order
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn verify_reports_checkpoint_records_deleted_from_under_their_index() {
+    let env = Env::new();
+    let (a, b) = one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    assert_eq!(delete_rows(&env, "checkpoints", |_| true), 2);
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &[&a]) && names(&problems, &[&b]), "both missing records named: {problems:#?}");
+}
+
+#[test]
+fn verify_reports_checkpoints_deleted_with_their_index_rows_and_journal() {
+    let env = Env::new();
+    let (a, _) = one_turn_of_edits(&env);
+    let op = str_at(&env.json(&["inspect", &a]), "/checkpoint/mutation/operationId").to_string();
+    // Every trace of `a` that is plain: record, indexes, journal.
+    delete_rows(&env, "checkpoints", |k| k == a.as_bytes());
+    delete_rows(&env, "checkpoints-by-session", |k| k.ends_with(a.as_bytes()));
+    delete_rows(&env, "checkpoints-by-operation", |k| k == op.as_bytes());
+    delete_rows(&env, "journal", |k| k.starts_with(op.as_bytes()));
+    let problems = verify_problems(&env);
+    assert!(
+        names(&problems, &["checkpoints-by-session"]),
+        "the session's index no longer matches its digest: {problems:#?}"
+    );
+}
+
+#[test]
+fn verify_reports_a_history_entry_deleted() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    let keys = raw_keys(&env, "history");
+    assert_eq!(keys.len(), 2, "the prompt and the reply");
+    let first = keys[0].clone();
+    assert_eq!(delete_rows(&env, "history", |k| k == first.as_slice()), 1);
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["history"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_journal_end_events_deleted() {
+    let env = Env::new();
+    let (a, _) = one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    let ends = tamper(&env, |c| {
+        c.execute("DELETE FROM kv WHERE ns = 'journal' AND value LIKE '%\"OperationSucceeded\"%'", []).expect("delete")
+    });
+    assert_eq!(ends, 2, "both operations' end events");
+    let op = str_at(&env.json(&["inspect", &a]), "/checkpoint/mutation/operationId").to_string();
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &[&op]), "the operation without its end event named: {problems:#?}");
+}
+
+#[test]
+fn verify_reports_a_reordered_turn_index() {
+    let env = Env::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["turn", "begin", "--prompt", prompt], None);
+        env.ok(&["turn", "end"], None);
+    }
+    env.assert_verify_clean();
+    let keys = raw_keys(&env, "turns-by-session");
+    assert_eq!(keys.len(), 2);
+    tamper(&env, |c| {
+        let get = |k: &[u8]| -> Vec<u8> {
+            c.query_row("SELECT value FROM kv WHERE ns = 'turns-by-session' AND key = ?1", [k], |r| r.get(0)).unwrap()
+        };
+        let (first, second) = (get(&keys[0]), get(&keys[1]));
+        let set = |k: &[u8], v: &[u8]| {
+            c.execute("UPDATE kv SET value = ?1 WHERE ns = 'turns-by-session' AND key = ?2", (v, k)).unwrap();
+        };
+        set(&keys[0], &second);
+        set(&keys[1], &first);
+    });
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turn"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_a_turn_deleted_with_its_index_row() {
+    let env = Env::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["turn", "begin", "--prompt", prompt], None);
+        env.ok(&["turn", "end"], None);
+    }
+    let turn_id = str_at(&env.json(&["turns"]), "/turns/1/turnId").to_string();
+    delete_rows(&env, "turns", |k| k == turn_id.as_bytes());
+    delete_rows(&env, "turns-by-session", |k| k.ends_with(b"/0000000002"));
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turns-by-session"]), "{problems:#?}");
+}
