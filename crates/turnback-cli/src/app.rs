@@ -96,10 +96,7 @@ pub fn run() -> i32 {
     let json = cli.global.json;
     let ctx = Ctx { global: cli.global };
     match dispatch(&ctx, cli.command) {
-        Ok(outcome) => {
-            output::print(&outcome, json);
-            outcome.exit
-        }
+        Ok(outcome) => output::print(&outcome, json),
         Err(e) => output::print_error(&e, json),
     }
 }
