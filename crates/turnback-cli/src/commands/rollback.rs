@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use turnback::{
-    Choice, Error, ExcludedEffect, Result, RollbackSelection, TargetAnalysis, TargetOutcome, escape_controls, quote_name,
+    Choice, Error, ExcludedEffect, Result, RollbackSelection, TargetAnalysis, TargetOutcome, escape_controls,
+    quote_name,
 };
 
 use crate::app::Ctx;
@@ -99,4 +100,3 @@ pub fn excluded_text(excluded: &[ExcludedEffect]) -> String {
     let effects: Vec<&str> = excluded.iter().map(|e| e.effect).collect();
     format!("never reversible ({status}): {}\n", effects.join(", "))
 }
-

@@ -59,7 +59,10 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
             done.turn
         }
         Err(e) => {
-            err(&format!("turnback: the turn could not be ended ({}: {}); run `turnback turn end`\n", e.code, e.message));
+            err(&format!(
+                "turnback: the turn could not be ended ({}: {}); run `turnback turn end`\n",
+                e.code, e.message
+            ));
             None
         }
     };
