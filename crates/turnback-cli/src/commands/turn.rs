@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, TurnSummary};
+use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, TurnSummary, escape_controls};
 
 use crate::app::Ctx;
 use crate::cli::TurnCommand;
@@ -85,6 +85,6 @@ fn turn_line(t: &TurnSummary) -> String {
         serde_json::to_value(t.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
         t.started_at,
         snap,
-        t.preview
+        escape_controls(&t.preview)
     )
 }

@@ -234,8 +234,13 @@ fn diff_rewind_and_rollback_quote_control_characters_in_names() {
     for name in hostile_names() {
         create_named(&env, &name, b"two\n");
     }
-    env.ok(&["fs", "create", "plain\x1b[31mred.txt"], Some(b"red\n"));
+    let created = env.ok(&["fs", "create", "plain\x1b[31mred.txt"], Some(b"red\n"));
+    assert_no_control("fs create", &created.stdout);
     env.ok(&["turn", "end"], None);
+    for args in [vec!["checkpoints"], vec!["turns"]] {
+        let out = env.ok(&args, None);
+        assert_no_control(&format!("{args:?}"), &out.stdout);
+    }
 
     for (args, name) in [
         (vec!["diff", "--turn", "2"], r"clear\033[2Jscreen.txt"),
@@ -269,6 +274,12 @@ fn diff_rewind_and_rollback_quote_control_characters_in_names() {
     let out = env.run(&["rewind", "--to", "2", "--apply"], None);
     assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
     assert_no_control("rewind --apply", &out.stdout);
+
+    // A prompt is shown in `turns` with its controls escaped too.
+    env.ok(&["turn", "begin", "--prompt", "evil\x1b[2J\rprompt"], None);
+    let out = env.ok(&["turns"], None);
+    assert_no_control("turns", &out.stdout);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(r"evil\033[2J\rprompt"));
 }
 
 // ---------------------------------------------------------------------------------------
