@@ -96,10 +96,7 @@ pub fn run() -> i32 {
     let json = cli.global.json;
     let ctx = Ctx { global: cli.global };
     match dispatch(&ctx, cli.command) {
-        Ok(outcome) => {
-            output::print(&outcome, json);
-            outcome.exit
-        }
+        Ok(outcome) => output::print(&outcome, json),
         Err(e) => output::print_error(&e, json),
     }
 }
@@ -120,7 +117,9 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::History(h) => commands::history::run(ctx, h),
         Command::Run { prompt, wait_ms, command } => commands::run::run(ctx, prompt, wait_ms, &command),
         Command::Hook { agent } => Ok(commands::hook::run(ctx, agent)),
-        Command::Install { agent, scope, uninstall } => commands::install::run(ctx, agent, scope, uninstall),
+        Command::Install { agent, scope, uninstall, follow_symlinks } => {
+            commands::install::run(ctx, agent, scope, uninstall, follow_symlinks)
+        }
         Command::Demo => commands::demo::run(),
         Command::Mcp => commands::mcp::serve(ctx),
         Command::Completions { shell } => {

@@ -131,6 +131,10 @@ pub enum Command {
         /// Remove turnback's hooks instead.
         #[arg(long)]
         uninstall: bool,
+        /// Write through a settings file (or directory) that is a symlink leading outside the
+        /// project (user scope: outside the home directory); refused without it.
+        #[arg(long)]
+        follow_symlinks: bool,
     },
     /// Serve the Model Context Protocol on stdio: checkpointed file tools (read_file,
     /// create_file, write_file, edit_file, delete_file) and undo tools (list_turns,

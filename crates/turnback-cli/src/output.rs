@@ -1,5 +1,11 @@
 //! What a command prints: one JSON document with `--json`, short text otherwise.
 //! Results go to stdout; errors go to stdout as JSON with `--json`, else to stderr.
+//!
+//! Every byte turnback prints goes through [`out`] or [`err`]: output into a pipe whose
+//! reader went away (`turnback diff | head`) ends quietly, as git's does, never as a panic;
+//! the command's work and exit code are what they were. Human text shows names through
+//! `turnback::quote_name` (and free text through `turnback::escape_controls`), so a file
+//! name cannot move the cursor, clear the screen or forge a line; JSON keeps names exact.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -72,24 +78,55 @@ pub fn exit_code(code: ErrorCode) -> i32 {
     }
 }
 
-pub fn print(outcome: &Outcome, json_mode: bool) {
-    if outcome.raw {
-        print!("{}", outcome.text);
+/// Writes `text` to stdout.
+///
+/// # Errors
+/// A failure to write that a person must hear of (a full disk under a redirection); a
+/// reader that went away is not one: the rest is dropped.
+pub fn out(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Writes `text` to stderr; a failure is dropped (there is nowhere left to report it).
+pub fn err(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// Prints a command's result; returns its exit code (a failure if stdout cannot take it).
+pub fn print(outcome: &Outcome, json_mode: bool) -> i32 {
+    let printed = if outcome.raw {
+        out(&outcome.text)
     } else if json_mode {
-        println!("{}", serde_json::to_string_pretty(&outcome.json).expect("JSON values serialize"));
+        out(&format!("{}\n", serde_json::to_string_pretty(&outcome.json).expect("JSON values serialize")))
     } else if !outcome.text.is_empty() {
-        println!("{}", outcome.text.trim_end());
+        out(&format!("{}\n", outcome.text.trim_end()))
+    } else {
+        Ok(())
+    };
+    match printed {
+        Ok(()) => outcome.exit,
+        Err(e) => {
+            err(&format!("turnback: io: cannot write the output: {e}\n"));
+            exit::FAILURE
+        }
     }
 }
 
 pub fn print_error(e: &Error, json_mode: bool) -> i32 {
     if json_mode {
-        println!("{}", serde_json::to_string_pretty(&e.report()).expect("JSON values serialize"));
+        let _ = out(&format!("{}\n", serde_json::to_string_pretty(&e.report()).expect("JSON values serialize")));
     } else {
-        eprintln!("turnback: {}: {}", e.code, e.message);
+        let mut text = format!("turnback: {}: {}\n", e.code, e.message);
         for action in e.code.recovery_actions() {
-            eprintln!("  - {action}");
+            text.push_str(&format!("  - {action}\n"));
         }
+        err(&text);
     }
     exit_code(e.code)
 }
@@ -132,18 +169,18 @@ impl Progress {
         self.shown.store(true, std::sync::atomic::Ordering::Relaxed);
         let width = 30;
         let filled = (done.min(total) * width / total) as usize;
-        eprint!(
+        err(&format!(
             "\rsnapshot [{}{}] {} of {}   ",
             "#".repeat(filled),
             " ".repeat(width as usize - filled),
             turnback::format_size(done),
             turnback::format_size(total)
-        );
+        ));
     }
 
     pub fn clear(&self) {
         if self.shown.load(std::sync::atomic::Ordering::Relaxed) {
-            eprint!("\r{}\r", " ".repeat(72));
+            err(&format!("\r{}\r", " ".repeat(72)));
         }
     }
 }

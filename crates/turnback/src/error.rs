@@ -5,6 +5,11 @@
 //! prints it in `--json` output and maps it to an exit code. The message is for people and
 //! may change; the code may not. Messages never contain file contents, and paths only when
 //! the caller supplied them in this same call.
+//!
+//! A failure is typed by what a person must do about it, not by the layer it surfaced in: a
+//! database that does not read back is `corrupt` (restore, do not retry), a write that found
+//! no space is `disk-full` naming the file or database it could not grow, whether the
+//! operating system said `ENOSPC` or SQLite said "disk I/O error" on a disk with no space left.
 
 use std::fmt;
 use std::path::Path;
@@ -46,6 +51,8 @@ pub enum ErrorCode {
     Inaccessible,
     /// Interrupted (SIGINT/SIGTERM) before anything was recorded.
     Cancelled,
+    /// A write found no space left on the disk (or the user's quota) it needed.
+    DiskFull,
 }
 
 impl ErrorCode {
@@ -69,6 +76,7 @@ impl ErrorCode {
             ErrorCode::UnknownOutcome => "unknown-outcome",
             ErrorCode::Inaccessible => "inaccessible",
             ErrorCode::Cancelled => "cancelled",
+            ErrorCode::DiskFull => "disk-full",
         }
     }
 
@@ -94,6 +102,10 @@ impl ErrorCode {
                 "repeat with --confirm-unprotected to proceed without rollback protection",
             ],
             ErrorCode::UnknownOutcome => &["inspect the file and the checkpoint before trusting either"],
+            ErrorCode::DiskFull => &[
+                "free space on the disk the message names (turnback gc reclaims what the store no longer needs)",
+                "then repeat the command",
+            ],
             _ => &[],
         }
     }
@@ -174,13 +186,61 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        let busy = matches!(
-            e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        );
-        let code = if busy { ErrorCode::ConcurrentUpdate } else { ErrorCode::Io };
-        Error::new(code, format!("database: {e}")).with_source(e)
+        database_error(e, None)
     }
+}
+
+impl Error {
+    /// Names the database file `path` in an error that came from SQLite (an error from
+    /// anywhere else is returned as it is), and tells a full disk behind SQLite's plain
+    /// "disk I/O error" by the space left where the database lives.
+    pub(crate) fn in_database(mut self, path: &Path) -> Error {
+        match self.source.take().map(|s| s.downcast::<rusqlite::Error>()) {
+            Some(Ok(e)) => database_error(*e, Some(path)),
+            Some(Err(other)) => {
+                self.source = Some(other);
+                self
+            }
+            None => self,
+        }
+    }
+}
+
+/// Less free space than this where the database lives, and SQLite's I/O error was the disk
+/// filling up: it writes whole pages, and a disk is never this full in ordinary use.
+const NEARLY_FULL: u64 = 1024 * 1024;
+
+/// The one classification of SQLite's failures: busy is a retryable race, a damaged file is
+/// `corrupt`, no space is `disk-full` (said by SQLite, or an I/O error on a disk with no
+/// space left), anything else `io`.
+fn database_error(e: rusqlite::Error, path: Option<&Path>) -> Error {
+    use rusqlite::ErrorCode as Sql;
+    let at = path.map(|p| format!(" {}", p.display())).unwrap_or_default();
+    let (code, message) = match e.sqlite_error_code() {
+        Some(Sql::DatabaseBusy | Sql::DatabaseLocked) => (ErrorCode::ConcurrentUpdate, format!("database: {e}")),
+        Some(Sql::DatabaseCorrupt | Sql::NotADatabase) => (
+            ErrorCode::Corrupt,
+            format!("the store's database{at} is damaged ({e}); it cannot be read and must be restored"),
+        ),
+        Some(Sql::DiskFull) => (ErrorCode::DiskFull, format!("disk full: the store's database{at} cannot grow ({e})")),
+        Some(Sql::SystemIoFailure | Sql::CannotOpen)
+            if let Some(free) = path.and_then(free_bytes).filter(|free| *free < NEARLY_FULL) =>
+        {
+            (
+                ErrorCode::DiskFull,
+                format!("disk full: the store's database{at} cannot be written ({free} bytes left on its disk; {e})"),
+            )
+        }
+        _ => (ErrorCode::Io, format!("database{at}: {e}")),
+    };
+    Error::new(code, message).with_source(e)
+}
+
+/// The bytes an unprivileged writer may still use on the file system holding `path`.
+fn free_bytes(path: &Path) -> Option<u64> {
+    let dir = if path.is_dir() { path } else { path.parent()? };
+    let stat = rustix::fs::statvfs(dir).ok()?;
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// Attaches the path an I/O error concerns, so every I/O failure names its file.
@@ -202,6 +262,10 @@ impl<T> IoResultExt<T> for Result<T, rustix::io::Errno> {
 }
 
 fn io_error(e: std::io::Error, path: &Path) -> Error {
+    if matches!(e.kind(), std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded) {
+        return Error::new(ErrorCode::DiskFull, format!("disk full: no space left to write {} ({e})", path.display()))
+            .with_source(e);
+    }
     Error::new(ErrorCode::Io, format!("{}: {e}", path.display())).with_source(e)
 }
 
@@ -220,5 +284,28 @@ mod tests {
             cause.downcast_ref::<std::io::Error>().map(std::io::Error::kind),
             Some(std::io::ErrorKind::NotFound)
         );
+    }
+
+    #[test]
+    fn no_space_is_disk_full_naming_the_file_and_never_retryable() {
+        let e: Result<()> = Err(std::io::Error::from(std::io::ErrorKind::StorageFull)).context("/mnt/full/f");
+        let e = e.unwrap_err();
+        assert_eq!(e.code, ErrorCode::DiskFull);
+        assert!(e.message.starts_with("disk full: ") && e.message.contains("/mnt/full/f"), "{}", e.message);
+        assert!(!e.code.retryable());
+    }
+
+    #[test]
+    fn a_damaged_database_is_corrupt_and_names_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        std::fs::write(&path, b"this is no database, just sixty-four bytes of text in its place.").unwrap();
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let e = conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0)).unwrap_err();
+        let e = Error::from(e).in_database(&path);
+        assert_eq!(e.code, ErrorCode::Corrupt);
+        assert!(!e.code.retryable());
+        assert!(e.message.contains(&path.display().to_string()), "{}", e.message);
+        assert!(std::error::Error::source(&e).is_some_and(|s| s.is::<rusqlite::Error>()));
     }
 }

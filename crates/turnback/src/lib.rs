@@ -62,6 +62,7 @@ pub use api::{
     KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList,
     SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
 };
+pub use base::quote::{escape_controls, quote_name};
 pub use base::time::{format_ms, now_ms};
 pub use checkpoint::artifact::ImageRole;
 pub use checkpoint::journal::{JournalEntry, JournalEvent};

@@ -1,6 +1,6 @@
 //! `turnback checkpoints` and `turnback inspect`.
 
-use turnback::{ImageRecord, Inspection, Result, format_size};
+use turnback::{ImageRecord, Inspection, Result, format_size, quote_name};
 
 use crate::app::Ctx;
 use crate::commands::fs::effect_word;
@@ -15,7 +15,7 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
     for c in &list.checkpoints {
         let r = &c.record;
         let targets: Vec<String> =
-            r.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), t.path.display())).collect();
+            r.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes()))).collect();
         let by = r.subagent.as_deref().map(|s| format!("  (sub-agent {s})")).unwrap_or_default();
         text.push_str(&format!(
             "{}  round {:<3} {:<11} {:<10} {}{by}\n",
@@ -28,7 +28,8 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
     }
     for c in &list.corrupt {
         let round = c.prompt_round.map_or_else(|| "?".to_string(), |r| r.to_string());
-        text.push_str(&format!("{}  round {round:<3} CORRUPT ({}): {}\n", c.checkpoint_id, c.code, c.message));
+        let message = turnback::escape_controls(&c.message);
+        text.push_str(&format!("{}  round {round:<3} CORRUPT ({}): {message}\n", c.checkpoint_id, c.code));
     }
     Ok(Outcome::of(&list, text))
 }
@@ -85,7 +86,7 @@ fn inspect_text(i: &Inspection) -> String {
     ));
     t.push_str(&format!("  size        {}\n  targets\n", format_size(i.bytes)));
     for target in &r.targets {
-        t.push_str(&format!("    {} {}\n", effect_word(target.effect), target.path.display()));
+        t.push_str(&format!("    {} {}\n", effect_word(target.effect), quote_name(target.path.as_bytes())));
         t.push_str(&format!("      {}\n", image_text("before", &target.pre_image)));
         match &target.post_image {
             Some(p) => t.push_str(&format!("      {}\n", image_text("after ", p))),

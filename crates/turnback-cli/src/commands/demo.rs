@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 
 use turnback::{Error, ErrorCode, Result};
 
-use crate::output::Outcome;
+use crate::output::{Outcome, err, out};
 
 /// Where the story runs, and how it calls turnback.
 struct Stage {
@@ -19,7 +19,7 @@ struct Stage {
 impl Stage {
     /// Prints `$ shown`, runs turnback with `args` (and `stdin`), prints what it said.
     fn turnback(&self, shown: &str, args: &[&str], stdin: Option<&str>) -> Result<String> {
-        println!("\n$ {shown}");
+        say_raw(&format!("\n$ {shown}\n"))?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(args)
             .current_dir(&self.ws)
@@ -38,8 +38,8 @@ impl Stage {
         }
         let out = child.wait_with_output().map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        print!("{text}");
-        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+        say_raw(&text)?;
+        err(&String::from_utf8_lossy(&out.stderr));
         // A preview with conflicts answers 3 (partial); anything else must succeed.
         if !matches!(out.status.code(), Some(0 | 3)) {
             return Err(Error::new(ErrorCode::Io, format!("`{shown}` failed ({})", out.status)));
@@ -49,7 +49,7 @@ impl Stage {
 
     /// Someone other than turnback changes a file (a person, or the agent's shell).
     fn by_hand(&self, shown: &str, rel: &str, content: &str) -> Result<()> {
-        println!("\n$ {shown}");
+        say_raw(&format!("\n$ {shown}\n"))?;
         let path = self.ws.join(rel);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
@@ -58,17 +58,21 @@ impl Stage {
     }
 
     fn show(&self, rel: &str) -> Result<()> {
-        println!("\n$ cat {rel}");
+        say_raw(&format!("\n$ cat {rel}\n"))?;
         match std::fs::read_to_string(self.ws.join(rel)) {
-            Ok(text) => print!("{text}"),
-            Err(_) => println!("cat: {rel}: No such file or directory"),
+            Ok(text) => say_raw(&text),
+            Err(_) => say_raw(&format!("cat: {rel}: No such file or directory\n")),
         }
-        Ok(())
     }
 }
 
-fn say(text: &str) {
-    println!("\n# {text}");
+/// Prints the story's text as it is (a closed pipe drops the rest quietly).
+fn say_raw(text: &str) -> Result<()> {
+    out(text).map_err(|e| Error::new(ErrorCode::Io, format!("cannot write the output: {e}")))
+}
+
+fn say(text: &str) -> Result<()> {
+    say_raw(&format!("\n# {text}\n"))
 }
 
 pub fn run() -> Result<Outcome> {
@@ -88,8 +92,8 @@ pub fn run() -> Result<Outcome> {
 }
 
 fn story(s: &Stage) -> Result<()> {
-    say(&format!("A throwaway workspace at {} and an encrypted store beside it.", s.ws.display()));
-    say("Turn 1: the agent creates a small app.");
+    say(&format!("A throwaway workspace at {} and an encrypted store beside it.", s.ws.display()))?;
+    say("Turn 1: the agent creates a small app.")?;
     s.turnback(
         r#"turnback turn begin --prompt "Create a greeting app""#,
         &["turn", "begin", "--prompt", "Create a greeting app"],
@@ -105,14 +109,14 @@ fn story(s: &Stage) -> Result<()> {
     )?;
     s.turnback("turnback turn end", &["turn", "end"], None)?;
 
-    say("A person improves the README between turns.");
+    say("A person improves the README between turns.")?;
     s.by_hand(
         "echo 'Says hello, politely.' >> README.md   (by hand)",
         "README.md",
         "# Greeter\n\nSays hello.\nSays hello, politely.\n",
     )?;
 
-    say("Turn 2: the agent adds a farewell and a test, and runs the tests in a shell.");
+    say("Turn 2: the agent adds a farewell and a test, and runs the tests in a shell.")?;
     s.turnback(
         r#"turnback turn begin --prompt "Add a farewell and test it""#,
         &["turn", "begin", "--prompt", "Add a farewell and test it"],
@@ -127,10 +131,10 @@ fn story(s: &Stage) -> Result<()> {
     s.turnback("turnback turn end", &["turn", "end"], None)?;
     s.turnback("turnback diff --turn 2 --stat", &["diff", "--turn", "2", "--stat"], None)?;
 
-    say("After the turn, the person fixes app.py by hand.");
+    say("After the turn, the person fixes app.py by hand.")?;
     s.by_hand("$EDITOR app.py   (by hand: 'Bye, ' -> 'Goodbye, ')", "app.py", &app2.replace("'Bye, '", "'Goodbye, '"))?;
 
-    say("Take turn 2 back. The preview shows the person's edit as a conflict: it is left alone.");
+    say("Take turn 2 back. The preview shows the person's edit as a conflict: it is left alone.")?;
     let preview = s.turnback("turnback rewind --to 2", &["rewind", "--to", "2"], None)?;
     let plan = preview
         .lines()
@@ -145,7 +149,7 @@ fn story(s: &Stage) -> Result<()> {
         s.show(rel)?;
     }
 
-    say("Changed your mind? The rewind is itself undoable.");
+    say("Changed your mind? The rewind is itself undoable.")?;
     let undo = applied
         .lines()
         .find_map(|l| l.split("`turnback rollback ").nth(1).and_then(|r| r.split(' ').next()).map(str::to_string))

@@ -1,6 +1,6 @@
 //! `turnback diff`.
 
-use turnback::{DiffReport, DiffRequest, Result};
+use turnback::{DiffReport, DiffRequest, Result, quote_name};
 
 use crate::app::Ctx;
 use crate::output::Outcome;
@@ -30,8 +30,8 @@ fn numstat_text(report: &DiffReport) -> String {
         .changes
         .iter()
         .map(|c| match (c.added, c.deleted) {
-            (Some(x), Some(y)) => format!("{x}\t{y}\t{}\n", c.path),
-            _ => format!("-\t-\t{}\n", c.path),
+            (Some(x), Some(y)) => format!("{x}\t{y}\t{}\n", quote_name(c.path.as_bytes())),
+            _ => format!("-\t-\t{}\n", quote_name(c.path.as_bytes())),
         })
         .collect()
 }
@@ -46,13 +46,13 @@ fn stat_text(report: &DiffReport) -> String {
                 del += y;
                 t.push_str(&format!(
                     " {} | {} {}{}\n",
-                    c.path,
+                    quote_name(c.path.as_bytes()),
                     x + y,
                     "+".repeat(x.min(40) as usize),
                     "-".repeat(y.min(40) as usize)
                 ));
             }
-            _ => t.push_str(&format!(" {} | Bin\n", c.path)),
+            _ => t.push_str(&format!(" {} | Bin\n", quote_name(c.path.as_bytes()))),
         }
     }
     t.push_str(&format!(" {} files changed, {add} insertions(+), {del} deletions(-)\n", report.changes.len()));

@@ -3,7 +3,7 @@
 use std::io::Read;
 use std::path::PathBuf;
 
-use turnback::{CheckpointSummary, CoverageState, EffectKind, Error, ErrorCode, Mutation, Result};
+use turnback::{CheckpointSummary, CoverageState, EffectKind, Error, ErrorCode, Mutation, Result, quote_name};
 
 use crate::app::Ctx;
 use crate::cli::FsCommand;
@@ -27,8 +27,12 @@ pub fn run(ctx: &Ctx, command: FsCommand) -> Result<Outcome> {
     let done = ctx.open(true)?.mutate(m, confirm)?;
     let record = &done.checkpoint;
     let target = &record.targets[0];
-    let mut text =
-        format!("{} {}  (checkpoint {})", effect_word(target.effect), target.path.display(), record.checkpoint_id);
+    let mut text = format!(
+        "{} {}  (checkpoint {})",
+        effect_word(target.effect),
+        quote_name(target.path.as_bytes()),
+        record.checkpoint_id
+    );
     if done.replacements > 1 {
         text.push_str(&format!(", {} replacements", done.replacements));
     }
@@ -49,7 +53,7 @@ pub fn stage(ctx: &Ctx, paths: &[PathBuf], kind: Option<&str>, confirm: bool) ->
 pub fn commit(ctx: &Ctx, operation_id: &str, failed: bool) -> Result<Outcome> {
     let record = ctx.open(false)?.commit(operation_id, failed)?;
     let paths: Vec<String> =
-        record.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), t.path.display())).collect();
+        record.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes()))).collect();
     let text = format!(
         "committed {} ({}): {}{}",
         record.checkpoint_id,

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use turnback::{Result, RewindAction, RewindPlan};
+use turnback::{Result, RewindAction, RewindPlan, escape_controls, quote_name};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, exit_for};
@@ -20,7 +20,7 @@ pub fn run(ctx: &Ctx, to: u64, apply: bool, plan_id: Option<String>, force: Vec<
             text.push_str(&format!("history: {} entries of the rewound turns removed\n", done.history_entries_removed));
         }
         if let Some(prompt) = &done.restored_prompt {
-            text.push_str(&format!("turn {to}'s prompt, to send again:\n{prompt}\n"));
+            text.push_str(&format!("turn {to}'s prompt, to send again:\n{}\n", escape_controls(prompt)));
         }
         let code = exit_for(done.plan.result_type);
         Ok(Outcome::of(&done, text).with_exit(code))
@@ -48,13 +48,13 @@ fn paths_text(plan: &RewindPlan) -> String {
             RewindAction::Delete => "delete",
             RewindAction::LeaveAlone => "LEAVE ALONE",
         };
-        let why = p.detail.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+        let why = p.detail.as_deref().map(|d| format!(" ({})", escape_controls(d))).unwrap_or_default();
         let forced = if p.forced { " [forced]" } else { "" };
-        text.push_str(&format!("  {what:<12} {}{why}{forced}\n", p.path));
+        text.push_str(&format!("  {what:<12} {}{why}{forced}\n", quote_name(p.path.as_bytes())));
     }
     text.push_str(&format!("  {}", super::rollback::excluded_text(&plan.excluded_effects)));
     for command in &plan.shell_effects {
-        text.push_str(&format!("  ran in these turns, not undone: $ {command}\n"));
+        text.push_str(&format!("  ran in these turns, not undone: $ {}\n", escape_controls(command)));
     }
     text
 }

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use turnback::{
-    Choice, Error, ExcludedEffect, RelPath, Result, RollbackSelection, TargetAnalysis, TargetOutcome,
-    UnreadableCheckpoint,
+    Choice, Error, ExcludedEffect, Result, RollbackSelection, TargetAnalysis, TargetOutcome, UnreadableCheckpoint,
+    escape_controls, quote_name,
 };
 
 use crate::app::Ctx;
@@ -17,7 +17,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         let done = tb.rollback_resolve(&path)?;
         let text = format!(
             "applied your resolution of {} (checkpoint {}; roll it back to undo)",
-            done.path.display(),
+            quote_name(done.path.as_bytes()),
             done.checkpoint_id
         );
         return Ok(Outcome::of(&done, text));
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         text.push_str(&targets_text(&result.targets).replace("eligible: ", "taken back: "));
         text.push_str(&unreadable_text(&result.unreadable_checkpoints));
         for f in &result.choice_files {
-            text.push_str(&format!("wrote {} for {}\n", f.file.display(), f.path.display()));
+            text.push_str(&format!("wrote {} for {}\n", quote_name(f.file.as_bytes()), quote_name(f.path.as_bytes())));
         }
         text.push_str(&excluded_text(&result.excluded_effects));
         Ok(Outcome::of(&result, text).with_exit(exit_for(result.result_type)))
@@ -73,25 +73,24 @@ fn outcome_text(o: &TargetOutcome) -> String {
         }
         TargetOutcome::Conflict { reason_code, detail, .. } => {
             let v = serde_json::to_value(reason_code).unwrap_or_default();
-            format!("CONFLICT {}: {detail}", v.as_str().unwrap_or("?"))
+            format!("CONFLICT {}: {}", v.as_str().unwrap_or("?"), escape_controls(detail))
         }
-        TargetOutcome::Skipped { reason } => format!("skipped: {reason}"),
+        TargetOutcome::Skipped { reason } => format!("skipped: {}", escape_controls(reason)),
         TargetOutcome::Inaccessible { cause_code } => format!("INACCESSIBLE: {cause_code}"),
-        TargetOutcome::Mismatch { reason_code, detail } => format!("MISMATCH {reason_code}: {detail}"),
-        TargetOutcome::UnknownOutcome { reason } => format!("UNKNOWN: {reason}"),
+        TargetOutcome::Mismatch { reason_code, detail } => {
+            format!("MISMATCH {reason_code}: {}", escape_controls(detail))
+        }
+        TargetOutcome::UnknownOutcome { reason } => format!("UNKNOWN: {}", escape_controls(reason)),
     }
 }
 
 fn targets_text(targets: &[TargetAnalysis]) -> String {
     let mut text = String::new();
     for t in targets {
-        text.push_str(&format!("  {:<40} {}  ({})\n", t.path.display(), outcome_text(&t.outcome), &t.checkpoint_id));
+        let name = quote_name(t.path.as_bytes());
+        text.push_str(&format!("  {name:<40} {}  ({})\n", outcome_text(&t.outcome), &t.checkpoint_id));
         if t.outcome.category() == "conflict" {
-            text.push_str(&format!(
-                "  {:<40} choices: --choose {}=skip | =patch | =resolve\n",
-                "",
-                RelPath::display(&t.path)
-            ));
+            text.push_str(&format!("  {:<40} choices: --choose {name}=skip | =patch | =resolve\n", ""));
         }
     }
     text
@@ -104,7 +103,9 @@ fn unreadable_text(unreadable: &[UnreadableCheckpoint]) -> String {
         .map(|u| {
             format!(
                 "  CORRUPT checkpoint {} ({}): {}; nothing of it can be taken back\n",
-                u.checkpoint_id, u.code, u.message
+                u.checkpoint_id,
+                u.code,
+                escape_controls(&u.message)
             )
         })
         .collect()

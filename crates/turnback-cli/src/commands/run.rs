@@ -9,7 +9,7 @@ use serde::Serialize;
 use turnback::{AgentEvent, Result, Turn};
 
 use crate::app::Ctx;
-use crate::output::{Outcome, Progress};
+use crate::output::{Outcome, Progress, err};
 
 /// What `run` reports.
 #[derive(Debug, Serialize)]
@@ -31,11 +31,11 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     let tb = ctx.open_for_turns(Duration::from_millis(wait_ms))?.with_progress(Box::new(move |d, t| shown.show(d, t)));
     let begun = tb.record_event(&AgentEvent::PromptSubmitted { prompt }, Some(&cancel))?;
     let t = begun.turn.as_ref().expect("a prompt begins or joins a turn");
-    eprintln!("turnback: turn {} ({}) begins: {}", t.index, t.turn_id, command.join(" "));
+    err(&format!("turnback: turn {} ({}) begins: {}\n", t.index, t.turn_id, command.join(" ")));
     let code = match Command::new(&command[0]).args(&command[1..]).spawn() {
         Ok(child) => wait_forwarding(child),
         Err(e) => {
-            eprintln!("turnback: {}: {e}", command[0]);
+            err(&format!("turnback: {}: {e}\n", command[0]));
             127
         }
     };
@@ -45,8 +45,8 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     let turn = match ended {
         Ok(done) => {
             if let Some(t) = &done.turn {
-                eprintln!(
-                    "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`",
+                err(&format!(
+                    "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`\n",
                     t.index,
                     t.end_snapshot
                         .as_ref()
@@ -54,12 +54,15 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
                         .map(|r| format!(" ({r})"))
                         .unwrap_or_default(),
                     t.index
-                );
+                ));
             }
             done.turn
         }
         Err(e) => {
-            eprintln!("turnback: the turn could not be ended ({}: {}); run `turnback turn end`", e.code, e.message);
+            err(&format!(
+                "turnback: the turn could not be ended ({}: {}); run `turnback turn end`\n",
+                e.code, e.message
+            ));
             None
         }
     };

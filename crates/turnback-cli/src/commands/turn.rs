@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, TurnSummary};
+use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, TurnSummary, escape_controls};
 
 use crate::app::Ctx;
 use crate::cli::TurnCommand;
-use crate::output::{Outcome, Progress};
+use crate::output::{Outcome, Progress, err};
 
 pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
     match command {
@@ -24,7 +24,7 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let tb = ctx.open_for_turns(Duration::from_millis(wait_ms))?;
             let begun = tb.begin_turn(&BeginRequest { prompt, background, new }, Some(&cancel))?;
             if let Some(reason) = &begun.turn.snapshot.skipped {
-                eprintln!("turnback: turn {} started without a start snapshot: {reason}", begun.turn.index);
+                err(&format!("turnback: turn {} started without a start snapshot: {reason}\n", begun.turn.index));
             }
             let text = begun.turn.turn_id.clone();
             Ok(Outcome::of(&begun, text))
@@ -33,7 +33,7 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let tb = ctx.open(true)?;
             let t = Progress::during(|report| tb.end_turn(Some(report)))?;
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
-                eprintln!("turnback: turn {} ended without an end snapshot: {reason}", t.index);
+                err(&format!("turnback: turn {} ended without an end snapshot: {reason}\n", t.index));
             }
             let text = format!("ended turn {} ({})", t.index, t.turn_id);
             Ok(Outcome::of(&t, text))
@@ -85,6 +85,6 @@ fn turn_line(t: &TurnSummary) -> String {
         serde_json::to_value(t.kind).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default(),
         t.started_at,
         snap,
-        t.preview
+        escape_controls(&t.preview)
     )
 }

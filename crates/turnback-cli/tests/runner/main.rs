@@ -18,4 +18,5 @@ mod test_repository;
 mod test_rewind;
 mod test_rollback;
 mod test_sessions;
+mod test_surface;
 mod test_turns;

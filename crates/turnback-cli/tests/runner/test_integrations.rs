@@ -173,11 +173,12 @@ fn the_installer_merges_into_existing_settings_idempotently_and_uninstalls_clean
         "in the user's key order"
     );
 
-    // A settings file that is a symlink (a dotfiles manager's) is written through, not replaced.
+    // A settings file that is a symlink (a dotfiles manager's) leading outside the project
+    // is written through, not replaced, when asked for (test_surface: refused otherwise).
     let real = env.root.join("dotfiles-settings.json");
     std::fs::rename(&file, &real).unwrap();
     std::os::unix::fs::symlink(&real, &file).unwrap();
-    env.ok(&["install", "claude-code"], None);
+    env.ok(&["install", "claude-code", "--follow-symlinks"], None);
     assert!(std::fs::symlink_metadata(&file).unwrap().file_type().is_symlink(), "still a link");
     assert!(std::fs::read_to_string(&real).unwrap().contains("hook claude-code"));
 }

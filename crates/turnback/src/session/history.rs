@@ -106,8 +106,8 @@ pub struct NewEntry {
     pub turn_id: Option<String>,
     /// Who spoke.
     pub role: Role,
-    /// What was said.
-    #[serde(default)]
+    /// What was said. Required: an entry without it says nothing and is refused (an
+    /// empty string is a deliberate empty reply).
     pub content: String,
     /// The prompt as sent.
     #[serde(default)]
@@ -791,5 +791,13 @@ mod tests {
         assert!(
             e.notes.iter().any(|n| n == &format!("dropped the {dropped} oldest tool calls to fit {ENTRY_CAP} bytes"))
         );
+    }
+
+    #[test]
+    fn an_entry_given_without_content_is_refused_and_an_empty_one_is_kept() {
+        let missing = serde_json::from_str::<NewEntry>(r#"{"role":"user"}"#).unwrap_err();
+        assert!(missing.to_string().contains("content"), "{missing}");
+        let empty: NewEntry = serde_json::from_str(r#"{"role":"assistant","content":""}"#).unwrap();
+        assert_eq!(empty.content, "");
     }
 }

@@ -3,10 +3,11 @@
 //! Invariants: the comparison descends only into directories whose node ids differ, so
 //! its cost is proportional to what changed, not to the size of the workspace; content is
 //! decrypted (through the verified path) only to count or show lines; binary files are
-//! named, never shown.
+//! named, never shown; names in a patch's headers are quoted as git quotes them.
 
 use serde::Serialize;
 
+use crate::base::quote::quote_name;
 use crate::error::Result;
 use crate::snapshot;
 use crate::snapshot::tree::{Node, NodeKind};
@@ -216,16 +217,20 @@ pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<Nu
         if !patch {
             continue;
         }
-        out.push_str(&format!("diff --turnback a/{p} b/{p}\n", p = c.path));
+        // Names in headers are quoted as git quotes them, so a name cannot forge a line.
+        let side = |prefix: &str| quote_name(format!("{prefix}{}", c.path).as_bytes()).into_owned();
+        let (a_name, b_name) = (side("a/"), side("b/"));
+        out.push_str(&format!("diff --turnback {a_name} {b_name}\n"));
         match texts {
             (Some(a), Some(b)) => {
-                let mut options = diffy::DiffOptions::new();
-                let from = if c.old.is_some() { format!("a/{}", c.path) } else { "/dev/null".into() };
-                let to = if c.new.is_some() { format!("b/{}", c.path) } else { "/dev/null".into() };
-                options.set_original_filename(from).set_modified_filename(to);
-                out.push_str(&options.create_patch(a, b).to_string());
+                let from = if c.old.is_some() { a_name } else { "/dev/null".into() };
+                let to = if c.new.is_some() { b_name } else { "/dev/null".into() };
+                out.push_str(&format!("--- {from}\n+++ {to}\n"));
+                // diffy writes its own `---`/`+++` lines (quoting by other rules): the hunks only.
+                let patch = diffy::create_patch(a, b).to_string();
+                out.push_str(patch.splitn(3, '\n').nth(2).unwrap_or_default());
             }
-            _ => out.push_str(&format!("Binary files a/{p} and b/{p} differ\n", p = c.path)),
+            _ => out.push_str(&format!("Binary files {a_name} and {b_name} differ\n")),
         }
     }
     Ok((counts, out))

@@ -6,7 +6,10 @@
 //!   `$XDG_CONFIG_HOME/turnback/master.key`. A key is only ever *created* while the store
 //!   holds no data; once it does, a missing key is `key-unavailable` and never replaced.
 //! - A key file is refused unless it is owned by the user and not readable by group or
-//!   world; the default key file's directory must be owner-only too.
+//!   world; the default key file's directory must be owner-only too. A key file's missing
+//!   directories are made owner-only (0700) when the key is created in it.
+//! - A key that cannot be used — a file holding anything but the base64 of 32 bytes, raw
+//!   bytes included — is `key-unavailable` saying what the file must hold, never `io`.
 //! - The store keeps a keyed check value of the master key, so a wrong key is reported as
 //!   `key-mismatch` before anything is decrypted, never as corruption.
 //! - The master key encrypts nothing but data keys. Data keys are versioned; new writes use
@@ -136,12 +139,35 @@ fn unavailable(why: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::KeyUnavailable, format!("master key unavailable: {why}"))
 }
 
+/// What a key's text must be, said where a key is refused.
+fn key_shape() -> String {
+    format!("the {}-bit master key in base64 (one line of 44 characters)", KEY_LEN * 8)
+}
+
 fn decode_key(text: &str, what: &str) -> Result<SecretKey> {
-    let bytes = B64
-        .decode(text.trim())
-        .map_err(|_| Error::new(ErrorCode::KeyUnavailable, format!("{what} is not valid base64")))?;
-    SecretKey::from_slice(&bytes)
-        .map_err(|_| Error::new(ErrorCode::KeyUnavailable, format!("{what} must decode to {KEY_LEN} bytes")))
+    let bytes = B64.decode(text.trim()).map_err(|_| {
+        Error::new(ErrorCode::KeyUnavailable, format!("{what} is not valid base64: it must hold {}", key_shape()))
+    })?;
+    SecretKey::from_slice(&bytes).map_err(|_| {
+        Error::new(
+            ErrorCode::KeyUnavailable,
+            format!("{what} decodes to {} bytes, not {KEY_LEN}: it must hold {}", bytes.len(), key_shape()),
+        )
+    })
+}
+
+/// The text of the key file `path`: `key-unavailable` if it is not text at all (raw key
+/// bytes, say), since only base64 is a key file.
+fn read_key_text(path: &Path) -> Result<String> {
+    let bytes = fs::read(path).context(path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        unavailable(format!(
+            "{} holds {} bytes that are not text; a key file must hold {} (raw key bytes are not read)",
+            path.display(),
+            e.as_bytes().len(),
+            key_shape()
+        ))
+    })
 }
 
 /// Encodes a key the way key files and `TURNBACK_KEY` hold it.
@@ -165,11 +191,12 @@ fn check_owner_only(path: &Path, meta: &fs::Metadata, what: &str) -> Result<()> 
 }
 
 fn load_or_create_file(path: &Path, may_create: bool, owner_only_dir: bool) -> Result<SecretKey> {
-    if owner_only_dir && let Some(dir) = path.parent() {
-        if !dir.exists() && may_create {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Directories made for a key are owner-only, wherever the key is.
+        if may_create && !dir.exists() {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
         }
-        if let Ok(meta) = fs::metadata(dir) {
+        if owner_only_dir && let Ok(meta) = fs::metadata(dir) {
             check_owner_only(dir, &meta, "key directory")?;
         }
     }
@@ -179,8 +206,7 @@ fn load_or_create_file(path: &Path, may_create: bool, owner_only_dir: bool) -> R
                 return Err(unavailable(format!("{} is not a regular file", path.display())));
             }
             check_owner_only(path, &meta, "key file")?;
-            let text = fs::read_to_string(path).context(path)?;
-            decode_key(&text, &path.display().to_string())
+            decode_key(&read_key_text(path)?, &path.display().to_string())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if !may_create {
@@ -198,10 +224,16 @@ fn load_or_create_file(path: &Path, may_create: bool, owner_only_dir: bool) -> R
 fn create_key_file(path: &Path) -> Result<SecretKey> {
     let key = SecretKey::random()?;
     let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
-    let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp).context(&tmp)?;
-    f.write_all(format!("{}\n", encode_key(&key)).as_bytes()).context(&tmp)?;
-    f.sync_all().context(&tmp)?;
-    drop(f);
+    // Failures name the key file being made, not the temporary name it is written under.
+    let written = (|| {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(format!("{}\n", encode_key(&key)).as_bytes())?;
+        f.sync_all()
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written.context(path)?;
     // hard_link fails if another process created the key first: then theirs wins.
     let linked = fs::hard_link(&tmp, path);
     let _ = fs::remove_file(&tmp);
@@ -447,6 +479,30 @@ mod tests {
         assert_eq!(fs::metadata(default.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
         fs::set_permissions(default.parent().unwrap(), fs::Permissions::from_mode(0o755)).unwrap();
         assert_eq!(find_master_key(&cfg, false).unwrap_err().code, ErrorCode::KeyUnavailable);
+    }
+
+    #[test]
+    fn a_key_file_of_raw_bytes_or_the_wrong_length_says_what_it_must_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        for bytes in [&[0xffu8; 32][..], b"c2hvcnQ=\n", b"not base64 at all!\n"] {
+            fs::write(&path, bytes).unwrap();
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
+            let err = find_master_key(&file_config(&path), false).unwrap_err();
+            assert_eq!(err.code, ErrorCode::KeyUnavailable, "{}", err.message);
+            assert!(err.message.contains("must hold the 256-bit master key in base64"), "{}", err.message);
+        }
+    }
+
+    #[test]
+    fn a_key_files_missing_directories_are_made_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/master.key");
+        find_master_key(&file_config(&path), true).unwrap();
+        for d in [dir.path().join("a"), dir.path().join("a/b")] {
+            assert_eq!(fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700, "{}", d.display());
+        }
+        assert_eq!(fs::read_dir(dir.path().join("a/b")).unwrap().count(), 1, "no temporary file left");
     }
 
     #[test]

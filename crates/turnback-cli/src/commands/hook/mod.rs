@@ -5,7 +5,9 @@
 //! own transcript is, so the replies of the turns recorded come into the history.
 //!
 //! Invariants: a hook never fails the agent — whatever goes wrong is appended to
-//! `hooks.log` in the store, the exit code is 0, and stdout holds only what the agent
+//! `hooks.log` in the store (when, the agent, the error's code, the agent's event name and
+//! the operating system's word for the failure; never an error's message, which may name a
+//! path, a prompt or a payload: nothing plain goes under the store), the exit code is 0, and stdout holds only what the agent
 //! expects from a hook that lets everything through (nothing for most agents; Cursor's
 //! "allow" answers), so nothing turnback prints reaches the conversation. Events arriving
 //! twice or out of order are harmless: the protocol is built for them.
@@ -60,8 +62,9 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
     let store = ctx.store_dir().ok();
     std::panic::set_hook(Box::new(move |info| {
         if let Some(dir) = &store {
-            let e = Error::new(ErrorCode::Io, format!("turnback panicked: {info}"));
-            append_log(dir, agent, &e);
+            // Where in turnback's code, not the panic's message (which may quote data).
+            let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+            append_log(dir, agent, ErrorCode::Io, &format!("turnback panicked{at}"));
         }
     }));
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(ctx, agent))) {
@@ -75,7 +78,7 @@ fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
     let cancel = match super::turn::cancel_on_signals() {
         Ok(flag) => flag,
         Err(e) => {
-            log(ctx, agent, &e);
+            log(ctx, agent, "event", &e);
             return Outcome::raw(answer(agent, ""));
         }
     };
@@ -93,10 +96,9 @@ fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
                 panic!("TURNBACK_HOOK_PANIC is set");
             }
             record(ctx, agent, t, &cancel)
-        })
-        .map_err(|e| Error::new(e.code, format!("{name}: {}", e.message)));
+        });
     if let Err(e) = result {
-        log(ctx, agent, &e);
+        log(ctx, agent, &name, &e);
     }
     Outcome::raw(answer(agent, &name))
 }
@@ -202,20 +204,37 @@ fn seen(tb: &Turnback, agent: HookAgent, workspace_id: &str, event: &str) {
     if let Some(parent) = file.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    let name: String = event.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(64).collect();
-    let _ = std::fs::write(file, format!("{} {name}\n", turnback::format_ms(turnback::now_ms())));
+    let _ = std::fs::write(file, format!("{} {}\n", turnback::format_ms(turnback::now_ms()), event_word(event)));
 }
 
-fn log(ctx: &Ctx, agent: HookAgent, e: &Error) {
+/// An agent's event name as it may be written beside the store: its word characters only.
+fn event_word(event: &str) -> String {
+    event.chars().filter(|c| c.is_ascii_alphanumeric() || "-_.".contains(*c)).take(64).collect()
+}
+
+fn log(ctx: &Ctx, agent: HookAgent, event: &str, e: &Error) {
     if let Ok(dir) = ctx.store_dir() {
-        append_log(&dir, agent, e);
+        append_log(&dir, agent, e.code, &failure(event, e));
     }
 }
 
-fn append_log(dir: &std::path::Path, agent: HookAgent, e: &Error) {
+/// What `hooks.log` says of a failure: the event and, for a failure of the operating
+/// system, its own words ("No space left on device") — never the error's message.
+fn failure(event: &str, e: &Error) -> String {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(os) = c.downcast_ref::<std::io::Error>().and_then(std::io::Error::raw_os_error) {
+            return format!("{} failed ({})", event_word(event), std::io::Error::from_raw_os_error(os));
+        }
+        cause = c.source();
+    }
+    format!("{} failed", event_word(event))
+}
+
+fn append_log(dir: &std::path::Path, agent: HookAgent, code: ErrorCode, what: &str) {
     use std::os::unix::fs::OpenOptionsExt;
     let _ = std::fs::create_dir_all(dir);
-    let line = format!("{} {} {}: {}\n", turnback::format_ms(turnback::now_ms()), agent_name(agent), e.code, e.message);
+    let line = format!("{} {} {code}: {what}\n", turnback::format_ms(turnback::now_ms()), agent_name(agent));
     if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("hooks.log")) {
         let _ = f.write_all(line.as_bytes());
     }

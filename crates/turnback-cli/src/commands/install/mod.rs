@@ -7,7 +7,9 @@
 //! Invariants: installing keeps every other setting and hook; a file is rewritten only if
 //! its text changes (a second install changes nothing, byte for byte); uninstalling
 //! removes exactly what installing added (a file turnback created and left empty goes
-//! too); nothing is written when any file cannot be read as the agent's format.
+//! too); nothing is written when any file cannot be read as the agent's format, nor when
+//! any file leads through a symlink outside the scope's root (the project, or the home
+//! directory for `--scope user`) unless `--follow-symlinks` says so.
 
 mod claude_code;
 mod codex;
@@ -54,9 +56,14 @@ pub struct Places {
 impl Places {
     /// The directory of the scope's configuration: `<project>/<dir>` or `<home>/<dir>`.
     pub fn dir(&self, dir: &str) -> PathBuf {
+        self.root().join(dir)
+    }
+
+    /// What the scope's configuration lives under: the project, or the home directory.
+    pub fn root(&self) -> &Path {
         match self.scope {
-            Scope::Project => self.project.join(dir),
-            Scope::User => self.home.join(dir),
+            Scope::Project => &self.project,
+            Scope::User => &self.home,
         }
     }
 }
@@ -90,10 +97,15 @@ struct Installed {
 }
 
 /// Merges turnback's hooks for `agent` into (or, with `uninstall`, out of) its settings.
-pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool) -> Result<Outcome> {
+pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool, follow_symlinks: bool) -> Result<Outcome> {
     let places = places(ctx, scope)?;
     let command = hook_command(agent)?;
     let mut plan = plan(agent, &places, &command, uninstall)?;
+    if !follow_symlinks {
+        for change in &plan.changes {
+            stays_inside(&change.file, &places)?;
+        }
+    }
     if !uninstall {
         plan.notes.extend(turned_off(agent, &places).into_iter().map(|why| format!("the hooks will not run: {why}")));
     }
@@ -253,6 +265,56 @@ pub fn is_our_command(command: &str, agent: HookAgent) -> bool {
     let hook = format!(" hook {}", agent_name(agent));
     let ours = command.ends_with(&hook) || command.contains(&format!("{hook} "));
     ours && command.contains("turnback")
+}
+
+/// Refuses `file` if, through a symlink (the file's own or a directory's on the way), it
+/// leads outside the root of `places`' scope (the project; the home directory): writing
+/// there would change something the scope does not hold (another project, a shared
+/// dotfile), which a person must ask for.
+///
+/// # Errors
+/// `path-rejected` naming the file, where it leads and the flag that allows it.
+fn stays_inside(file: &Path, places: &Places) -> Result<()> {
+    // A user-scope file the agent keeps outside the home directory (CODEX_HOME,
+    // XDG_CONFIG_HOME set elsewhere) is bounded by the directory the person named for it.
+    let (boundary, inside) = match places.scope {
+        Scope::Project => (places.root(), "the project"),
+        Scope::User if file.starts_with(places.root()) => (places.root(), "your home directory"),
+        Scope::User => (file.parent().unwrap_or(file), "the agent's configuration directory"),
+    };
+    let root = resolved(boundary);
+    let resolved = resolved(file);
+    if resolved.starts_with(&root) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorCode::PathRejected,
+        format!(
+            "{} leads outside {inside} through a symlink (to {}); nothing was written. \
+             Repeat with --follow-symlinks to write there",
+            file.display(),
+            resolved.display()
+        ),
+    ))
+}
+
+/// Where `path` really is: symlinks resolved through its longest existing ancestor, the
+/// rest appended (a file still to be made).
+fn resolved(path: &Path) -> PathBuf {
+    let mut missing = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return missing.iter().rev().fold(real, |p: PathBuf, name| p.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
 }
 
 /// The file's text now (`None`: there is none).

@@ -1,5 +1,8 @@
 //! The production backend: one SQLite database file (bundled SQLite, WAL,
 //! `synchronous=FULL`), its schema versioned by `user_version` and migrated in place.
+//!
+//! Every error from SQLite leaves this file naming the database (`Error::in_database`): a
+//! damaged file is `corrupt`, a full disk `disk-full`, never a bare retryable `io`.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -31,7 +34,15 @@ impl fmt::Debug for SqliteKv {
 
 impl SqliteKv {
     /// Opens (creating if needed, owner-only) the database at `path` and migrates it.
+    ///
+    /// # Errors
+    /// `corrupt` if the file is not a readable database; `disk-full` if there is no space to
+    /// create or migrate it; `io` otherwise.
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_unlocated(path).map_err(|e| e.in_database(path))
+    }
+
+    fn open_unlocated(path: &Path) -> Result<Self> {
         if !path.exists() {
             use std::os::unix::fs::OpenOptionsExt;
             std::fs::OpenOptions::new()
@@ -70,6 +81,11 @@ impl SqliteKv {
             ));
         }
         Ok(self.conn.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// `result`, any SQLite error in it naming this database.
+    fn at<T>(&self, result: Result<T>) -> Result<T> {
+        result.map_err(|e| e.in_database(&self.path))
     }
 
     fn set_writer(&self, writer: Option<std::thread::ThreadId>) {
@@ -184,48 +200,56 @@ fn sqlite_scan(conn: &Connection, ns: Ns, prefix: &[u8], keys_only: bool, f: &mu
 
 impl KeyValueStore for SqliteKv {
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-        Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
+        self.at((|| {
+            let conn = self.conn()?;
+            let mut stmt = conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
+            Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
+        })())
     }
 
     fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
-        let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-        Ok(stmt.exists(params![ns, key])?)
+        self.at((|| {
+            let conn = self.conn()?;
+            let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
+            Ok(stmt.exists(params![ns, key])?)
+        })())
     }
 
     fn contains_each(&self, ns: Ns, keys: &[&[u8]]) -> Result<Vec<bool>> {
-        // One read transaction for the lot: no lock taken and dropped per statement.
-        let conn = self.conn()?;
-        conn.execute_batch("BEGIN DEFERRED")?;
-        let result = (|| -> Result<Vec<bool>> {
-            let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-            keys.iter().map(|k| Ok(stmt.exists(params![ns, k])?)).collect()
-        })();
-        conn.execute_batch("COMMIT")?;
-        result
+        self.at((|| {
+            // One read transaction for the lot: no lock taken and dropped per statement.
+            let conn = self.conn()?;
+            conn.execute_batch("BEGIN DEFERRED")?;
+            let result = (|| -> Result<Vec<bool>> {
+                let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
+                keys.iter().map(|k| Ok(stmt.exists(params![ns, k])?)).collect()
+            })();
+            conn.execute_batch("COMMIT")?;
+            result
+        })())
     }
 
     fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()> {
-        sqlite_scan(&*self.conn()?, ns, prefix, false, f)
+        self.at(self.conn().and_then(|conn| sqlite_scan(&conn, ns, prefix, false, f)))
     }
 
     fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()> {
-        sqlite_scan(&*self.conn()?, ns, prefix, true, &mut |k, _| f(k))
+        self.at(self.conn().and_then(|conn| sqlite_scan(&conn, ns, prefix, true, &mut |k, _| f(k))))
     }
 
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
         let conn = self.conn()?;
-        conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.at(conn.execute_batch("BEGIN IMMEDIATE").map_err(Error::from))?;
         self.set_writer(Some(std::thread::current().id()));
         Ok(Box::new(SqliteTxn { conn, open: true, kv: self }))
     }
 
     fn compact(&self) -> Result<()> {
-        let conn = self.conn()?;
-        conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
-        Ok(())
+        self.at((|| {
+            let conn = self.conn()?;
+            conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
+            Ok(())
+        })())
     }
 
     fn disk_bytes(&self) -> Result<u64> {
@@ -247,37 +271,45 @@ struct SqliteTxn<'a> {
     kv: &'a SqliteKv,
 }
 
+impl SqliteTxn<'_> {
+    /// Runs one statement; the rows it changed.
+    fn execute(&mut self, sql: &str, params: &[&dyn rusqlite::ToSql]) -> Result<usize> {
+        let done = (|| Ok(self.conn.prepare_cached(sql)?.execute(params)?))();
+        self.kv.at(done)
+    }
+}
+
 impl Txn for SqliteTxn<'_> {
     fn get(&mut self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut stmt = self.conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-        Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
+        let got = (|| {
+            let mut stmt = self.conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
+            Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
+        })();
+        self.kv.at(got)
     }
 
     fn keys(&mut self, ns: Ns, prefix: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
-        sqlite_scan(&self.conn, ns, prefix, true, &mut |k, _| {
+        let scanned = sqlite_scan(&self.conn, ns, prefix, true, &mut |k, _| {
             out.push(k.to_vec());
             Ok(true)
-        })?;
+        });
+        self.kv.at(scanned)?;
         Ok(out)
     }
 
     fn put(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<()> {
-        let mut stmt =
-            self.conn.prepare_cached(sql!(ns, "INSERT OR REPLACE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)"))?;
-        stmt.execute(params![ns, key, value])?;
-        Ok(())
+        let sql = sql!(ns, "INSERT OR REPLACE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)");
+        self.execute(sql, params![ns, key, value]).map(drop)
     }
 
     fn put_if_absent(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<bool> {
-        let mut stmt =
-            self.conn.prepare_cached(sql!(ns, "INSERT OR IGNORE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)"))?;
-        Ok(stmt.execute(params![ns, key, value])? == 1)
+        let sql = sql!(ns, "INSERT OR IGNORE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)");
+        Ok(self.execute(sql, params![ns, key, value])? == 1)
     }
 
     fn delete(&mut self, ns: Ns, key: &[u8]) -> Result<bool> {
-        let mut stmt = self.conn.prepare_cached(sql!(ns, "DELETE FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-        Ok(stmt.execute(params![ns, key])? == 1)
+        Ok(self.execute(sql!(ns, "DELETE FROM ", " WHERE ns = ?1 AND key = ?2"), params![ns, key])? == 1)
     }
 
     fn commit(mut self: Box<Self>) -> Result<()> {
@@ -285,7 +317,7 @@ impl Txn for SqliteTxn<'_> {
         self.kv.set_writer(None);
         if let Err(e) = self.conn.execute_batch("COMMIT") {
             let _ = self.conn.execute_batch("ROLLBACK");
-            return Err(e.into());
+            return Err(Error::from(e).in_database(&self.kv.path));
         }
         Ok(())
     }
