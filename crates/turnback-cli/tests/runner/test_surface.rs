@@ -38,6 +38,27 @@ fn a_truncated_store_database_is_corrupt_and_not_retryable() {
     }
 }
 
+/// A database cut to nothing is an empty SQLite file: without the store's own marker it
+/// would silently become a new store (new keys, the history gone without a word).
+#[test]
+fn a_store_database_emptied_is_corrupt_not_a_new_store() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    env.ok(&["fs", "create", "a.txt"], Some(b"a\n"));
+    let db = env.store.join("store.db");
+    std::fs::OpenOptions::new().write(true).open(&db).unwrap().set_len(0).unwrap();
+    for args in [&["checkpoints", "--all"][..], &["init"], &["fs", "create", "b.txt"]] {
+        let f = env.fail(args, Some(b"b\n"));
+        assert_eq!(f.code, "corrupt", "{args:?}: {:#}", f.doc);
+        assert!(f.message.contains("emptied or truncated"), "{}", f.message);
+    }
+    // Each of those found it still empty: none of them made a key or wrote a record.
+    // A store whose initialisation never finished (no marker yet) is initialised again.
+    std::fs::remove_file(env.store.join("initialized")).unwrap();
+    env.ok(&["init"], None);
+    assert!(env.store.join("initialized").exists());
+}
+
 #[test]
 fn a_key_file_of_raw_bytes_is_key_unavailable_saying_what_the_file_must_hold() {
     let mut env = Env::without_key();

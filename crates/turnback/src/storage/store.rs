@@ -8,7 +8,8 @@
 //!   through [`object`](crate::storage::object), every other record through [`Store::seal_record`],
 //!   whose associated data binds the record's namespace and key.
 //! - Opening a store finds the master key (creating one only for an empty store), checks
-//!   it against the store (`key-mismatch`). Opening recovers nothing: the facade
+//!   it against the store (`key-mismatch`). A store whose database was initialised (the
+//!   `initialized` marker beside it) and now holds nothing is `corrupt`, never made anew. Opening recovers nothing: the facade
 //!   (`Turnback::open`) runs every layer's reconcile before anything else can read.
 
 use std::path::{Path, PathBuf};
@@ -29,6 +30,9 @@ use crate::storage::schema;
 use crate::storage::settings::{self, Settings, SettingsOverrides};
 
 const RECORD_MAGIC: &[u8; 3] = b"TR1";
+/// A file in the store directory that says its database was initialised: an empty
+/// `store.db` beside it was emptied, not new.
+const INITIALIZED: &str = "initialized";
 /// Largest plaintext a sealed record may decode to.
 const RECORD_MAX: usize = 256 * 1024 * 1024;
 
@@ -96,8 +100,25 @@ impl Store {
         }
         let kv = SqliteKv::open(&dir.join("store.db"))?;
         let has_data = keys::store_has_key(&kv)?;
+        let marker = dir.join(INITIALIZED);
+        if !has_data && marker.exists() {
+            return Err(Error::corrupt(
+                "store",
+                format!(
+                    "{} holds no data although this store was initialised: it was emptied or truncated \
+                     (restore it from a backup, or move the store directory aside to start a new one)",
+                    dir.join("store.db").display()
+                ),
+            ));
+        }
         let (master, source) = keys::find_master_key(&opts.keys, !has_data)?;
         let keys = KeyRing::open(&kv, master, source)?;
+        if !marker.exists() {
+            // Written once the keys are committed (a crash before it leaves a store that is
+            // rightly initialised again); stores made before the marker get it here. A store
+            // on a read-only disk goes without it: the check is lost, not the open.
+            let _ = mark_initialized(&marker);
+        }
         let settings = Settings::load(&dir.join("settings.toml"), &opts.overrides)?;
         let mut store = Self::assemble(dir.clone(), Box::new(kv), keys, settings)?;
         // Where keys live may not be touched through a workspace either.
@@ -312,6 +333,11 @@ fn create_dir_owner_only(dir: &Path) -> Result<()> {
     // A directory that already existed (say, made by mktemp or by hand) is made owner-only
     // too before the first byte of the store goes into it.
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).context(dir)
+}
+
+fn mark_initialized(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o600).open(path).map(drop)
 }
 
 fn write_default_settings(path: &Path) -> Result<()> {
