@@ -84,7 +84,7 @@ pub use session::history::{
 pub use session::import::{Format as TranscriptFormat, Imported, Scope as ImportScope};
 pub use session::turn::{Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
 pub use snapshot::diff::{Change, NumStat};
-pub use snapshot::{NestedRepo, SnapshotKind, SnapshotRecord};
+pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
 pub use storage::content::ContentClass;
 pub use storage::keys::{KeyConfig, KeySource, new_master_key};
 pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, format_size, parse_size};

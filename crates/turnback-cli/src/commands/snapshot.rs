@@ -26,5 +26,11 @@ pub fn take(ctx: &Ctx) -> Result<Outcome> {
     for s in &r.skipped_paths {
         text.push_str(&format!("\n  left out {}: {}", s.path, s.reason));
     }
+    for l in &r.left_out {
+        text.push_str(&format!("\n  left out {}: {}", l.path, l.reason));
+    }
+    if let Some(why) = &r.stat_cache_dropped {
+        text.push_str(&format!("\n  {why}"));
+    }
     Ok(Outcome::of(&r, text))
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, TurnSummary};
+use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, SnapshotRef, TurnSummary};
 
 use crate::app::Ctx;
 use crate::cli::TurnCommand;
@@ -26,6 +26,7 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             if let Some(reason) = &begun.turn.snapshot.skipped {
                 eprintln!("turnback: turn {} started without a start snapshot: {reason}", begun.turn.index);
             }
+            tell(&begun.turn.snapshot, begun.turn.index, "start");
             let text = begun.turn.turn_id.clone();
             Ok(Outcome::of(&begun, text))
         }
@@ -34,6 +35,9 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let t = Progress::during(|report| tb.end_turn(Some(report)))?;
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
                 eprintln!("turnback: turn {} ended without an end snapshot: {reason}", t.index);
+            }
+            if let Some(end) = &t.end_snapshot {
+                tell(end, t.index, "end");
             }
             let text = format!("ended turn {} ({})", t.index, t.turn_id);
             Ok(Outcome::of(&t, text))
@@ -45,6 +49,17 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let text = format!("recorded in turn {}: $ {shown}", t.index);
             Ok(Outcome::of(&recorded, text))
         }
+    }
+}
+
+/// Says on stderr what a turn's snapshot left out and whether it dropped a stat cache that
+/// did not verify.
+fn tell(snapshot: &SnapshotRef, index: u64, which: &str) {
+    if let Some(why) = &snapshot.stat_cache_dropped {
+        eprintln!("turnback: turn {index}'s {which} snapshot: {why}");
+    }
+    for l in &snapshot.left_out {
+        eprintln!("turnback: left out of turn {index}'s {which} snapshot: {}: {}", l.path, l.reason);
     }
 }
 
@@ -78,7 +93,7 @@ fn turn_line(t: &TurnSummary) -> String {
         (Some(id), None) => format!("snapshot {id}{}", if t.snapshot.late { " (late)" } else { "" }),
         (None, None) => "snapshot pending (late)".to_string(),
     };
-    format!(
+    let mut line = format!(
         "{:>4}  {}  {:<10} {}  {}  {}\n",
         t.index,
         t.turn_id,
@@ -86,5 +101,14 @@ fn turn_line(t: &TurnSummary) -> String {
         t.started_at,
         snap,
         t.preview
-    )
+    );
+    // What the start or end snapshot left out for its size (each path once).
+    let mut shown: Vec<&str> = Vec::new();
+    for l in t.snapshot.left_out.iter().chain(t.end_snapshot.iter().flat_map(|e| &e.left_out)) {
+        if !shown.contains(&l.path.as_str()) {
+            shown.push(&l.path);
+            line.push_str(&format!("        left out {}: {}\n", l.path, l.reason));
+        }
+    }
+    line
 }
