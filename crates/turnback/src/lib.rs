@@ -57,10 +57,11 @@ mod undo;
 
 pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
-    Actor, Appended, ArtifactView, CheckpointList, CheckpointSummary, CheckpointView, Deleted, DiffReport, DiffRequest,
-    DuReport, Encryption, FileText, GcReport, InitReport, InitSettings, Inspection, InspectionProblem, KeyStatus,
-    KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList,
-    SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
+    Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, Deleted,
+    DiffReport, DiffRequest, DuReport, Encryption, FileText, GcReport, InitReport, InitSettings, Inspection,
+    InspectionProblem, KeyStatus, KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress,
+    SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
+    read_json_input,
 };
 pub use base::time::{format_ms, now_ms};
 pub use checkpoint::artifact::ImageRole;

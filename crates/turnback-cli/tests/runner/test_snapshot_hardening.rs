@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::{Env, parse_json, show_output, str_at};
 
@@ -232,4 +232,96 @@ fn force_takes_back_another_sessions_change_inside_the_rewound_range() {
     env.ok(&["--session", "a", "turn", "end"], None);
     env.ok(&["--session", "a", "rewind", "--to", "1", "--apply", "--force", "c.txt"], None);
     assert_eq!(env.read("c.txt").unwrap(), b"unformatted\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory bounded by what is kept, not by what is sent
+// ---------------------------------------------------------------------------------------
+
+/// Runs `turnback ARGS` under `/usr/bin/time -v`: its output and its peak RSS in bytes.
+fn measured(env: &Env, args: &[&str], stdin: &[u8]) -> Option<(std::process::Output, u64)> {
+    use std::io::Write;
+    if !std::path::Path::new("/usr/bin/time").exists() {
+        println!("skipped: /usr/bin/time is not installed");
+        return None;
+    }
+    let inner = env.command(args);
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.arg("-v").arg(inner.get_program()).args(inner.get_args());
+    cmd.current_dir(inner.get_current_dir().unwrap());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let kib: u64 = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS in {err}"));
+    Some((out, kib * 1024))
+}
+
+const HUNDRED_MB: usize = 100_000_000;
+
+#[test]
+fn a_100_mb_prompt_to_the_hook_is_read_in_bounded_memory() {
+    let env = Env::new();
+    let mut prompt = String::from("please look at this\n");
+    prompt.push_str(&"y".repeat(HUNDRED_MB));
+    let event = json!({
+        "session_id": "big",
+        "transcript_path": env.root.join("big.jsonl"),
+        "cwd": env.ws,
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": prompt,
+    });
+    drop(prompt);
+    let Some((out, peak)) = measured(&env, &["hook", "claude-code"], event.to_string().as_bytes()) else { return };
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes for a 100 MB prompt");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "nothing went wrong: {log}");
+    let turns = env.json(&["--session", "big", "turns"]);
+    assert_eq!(str_at(&turns, "/turns/0/preview"), "please look at this", "{turns:#}");
+    let history = env.json(&["--session", "big", "history", "show"]);
+    let entry = &history["entries"][0];
+    assert!(str_at(entry, "/content").starts_with("please look at this\nyyy"));
+    let notes = entry["notes"].to_string();
+    assert!(notes.contains(&format!("of {} bytes", HUNDRED_MB + 20)), "the note counts what was sent: {notes}");
+}
+
+#[test]
+fn a_100_mb_history_append_is_read_in_bounded_memory() {
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "p"], None);
+    let entry = json!({ "role": "assistant", "content": "z".repeat(HUNDRED_MB) });
+    let Some((out, peak)) = measured(&env, &["--json", "history", "append"], entry.to_string().as_bytes()) else {
+        return;
+    };
+    drop(entry);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes for a 100 MB entry");
+    let done = parse_json(&out);
+    let notes = done["appended"][0]["notes"].to_string();
+    assert!(notes.contains(&format!("of {HUNDRED_MB} bytes")), "{notes}");
+    // Past the document cap (many fields, each under the string cap), refused, not read whole.
+    let many: Vec<Value> = (0..40).map(|_| json!({ "role": "assistant", "content": "w".repeat(3 << 20) })).collect();
+    let Some((out, peak)) = measured(&env, &["history", "append"], Value::Array(many).to_string().as_bytes()) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(2), "refused as a bad argument: {}", show_output(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 64 MiB"), "{}", show_output(&out));
+    assert!(peak < 160 << 20, "peak RSS {peak} bytes");
 }

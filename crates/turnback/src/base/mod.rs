@@ -1,6 +1,8 @@
 //! The base layer: small facts every other layer uses and that know nothing of turnback's
-//! concepts — clocks, integer codecs, crash-test failpoints, redaction of secrets.
+//! concepts — clocks, integer codecs, crash-test failpoints, redaction of secrets, reading
+//! untrusted JSON in bounded memory.
 
+pub mod bounded;
 pub mod failpoint;
 pub mod hex;
 pub mod redact;
