@@ -303,6 +303,42 @@ fn a_100_mb_prompt_to_the_hook_is_read_in_bounded_memory() {
 }
 
 #[test]
+fn the_stop_after_a_100_mb_prompt_reads_the_transcript_in_bounded_memory() {
+    let env = Env::new();
+    let session = "big-stop";
+    let transcript = env.root.join("big-stop.jsonl");
+    let event = |name: &str, extra: Value| {
+        let mut e =
+            json!({ "session_id": session, "transcript_path": transcript, "cwd": env.ws, "hook_event_name": name });
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e
+    };
+    let prompt = format!("please look at this\n{}", "y".repeat(HUNDRED_MB));
+    crate::common::hook(&env, "claude-code", &event("UserPromptSubmit", json!({ "prompt": prompt })));
+    let rows = [
+        json!({ "type": "user", "uuid": "u1", "parentUuid": null, "timestamp": crate::common::stamp(0),
+                "message": { "role": "user", "content": prompt } }),
+        json!({ "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": crate::common::stamp(2000),
+                "message": { "role": "assistant", "content": [ { "type": "text", "text": "Looked." } ] } }),
+    ];
+    drop(prompt);
+    std::fs::write(&transcript, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    drop(rows);
+    let stop = event("Stop", json!({ "stop_hook_active": false }));
+    let Some((out, peak)) = measured(&env, &["hook", "claude-code"], stop.to_string().as_bytes()) else { return };
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes reading a transcript with a 100 MB prompt");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "nothing went wrong: {log}");
+    let turns = env.json(&["--session", session, "turns"]);
+    assert_eq!(turns["turns"].as_array().unwrap().len(), 1, "the reply joins the hook's turn: {turns:#}");
+    let history = env.json(&["--session", session, "history", "show"]);
+    assert_eq!(str_at(&history, "/entries/1/content"), "Looked.", "{history:#}");
+}
+
+#[test]
 fn a_100_mb_history_append_is_read_in_bounded_memory() {
     let env = Env::new();
     env.ok(&["turn", "begin", "--prompt", "p"], None);

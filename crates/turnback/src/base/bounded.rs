@@ -126,6 +126,15 @@ impl Escape {
     }
 }
 
+/// [`read_json`] of a document that may be larger once its strings are cut (an agent's
+/// whole transcript): at most `document_cap` bytes kept.
+///
+/// # Errors
+/// As [`read_json`].
+pub fn read_json_up_to(input: impl Read, document_cap: usize) -> std::io::Result<Bounded> {
+    read_json_with(input, STRING_CAP, document_cap)
+}
+
 /// [`read_json`] with explicit caps.
 pub(crate) fn read_json_with(input: impl Read, string_cap: usize, document_cap: usize) -> std::io::Result<Bounded> {
     let too_large = || {

@@ -239,6 +239,14 @@ fn cut_text(text: &str, cap: usize) -> Option<(String, usize, usize)> {
     Some((format!("{}{}", &body[..end], bounded::marker(cut)), cut, original))
 }
 
+/// `text` as a text field of an entry keeps it (cut to [`TEXT_CAP`]).
+pub(crate) fn capped_text(text: &str) -> std::borrow::Cow<'_, str> {
+    match cut_text(text, TEXT_CAP) {
+        Some((cut, ..)) => std::borrow::Cow::Owned(cut),
+        None => std::borrow::Cow::Borrowed(text),
+    }
+}
+
 fn cap_field(field: &mut Option<String>, name: &str, cap: usize, notes: &mut Vec<String>) {
     if let Some(text) = field.as_deref()
         && let Some((cut, n, original)) = cut_text(text, cap)
