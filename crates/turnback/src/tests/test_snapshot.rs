@@ -159,7 +159,7 @@ fn limits_skip_a_snapshot_with_the_exact_reason_and_store_nothing() {
     let mut env = Env::new();
     std::fs::write(
         env.dir.path().join("store/settings.toml"),
-        "[snapshots]\nfirst-max-files = 3\nlater-max-files = 1\nlater-max-size = 10\n",
+        "[snapshots]\nfirst-max-files = 3\nlater-max-files = 2\nlater-max-size = 10\n",
     )
     .unwrap();
     env.reopen();
@@ -185,6 +185,8 @@ fn limits_skip_a_snapshot_with_the_exact_reason_and_store_nothing() {
     write(&env, "d.txt", &"d".repeat(6));
     let r = take(&env);
     assert_eq!(r.skipped.as_deref(), Some("new or changed files exceed 10 B (12 B > 10 B)"));
+    write(&env, "e.txt", "e");
+    assert_eq!(take(&env).skipped.as_deref(), Some("too many new or changed files (3 > 2)"));
 }
 
 #[test]

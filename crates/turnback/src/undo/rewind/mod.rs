@@ -239,27 +239,24 @@ impl Chain {
         };
         note(&current, "now".into());
         note(&target, format!("turn {to}'s start"));
+        // A snapshot of the chain, noted for what it left out; its root (none: missing).
+        let mut root_noting = |id: Option<&str>, which: String| -> Result<Option<ContentId>> {
+            let record = record_at(store, id)?;
+            if let Some(r) = &record {
+                note(r, which);
+            }
+            Ok(record.and_then(|r| r.root.as_deref().and_then(ContentId::from_hex)))
+        };
         let mut ends = Vec::new();
         let mut starts = Vec::new();
         for (i, t) in turns.iter().enumerate() {
-            let end = match &t.end_snapshot {
-                Some(e) => record_at(store, e.id.as_deref())?.map(|r| {
-                    note(&r, format!("turn {}'s end", t.index));
-                    r
-                }),
+            ends.push(match &t.end_snapshot {
+                Some(e) => root_noting(e.id.as_deref(), format!("turn {}'s end", t.index))?,
+                None if i + 1 == turns.len() => Some(current_root),
                 None => None,
-            };
-            ends.push(match (&t.end_snapshot, end) {
-                (Some(_), end) => end.and_then(|r| r.root.as_deref().and_then(ContentId::from_hex)),
-                (None, _) if i + 1 == turns.len() => Some(current_root),
-                (None, _) => None,
             });
             if i > 0 {
-                let start = record_at(store, t.snapshot.id.as_deref())?;
-                if let Some(r) = &start {
-                    note(r, format!("turn {}'s start", t.index));
-                }
-                starts.push(start.and_then(|r| r.root.as_deref().and_then(ContentId::from_hex)));
+                starts.push(root_noting(t.snapshot.id.as_deref(), format!("turn {}'s start", t.index))?);
             }
         }
         Ok(Chain { turns, target, target_root, current, current_root, ends, starts, too_large })
