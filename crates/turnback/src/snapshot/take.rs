@@ -202,41 +202,37 @@ impl<'a> Baseline<'a> {
         }
     }
 
-    /// The most bytes one file may have to be kept, with the setting that says so: never
-    /// more than `max-file-size`, and never more than the snapshot may take in all (a file
-    /// over that could only ever skip the whole snapshot, again at every later one).
-    fn file_cap(&self, e: &Entry, limits: &SnapshotLimits) -> (u64, &'static str, &'static str) {
-        let whole = match self {
-            Baseline::First => Some((limits.first_max_bytes, "first-max-size", "a first snapshot may hold")),
-            Baseline::Cache(_) | Baseline::Tree(_) if self.adds(e) => {
-                Some((limits.later_max_bytes, "later-max-size", "a later snapshot may add"))
-            }
-            _ => None,
-        };
-        match whole {
-            Some(w) if w.0 < limits.max_file_bytes => w,
-            _ => (limits.max_file_bytes, "max-file-size", "a snapshot keeps of one file"),
+    /// The limit file `e` is over, if it is, as (its bytes, setting, what it bounds): first
+    /// `max-file-size`, then what the snapshot may take in all (a file alone over that
+    /// could only ever skip the whole snapshot, again at every later one).
+    fn file_over(&self, e: &Entry, limits: &SnapshotLimits) -> Option<(u64, &'static str, &'static str)> {
+        if e.stat.size > limits.max_file_bytes {
+            return Some((limits.max_file_bytes, "max-file-size", "a snapshot keeps of one file"));
         }
+        let whole = match self {
+            Baseline::First => (limits.first_max_bytes, "first-max-size", "a first snapshot may hold"),
+            Baseline::Cache(_) | Baseline::Tree(_) if self.adds(e) => {
+                (limits.later_max_bytes, "later-max-size", "a later snapshot may add")
+            }
+            _ => return None,
+        };
+        (e.stat.size > whole.0).then_some(whole)
     }
 }
 
-/// Phase 2: leaves out of the walk every file over its cap ([`Baseline::file_cap`]),
-/// returning them with the reason; everything after counts only what was kept.
+/// Phase 2: leaves out of the walk every file over a limit on its own
+/// ([`Baseline::file_over`]), returning them with the reason; everything after counts only
+/// what was kept.
 fn leave_out(walked: &mut Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits) -> Vec<LeftOut> {
     let mut left_out = Vec::new();
     walked.entries.retain(|e| {
-        if e.kind != Kind::File {
-            return true;
-        }
-        let (cap, setting, what) = baseline.file_cap(e, limits);
-        if e.stat.size <= cap {
-            return true;
-        }
+        let over = if e.kind == Kind::File { baseline.file_over(e, limits) } else { None };
+        let Some((cap, setting, what)) = over else { return true };
         let (size, cap_text) = (format_size(e.stat.size), format_size(cap));
         left_out.push(LeftOut {
             path: String::from_utf8_lossy(&e.path).into_owned(),
             size: e.stat.size,
-            reason: format!("larger than {what} ({size} > {cap_text}, {setting}); left out, the rest is recorded"),
+            reason: format!("larger than {what} ({size} > {cap_text}, {setting})"),
         });
         false
     });
@@ -517,7 +513,7 @@ fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result
     }
     if meta.len() > max_file {
         let why = format!(
-            "grew larger than a snapshot keeps of one file while it was taken ({} > {}, max-file-size); left out, the rest is recorded",
+            "grew larger than a snapshot keeps of one file while it was taken ({} > {}, max-file-size)",
             format_size(meta.len()),
             format_size(max_file)
         );
