@@ -57,10 +57,11 @@ mod undo;
 
 pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
-    Actor, Appended, ArtifactView, CheckpointList, CheckpointSummary, CheckpointView, Deleted, DiffReport, DiffRequest,
-    DuReport, Encryption, FileText, GcReport, InitReport, InitSettings, Inspection, InspectionProblem, KeyStatus,
-    KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList,
-    SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
+    Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, Deleted,
+    DiffReport, DiffRequest, DuReport, Encryption, FileText, GcReport, InitReport, InitSettings, Inspection,
+    InspectionProblem, KeyStatus, KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress,
+    SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
+    read_json_input,
 };
 pub use base::quote::{escape_controls, quote_name};
 pub use base::time::{format_ms, now_ms};
@@ -86,7 +87,7 @@ pub use session::history::{
 pub use session::import::{Format as TranscriptFormat, Imported, Scope as ImportScope};
 pub use session::turn::{Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
 pub use snapshot::diff::{Change, NumStat};
-pub use snapshot::{NestedRepo, SnapshotKind, SnapshotRecord};
+pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
 pub use storage::content::ContentClass;
 pub use storage::keys::{KeyConfig, KeySource, new_master_key};
 pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, format_size, parse_size};

@@ -20,9 +20,14 @@ pub fn run(
     } else if stat {
         stat_text(&report)
     } else {
-        report.patch.clone().unwrap_or_default()
+        report.patch.clone().unwrap_or_default() + &left_out_text(&report)
     };
     Ok(Outcome::of(&report, text))
+}
+
+/// The files left out of either snapshot for their size: their changes are not shown.
+fn left_out_text(report: &DiffReport) -> String {
+    report.left_out.iter().map(|l| format!("left out {}: {}\n", quote_name(l.path.as_bytes()), l.reason)).collect()
 }
 
 fn numstat_text(report: &DiffReport) -> String {
@@ -56,5 +61,5 @@ fn stat_text(report: &DiffReport) -> String {
         }
     }
     t.push_str(&format!(" {} files changed, {add} insertions(+), {del} deletions(-)\n", report.changes.len()));
-    t
+    t + &left_out_text(report)
 }

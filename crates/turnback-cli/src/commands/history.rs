@@ -1,6 +1,6 @@
 //! `turnback history append|show|export|import`.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -17,10 +17,8 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
     let tb = ctx.open(false)?;
     match command {
         HistoryCommand::Append => {
-            let mut input = String::new();
-            std::io::stdin()
-                .read_to_string(&mut input)
-                .map_err(|e| Error::new(ErrorCode::Io, format!("reading stdin: {e}")))?;
+            // Bounded by what is kept, not by what is sent: see `turnback::read_json_input`.
+            let input = turnback::read_json_input(std::io::stdin().lock())?.text;
             // Each entry is stored (durably) before the next.
             let done = tb.history_append(parse_entries(&input)?)?;
             let appended = &done.appended;

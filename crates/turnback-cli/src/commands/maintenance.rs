@@ -1,6 +1,6 @@
 //! `turnback verify`, `reconcile`, `gc` and `du`.
 
-use turnback::{Result, format_size};
+use turnback::{Result, escape_controls, format_size};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, exit};
@@ -93,7 +93,7 @@ pub fn du(ctx: &Ctx) -> Result<Outcome> {
             text.push_str(&format!("\n  skipped snapshot {k}"));
         }
         for l in &s.left_out {
-            text.push_str(&format!("\n  left out {l}"));
+            text.push_str(&format!("\n  left out {}", escape_controls(l)));
         }
     }
     Ok(Outcome::of(&r, text))

@@ -52,6 +52,13 @@ fn paths_text(plan: &RewindPlan) -> String {
         let forced = if p.forced { " [forced]" } else { "" };
         text.push_str(&format!("  {what:<12} {}{why}{forced}\n", quote_name(p.path.as_bytes())));
     }
+    for l in &plan.left_out {
+        text.push_str(&format!(
+            "  left out     {} ({}; never deleted or restored)\n",
+            quote_name(l.path.as_bytes()),
+            l.reason
+        ));
+    }
     text.push_str(&format!("  {}", super::rollback::excluded_text(&plan.excluded_effects)));
     for command in &plan.shell_effects {
         text.push_str(&format!("  ran in these turns, not undone: $ {}\n", escape_controls(command)));

@@ -1,6 +1,6 @@
 //! `turnback snapshot`.
 
-use turnback::{Result, format_size};
+use turnback::{Result, escape_controls, format_size, quote_name};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, Progress};
@@ -24,7 +24,13 @@ pub fn take(ctx: &Ctx) -> Result<Outcome> {
         text.push_str(&format!("\n  nested repository {} at {}", n.path, n.commit));
     }
     for s in &r.skipped_paths {
-        text.push_str(&format!("\n  left out {}: {}", s.path, s.reason));
+        text.push_str(&format!("\n  left out {}: {}", quote_name(s.path.as_bytes()), escape_controls(&s.reason)));
+    }
+    for l in &r.left_out {
+        text.push_str(&format!("\n  left out {}: {}", quote_name(l.path.as_bytes()), escape_controls(&l.reason)));
+    }
+    if let Some(why) = &r.stat_cache_dropped {
+        text.push_str(&format!("\n  {why}"));
     }
     Ok(Outcome::of(&r, text))
 }

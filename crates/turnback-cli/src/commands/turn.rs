@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, TurnSummary, escape_controls};
+use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, SnapshotRef, TurnSummary, escape_controls, quote_name};
 
 use crate::app::Ctx;
 use crate::cli::TurnCommand;
@@ -26,6 +26,7 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             if let Some(reason) = &begun.turn.snapshot.skipped {
                 err(&format!("turnback: turn {} started without a start snapshot: {reason}\n", begun.turn.index));
             }
+            tell(&begun.turn.snapshot, begun.turn.index, "start");
             let text = begun.turn.turn_id.clone();
             Ok(Outcome::of(&begun, text))
         }
@@ -34,6 +35,9 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let t = Progress::during(|report| tb.end_turn(Some(report)))?;
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
                 err(&format!("turnback: turn {} ended without an end snapshot: {reason}\n", t.index));
+            }
+            if let Some(end) = &t.end_snapshot {
+                tell(end, t.index, "end");
             }
             let text = format!("ended turn {} ({})", t.index, t.turn_id);
             Ok(Outcome::of(&t, text))
@@ -45,6 +49,18 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let text = format!("recorded in turn {}: $ {shown}", t.index);
             Ok(Outcome::of(&recorded, text))
         }
+    }
+}
+
+/// Says on stderr what a turn's snapshot left out and whether it dropped a stat cache that
+/// did not verify.
+fn tell(snapshot: &SnapshotRef, index: u64, which: &str) {
+    if let Some(why) = &snapshot.stat_cache_dropped {
+        crate::output::err(&format!("turnback: turn {index}'s {which} snapshot: {}\n", escape_controls(why)));
+    }
+    for l in &snapshot.left_out {
+        let path = quote_name(l.path.as_bytes());
+        crate::output::err(&format!("turnback: left out of turn {index}'s {which} snapshot: {path}: {}\n", l.reason));
     }
 }
 
@@ -78,7 +94,7 @@ fn turn_line(t: &TurnSummary) -> String {
         (Some(id), None) => format!("snapshot {id}{}", if t.snapshot.late { " (late)" } else { "" }),
         (None, None) => "snapshot pending (late)".to_string(),
     };
-    format!(
+    let mut line = format!(
         "{:>4}  {}  {:<10} {}  {}  {}\n",
         t.index,
         t.turn_id,
@@ -86,5 +102,14 @@ fn turn_line(t: &TurnSummary) -> String {
         t.started_at,
         snap,
         escape_controls(&t.preview)
-    )
+    );
+    // What the start or end snapshot left out for its size (each path once).
+    let mut shown: Vec<&str> = Vec::new();
+    for l in t.snapshot.left_out.iter().chain(t.end_snapshot.iter().flat_map(|e| &e.left_out)) {
+        if !shown.contains(&l.path.as_str()) {
+            shown.push(&l.path);
+            line.push_str(&format!("        left out {}: {}\n", quote_name(l.path.as_bytes()), l.reason));
+        }
+    }
+    line
 }

@@ -18,5 +18,6 @@ mod test_repository;
 mod test_rewind;
 mod test_rollback;
 mod test_sessions;
+mod test_snapshot_hardening;
 mod test_surface;
 mod test_turns;

@@ -48,6 +48,22 @@ use crate::storage::keys::KeyConfig;
 use crate::storage::settings::{Settings, SettingsOverrides};
 use crate::storage::store::{Store, StoreOptions};
 
+/// Reads a JSON document a caller does not control the size of (an agent's hook event, a
+/// history entry on stdin) in memory bounded by what is kept: every string over 4 MiB keeps
+/// its start and a marker saying how much text went (the history counts it in its notes),
+/// and a document still over 64 MiB is refused without being read whole.
+///
+/// # Errors
+/// `invalid-argument` for a document over the cap or not UTF-8; `io` for reading errors.
+pub fn read_json_input(input: impl std::io::Read) -> Result<BoundedInput> {
+    crate::base::bounded::read_json(input).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge | std::io::ErrorKind::InvalidData => Error::invalid(e.to_string()),
+        _ => Error::new(ErrorCode::Io, format!("reading the input: {e}")),
+    })
+}
+
+pub use crate::base::bounded::Bounded as BoundedInput;
+
 /// Who is asking. It decides one thing, the plan-id rule of applies: an apply always
 /// plans again under the workspace lock and applies that plan, and refuses (changing
 /// nothing) if the caller names a plan id that is no longer the plan's. A person may

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::api::Turnback;
+use crate::base::bounded;
 use crate::checkpoint::{self, ListFilter};
 use crate::error::{Error, IoResultExt, Result};
 use crate::session::Session;
@@ -53,6 +54,10 @@ pub struct Appended {
     /// The entries as stored (caps applied, cuts noted).
     pub appended: Vec<Entry>,
 }
+
+/// Most bytes of an agent's transcript kept once its long strings are cut (256 MiB): a
+/// 2,000-turn session's is about 9 MB.
+const TRANSCRIPT_CAP: usize = 256 * 1024 * 1024;
 
 impl Turnback {
     /// Creates a session in the workspace (with `id`, or a fresh one).
@@ -169,16 +174,30 @@ impl Turnback {
     ///
     /// # Errors
     /// `io` if it cannot be read; as `import_transcript`.
+    ///
+    /// It is streamed, every JSON string over 4 MiB cut to its start as it is read (nothing
+    /// turnback keeps of a field is longer; a prompt is compared as the history keeps it),
+    /// so memory follows what is kept, not the file; a transcript still over 256 MiB once
+    /// cut is refused (`invalid-argument`).
     pub fn import_transcript_file(&self, format: Format, path: &Path, scope: Scope) -> Result<Imported> {
-        let bytes = std::fs::read(path).context(path)?;
-        let bytes = if path.extension().is_some_and(|e| e == "zst") {
-            zstd::decode_all(bytes.as_slice())
-                .map_err(|e| Error::invalid(format!("{}: not zstd ({e})", path.display())))?
+        let file = std::fs::File::open(path).context(path)?;
+        let read = if path.extension().is_some_and(|e| e == "zst") {
+            let decoder = zstd::Decoder::new(file).context(path)?;
+            bounded::read_json_up_to(decoder, TRANSCRIPT_CAP)
         } else {
-            bytes
+            bounded::read_json_up_to(std::io::BufReader::new(file), TRANSCRIPT_CAP)
         };
-        let text =
-            String::from_utf8(bytes).map_err(|_| Error::invalid(format!("{}: not UTF-8 text", path.display())))?;
+        let text = read
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::FileTooLarge => Error::invalid(format!("{}: {e}", path.display())),
+                std::io::ErrorKind::InvalidData => Error::invalid(format!("{}: not UTF-8 text", path.display())),
+                // A decoder's error on a file that is not zstd.
+                _ if path.extension().is_some_and(|x| x == "zst") => {
+                    Error::invalid(format!("{}: not zstd ({e})", path.display()))
+                }
+                _ => Error::new(crate::error::ErrorCode::Io, format!("{}: {e}", path.display())),
+            })?
+            .text;
         self.import_transcript(format, &text, scope)
     }
 }

@@ -9,7 +9,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::session::begin::{self, BeginRequest, Begun};
 use crate::session::turn::{self, Shell, SnapshotRef, Turn, TurnKind};
 use crate::snapshot::diff::{self, NumStat};
-use crate::snapshot::{self, SnapshotKind, SnapshotRecord, TakeOptions};
+use crate::snapshot::{self, LeftOut, SnapshotKind, SnapshotRecord, TakeOptions};
 use crate::storage::content::ContentId;
 
 /// A session's turns, as `turns` lists them.
@@ -71,6 +71,10 @@ pub struct DiffReport {
     pub to: String,
     /// Every changed path, with lines added and deleted.
     pub changes: Vec<NumStat>,
+    /// Files either snapshot left out for their size (the newer one's reason first): what
+    /// happened to them is not known.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
     /// The unified diff, when asked for (binary files named, not shown).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub patch: Option<String>,
@@ -268,7 +272,16 @@ impl Turnback {
         };
         let changes = diff::trees(&self.store, &root(&a)?, &root(&b)?)?;
         let (counts, patch) = diff::report(&self.store, &changes, req.patch)?;
-        Ok(DiffReport { from: a.snapshot_id, to: b.snapshot_id, changes: counts, patch: req.patch.then_some(patch) })
+        let mut left_out = b.left_out.clone();
+        left_out.extend(a.left_out.iter().filter(|l| !b.left_out.iter().any(|n| n.path == l.path)).cloned());
+        left_out.sort_by(|x, y| x.path.cmp(&y.path));
+        Ok(DiffReport {
+            from: a.snapshot_id,
+            to: b.snapshot_id,
+            changes: counts,
+            left_out,
+            patch: req.patch.then_some(patch),
+        })
     }
 
     fn snapshot_or_live(&self, id: &str) -> Result<SnapshotRecord> {

@@ -20,6 +20,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::base::bounded;
 use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
 use crate::session::Session;
@@ -220,25 +221,35 @@ pub fn totals(store: &Store, session: &str) -> Result<Totals> {
 // ---------------------------------------------------------------------------------------
 
 /// `text` cut to at most `cap` bytes on a character boundary, with a marker saying how
-/// much was cut; `None` if it fits.
-fn cut_text(text: &str, cap: usize) -> Option<(String, usize)> {
+/// much was cut; `None` if it fits. Returns the cut text, the bytes cut and the bytes the
+/// text had: a text already cut when it was read ([`bounded`]) counts that cut too.
+fn cut_text(text: &str, cap: usize) -> Option<(String, usize, usize)> {
     if text.len() <= cap {
         return None;
     }
+    let (body, before) = bounded::earlier_cut(text);
     let marker_room = 64;
-    let mut end = cap.saturating_sub(marker_room);
-    while !text.is_char_boundary(end) {
+    let mut end = cap.saturating_sub(marker_room).min(body.len());
+    while !body.is_char_boundary(end) {
         end -= 1;
     }
-    let cut = text.len() - end;
-    Some((format!("{}\n[turnback: cut {cut} bytes]", &text[..end]), cut))
+    let (cut, original) = (body.len() - end + before, body.len() + before);
+    Some((format!("{}{}", &body[..end], bounded::marker(cut)), cut, original))
+}
+
+/// `text` as a text field of an entry keeps it (cut to [`TEXT_CAP`]).
+pub(crate) fn capped_text(text: &str) -> std::borrow::Cow<'_, str> {
+    match cut_text(text, TEXT_CAP) {
+        Some((cut, ..)) => std::borrow::Cow::Owned(cut),
+        None => std::borrow::Cow::Borrowed(text),
+    }
 }
 
 fn cap_field(field: &mut Option<String>, name: &str, cap: usize, notes: &mut Vec<String>) {
     if let Some(text) = field.as_deref()
-        && let Some((cut, n)) = cut_text(text, cap)
+        && let Some((cut, n, original)) = cut_text(text, cap)
     {
-        notes.push(format!("{name}: cut {n} of {} bytes", text.len()));
+        notes.push(format!("{name}: cut {n} of {original} bytes"));
         *field = Some(cut);
     }
 }
@@ -252,11 +263,10 @@ fn cap_value(value: &mut Value, what: &str, cap: usize, notes: &mut Vec<String>)
     }
     if let Value::String(s) = value {
         // Cut until the JSON form fits (escapes can make it longer than the text).
-        let original = s.len();
         // Start below the text's own length: a short text can be long as JSON (escapes).
         let mut target = cap.saturating_sub(2).min(s.len().saturating_sub(1));
         loop {
-            let Some((cut, n)) = cut_text(s, target) else { return };
+            let Some((cut, n, original)) = cut_text(s, target) else { return };
             if serde_json::to_string(&cut).map_or(usize::MAX, |j| j.len()) <= cap {
                 notes.push(format!("{what}: cut {n} of {original} bytes"));
                 *s = cut;
@@ -266,7 +276,7 @@ fn cap_value(value: &mut Value, what: &str, cap: usize, notes: &mut Vec<String>)
         }
     }
     let text = serde_json::to_string(value).unwrap_or_default();
-    let (start, _) = cut_text(&text, cap / 2).unwrap_or((text.clone(), 0));
+    let (start, ..) = cut_text(&text, cap / 2).unwrap_or((text.clone(), 0, 0));
     notes.push(format!("{what}: {len} bytes of JSON truncated"));
     *value = serde_json::json!({ "truncated": start, "bytes": len });
 }

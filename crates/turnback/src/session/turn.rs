@@ -22,7 +22,7 @@ use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
 use crate::session::Session;
 use crate::session::workspace::Workspace;
-use crate::snapshot::{self, SnapshotKind, SnapshotRecord, Source, TakeOptions};
+use crate::snapshot::{self, LeftOut, SnapshotKind, SnapshotRecord, Source, TakeOptions};
 use crate::storage::digest;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
@@ -46,7 +46,7 @@ pub enum TurnKind {
 }
 
 /// A turn's snapshot reference.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SnapshotRef {
@@ -56,6 +56,27 @@ pub struct SnapshotRef {
     pub late: bool,
     /// Why it was skipped, if it was.
     pub skipped: Option<String>,
+    /// Files it left out for their size, with the reason (a rewind never deletes or
+    /// restores them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
+    /// Set when the session's stat cache did not verify as this snapshot was taken: it
+    /// was dropped and every file read in full (said once, here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stat_cache_dropped: Option<String>,
+}
+
+impl SnapshotRef {
+    /// A reference to `record`, taken late or not.
+    fn of(record: &SnapshotRecord, late: bool) -> Self {
+        SnapshotRef {
+            id: Some(record.snapshot_id.clone()),
+            late,
+            skipped: record.skipped.clone(),
+            left_out: record.left_out.clone(),
+            stat_cache_dropped: record.stat_cache_dropped.clone(),
+        }
+    }
 }
 
 /// One turn.
@@ -279,6 +300,10 @@ pub(crate) fn record(
         keys.last().and_then(|k| std::str::from_utf8(&k[prefix.len()..]).ok()?.parse::<u64>().ok()).unwrap_or(0) + 1;
     let now = format_ms(now_ms());
     let snapshot_id = snapshot::of_turn(&mut *txn, turn_id, SnapshotKind::TurnStart)?;
+    let start = match &snapshot_id {
+        Some(id) => snapshot::get_in(store, &mut *txn, id)?,
+        None => None,
+    };
     // A new prompt supersedes a running prompt turn: it ends where the new one starts, so
     // its end is the new turn's start snapshot (when that is already taken).
     for key in &keys {
@@ -290,14 +315,18 @@ pub(crate) fn record(
         {
             t.ended_at = Some(now.clone());
             if snapshot_id.is_some() {
-                t.end_snapshot = Some(SnapshotRef { id: snapshot_id.clone(), late, skipped: None });
+                t.end_snapshot = Some(match &start {
+                    Some(r) => SnapshotRef { skipped: None, ..SnapshotRef::of(r, late) },
+                    None => SnapshotRef { id: snapshot_id.clone(), late, ..SnapshotRef::default() },
+                });
             }
             put(store, &mut *txn, &t)?;
         }
     }
-    let skipped = match &snapshot_id {
-        Some(id) => snapshot_skip_reason(store, &mut *txn, id)?,
-        None => failure,
+    let snapshot = match (&start, &snapshot_id) {
+        (Some(r), _) => SnapshotRef::of(r, late),
+        (None, Some(_)) => SnapshotRef { id: snapshot_id, late, ..SnapshotRef::default() },
+        (None, None) => SnapshotRef { late, skipped: failure, ..SnapshotRef::default() },
     };
     let turn = Turn {
         turn_id: turn_id.to_string(),
@@ -307,7 +336,7 @@ pub(crate) fn record(
         preview: new.prompt.map(preview).unwrap_or_default(),
         started_at: now,
         ended_at: None,
-        snapshot: SnapshotRef { id: snapshot_id, late, skipped },
+        snapshot,
         end_snapshot: None,
         shell_effects: Vec::new(),
         continuations: 0,
@@ -353,7 +382,7 @@ pub(crate) fn insert_finished_in(
         preview: preview(prompt),
         started_at: started_at.to_string(),
         ended_at: Some(ended_at.to_string()),
-        snapshot: SnapshotRef { id: None, late: false, skipped: Some(why.to_string()) },
+        snapshot: SnapshotRef { skipped: Some(why.to_string()), ..SnapshotRef::default() },
         end_snapshot: None,
         shell_effects: Vec::new(),
         continuations: 0,
@@ -362,10 +391,6 @@ pub(crate) fn insert_finished_in(
     put(store, txn, &turn)?;
     Session::set_round_in(store, txn, session, index)?;
     Ok(turn)
-}
-
-fn snapshot_skip_reason(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<String>> {
-    Ok(snapshot::get_in(store, txn, id)?.and_then(|r| r.skipped))
 }
 
 /// What the turns are told by the snapshots that belong to them (see [`snapshot::Hooks`]).
@@ -393,13 +418,12 @@ impl snapshot::Hooks for Hooks<'_> {
         let Some(mut turn) = get_in(self.store, txn, turn_id)? else { return Ok(()) };
         let slot = match record.kind {
             SnapshotKind::TurnEnd => {
-                turn.end_snapshot.get_or_insert(SnapshotRef { id: None, late: true, skipped: None })
+                turn.end_snapshot.get_or_insert(SnapshotRef { late: true, ..SnapshotRef::default() })
             }
             _ => &mut turn.snapshot,
         };
         if slot.id.is_none() {
-            slot.id = Some(record.snapshot_id.clone());
-            slot.skipped = record.skipped.clone();
+            *slot = SnapshotRef::of(record, slot.late);
             put(self.store, txn, &turn)?;
         }
         Ok(())
@@ -491,7 +515,7 @@ pub(crate) fn end(
     let mut txn = store.kv().begin()?;
     let mut turn = get_in(store, &mut *txn, &turn.turn_id)?.ok_or_else(|| Error::not_found("turn"))?;
     turn.ended_at = Some(format_ms(now_ms()));
-    turn.end_snapshot = Some(SnapshotRef { id: Some(snap.snapshot_id), late: false, skipped: snap.skipped });
+    turn.end_snapshot = Some(SnapshotRef::of(&snap, false));
     put(store, &mut *txn, &turn)?;
     txn.commit()?;
     Ok(turn)

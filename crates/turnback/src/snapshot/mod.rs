@@ -8,8 +8,11 @@
 //!   [`statcache`](crate::snapshot::statcache) decides, re-reading racily clean files); they are
 //!   read and hashed on a thread pool, and content the store lacks is packed into shared
 //!   blocks ([`pack`](crate::storage::pack)) compressed and encrypted on the thread pool too.
-//! - Limits are checked after the walk and before any content is read or stored; a
-//!   snapshot over a limit is recorded as skipped with the reason, and nothing else.
+//! - A file larger than `max-file-size` (or, alone, than the snapshot may take) is left
+//!   out with its reason ([`LeftOut`]) and the rest is recorded; a rewind never deletes or
+//!   restores it. The other limits are checked, on what is kept, after the walk and before
+//!   any content is read or stored; a snapshot over one is recorded as skipped with the
+//!   reason, and nothing else.
 //! - Content objects are written before the transaction that commits the snapshot record
 //!   (with its trees and the new stat cache) and are protected from `gc` meanwhile by the
 //!   shared objects lock; a crash in between leaves only unreferenced objects, which `gc`
@@ -73,6 +76,20 @@ pub struct NestedRepo {
     pub commit: String,
 }
 
+/// A file left out of a snapshot for its size, and why. A rewind never deletes or restores
+/// it; the rest of the tree is recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct LeftOut {
+    /// Its path in the workspace.
+    pub path: String,
+    /// Its size when the snapshot saw it.
+    pub size: u64,
+    /// Why (the limit it is over, naming the setting).
+    pub reason: String,
+}
+
 /// One snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -106,8 +123,16 @@ pub struct SnapshotRecord {
     pub nested_repos: Vec<NestedRepo>,
     /// Paths left out with a reason (a nested repository without a commit, unreadable).
     pub skipped_paths: Vec<Skipped>,
+    /// Files left out for their size (over `max-file-size`, or alone more than the
+    /// snapshot may take); the limits count only what was kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
     /// Why the whole snapshot was skipped, if it was.
     pub skipped: Option<String>,
+    /// Set when the session's stat cache did not verify: it was dropped (this once) and
+    /// every file read in full.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stat_cache_dropped: Option<String>,
     /// Milliseconds it took.
     pub duration_ms: u64,
     /// The turn it belongs to, if any.

@@ -10,11 +10,15 @@
 //!   walk (the "racily clean" case of git and jj) could change again without its mtime
 //!   moving on a coarse clock, so it is read again. The margin covers file systems that
 //!   keep whole seconds.
+//! - It is derived data: everything in it can be found again by reading the files. A cache
+//!   that does not verify (altered, or malformed) is never a reason to stop taking
+//!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
+//!   every file in full.
 
 use std::collections::HashMap;
 
 use crate::base::varint;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::fs::walk::Stat;
 use crate::storage::content::ContentId;
 use crate::storage::kv::Txn;
@@ -61,6 +65,29 @@ impl StatCache {
         match store.kv().get(schema::STATCACHE, session.as_bytes())? {
             Some(v) => decode(&store.open_bytes(schema::STATCACHE, session.as_bytes(), &v)?),
             None => Ok(StatCache::default()),
+        }
+    }
+
+    /// Loads the cache of `session`; one that does not verify is deleted (in its own
+    /// transaction, so it is reported once however the snapshot ends) and an empty cache
+    /// is returned with the reason, so that every file is read in full.
+    ///
+    /// # Errors
+    /// Store errors other than the cache's own corruption.
+    pub(crate) fn load_or_drop(store: &Store, session: &str) -> Result<(Self, Option<String>)> {
+        match Self::load(store, session) {
+            Ok(cache) => Ok((cache, None)),
+            Err(e) if e.code == ErrorCode::Corrupt => {
+                let mut txn = store.kv().begin()?;
+                delete_in(&mut *txn, session)?;
+                txn.commit()?;
+                let why = format!(
+                    "the session's stat cache did not verify ({}); it was dropped and every file read in full",
+                    e.message
+                );
+                Ok((StatCache::default(), Some(why)))
+            }
+            Err(e) => Err(e),
         }
     }
 

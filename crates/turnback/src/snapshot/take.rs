@@ -1,7 +1,9 @@
-//! Taking a snapshot, phase by phase: walk and classify (what the stat cache vouches for,
-//! what must be read), check the limits, read, hash and pack what the store lacks (each
-//! batch stored by a writer thread while the next is read), build the trees bottom-up, and
-//! commit the record with its trees and the new stat cache in one transaction.
+//! Taking a snapshot, phase by phase: walk (the stat cache loaded, or dropped if it does
+//! not verify), leave out the files too large to keep, classify (what the stat cache
+//! vouches for, what must be read), check the limits on what is kept, read, hash and pack
+//! what the store lacks (each batch stored by a writer thread while the next is read),
+//! build the trees bottom-up, and commit the record with its trees and the new stat cache
+//! in one transaction.
 //!
 //! Invariants: see [the module](crate::snapshot). Nothing of a snapshot is committed until
 //! its last phase; a cancelled or failed snapshot leaves only unreferenced content, which
@@ -23,7 +25,7 @@ use crate::snapshot::lookup::flatten;
 use crate::snapshot::prune::prune;
 use crate::snapshot::statcache::{self, Cached, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
-use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
+use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object::{self, Sealed};
 use crate::storage::pack::{Packer, SealedPack};
@@ -78,11 +80,14 @@ pub(crate) fn take(
     let _objects = lock::objects(&store.locks_dir(), false)?;
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
-    let walked = walk::walk(source.root, store.protected_paths())?;
+    let mut walked = walk::walk(source.root, store.protected_paths())?;
     crate::base::failpoint::hit("snapshot-walked");
-    let cache = StatCache::load(store, source.session_id)?;
-    let mut plan = classify(&walked, &cache);
+    let (cache, stat_cache_dropped) = StatCache::load_or_drop(store, source.session_id)?;
     let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
+    let limits: SnapshotLimits = store.settings().snapshots;
+    let baseline = Baseline::of(store, source.session_id, kind, &cache)?;
+    let left_out = leave_out(&mut walked, &baseline, &limits);
+    let mut plan = classify(&walked, &cache);
     let mut record = SnapshotRecord {
         snapshot_id: uuid::Uuid::now_v7().to_string(),
         session_id: source.session_id.to_string(),
@@ -98,12 +103,14 @@ pub(crate) fn take(
         excluded: walked.excluded,
         nested_repos: Vec::new(),
         skipped_paths: walked.skipped.clone(),
-        skipped: over_limit(store, source.session_id, kind, &walked, &cache, &plan)?,
+        left_out,
+        skipped: over_limit(&walked, &baseline, &limits, &plan),
+        stat_cache_dropped,
         duration_ms: 0,
         turn_id: opts.turn_id.map(str::to_string),
     };
     if record.skipped.is_none() {
-        record.stored_bytes += read_and_pack(store, source.root, &walked, &mut plan, opts, &mut record.skipped_paths)?;
+        record.stored_bytes += read_and_pack(store, source.root, &walked, &mut plan, opts, &mut record)?;
     }
     let built = match record.skipped {
         Some(_) => None,
@@ -128,7 +135,8 @@ struct ReadPlan {
     read_bytes: u64,
 }
 
-/// Phase 1: which files must be read — everything the stat cache cannot vouch for.
+/// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
+/// for.
 fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     let n = walked.entries.len();
     let mut plan = ReadPlan {
@@ -157,49 +165,99 @@ fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     plan
 }
 
-/// Phase 2: the reason the snapshot is skipped, if it is over a limit. A first snapshot
-/// counts everything; a later one what it adds.
-fn over_limit(
-    store: &Store,
-    session_id: &str,
-    kind: SnapshotKind,
-    walked: &Walk,
-    cache: &StatCache,
-    plan: &ReadPlan,
-) -> Result<Option<String>> {
-    // A pre-rewind snapshot is how a rewind sees the workspace: however much an agent
-    // added, it must be taken, or the mess could never be rewound.
-    if kind == SnapshotKind::PreRewind {
-        return Ok(None);
-    }
-    let limits: SnapshotLimits = store.settings().snapshots;
-    let previous = latest(store, session_id)?;
-    let Some(previous) = previous else {
-        return Ok(limit_reason(plan.files, limits.first_max_files, plan.bytes, limits.first_max_bytes, ""));
-    };
-    let reading = plan.to_read.iter().map(|&i| &walked.entries[i]);
-    let (new_files, new_bytes) = if cache.entries.is_empty() && !plan.to_read.is_empty() {
-        // No stat cache (lost, or an older format): what a later snapshot *adds* is still
-        // judged against the previous snapshot, by path and size, so re-reading unchanged
-        // files does not count against the limit.
-        let before = match previous.root.as_deref().and_then(ContentId::from_hex) {
-            Some(root) => flatten(store, &root)?,
-            None => BTreeMap::new(),
-        };
-        reading
-            .filter(|e| before.get(&e.path).is_none_or(|n| n.size != e.stat.size))
-            .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
-    } else {
-        // A racily clean file (stat as cached, only too recent to trust) is read again but
-        // adds nothing new: it does not count against the limit.
-        reading
-            .filter(|e| cache.entries.get(&e.path).is_none_or(|c| c.stat != e.stat))
-            .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size))
-    };
-    Ok(limit_reason(new_files, limits.later_max_files, new_bytes, limits.later_max_bytes, "new or changed "))
+/// What a snapshot is measured against: a first snapshot holds everything; a later one
+/// adds what the stat cache does not vouch for — or, without a cache (lost, dropped, an
+/// older format), what the previous snapshot lacks by path and size, so that re-reading
+/// unchanged files does not count. A pre-rewind snapshot is how a rewind sees the
+/// workspace: however much an agent added, it must be taken, so it has no baseline.
+enum Baseline<'a> {
+    PreRewind,
+    First,
+    Cache(&'a StatCache),
+    Tree(BTreeMap<Vec<u8>, Node>),
 }
 
-/// Phase 3: reads, hashes and packs what the store lacks, on the thread pool; each batch
+impl<'a> Baseline<'a> {
+    fn of(store: &Store, session_id: &str, kind: SnapshotKind, cache: &'a StatCache) -> Result<Self> {
+        if kind == SnapshotKind::PreRewind {
+            return Ok(Baseline::PreRewind);
+        }
+        let Some(previous) = latest(store, session_id)? else { return Ok(Baseline::First) };
+        if !cache.entries.is_empty() {
+            return Ok(Baseline::Cache(cache));
+        }
+        Ok(Baseline::Tree(match previous.root.as_deref().and_then(ContentId::from_hex) {
+            Some(root) => flatten(store, &root)?,
+            None => BTreeMap::new(),
+        }))
+    }
+
+    /// Whether file `e` counts as new or changed. A racily clean file (stat as cached, only
+    /// too recent to trust) is read again but adds nothing new.
+    fn adds(&self, e: &Entry) -> bool {
+        match self {
+            Baseline::PreRewind | Baseline::First => true,
+            Baseline::Cache(cache) => cache.entries.get(&e.path).is_none_or(|c| c.stat != e.stat),
+            Baseline::Tree(before) => before.get(&e.path).is_none_or(|n| n.size != e.stat.size),
+        }
+    }
+
+    /// The limit file `e` is over, if it is, as (its bytes, setting, what it bounds): first
+    /// `max-file-size`, then what the snapshot may take in all (a file alone over that
+    /// could only ever skip the whole snapshot, again at every later one).
+    fn file_over(&self, e: &Entry, limits: &SnapshotLimits) -> Option<(u64, &'static str, &'static str)> {
+        if e.stat.size > limits.max_file_bytes {
+            return Some((limits.max_file_bytes, "max-file-size", "a snapshot keeps of one file"));
+        }
+        let whole = match self {
+            Baseline::First => (limits.first_max_bytes, "first-max-size", "a first snapshot may hold"),
+            Baseline::Cache(_) | Baseline::Tree(_) if self.adds(e) => {
+                (limits.later_max_bytes, "later-max-size", "a later snapshot may add")
+            }
+            _ => return None,
+        };
+        (e.stat.size > whole.0).then_some(whole)
+    }
+}
+
+/// Phase 2: leaves out of the walk every file over a limit on its own
+/// ([`Baseline::file_over`]), returning them with the reason; everything after counts only
+/// what was kept.
+fn leave_out(walked: &mut Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits) -> Vec<LeftOut> {
+    let mut left_out = Vec::new();
+    walked.entries.retain(|e| {
+        let over = if e.kind == Kind::File { baseline.file_over(e, limits) } else { None };
+        let Some((cap, setting, what)) = over else { return true };
+        let (size, cap_text) = (format_size(e.stat.size), format_size(cap));
+        left_out.push(LeftOut {
+            path: String::from_utf8_lossy(&e.path).into_owned(),
+            size: e.stat.size,
+            reason: format!("larger than {what} ({size} > {cap_text}, {setting})"),
+        });
+        false
+    });
+    left_out
+}
+
+/// Phase 4: the reason the snapshot is skipped, if what it keeps is over a limit. A first
+/// snapshot counts everything; a later one what it adds.
+fn over_limit(walked: &Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits, plan: &ReadPlan) -> Option<String> {
+    match baseline {
+        Baseline::PreRewind => None,
+        Baseline::First => limit_reason(plan.files, limits.first_max_files, plan.bytes, limits.first_max_bytes, ""),
+        Baseline::Cache(_) | Baseline::Tree(_) => {
+            let (new_files, new_bytes) = plan
+                .to_read
+                .iter()
+                .map(|&i| &walked.entries[i])
+                .filter(|e| baseline.adds(e))
+                .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size));
+            limit_reason(new_files, limits.later_max_files, new_bytes, limits.later_max_bytes, "new or changed ")
+        }
+    }
+}
+
+/// Phase 5: reads, hashes and packs what the store lacks, on the thread pool; each batch
 /// is compressed and encrypted while the next one is read, and stored by a writer thread.
 /// Files that vanished or became unreadable since the walk are left out with the reason.
 /// Returns the bytes stored.
@@ -209,8 +267,9 @@ fn read_and_pack(
     walked: &Walk,
     plan: &mut ReadPlan,
     opts: &TakeOptions<'_>,
-    skipped: &mut Vec<Skipped>,
+    record: &mut SnapshotRecord,
 ) -> Result<u64> {
+    let max_file = store.settings().snapshots.max_file_bytes;
     let mut packed = HashSet::new();
     let (tx, rx) = std::sync::mpsc::sync_channel::<SealedPack>(1);
     std::thread::scope(|scope| -> Result<u64> {
@@ -236,7 +295,10 @@ fn read_and_pack(
                 let (sealed, read) = rayon::join(
                     || previous.take().map(|p| p.seal(store.keys())).transpose(),
                     || -> Vec<(usize, Result<ReadFile>)> {
-                        batch.par_iter().map(|&i| (i, read_and_hash(store, root, &walked.entries[i]))).collect()
+                        batch
+                            .par_iter()
+                            .map(|&i| (i, read_and_hash(store, root, &walked.entries[i], max_file)))
+                            .collect()
                     },
                 );
                 if let Some(sealed) = sealed?
@@ -244,7 +306,7 @@ fn read_and_pack(
                 {
                     return Ok(()); // the writer failed; its error is reported below
                 }
-                let packer = pack_batch(store, walked, plan, read, &mut packed, skipped)?;
+                let packer = pack_batch(store, walked, plan, read, &mut packed, record)?;
                 previous = Some(packer).filter(|p| !p.is_empty());
             }
             if let Some(last) = previous {
@@ -266,7 +328,7 @@ fn pack_batch(
     plan: &mut ReadPlan,
     read: Vec<(usize, Result<ReadFile>)>,
     packed: &mut HashSet<ContentId>,
-    skipped: &mut Vec<Skipped>,
+    record: &mut SnapshotRecord,
 ) -> Result<Packer> {
     let read_ids: Vec<ContentId> = read.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
     let mut in_store = object::exist_each(store.kv(), &read_ids)?.into_iter();
@@ -281,16 +343,22 @@ fn pack_batch(
                 plan.ids[i] = Some(id);
                 plan.stat_after[i] = Some(stat);
             }
-            Err(e) => skipped.push(Skipped {
-                path: String::from_utf8_lossy(&walked.entries[i].path).into_owned(),
-                reason: e.message,
-            }),
+            Err(e) => {
+                let path = String::from_utf8_lossy(&walked.entries[i].path).into_owned();
+                // Grown over max-file-size since the walk: left out like one found so.
+                if let (ErrorCode::OverCap, Some(size)) = (e.code, e.details.as_ref().and_then(|d| d["size"].as_u64()))
+                {
+                    record.left_out.push(LeftOut { path, size, reason: e.message });
+                } else {
+                    record.skipped_paths.push(Skipped { path, reason: e.message });
+                }
+            }
         }
     }
     Ok(packer)
 }
 
-/// What phase 4 built: the root, the nested repositories, the tree nodes and symlink
+/// What phase 6 built: the root, the nested repositories, the tree nodes and symlink
 /// targets to store, and the stat cache to write (`None`: the old one still holds).
 struct Built {
     root: ContentId,
@@ -299,7 +367,7 @@ struct Built {
     cache: Option<Vec<u8>>,
 }
 
-/// Phase 4: builds the trees bottom-up, and the new stat cache unless the old one still
+/// Phase 6: builds the trees bottom-up, and the new stat cache unless the old one still
 /// describes this snapshot.
 fn build_trees(
     store: &Store,
@@ -365,7 +433,7 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
         })
 }
 
-/// Phase 5: one transaction — the trees, the record, what the turns are told, and the new
+/// Phase 7: one transaction — the trees, the record, what the turns are told, and the new
 /// stat cache.
 fn commit(
     store: &Store,
@@ -429,7 +497,9 @@ fn batches<'a>(to_read: &'a [usize], entries: &'a [Entry]) -> Vec<&'a [usize]> {
 type ReadFile = (ContentId, Vec<u8>, walk::Stat);
 
 /// Reads one file without following a symlink, and hashes it.
-fn read_and_hash(store: &Store, root: &Path, e: &Entry) -> Result<ReadFile> {
+/// A file grown over `max_file` since the walk is not read (`over-cap`, its size in the
+/// error's details).
+fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result<ReadFile> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
     let mut file = std::fs::OpenOptions::new()
@@ -440,6 +510,14 @@ fn read_and_hash(store: &Store, root: &Path, e: &Entry) -> Result<ReadFile> {
     let meta = file.metadata().map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
     if !meta.is_file() {
         return Err(Error::new(ErrorCode::Io, "no longer a regular file"));
+    }
+    if meta.len() > max_file {
+        let why = format!(
+            "grew larger than a snapshot keeps of one file while it was taken ({} > {}, max-file-size)",
+            format_size(meta.len()),
+            format_size(max_file)
+        );
+        return Err(Error::new(ErrorCode::OverCap, why).with_details(serde_json::json!({ "size": meta.len() })));
     }
     // Exactly the size fstat gave (what the stat cache records with it): a file that grew
     // meanwhile has a new size and is read again next time; one that shrank ends early.

@@ -42,6 +42,9 @@ pub const DEFAULT_HISTORY_BUDGET: u64 = 32 * MIB;
 /// Limits on snapshots, checked before any content is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotLimits {
+    /// A file larger than this is left out of every snapshot (with its reason); the rest
+    /// of the tree is recorded.
+    pub max_file_bytes: u64,
     /// A session's first snapshot may cover at most this many bytes…
     pub first_max_bytes: u64,
     /// …and this many files.
@@ -59,6 +62,7 @@ pub struct SnapshotLimits {
 impl Default for SnapshotLimits {
     fn default() -> Self {
         SnapshotLimits {
+            max_file_bytes: 256 * MIB,
             first_max_bytes: 1024 * MIB,
             first_max_files: 100_000,
             later_max_bytes: 100 * MIB,
@@ -112,6 +116,7 @@ struct FileHistory {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct FileSnapshots {
+    max_file_size: Option<SizeValue>,
     first_max_size: Option<SizeValue>,
     first_max_files: Option<u64>,
     later_max_size: Option<SizeValue>,
@@ -158,6 +163,9 @@ checkpoint-cap = \"100 MiB\"
 store-cap = \"500 MiB\"
 
 [snapshots]
+# A file larger than this is left out of snapshots (`turns`, `diff` and a rewind's preview
+# say so; a rewind never deletes or restores it); the rest of the workspace is recorded.
+max-file-size = \"256 MiB\"
 # A session's first snapshot: at most this much and this many files, else it is skipped.
 first-max-size = \"1 GiB\"
 first-max-files = 100000
@@ -201,6 +209,9 @@ impl Settings {
             s.store_cap = v.bytes("store-cap")?;
         }
         let f = &file.snapshots;
+        if let Some(v) = &f.max_file_size {
+            s.snapshots.max_file_bytes = v.bytes("max-file-size")?;
+        }
         if let Some(v) = &f.first_max_size {
             s.snapshots.first_max_bytes = v.bytes("first-max-size")?;
         }

@@ -159,7 +159,7 @@ fn limits_skip_a_snapshot_with_the_exact_reason_and_store_nothing() {
     let mut env = Env::new();
     std::fs::write(
         env.dir.path().join("store/settings.toml"),
-        "[snapshots]\nfirst-max-files = 3\nlater-max-files = 1\nlater-max-size = 10\n",
+        "[snapshots]\nfirst-max-files = 3\nlater-max-files = 2\nlater-max-size = 10\n",
     )
     .unwrap();
     env.reopen();
@@ -173,9 +173,20 @@ fn limits_skip_a_snapshot_with_the_exact_reason_and_store_nothing() {
     assert_eq!((r.root, r.stored_bytes), (None, 0));
     std::fs::remove_file(env.path("f3.txt")).unwrap();
     assert!(take(&env).skipped.is_none());
+    // One file alone over what a later snapshot may add is left out, not the snapshot.
     write(&env, "big.txt", &"y".repeat(11));
     let r = take(&env);
-    assert_eq!(r.skipped.as_deref(), Some("new or changed files exceed 10 B (11 B > 10 B)"));
+    assert!(r.skipped.is_none());
+    assert_eq!(r.left_out.iter().map(|l| (l.path.as_str(), l.size)).collect::<Vec<_>>(), [("big.txt", 11)]);
+    assert!(r.left_out[0].reason.contains("later-max-size"), "{}", r.left_out[0].reason);
+    assert!(!paths(&env, &r).contains_key("big.txt"));
+    // Together over it, they skip it.
+    write(&env, "c.txt", &"c".repeat(6));
+    write(&env, "d.txt", &"d".repeat(6));
+    let r = take(&env);
+    assert_eq!(r.skipped.as_deref(), Some("new or changed files exceed 10 B (12 B > 10 B)"));
+    write(&env, "e.txt", "e");
+    assert_eq!(take(&env).skipped.as_deref(), Some("too many new or changed files (3 > 2)"));
 }
 
 #[test]

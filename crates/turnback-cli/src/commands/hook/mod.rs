@@ -21,7 +21,7 @@ mod gemini;
 mod opencode;
 pub mod patch;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -82,12 +82,12 @@ fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
             return Outcome::raw(answer(agent, ""));
         }
     };
-    let mut input = String::new();
     let mut name = String::from("event");
-    let result = std::io::stdin()
-        .read_to_string(&mut input)
-        .map_err(|e| Error::new(ErrorCode::Io, format!("reading the event: {e}")))
-        .and_then(|_| translate(agent, &input))
+    // Bounded by what is kept, not by what the agent sends (a 100 MB prompt keeps 4 MiB
+    // here, 256 KiB in the history): see `turnback::read_json_input`.
+    let result = turnback::read_json_input(std::io::stdin().lock())
+        .map_err(|e| Error::new(e.code, format!("reading the event: {}", e.message)))
+        .and_then(|input| translate(agent, &input.text))
         .and_then(|t| {
             name = t.name.clone();
             // Test builds only: turnback failing as badly as it can, mid-hook.

@@ -264,10 +264,12 @@ impl Merge<'_> {
 
     /// The recorded turn `source` joins: the next unclaimed one with the same prompt.
     fn join(&mut self, source: &SourceTurn) -> Option<HookTurn> {
+        // The recorded prompt is as the history keeps it (cut to its cap): so is the
+        // source's, before they are compared.
+        let (prompt, sent) = (history::capped_text(&source.prompt), source.sent.as_deref().map(history::capped_text));
         let same = |p: &Option<String>| {
-            p.as_deref().is_some_and(|p| {
-                p.trim() == source.prompt.trim() || source.sent.as_deref().is_some_and(|s| p.trim() == s.trim())
-            })
+            p.as_deref()
+                .is_some_and(|p| p.trim() == prompt.trim() || sent.as_deref().is_some_and(|s| p.trim() == s.trim()))
         };
         let at = self.recorded[self.next..]
             .iter()

@@ -11,7 +11,14 @@
 //!   (late, skipped or pruned) makes the path `unverified`, also left alone.
 //! - Nothing is deleted that the current snapshot does not hold, so a file ignored or
 //!   excluded at snapshot time is never deleted; nothing is written through a symlinked
-//!   parent; nested repositories are never changed.
+//!   parent; nested repositories are never changed. A file left out of the target, the
+//!   current or any snapshot along the chain for its size is never deleted or restored,
+//!   forced or not; the plan lists the files left out of the target and now.
+//! - Another session's work is left alone unless forced: every path its checkpoints wrote
+//!   since turn T began, and every path that changed inside one of its turns (start to end
+//!   snapshot) that ended after turn T began — a formatter it ran is its work too. Its
+//!   turns still running, or whose snapshots are missing, cannot be told apart from this
+//!   session's work: only their checkpoints count.
 //! - Before any write, a checkpoint holding the current bytes of everything to be
 //!   overwritten or deleted is committed (roll it back to undo the rewind), and the
 //!   pre-rewind snapshot is kept; every write is a compare-and-swap against the state the
@@ -39,7 +46,7 @@ use crate::session::Session;
 use crate::session::turn::{self, Turn};
 use crate::session::workspace::Workspace;
 use crate::snapshot::tree::{Node, NodeKind};
-use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
+use crate::snapshot::{self, LeftOut, SnapshotKind, SnapshotRecord};
 use crate::storage::content::ContentId;
 use crate::storage::store::Store;
 use crate::undo::guarded::{self, Expected, Intended, Refused, ResultType, Write};
@@ -79,8 +86,12 @@ pub enum Reason {
     /// Absent from the target snapshot because it was ignored, excluded or inside a nested
     /// repository then — it may well have existed, so it is never deleted.
     NotSnapshotted,
-    /// Another session's checkpointed mutation wrote it after the target turn began.
+    /// Another session changed it after the target turn began: a checkpointed mutation,
+    /// or a change inside one of its turns (a command it ran).
     OtherSession,
+    /// Left out of a snapshot it needs for its size (over `max-file-size`, or alone more
+    /// than a snapshot may take): never deleted or restored.
+    TooLarge,
 }
 
 /// One path of the plan.
@@ -126,6 +137,10 @@ pub struct Plan {
     pub target_late: bool,
     /// Every path that differs, with what happens to it.
     pub paths: Vec<PathPlan>,
+    /// Files left out of the target snapshot or of the snapshot taken now for their size:
+    /// never deleted or restored (what happened to them is not known).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<LeftOut>,
     /// Counts by action.
     pub counts: BTreeMap<String, u64>,
     /// `full`, `partial` or `blocked` if applied now (after apply: what it did).
@@ -160,14 +175,19 @@ fn root_of(r: &SnapshotRecord) -> Result<ContentId> {
     })
 }
 
-/// The root of snapshot `id`, if it exists and was not skipped.
-fn root_at(store: &Store, id: Option<&str>) -> Result<Option<ContentId>> {
+/// Snapshot `id`, if it exists.
+fn record_at(store: &Store, id: Option<&str>) -> Result<Option<SnapshotRecord>> {
     let Some(id) = id else { return Ok(None) };
     match snapshot::get(store, id) {
-        Ok(r) => Ok(r.root.as_deref().and_then(ContentId::from_hex)),
+        Ok(r) => Ok(Some(r)),
         Err(e) if e.code == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// The root of snapshot `id`, if it exists and was not skipped.
+fn root_at(store: &Store, id: Option<&str>) -> Result<Option<ContentId>> {
+    Ok(record_at(store, id)?.and_then(|r| r.root.as_deref().and_then(ContentId::from_hex)))
 }
 
 fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
@@ -190,6 +210,9 @@ struct Chain {
     ends: Vec<Option<ContentId>>,
     /// Each turn's start after the first (`None`: missing).
     starts: Vec<Option<ContentId>>,
+    /// Paths a snapshot of the chain (target, ends, starts, now) left out for their size,
+    /// with why: the chain cannot vouch for them.
+    too_large: BTreeMap<Vec<u8>, String>,
 }
 
 impl Chain {
@@ -208,20 +231,35 @@ impl Chain {
         let opts = snapshot::TakeOptions { kind: Some(SnapshotKind::PreRewind), ..Default::default() };
         let current = snapshot::take(store, turn::source(ws, session), &opts, &turn::Hooks::new(store))?;
         let current_root = root_of(&current)?;
+        let mut too_large = BTreeMap::new();
+        let mut note = |r: &SnapshotRecord, which: String| {
+            for l in &r.left_out {
+                too_large.entry(l.path.as_bytes().to_vec()).or_insert_with(|| format!("{which}: {}", l.reason));
+            }
+        };
+        note(&current, "now".into());
+        note(&target, format!("turn {to}'s start"));
+        // A snapshot of the chain, noted for what it left out; its root (none: missing).
+        let mut root_noting = |id: Option<&str>, which: String| -> Result<Option<ContentId>> {
+            let record = record_at(store, id)?;
+            if let Some(r) = &record {
+                note(r, which);
+            }
+            Ok(record.and_then(|r| r.root.as_deref().and_then(ContentId::from_hex)))
+        };
         let mut ends = Vec::new();
         let mut starts = Vec::new();
         for (i, t) in turns.iter().enumerate() {
-            let end = match &t.end_snapshot {
-                Some(e) => root_at(store, e.id.as_deref())?,
+            ends.push(match &t.end_snapshot {
+                Some(e) => root_noting(e.id.as_deref(), format!("turn {}'s end", t.index))?,
                 None if i + 1 == turns.len() => Some(current_root),
                 None => None,
-            };
-            ends.push(end);
+            });
             if i > 0 {
-                starts.push(root_at(store, t.snapshot.id.as_deref())?);
+                starts.push(root_noting(t.snapshot.id.as_deref(), format!("turn {}'s start", t.index))?);
             }
         }
-        Ok(Chain { turns, target, target_root, current, current_root, ends, starts })
+        Ok(Chain { turns, target, target_root, current, current_root, ends, starts, too_large })
     }
 
     /// Where the chain breaks for path `p` (whose state now is `now`): a hand edit between
@@ -272,7 +310,8 @@ struct Judge<'a> {
     ws: &'a Workspace,
     lookup: snapshot::Lookup<'a>,
     hidden: HiddenAtTarget<'a>,
-    others: BTreeSet<Vec<u8>>,
+    /// Paths other sessions changed since the target turn began, with how.
+    others: BTreeMap<Vec<u8>, String>,
     force: &'a BTreeSet<String>,
 }
 
@@ -283,20 +322,27 @@ impl Judge<'_> {
         let mut why = chain.break_at(&mut self.lookup, p, c)?;
         let nested =
             is_kind(t, |k| matches!(k, NodeKind::Gitlink(_))) || is_kind(c, |k| matches!(k, NodeKind::Gitlink(_)));
-        if nested {
+        if let Some(detail) = chain.too_large.get(p) {
+            why = Some((
+                Reason::TooLarge,
+                format!("left out of a snapshot for its size ({detail}); never deleted or restored"),
+            ));
+        } else if nested {
             why = Some((Reason::NestedRepository, "a nested repository is never changed by a rewind".into()));
         } else if is_kind(t, is_link) || is_kind(c, is_link) {
             why = Some((Reason::Symlink, "a symlink: rewind restores files only; restore the link by hand".into()));
         }
         // Whatever else is said about it (a hand edit, an unverified chain), a path the
         // target could not see is never deleted, forced or not.
-        let soft = !matches!(why, Some((Reason::NestedRepository | Reason::Symlink, _)));
+        let soft = !matches!(why, Some((Reason::NestedRepository | Reason::Symlink | Reason::TooLarge, _)));
         if soft && t.is_none() && self.hidden.hides(p)? {
             let detail = "not in the target snapshot because it was ignored or excluded then; never deleted";
             why = Some((Reason::NotSnapshotted, detail.into()));
         }
-        if why.is_none() && self.others.contains(p) {
-            why = Some((Reason::OtherSession, "written by another session since this turn began".into()));
+        if why.is_none()
+            && let Some(how) = self.others.get(p)
+        {
+            why = Some((Reason::OtherSession, how.clone()));
         }
         if why.is_none()
             && files::open_parent(&self.ws.root, &RelPath::new(p.to_vec())?, false)
@@ -304,7 +350,10 @@ impl Judge<'_> {
         {
             why = Some((Reason::BehindSymlink, "behind a symlink now; never written through".into()));
         }
-        let hard = matches!(why, Some((Reason::Symlink | Reason::NotSnapshotted | Reason::BehindSymlink, _)));
+        let hard = matches!(
+            why,
+            Some((Reason::Symlink | Reason::NotSnapshotted | Reason::BehindSymlink | Reason::TooLarge, _))
+        );
         let forced = why.is_some() && !nested && !hard && self.force.contains(&name);
         let action = match (why.is_some() && !forced, t) {
             (true, _) => Action::LeaveAlone,
@@ -372,6 +421,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         target_snapshot: chain.target.snapshot_id.clone(),
         current_snapshot: chain.current.snapshot_id.clone(),
         target_late: chain.turns[0].snapshot.late,
+        left_out: left_out(&chain),
         paths,
         counts: BTreeMap::new(),
         result_type: ResultType::Full,
@@ -539,14 +589,50 @@ fn cut_history(store: &Store, session: &Session, to: u64) -> Result<(Option<Stri
     Ok((prompt, removed))
 }
 
-/// Paths that checkpoints of *other* sessions in this workspace wrote since the turn
-/// `since` began (UUID v7 ids sort by creation time).
-fn other_sessions_paths(store: &Store, ws: &Workspace, session: &Session, since: &str) -> Result<BTreeSet<Vec<u8>>> {
-    let mut out = BTreeSet::new();
+/// The files left out for their size of the snapshot taken now, then of the target.
+fn left_out(chain: &Chain) -> Vec<LeftOut> {
+    let mut out = chain.current.left_out.clone();
+    out.extend(
+        chain.target.left_out.iter().filter(|l| !out.iter().any(|n| n.path == l.path)).cloned().collect::<Vec<_>>(),
+    );
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out
+}
+
+/// Paths *other* sessions in this workspace changed since the turn `since` began, with
+/// how: those their checkpoints wrote, and those that changed between the start and end
+/// snapshots of their turns that ended after it (UUID v7 ids sort by creation time, so a
+/// snapshot id at or after `since` was taken after it).
+fn other_sessions_paths(
+    store: &Store,
+    ws: &Workspace,
+    session: &Session,
+    since: &str,
+) -> Result<BTreeMap<Vec<u8>, String>> {
+    let mut out = BTreeMap::new();
     for id in checkpoint::all_ids(store)?.into_iter().filter(|id| id.as_str() >= since) {
         let Ok(r) = checkpoint::load(store, &id) else { continue };
         if r.workspace_id == ws.id && r.session_id != session.id {
-            out.extend(r.targets.iter().map(|t| t.path.as_bytes().to_vec()));
+            for t in &r.targets {
+                let how = format!("written by session {} since this turn began", r.session_id);
+                out.entry(t.path.as_bytes().to_vec()).or_insert(how);
+            }
+        }
+    }
+    for other in Session::list(store, ws)?.into_iter().filter(|s| s.id != session.id) {
+        for t in turn::list(store, &other.id)? {
+            let Some(end) = t.end_snapshot.as_ref().and_then(|e| e.id.as_deref()).filter(|e| *e >= since) else {
+                continue;
+            };
+            let (Some(start), Some(end)) = (root_at(store, t.snapshot.id.as_deref())?, root_at(store, Some(end))?)
+            else {
+                continue;
+            };
+            for change in crate::snapshot::diff::raw(store, &start, &end)? {
+                let how =
+                    format!("changed in session {}'s turn {}, which overlaps the turns rewound", other.id, t.index);
+                out.entry(change.path).or_insert(how);
+            }
         }
     }
     Ok(out)

@@ -1,0 +1,363 @@
+//! Snapshots that keep protecting the workspace when something goes wrong with them: a
+//! stat cache that no longer verifies, a file too large to keep, another session's shell
+//! changes inside a rewound range, and agent payloads far larger than anything kept.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::common::{Env, parse_json, show_output, str_at};
+
+/// Flips one byte in the middle of every stored stat cache (`store.db`, through python3's
+/// sqlite3 module: the CLI crate has no SQLite dev-dependency). Returns how many.
+fn corrupt_stat_caches(env: &Env) -> u64 {
+    let script = "import sqlite3, sys\n\
+        c = sqlite3.connect(sys.argv[1])\n\
+        n = 0\n\
+        for k, v in c.execute(\"SELECT key, value FROM kv_large WHERE ns = 'statcache'\").fetchall():\n\
+        \x20   v = bytearray(v); v[len(v) // 2] ^= 0x01\n\
+        \x20   c.execute(\"UPDATE kv_large SET value = ? WHERE ns = 'statcache' AND key = ?\", (bytes(v), k)); n += 1\n\
+        c.commit()\n\
+        print(n)\n";
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(env.store.join("store.db"))
+        .output()
+        .expect("run python3 to tamper with the store");
+    assert!(out.status.success(), "tampering failed: {}", show_output(&out));
+    String::from_utf8_lossy(&out.stdout).trim().parse().expect("count of tampered stat caches")
+}
+
+fn turn(env: &Env, prompt: &str, work: impl FnOnce(&Env)) {
+    env.ok(&["turn", "begin", "--prompt", prompt], None);
+    work(env);
+    env.ok(&["turn", "end"], None);
+}
+
+/// A sparse file of `len` bytes: as large as a disk image to every stat, nothing on disk.
+fn sparse(env: &Env, rel: &str, len: u64) {
+    let f = std::fs::File::create(env.ws.join(rel)).unwrap();
+    f.set_len(len).unwrap();
+}
+
+fn set_settings(env: &Env, snapshots: &str) {
+    env.ok(&["init"], None);
+    std::fs::write(env.store.join("settings.toml"), format!("[snapshots]\n{snapshots}\n")).unwrap();
+}
+
+fn path_of<'a>(plan: &'a Value, p: &str) -> Option<&'a Value> {
+    plan["paths"].as_array().unwrap().iter().find(|x| x["path"] == p)
+}
+
+// ---------------------------------------------------------------------------------------
+// A corrupt stat cache
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_corrupt_stat_cache_is_reported_once_dropped_and_every_file_read_again() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    env.write("src/b.txt", "b0\n");
+    turn(&env, "one", |env| env.write("a.txt", "a1\n"));
+    assert!(corrupt_stat_caches(&env) > 0, "the session has a stat cache");
+
+    // The preview (which takes a pre-rewind snapshot) works, and says what happened.
+    let out = env.run(&["--json", "rewind", "--to", "1"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    let plan = parse_json(&out);
+    assert_eq!(path_of(&plan, "a.txt").unwrap()["action"], "restore", "{plan:#}");
+
+    // Reported once: the next snapshot finds a good cache again (the one just written).
+    let snap = env.json(&["snapshot"]);
+    assert!(snap.get("statCacheDropped").is_none(), "reported once only: {snap:#}");
+
+    // Dropped where it is found, by a plain snapshot too: reported, every file read.
+    assert!(corrupt_stat_caches(&env) > 0);
+    let snap = env.json(&["snapshot"]);
+    assert!(str_at(&snap, "/statCacheDropped").contains("did not verify"), "{snap:#}");
+    assert_eq!(snap["readFiles"], 2, "every file read in full: {snap:#}");
+    assert!(snap["skipped"].is_null());
+    let text = env.ok(&["snapshot"], None);
+    assert!(!String::from_utf8_lossy(&text.stdout).contains("stat cache"), "not reported twice");
+
+    // A turn begins with its start snapshot, and `turn end` says so on stderr.
+    assert!(corrupt_stat_caches(&env) > 0);
+    let begun = env.json(&["turn", "begin", "--prompt", "two"]);
+    assert!(begun["turn"]["snapshot"]["id"].is_string(), "{begun:#}");
+    assert!(begun["turn"]["snapshot"]["skipped"].is_null(), "{begun:#}");
+    assert!(corrupt_stat_caches(&env) > 0);
+    let ended = env.ok(&["turn", "end"], None);
+    assert!(String::from_utf8_lossy(&ended.stderr).contains("stat cache"), "{}", show_output(&ended));
+    let turns = env.json(&["turns"]);
+    assert!(turns["turns"][1]["endSnapshot"]["id"].is_string(), "{turns:#}");
+    env.ok(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("a.txt").unwrap(), b"a0\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// One big file
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_file_over_max_file_size_is_left_out_and_the_rest_is_snapshotted() {
+    let env = Env::new();
+    env.write("src/main.rs", "v0\n");
+    sparse(&env, "disk.img", 3 << 30);
+    turn(&env, "one", |env| env.write("src/main.rs", "v1\n"));
+
+    let turns = env.json(&["turns"]);
+    let t = &turns["turns"][0];
+    assert!(t["snapshot"]["skipped"].is_null(), "the start snapshot is taken: {turns:#}");
+    assert!(t["endSnapshot"]["skipped"].is_null(), "{turns:#}");
+    let left = &t["snapshot"]["leftOut"][0];
+    assert_eq!(left["path"], "disk.img", "{turns:#}");
+    assert!(str_at(left, "/reason").contains("max-file-size"), "{turns:#}");
+    let text = String::from_utf8_lossy(&env.ok(&["turns"], None).stdout).into_owned();
+    assert!(text.contains("left out disk.img"), "{text}");
+
+    let diff = env.json(&["diff", "--turn", "1"]);
+    assert_eq!(diff["changes"].as_array().unwrap().len(), 1, "{diff:#}");
+    assert_eq!(diff["leftOut"][0]["path"], "disk.img", "{diff:#}");
+    let text = String::from_utf8_lossy(&env.ok(&["diff", "--turn", "1", "--stat"], None).stdout).into_owned();
+    assert!(text.contains("disk.img"), "{text}");
+
+    let plan = parse_json(&env.run(&["--json", "rewind", "--to", "1"], None));
+    assert_eq!(plan["resultType"], "full", "{plan:#}");
+    assert_eq!(plan["leftOut"][0]["path"], "disk.img", "{plan:#}");
+    let text = String::from_utf8_lossy(&env.run(&["rewind", "--to", "1"], None).stdout).into_owned();
+    assert!(text.contains("disk.img"), "{text}");
+    env.ok(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("src/main.rs").unwrap(), b"v0\n");
+    assert_eq!(std::fs::metadata(env.ws.join("disk.img")).unwrap().len(), 3 << 30, "never deleted");
+}
+
+#[test]
+fn a_large_file_added_later_does_not_switch_later_snapshots_off() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    turn(&env, "one", |env| env.write("a.txt", "a1\n"));
+    // 150 MiB: under max-file-size, but more than a later snapshot may add (100 MiB).
+    turn(&env, "two", |env| {
+        sparse(env, "model.bin", 150 << 20);
+        env.write("a.txt", "a2\n");
+    });
+    turn(&env, "three", |env| env.write("a.txt", "a3\n"));
+    let turns = env.json(&["turns"]);
+    for t in turns["turns"].as_array().unwrap() {
+        assert!(t["snapshot"]["skipped"].is_null(), "{turns:#}");
+        assert!(t["endSnapshot"]["skipped"].is_null(), "{turns:#}");
+    }
+    let left = &turns["turns"][2]["snapshot"]["leftOut"][0];
+    assert_eq!(left["path"], "model.bin", "{turns:#}");
+    assert!(str_at(left, "/reason").contains("later-max-size"), "{turns:#}");
+    // The rewind takes back the rest of turn 2, and leaves the file it never saw whole
+    // alone (a partial rewind, saying why).
+    let out = env.run(&["--json", "rewind", "--to", "2", "--apply"], None);
+    assert_eq!(out.status.code(), Some(3), "{}", show_output(&out));
+    let done = parse_json(&out);
+    let model = path_of(&done["plan"], "model.bin").expect("listed");
+    assert_eq!(model["reason"], "too-large", "{done:#}");
+    assert_eq!(env.read("a.txt").unwrap(), b"a1\n");
+    assert!(env.ws.join("model.bin").exists(), "a left-out file is never deleted");
+}
+
+#[test]
+fn a_file_that_grew_over_the_limit_is_neither_restored_nor_deleted() {
+    let env = Env::new();
+    set_settings(&env, "max-file-size = \"64 KiB\"");
+    env.write("data.csv", "small\n");
+    env.write("code.rs", "c0\n");
+    turn(&env, "one", |env| {
+        env.write("data.csv", "x".repeat(100 << 10));
+        env.write("code.rs", "c1\n");
+    });
+    let plan = parse_json(&env.run(&["--json", "rewind", "--to", "1"], None));
+    let data = path_of(&plan, "data.csv").expect("listed");
+    assert_eq!(
+        (data["action"].as_str(), data["reason"].as_str()),
+        (Some("leave-alone"), Some("too-large")),
+        "{plan:#}"
+    );
+    assert_eq!(path_of(&plan, "code.rs").unwrap()["action"], "restore");
+    let _ = env.run(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("code.rs").unwrap(), b"c0\n");
+    assert_eq!(env.read("data.csv").unwrap().len(), 100 << 10, "left as it is");
+    // Settings are validated.
+    std::fs::write(env.store.join("settings.toml"), "[snapshots]\nmax-file-size = \"12 MB\"\n").unwrap();
+    let f = env.fail(&["snapshot"], None);
+    assert!(f.message.contains("max-file-size"), "{f:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Another session's shell changes
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_rewind_leaves_another_sessions_shell_change_alone() {
+    let env = Env::new();
+    env.write("c.txt", "unformatted\n");
+    env.write("a.txt", "a0\n");
+    env.ok(&["session", "new", "--id", "a"], None);
+    env.ok(&["session", "new", "--id", "b"], None);
+    env.ok(&["--session", "a", "turn", "begin", "--prompt", "a1"], None);
+    env.write("a.txt", "a1\n");
+    // B's turn runs a formatter: no checkpoint, only B's snapshots see the change.
+    env.ok(&["--session", "b", "turn", "begin", "--prompt", "format"], None);
+    env.write("c.txt", "formatted\n");
+    env.ok(&["--session", "b", "turn", "end"], None);
+    let diff = env.json(&["--session", "b", "diff", "--turn", "1"]);
+    assert_eq!(diff["changes"][0]["path"], "c.txt", "B's snapshots show the change as B's: {diff:#}");
+    env.ok(&["--session", "a", "turn", "end"], None);
+
+    let plan = parse_json(&env.run(&["--json", "--session", "a", "rewind", "--to", "1"], None));
+    let c = path_of(&plan, "c.txt").expect("listed");
+    assert_eq!((c["action"].as_str(), c["reason"].as_str()), (Some("leave-alone"), Some("other-session")), "{plan:#}");
+    assert_eq!(path_of(&plan, "a.txt").unwrap()["action"], "restore");
+    let _ = env.run(&["--session", "a", "rewind", "--to", "1", "--apply"], None);
+    assert_eq!(env.read("c.txt").unwrap(), b"formatted\n", "B's change stays");
+    assert_eq!(env.read("a.txt").unwrap(), b"a0\n");
+}
+
+#[test]
+fn force_takes_back_another_sessions_change_inside_the_rewound_range() {
+    let env = Env::new();
+    env.write("c.txt", "unformatted\n");
+    env.ok(&["session", "new", "--id", "a"], None);
+    env.ok(&["session", "new", "--id", "b"], None);
+    env.ok(&["--session", "a", "turn", "begin", "--prompt", "a1"], None);
+    env.ok(&["--session", "b", "turn", "begin", "--prompt", "format"], None);
+    env.write("c.txt", "formatted\n");
+    env.ok(&["--session", "b", "turn", "end"], None);
+    env.ok(&["--session", "a", "turn", "end"], None);
+    env.ok(&["--session", "a", "rewind", "--to", "1", "--apply", "--force", "c.txt"], None);
+    assert_eq!(env.read("c.txt").unwrap(), b"unformatted\n");
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory bounded by what is kept, not by what is sent
+// ---------------------------------------------------------------------------------------
+
+/// Runs `turnback ARGS` under `/usr/bin/time -v`: its output and its peak RSS in bytes.
+fn measured(env: &Env, args: &[&str], stdin: &[u8]) -> Option<(std::process::Output, u64)> {
+    use std::io::Write;
+    if !std::path::Path::new("/usr/bin/time").exists() {
+        println!("skipped: /usr/bin/time is not installed");
+        return None;
+    }
+    let inner = env.command(args);
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.arg("-v").arg(inner.get_program()).args(inner.get_args());
+    cmd.current_dir(inner.get_current_dir().unwrap());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_vec();
+    let writer = std::thread::spawn(move || {
+        let _ = pipe.write_all(&input);
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let kib: u64 = err
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes):"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS in {err}"));
+    Some((out, kib * 1024))
+}
+
+const HUNDRED_MB: usize = 100_000_000;
+
+#[test]
+fn a_100_mb_prompt_to_the_hook_is_read_in_bounded_memory() {
+    let env = Env::new();
+    let mut prompt = String::from("please look at this\n");
+    prompt.push_str(&"y".repeat(HUNDRED_MB));
+    let event = json!({
+        "session_id": "big",
+        "transcript_path": env.root.join("big.jsonl"),
+        "cwd": env.ws,
+        "hook_event_name": "UserPromptSubmit",
+        "prompt": prompt,
+    });
+    drop(prompt);
+    let Some((out, peak)) = measured(&env, &["hook", "claude-code"], event.to_string().as_bytes()) else { return };
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes for a 100 MB prompt");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "nothing went wrong: {log}");
+    let turns = env.json(&["--session", "big", "turns"]);
+    assert_eq!(str_at(&turns, "/turns/0/preview"), "please look at this", "{turns:#}");
+    let history = env.json(&["--session", "big", "history", "show"]);
+    let entry = &history["entries"][0];
+    assert!(str_at(entry, "/content").starts_with("please look at this\nyyy"));
+    let notes = entry["notes"].to_string();
+    assert!(notes.contains(&format!("of {} bytes", HUNDRED_MB + 20)), "the note counts what was sent: {notes}");
+}
+
+#[test]
+fn the_stop_after_a_100_mb_prompt_reads_the_transcript_in_bounded_memory() {
+    let env = Env::new();
+    let session = "big-stop";
+    let transcript = env.root.join("big-stop.jsonl");
+    let event = |name: &str, extra: Value| {
+        let mut e =
+            json!({ "session_id": session, "transcript_path": transcript, "cwd": env.ws, "hook_event_name": name });
+        for (k, v) in extra.as_object().unwrap() {
+            e[k] = v.clone();
+        }
+        e
+    };
+    let prompt = format!("please look at this\n{}", "y".repeat(HUNDRED_MB));
+    crate::common::hook(&env, "claude-code", &event("UserPromptSubmit", json!({ "prompt": prompt })));
+    let rows = [
+        json!({ "type": "user", "uuid": "u1", "parentUuid": null, "timestamp": crate::common::stamp(0),
+                "message": { "role": "user", "content": prompt } }),
+        json!({ "type": "assistant", "uuid": "a1", "parentUuid": "u1", "timestamp": crate::common::stamp(2000),
+                "message": { "role": "assistant", "content": [ { "type": "text", "text": "Looked." } ] } }),
+    ];
+    drop(prompt);
+    std::fs::write(&transcript, rows.iter().map(|r| format!("{r}\n")).collect::<String>()).unwrap();
+    drop(rows);
+    let stop = event("Stop", json!({ "stop_hook_active": false }));
+    let Some((out, peak)) = measured(&env, &["hook", "claude-code"], stop.to_string().as_bytes()) else { return };
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes reading a transcript with a 100 MB prompt");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.is_empty(), "nothing went wrong: {log}");
+    let turns = env.json(&["--session", session, "turns"]);
+    assert_eq!(turns["turns"].as_array().unwrap().len(), 1, "the reply joins the hook's turn: {turns:#}");
+    let history = env.json(&["--session", session, "history", "show"]);
+    assert_eq!(str_at(&history, "/entries/1/content"), "Looked.", "{history:#}");
+}
+
+#[test]
+fn a_100_mb_history_append_is_read_in_bounded_memory() {
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "p"], None);
+    let entry = json!({ "role": "assistant", "content": "z".repeat(HUNDRED_MB) });
+    let Some((out, peak)) = measured(&env, &["--json", "history", "append"], entry.to_string().as_bytes()) else {
+        return;
+    };
+    drop(entry);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes for a 100 MB entry");
+    let done = parse_json(&out);
+    let notes = done["appended"][0]["notes"].to_string();
+    assert!(notes.contains(&format!("of {HUNDRED_MB} bytes")), "{notes}");
+    // Past the document cap (many fields, each under the string cap), refused, not read whole.
+    let many: Vec<Value> = (0..40).map(|_| json!({ "role": "assistant", "content": "w".repeat(3 << 20) })).collect();
+    let Some((out, peak)) = measured(&env, &["history", "append"], Value::Array(many).to_string().as_bytes()) else {
+        return;
+    };
+    assert_eq!(out.status.code(), Some(2), "refused as a bad argument: {}", show_output(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 64 MiB"), "{}", show_output(&out));
+    assert!(peak < 160 << 20, "peak RSS {peak} bytes");
+}
