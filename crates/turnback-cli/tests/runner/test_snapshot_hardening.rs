@@ -61,6 +61,12 @@ fn a_corrupt_stat_cache_is_reported_once_dropped_and_every_file_read_again() {
     env.write("src/b.txt", "b0\n");
     turn(&env, "one", |env| env.write("a.txt", "a1\n"));
     assert!(corrupt_stat_caches(&env) > 0, "the session has a stat cache");
+    // verify reports it, as derived data that needs no backup.
+    let out = env.run(&["--json", "verify", "--deep"], None);
+    let report = parse_json(&out);
+    let problem = report["problems"].as_array().unwrap().iter().find(|p| str_at(p, "/what").starts_with("statcache"));
+    let actions = problem.unwrap_or_else(|| panic!("{report:#}"))["recoveryActions"].to_string();
+    assert!(actions.contains("next snapshot drops") && !actions.contains("backup"), "{actions}");
 
     // The preview (which takes a pre-rewind snapshot) works, and says what happened.
     let out = env.run(&["--json", "rewind", "--to", "1"], None);

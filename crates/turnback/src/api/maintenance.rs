@@ -153,7 +153,14 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         for (k, v) in entries {
             counts.records += 1;
             if deep && let Err(e) = store.open_bytes(ns, &k, &v) {
-                problems.push(problem(format!("{ns} record {}", String::from_utf8_lossy(&k)), &e));
+                let mut p = problem(format!("{ns} record {}", String::from_utf8_lossy(&k)), &e);
+                if ns == schema::STATCACHE {
+                    // Derived data: nothing is lost, and no backup is needed.
+                    p.recovery_actions = vec![
+                        "nothing to restore: the session's next snapshot drops this cache and reads every file".into(),
+                    ];
+                }
+                problems.push(p);
             }
         }
     }
