@@ -66,7 +66,7 @@ fn a_corrupt_stat_cache_is_reported_once_dropped_and_every_file_read_again() {
     let report = parse_json(&out);
     let problem = report["problems"].as_array().unwrap().iter().find(|p| str_at(p, "/what").starts_with("statcache"));
     let actions = problem.unwrap_or_else(|| panic!("{report:#}"))["recoveryActions"].to_string();
-    assert!(actions.contains("next snapshot drops") && !actions.contains("backup"), "{actions}");
+    assert!(actions.contains("rebuilt by the next snapshot") && !actions.contains("backup"), "{actions}");
 
     // The preview (which takes a pre-rewind snapshot) works, and says what happened.
     let out = env.run(&["--json", "rewind", "--to", "1"], None);

@@ -144,7 +144,8 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         }
     }
     // Checkpoint records were opened above, one by one.
-    for ns in schema::TABLES.iter().filter(|t| t.sealed && t.owner != "checkpoint/").map(|t| t.name) {
+    for table in schema::TABLES.iter().filter(|t| t.sealed && t.owner != "checkpoint/") {
+        let ns = table.name;
         let mut entries = Vec::new();
         store.kv().scan(ns, b"", &mut |k, v| {
             entries.push((k.to_vec(), v.to_vec()));
@@ -154,11 +155,10 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
             counts.records += 1;
             if deep && let Err(e) = store.open_bytes(ns, &k, &v) {
                 let mut p = problem(format!("{ns} record {}", String::from_utf8_lossy(&k)), &e);
-                if ns == schema::STATCACHE {
-                    // Derived data: nothing is lost, and no backup is needed.
-                    p.recovery_actions = vec![
-                        "nothing to restore: the session's next snapshot drops this cache and reads every file".into(),
-                    ];
+                if table.derived {
+                    // Nothing is lost, and no backup is needed.
+                    p.recovery_actions =
+                        vec!["nothing to restore: derived data, dropped and rebuilt by the next snapshot".into()];
                 }
                 problems.push(p);
             }

@@ -11,6 +11,7 @@
 //! - A `digested` table's rows are authenticated by keyed digests per session and per
 //!   table, kept in the transaction that writes the rows (`storage/digest.rs`), so `verify`
 //!   sees rows deleted, added or moved even when nothing is left dangling.
+//! - A `derived` table's rows are rebuilt from the workspace when lost or damaged.
 //! - A `large` table's values may be big (content, stat caches, history): the SQLite
 //!   backend keeps them in a rowid table of their own.
 
@@ -32,6 +33,9 @@ pub(crate) struct Table {
     /// Its rows are authenticated by keyed digests ([`digest`](crate::storage::digest)):
     /// written only through `digest::put` and `digest::delete`.
     pub digested: bool,
+    /// Its rows are derived from the workspace and rebuilt when lost or damaged (no
+    /// backup is needed for them).
+    pub derived: bool,
 }
 
 macro_rules! tables {
@@ -39,12 +43,13 @@ macro_rules! tables {
         $( $(#[$doc])* pub(crate) const $ident: Ns = $name; )*
         /// Every table, in the order key rotation and `verify` visit them.
         pub(crate) const TABLES: &[Table] = &[
-            $( Table { name: $name, owner: $owner, sealed: tables!(@has sealed $($flag)*), large: tables!(@has large $($flag)*), digested: tables!(@has digested $($flag)*) }, )*
+            $( Table { name: $name, owner: $owner, sealed: tables!(@has sealed $($flag)*), large: tables!(@has large $($flag)*), digested: tables!(@has digested $($flag)*), derived: tables!(@has derived $($flag)*) }, )*
         ];
     };
     (@has sealed sealed $($rest:ident)*) => { true };
     (@has large large $($rest:ident)*) => { true };
     (@has digested digested $($rest:ident)*) => { true };
+    (@has derived derived $($rest:ident)*) => { true };
     (@has $want:ident $other:ident $($rest:ident)*) => { tables!(@has $want $($rest)*) };
     (@has $want:ident) => { false };
 }
@@ -85,7 +90,7 @@ tables! {
     /// Snapshots by turn and side.
     SNAPSHOTS_BY_TURN = "snapshots-by-turn" in "snapshot/";
     /// Per-session stat caches.
-    STATCACHE = "statcache" in "snapshot/statcache.rs", sealed, large;
+    STATCACHE = "statcache" in "snapshot/statcache.rs", sealed, large, derived;
     /// Registered workspaces, by keyed lookup id of their path.
     WORKSPACES = "workspaces" in "session/workspace.rs", sealed;
     /// Session records.
