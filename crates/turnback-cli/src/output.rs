@@ -122,7 +122,9 @@ pub fn print_error(e: &Error, json_mode: bool) -> i32 {
     if json_mode {
         let _ = out(&format!("{}\n", serde_json::to_string_pretty(&e.report()).expect("JSON values serialize")));
     } else {
-        let mut text = format!("turnback: {}: {}\n", e.code, e.message);
+        // A message may carry a name the caller gave (a path, an edit's text): quoted
+        // like every name on a terminal; the JSON report stays exact.
+        let mut text = format!("turnback: {}: {}\n", e.code, turnback::escape_controls(&e.message));
         for action in e.code.recovery_actions() {
             text.push_str(&format!("  - {action}\n"));
         }

@@ -24,7 +24,11 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let tb = ctx.open_for_turns(Duration::from_millis(wait_ms))?;
             let begun = tb.begin_turn(&BeginRequest { prompt, background, new }, Some(&cancel))?;
             if let Some(reason) = &begun.turn.snapshot.skipped {
-                err(&format!("turnback: turn {} started without a start snapshot: {reason}\n", begun.turn.index));
+                err(&format!(
+                    "turnback: turn {} started without a start snapshot: {}\n",
+                    begun.turn.index,
+                    escape_controls(reason)
+                ));
             }
             tell(&begun.turn.snapshot, begun.turn.index, "start");
             let text = begun.turn.turn_id.clone();
@@ -34,7 +38,11 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let tb = ctx.open(true)?;
             let t = Progress::during(|report| tb.end_turn(Some(report)))?;
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
-                err(&format!("turnback: turn {} ended without an end snapshot: {reason}\n", t.index));
+                err(&format!(
+                    "turnback: turn {} ended without an end snapshot: {}\n",
+                    t.index,
+                    escape_controls(reason)
+                ));
             }
             if let Some(end) = &t.end_snapshot {
                 tell(end, t.index, "end");
@@ -90,7 +98,7 @@ pub fn list(ctx: &Ctx) -> Result<Outcome> {
 
 fn turn_line(t: &TurnSummary) -> String {
     let snap = match (&t.snapshot.id, &t.snapshot.skipped) {
-        (_, Some(reason)) => format!("snapshot skipped: {reason}"),
+        (_, Some(reason)) => format!("snapshot skipped: {}", escape_controls(reason)),
         (Some(id), None) => format!("snapshot {id}{}", if t.snapshot.late { " (late)" } else { "" }),
         (None, None) => "snapshot pending (late)".to_string(),
     };

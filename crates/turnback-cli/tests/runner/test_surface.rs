@@ -242,6 +242,20 @@ fn assert_no_control(what: &str, bytes: &[u8]) {
     }
 }
 
+/// An error's message may carry a name the caller gave: on a terminal it is escaped like
+/// every name; the `--json` report keeps it exact.
+#[test]
+fn error_messages_escape_control_characters_and_json_keeps_them() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let name = "gone\u{1b}[2J\rforged.txt";
+    let out = env.run(&["fs", "edit", name, "--old", "a", "--new", "b"], None);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(!out.stderr.contains(&0x1b) && !out.stderr.contains(&b'\r'), "{}", show_output(&out));
+    let f = env.fail(&["fs", "edit", name, "--old", "a", "--new", "b"], None);
+    assert!(f.message.contains(name), "JSON keeps the exact name: {}", f.message);
+}
+
 #[test]
 fn diff_rewind_and_rollback_quote_control_characters_in_names() {
     let env = Env::new();
