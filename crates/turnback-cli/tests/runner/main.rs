@@ -17,3 +17,4 @@ mod test_rewind;
 mod test_rollback;
 mod test_sessions;
 mod test_turns;
+mod test_writes;
