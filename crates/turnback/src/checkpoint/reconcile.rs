@@ -1,5 +1,10 @@
 //! Recovery of what a crash left: stages whose process died, their journal operations,
 //! and the temporary files and directories of interrupted writes.
+//!
+//! Invariants: a record is marked only after its workspace was cleaned, so a crash during
+//! reconcile leaves work for the next run, never a lost temporary file; a temporary file is
+//! deleted only when it cannot hold anyone's content ([`temp_verdict`]), otherwise it is
+//! kept, visible, as `NAME.turnback-recovered`.
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStringExt;
@@ -7,11 +12,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::base::hex::hex;
 use crate::base::time::{format_ms, now_ms};
 use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
 use crate::error::{ErrorCode, Result};
-use crate::fs::files::{self, Current};
+use crate::fs::files::{self, Current, TempPhase};
 use crate::fs::lock;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -61,8 +67,9 @@ pub struct ReconciledCheckpoint {
 ///
 /// Workspace clean-up happens before the record is marked, so a crash during reconcile
 /// leaves the record pending and the next run does it again (it is idempotent). A
-/// temporary file whose content is neither the target's original nor the intended result
-/// is not deleted: it is renamed `NAME.turnback-recovered` and reported. A record that
+/// temporary file a swap may have displaced someone's content into, holding neither the
+/// target's original nor the intended result, is not deleted: it is renamed
+/// `NAME.turnback-recovered` and reported. One still being written is removed. A record that
 /// does not verify is reported and left for `verify`, never a reason to stop.
 ///
 /// `workspace_root` finds a workspace's directory by id (`None`: it is not registered any
@@ -146,37 +153,39 @@ fn mark_interrupted(store: &Store, id: &str) -> Result<Option<ReconciledCheckpoi
     }))
 }
 
-/// Removes what an interrupted write left in the workspace: its temporary file (only if
-/// it holds the original or the intended result) and directories it created (if empty).
+/// Removes what an interrupted write left in the workspace: its temporary files (see
+/// [`temp_verdict`]) and directories it created (if empty).
 fn clean_workspace(store: &Store, root: &Path, record: &CheckpointRecord, report: &mut ReconcileReport) {
     for t in &record.targets {
         if let Ok(parent) = files::open_parent(root, &t.path, false) {
-            let temp = files::temp_name(&t.path, &record.checkpoint_id);
+            let swapping = files::temp_name(&t.path, &record.checkpoint_id);
             let known = [
                 t.pre_image.digest.as_deref(),
                 t.intended_digest.as_deref(),
                 t.post_image.as_ref().and_then(|p| p.digest.as_deref()),
             ];
-            match parent.read_sibling(&temp) {
-                Ok(Current::File { bytes, .. }) => {
-                    let digest = crate::base::hex::hex(&store.keys().content_id(&bytes));
-                    if known.contains(&Some(digest.as_str())) {
+            for (temp, phase) in [(files::writing_name(&swapping), TempPhase::Writing), (swapping, TempPhase::Swapping)]
+            {
+                let found = match parent.read_sibling(&temp) {
+                    Ok(Current::Absent) => continue,
+                    Ok(Current::File { bytes, .. }) => {
+                        Found::Bytes(known.contains(&Some(hex(&store.keys().content_id(&bytes)).as_str())))
+                    }
+                    Err(_) => Found::Unreadable,
+                };
+                match temp_verdict(phase, found) {
+                    Verdict::Remove => {
                         if parent.remove_temp(&temp).unwrap_or(false) {
                             report.temp_files_removed += 1;
                         }
-                    } else {
+                    }
+                    Verdict::KeepAsRecovered => {
                         let mut kept = t.path.as_bytes().rsplit(|b| *b == b'/').next().unwrap_or_default().to_vec();
                         kept.extend_from_slice(b".turnback-recovered");
                         let kept = std::ffi::OsString::from_vec(kept);
                         if parent.rename_sibling(&temp, &kept).is_ok() {
                             report.recovered_files.push(t.path.display() + ".turnback-recovered");
                         }
-                    }
-                }
-                Ok(Current::Absent) => {}
-                Err(_) => {
-                    if parent.remove_temp(&temp).unwrap_or(false) {
-                        report.temp_files_removed += 1;
                     }
                 }
             }
@@ -186,5 +195,53 @@ fn clean_workspace(store: &Store, root: &Path, record: &CheckpointRecord, report
                 report.dirs_removed += 1;
             }
         }
+    }
+}
+
+/// What was found under a temporary name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// A file; true if its content is the target's original, the intended result or the
+    /// recorded result.
+    Bytes(bool),
+    /// Something that is not a readable regular file.
+    Unreadable,
+}
+
+/// What becomes of a temporary file an interrupted write left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// turnback's own garbage.
+    Remove,
+    /// Possibly someone else's content: renamed `NAME.turnback-recovered` and reported.
+    KeepAsRecovered,
+}
+
+/// The one decision about a leftover temporary file. Under a writing name it is
+/// turnback's own, whatever it holds: a write stopped midway (a prefix of the intended
+/// bytes), and no swap had begun, so nobody's content can be in it. Under a swapping name
+/// it held turnback's complete bytes before the swap and the displaced file after: it goes
+/// only if it is the original, the intended or the recorded content, and is kept
+/// otherwise — that is someone else's work, displaced mid-swap.
+fn temp_verdict(phase: TempPhase, found: Found) -> Verdict {
+    match (phase, found) {
+        (TempPhase::Writing, _) => Verdict::Remove,
+        (TempPhase::Swapping, Found::Bytes(true) | Found::Unreadable) => Verdict::Remove,
+        (TempPhase::Swapping, Found::Bytes(false)) => Verdict::KeepAsRecovered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temp_file_is_kept_only_if_it_may_hold_someone_elses_content() {
+        for found in [Found::Bytes(true), Found::Bytes(false), Found::Unreadable] {
+            assert_eq!(temp_verdict(TempPhase::Writing, found), Verdict::Remove, "{found:?}");
+        }
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::Bytes(true)), Verdict::Remove);
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::Bytes(false)), Verdict::KeepAsRecovered);
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::Unreadable), Verdict::Remove, "nobody's file");
     }
 }
