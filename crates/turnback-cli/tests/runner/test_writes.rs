@@ -212,3 +212,48 @@ fn turnbacks_own_temporary_files_are_never_snapshotted() {
     assert!(text.contains("notes.md") && text.contains(".x.turnback-notanid.tmp"), "{diff:#}");
     assert!(!text.contains(id), "a temporary file was recorded: {diff:#}");
 }
+
+/// The temporary name turnback gives a write of `name` (in its directory) for `checkpoint`.
+fn temp_of(dir: &str, name: &str, checkpoint: &str, suffix: &str) -> String {
+    format!("{dir}.{name}.turnback-{}.{suffix}", checkpoint.replace('-', ""))
+}
+
+#[test]
+fn reconcile_removes_turnbacks_stray_temporary_files_and_keeps_what_may_be_someone_elses() {
+    let env = Env::new();
+    let original = noise(64 << 10, 17);
+    env.ok(&["init"], None);
+    env.ok(&["turn", "begin", "--prompt", "shrink"], None);
+    env.ok(&["fs", "write", "big.txt"], Some(&original));
+    let shrink = str_at(&env.json_with(&["fs", "write", "big.txt"], Some(b"small\n")), "/checkpointId").to_string();
+    env.ok(&["turn", "end"], None);
+    let applied = env.json(&["rollback", &shrink, "--apply"]);
+    let undo = str_at(&applied, "/rollbackCheckpointId").to_string();
+    env.write("notes.md", "a person's notes\n");
+
+    // What a rollback cut short by a full disk left in an earlier version: the start of
+    // the bytes it was putting back, under the name it swaps from, its operation closed.
+    let cut_short = temp_of("", "big.txt", &undo, "tmp");
+    env.write(&cut_short, &original[..10_000]);
+    // A write in progress when its process went, of a checkpoint nobody knows.
+    let writing = temp_of("sub/", "x.txt", "01a2318f-0d4b-7c2e-9a5f-3b6d8e1c2a47", "part");
+    env.write(&writing, "anything at all");
+    // Under a swapping name, content that is none of the checkpoint's: maybe someone's.
+    let foreign = temp_of("", "notes.md", &shrink, "tmp");
+    env.write(&foreign, "someone's words\n");
+
+    let report = env.json(&["reconcile"]);
+    assert_eq!(report["tempFilesRemoved"], 2, "{report:#}");
+    assert_eq!(report["recoveredFiles"], serde_json::json!(["notes.md.turnback-recovered"]), "{report:#}");
+    assert_eq!(env.read(&cut_short), None);
+    assert_eq!(env.read(&writing), None);
+    assert_eq!(env.read(&foreign), None);
+    assert_eq!(env.read("notes.md.turnback-recovered").unwrap(), b"someone's words\n");
+    assert_eq!(env.read("big.txt").unwrap(), original, "the files themselves are left alone");
+    assert_eq!(env.read("notes.md").unwrap(), b"a person's notes\n");
+    let again = env.json(&["reconcile"]);
+    assert_eq!(
+        (again["tempFilesRemoved"].as_u64(), again["recoveredFiles"].as_array().map(Vec::len)),
+        (Some(0), Some(0))
+    );
+}

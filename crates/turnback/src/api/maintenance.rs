@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::api::{Turnback, calls};
 use crate::checkpoint::artifact::{self, ArtifactState, Expected};
 use crate::checkpoint::journal;
-use crate::checkpoint::{self, CheckpointRecord, EvictionReport, RetentionState, StageState};
+use crate::checkpoint::{self, CheckpointRecord, EvictionReport, ReconcileReport, RetentionState, StageState};
 use crate::error::Error;
 use crate::error::{ErrorCode, Result};
 use crate::fs::lock;
@@ -384,6 +384,26 @@ impl Turnback {
     /// Store errors that stop the check itself (every problem found is in the report).
     pub fn verify(&self, deep: bool) -> Result<VerifyReport> {
         verify(&self.store, deep)
+    }
+
+    /// Recovery on request (`turnback reconcile`): what opening found and did (see
+    /// [`reconciled`](Self::reconciled)), and then a sweep of this workspace, if it is
+    /// registered, for turnback's own temporary files that no interrupted operation
+    /// accounts for (left by a failed clean-up or an earlier version). Each is removed, or
+    /// kept as `NAME.turnback-recovered` if it may hold someone else's content; both count
+    /// in the report. Waits for the workspace lock, so no write of turnback's is under way.
+    ///
+    /// # Errors
+    /// Store errors; `io` if the workspace cannot be read.
+    pub fn reconcile(&self) -> Result<ReconcileReport> {
+        let mut report = self.reconciled.clone();
+        if let Some(ws) = self.registered_workspace()? {
+            let _turn = lock::workspace(&self.store.locks_dir(), &ws.id)?;
+            let swept = checkpoint::sweep_temp_files(&self.store, &ws.root, self.store.protected_paths())?;
+            report.temp_files_removed += swept.removed;
+            report.recovered_files.extend(swept.recovered);
+        }
+        Ok(report)
     }
 
     /// Evicts checkpoints past retention, removes unreferenced content, compacts.
