@@ -391,14 +391,17 @@ impl Turnback {
     /// registered, for turnback's own temporary files that no interrupted operation
     /// accounts for (left by a failed clean-up or an earlier version). Each is removed, or
     /// kept as `NAME.turnback-recovered` if it may hold someone else's content; both count
-    /// in the report. Waits for the workspace lock, so no write of turnback's is under way.
+    /// in the report. The sweep runs only while no writer holds the workspace lock (so no
+    /// write of turnback's is under way); it never waits for one: a busy workspace is swept
+    /// next time.
     ///
     /// # Errors
     /// Store errors; `io` if the workspace cannot be read.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
         let mut report = self.reconciled.clone();
-        if let Some(ws) = self.registered_workspace()? {
-            let _turn = lock::workspace(&self.store.locks_dir(), &ws.id)?;
+        if let Some(ws) = self.registered_workspace()?
+            && let Some(_turn) = lock::try_workspace(&self.store.locks_dir(), &ws.id)?
+        {
             let swept = checkpoint::sweep_temp_files(&self.store, &ws.root, self.store.protected_paths())?;
             report.temp_files_removed += swept.removed;
             report.recovered_files.extend(swept.recovered);

@@ -37,7 +37,7 @@ pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, over_cap_error, record_before_writes, stage,
 };
 pub use query::{ListFilter, all_ids, by_operation, get, list, load, read_image};
-pub use reconcile::{ReconcileReport, ReconciledCheckpoint, TempSweep, reconcile, sweep_temp_files};
+pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile, sweep_temp_files};
 
 use serde::{Deserialize, Serialize};
 

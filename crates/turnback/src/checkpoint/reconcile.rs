@@ -292,7 +292,7 @@ fn find_temp_files(root: &Path, dir: &Path, skip_dirs: &[PathBuf], out: &mut Vec
         let Ok(kind) = entry.file_type() else { continue };
         let path = entry.path();
         if kind.is_dir() {
-            if name != ".git" && !skip_dirs.iter().any(|s| *s == path) {
+            if name != ".git" && !skip_dirs.contains(&path) {
                 find_temp_files(root, &path, skip_dirs, out)?;
             }
         } else if let Some(phase) = files::temp_phase(name.as_bytes())
