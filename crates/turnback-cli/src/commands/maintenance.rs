@@ -32,9 +32,9 @@ pub fn verify(ctx: &Ctx, deep: bool) -> Result<Outcome> {
 }
 
 pub fn reconcile(ctx: &Ctx) -> Result<Outcome> {
-    // Opening runs every recovery; report what it did.
+    // Opening runs every recovery; the workspace's stray temporary files are swept too.
     let tb = ctx.open(false)?;
-    let r = tb.reconciled();
+    let r = &tb.reconcile()?;
     let mut text = format!(
         "reconciled {} interrupted operation(s); {} in progress, {} awaiting commit, {} temporary file(s) removed\n",
         r.reconciled.len(),
@@ -48,6 +48,9 @@ pub fn reconcile(ctx: &Ctx) -> Result<Outcome> {
             c.checkpoint_id,
             c.commit_state.as_str()
         ));
+    }
+    for f in &r.recovered_files {
+        text.push_str(&format!("  kept {f}: it may hold someone else's content\n"));
     }
     Ok(Outcome::of(r, text))
 }

@@ -21,3 +21,4 @@ mod test_sessions;
 mod test_snapshot_hardening;
 mod test_surface;
 mod test_turns;
+mod test_writes;

@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::api::{Turnback, calls};
 use crate::checkpoint::artifact::{self, ArtifactState, Expected};
 use crate::checkpoint::journal;
-use crate::checkpoint::{self, CheckpointRecord, EvictionReport, RetentionState, StageState};
+use crate::checkpoint::{self, CheckpointRecord, EvictionReport, ReconcileReport, RetentionState, StageState};
 use crate::error::Error;
 use crate::error::{ErrorCode, Result};
 use crate::fs::lock;
@@ -404,6 +404,29 @@ impl Turnback {
     /// Store errors that stop the check itself (every problem found is in the report).
     pub fn verify(&self, deep: bool) -> Result<VerifyReport> {
         verify(&self.store, deep)
+    }
+
+    /// Recovery on request (`turnback reconcile`): what opening found and did (see
+    /// [`reconciled`](Self::reconciled)), and then a sweep of this workspace, if it is
+    /// registered, for turnback's own temporary files that no interrupted operation
+    /// accounts for (left by a failed clean-up or an earlier version). Each is removed, or
+    /// kept as `NAME.turnback-recovered` if it may hold someone else's content; both count
+    /// in the report. The sweep runs only while no writer holds the workspace lock (so no
+    /// write of turnback's is under way); it never waits for one: a busy workspace is swept
+    /// next time.
+    ///
+    /// # Errors
+    /// Store errors; `io` if the workspace cannot be read.
+    pub fn reconcile(&self) -> Result<ReconcileReport> {
+        let mut report = self.reconciled.clone();
+        if let Some(ws) = self.registered_workspace()?
+            && let Some(_turn) = lock::try_workspace(&self.store.locks_dir(), &ws.id)?
+        {
+            let swept = checkpoint::sweep_temp_files(&self.store, &ws.root, self.store.protected_paths())?;
+            report.temp_files_removed += swept.removed;
+            report.recovered_files.extend(swept.recovered);
+        }
+        Ok(report)
     }
 
     /// Evicts checkpoints past retention, removes unreferenced content, compacts.

@@ -37,7 +37,7 @@ pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, over_cap_error, record_before_writes, stage,
 };
 pub use query::{ListFilter, Unreadable, all_ids, by_operation, cross_check, get, list, load, read_image};
-pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile};
+pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile, sweep_temp_files};
 
 use serde::{Deserialize, Serialize};
 

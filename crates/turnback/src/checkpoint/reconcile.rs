@@ -1,18 +1,27 @@
 //! Recovery of what a crash left: stages whose process died, their journal operations,
 //! and the temporary files and directories of interrupted writes.
+//!
+//! Invariants: a record is marked only after its workspace was cleaned, so a crash during
+//! reconcile leaves work for the next run, never a lost temporary file; a temporary file is
+//! deleted only when it cannot hold anyone's content ([`temp_verdict`]), otherwise it is
+//! kept, visible, as `NAME.turnback-recovered`.
 
 use std::collections::HashMap;
-use std::os::unix::ffi::OsStringExt;
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::base::hex::hex;
 use crate::base::time::{format_ms, now_ms};
+use crate::checkpoint::artifact::ImageRole;
 use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
-use crate::error::{ErrorCode, Result};
-use crate::fs::files::{self, Current};
+use crate::error::{ErrorCode, IoResultExt, Result};
+use crate::fs::files::{self, Current, TempPhase};
 use crate::fs::lock;
+use crate::fs::relpath::RelPath;
 use crate::storage::schema;
 use crate::storage::store::Store;
 
@@ -61,8 +70,9 @@ pub struct ReconciledCheckpoint {
 ///
 /// Workspace clean-up happens before the record is marked, so a crash during reconcile
 /// leaves the record pending and the next run does it again (it is idempotent). A
-/// temporary file whose content is neither the target's original nor the intended result
-/// is not deleted: it is renamed `NAME.turnback-recovered` and reported. A record that
+/// temporary file a swap may have displaced someone's content into, holding neither the
+/// target's original nor the intended result, is not deleted: it is renamed
+/// `NAME.turnback-recovered` and reported. One still being written is removed. A record that
 /// does not verify is reported and left for `verify`, never a reason to stop.
 ///
 /// `workspace_root` finds a workspace's directory by id (`None`: it is not registered any
@@ -146,45 +156,235 @@ fn mark_interrupted(store: &Store, id: &str) -> Result<Option<ReconciledCheckpoi
     }))
 }
 
-/// Removes what an interrupted write left in the workspace: its temporary file (only if
-/// it holds the original or the intended result) and directories it created (if empty).
+/// Removes what an interrupted write left in the workspace: its temporary files (see
+/// [`temp_verdict`]) and directories it created (if empty).
 fn clean_workspace(store: &Store, root: &Path, record: &CheckpointRecord, report: &mut ReconcileReport) {
-    for t in &record.targets {
+    for (index, t) in record.targets.iter().enumerate() {
         if let Ok(parent) = files::open_parent(root, &t.path, false) {
-            let temp = files::temp_name(&t.path, &record.checkpoint_id);
-            let known = [
-                t.pre_image.digest.as_deref(),
-                t.intended_digest.as_deref(),
-                t.post_image.as_ref().and_then(|p| p.digest.as_deref()),
-            ];
-            match parent.read_sibling(&temp) {
-                Ok(Current::File { bytes, .. }) => {
-                    let digest = crate::base::hex::hex(&store.keys().content_id(&bytes));
-                    if known.contains(&Some(digest.as_str())) {
-                        if parent.remove_temp(&temp).unwrap_or(false) {
-                            report.temp_files_removed += 1;
-                        }
-                    } else {
-                        let mut kept = t.path.as_bytes().rsplit(|b| *b == b'/').next().unwrap_or_default().to_vec();
-                        kept.extend_from_slice(b".turnback-recovered");
-                        let kept = std::ffi::OsString::from_vec(kept);
-                        if parent.rename_sibling(&temp, &kept).is_ok() {
-                            report.recovered_files.push(t.path.display() + ".turnback-recovered");
-                        }
-                    }
-                }
-                Ok(Current::Absent) => {}
-                Err(_) => {
-                    if parent.remove_temp(&temp).unwrap_or(false) {
-                        report.temp_files_removed += 1;
-                    }
-                }
+            let swapping = files::temp_name(&t.path, &record.checkpoint_id);
+            for (temp, phase) in [(files::writing_name(&swapping), TempPhase::Writing), (swapping, TempPhase::Swapping)]
+            {
+                settle(store, &parent, &temp, phase, &t.path, Some((record, index)), report);
             }
         }
         for dir in t.created_dirs.iter().rev() {
             if files::remove_empty_dir(root, dir).unwrap_or(false) {
                 report.dirs_removed += 1;
             }
+        }
+    }
+}
+
+/// Settles one leftover temporary file `temp` beside `path` (in `parent`): removes it or
+/// keeps it as `NAME.turnback-recovered`, as [`temp_verdict`] says. `written_by` is the
+/// checkpoint whose write it is and the index of `path` among its targets (`None`: no
+/// such checkpoint is known any more, so its content cannot be told from anyone's).
+fn settle(
+    store: &Store,
+    parent: &files::Parent,
+    temp: &OsStr,
+    phase: TempPhase,
+    path: &RelPath,
+    written_by: Option<(&CheckpointRecord, usize)>,
+    report: &mut ReconcileReport,
+) {
+    let found = match parent.read_sibling(temp) {
+        Ok(Current::Absent) => return,
+        Ok(Current::File { bytes, .. }) => match written_by {
+            Some((record, index)) => compare(store, record, index, &bytes),
+            None => Found::Other,
+        },
+        Err(_) => Found::Unreadable,
+    };
+    match temp_verdict(phase, found) {
+        Verdict::Remove => {
+            if parent.remove_temp(temp).unwrap_or(false) {
+                report.temp_files_removed += 1;
+            }
+        }
+        Verdict::KeepAsRecovered => {
+            let mut kept = parent.name().as_bytes().to_vec();
+            kept.extend_from_slice(RECOVERED.as_bytes());
+            if parent.rename_sibling(temp, &OsString::from_vec(kept)).is_ok() {
+                report.recovered_files.push(path.display() + RECOVERED);
+            }
+        }
+    }
+}
+
+const RECOVERED: &str = ".turnback-recovered";
+
+/// What `bytes`, found in a temporary file of `record`'s target `index`, are to it.
+fn compare(store: &Store, record: &CheckpointRecord, index: usize, bytes: &[u8]) -> Found {
+    let t = &record.targets[index];
+    let digest = hex(&store.keys().content_id(bytes));
+    let known = [
+        t.pre_image.digest.as_deref(),
+        t.intended_digest.as_deref(),
+        t.post_image.as_ref().and_then(|p| p.digest.as_deref()),
+    ];
+    if known.contains(&Some(digest.as_str())) {
+        return Found::Known;
+    }
+    // An undo records the bytes it means to write as its post-image, before writing; a
+    // mutation's post-image is the intended content when its write went through (then its
+    // digest is the intended one). A write of them cut short holds a prefix of them.
+    let post_digest = t.post_image.as_ref().and_then(|p| p.digest.as_deref());
+    let post_is_intended = t.intended_digest.as_deref().is_none_or(|d| Some(d) == post_digest);
+    if post_is_intended
+        && let Ok(Some((_, full))) = read_image(store, record, index, ImageRole::Post)
+        && full.starts_with(bytes)
+    {
+        return Found::PrefixOfIntended;
+    }
+    Found::Other
+}
+
+/// What a sweep of one workspace for turnback's own stray temporary files did.
+#[derive(Debug, Clone, Default, Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct TempSweep {
+    /// turnback's temporary files found and removed.
+    pub removed: u64,
+    /// Temporary files that may hold someone else's content, kept as
+    /// `NAME.turnback-recovered` (paths relative to the workspace).
+    pub recovered: Vec<String>,
+}
+
+/// Finds every temporary file of turnback's ([`files::temp_phase`]) under `root` — not
+/// only those of interrupted operations, which [`reconcile`] settles at every open, but
+/// also any an earlier version or a failed clean-up left behind an operation that ended —
+/// and settles each as [`temp_verdict`] says. Never follows a symlink and never enters
+/// `.git` or `skip_dirs` (the store). Leaves alone the files of operations still pending.
+///
+/// The caller holds the workspace lock, so no turnback write to the workspace is under way.
+///
+/// # Errors
+/// `io` if `root` cannot be read; a directory that cannot be read below it is passed over.
+pub fn sweep_temp_files(store: &Store, root: &Path, skip_dirs: &[PathBuf]) -> Result<TempSweep> {
+    let mut found = Vec::new();
+    find_temp_files(root, root, skip_dirs, &mut found)?;
+    let mut report = ReconcileReport::default();
+    for (rel, phase) in found {
+        let name = rel.components().last().expect("non-empty").to_os_string();
+        let Some((path, checkpoint_id)) = target_of(&rel) else { continue };
+        if store.kv().contains(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())? {
+            continue;
+        }
+        let record = load(store, &checkpoint_id).ok();
+        let written_by = record.as_ref().and_then(|r| r.targets.iter().position(|t| t.path == path).map(|i| (r, i)));
+        let Ok(parent) = files::open_parent(root, &path, false) else { continue };
+        settle(store, &parent, &name, phase, &path, written_by, &mut report);
+    }
+    Ok(TempSweep { removed: report.temp_files_removed, recovered: report.recovered_files })
+}
+
+/// Collects the temporary files of turnback's under `dir` (relative to `root`).
+fn find_temp_files(root: &Path, dir: &Path, skip_dirs: &[PathBuf], out: &mut Vec<(RelPath, TempPhase)>) -> Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if dir == root => return Err(e).context(dir),
+        Err(_) => return Ok(()),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Ok(kind) = entry.file_type() else { continue };
+        let path = entry.path();
+        if kind.is_dir() {
+            if name != ".git" && !skip_dirs.contains(&path) {
+                find_temp_files(root, &path, skip_dirs, out)?;
+            }
+        } else if let Some(phase) = files::temp_phase(name.as_bytes())
+            && let Ok(rel) = path.strip_prefix(root)
+            && let Ok(rel) = RelPath::new(rel.as_os_str().as_bytes())
+        {
+            out.push((rel, phase));
+        }
+    }
+    Ok(())
+}
+
+/// The target and the checkpoint id a temporary file's path names (see
+/// [`files::temp_name`]; the target's name may have been shortened there, then no
+/// target of the checkpoint matches).
+fn target_of(temp: &RelPath) -> Option<(RelPath, String)> {
+    let bytes = temp.as_bytes();
+    let (dir, name) = match bytes.iter().rposition(|b| *b == b'/') {
+        Some(at) => (&bytes[..=at], &bytes[at + 1..]),
+        None => (&b""[..], bytes),
+    };
+    let stem = name.strip_suffix(b".tmp").or_else(|| name.strip_suffix(b".part"))?;
+    let (base, id) = stem.split_at_checked(stem.len().checked_sub(32)?)?;
+    let base = base.strip_suffix(b".turnback-")?.strip_prefix(b".")?;
+    let id = std::str::from_utf8(id).ok()?;
+    let checkpoint_id = format!("{}-{}-{}-{}-{}", &id[..8], &id[8..12], &id[12..16], &id[16..20], &id[20..]);
+    let mut path = dir.to_vec();
+    path.extend_from_slice(base);
+    Some((RelPath::new(path).ok()?, checkpoint_id))
+}
+
+/// What was found under a temporary name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// The target's original, the intended result or the recorded result.
+    Known,
+    /// The start of the intended result (a write cut short).
+    PrefixOfIntended,
+    /// Anything else: possibly someone else's content.
+    Other,
+    /// Something that is not a readable regular file.
+    Unreadable,
+}
+
+/// What becomes of a temporary file an interrupted write left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// turnback's own garbage.
+    Remove,
+    /// Possibly someone else's content: renamed `NAME.turnback-recovered` and reported.
+    KeepAsRecovered,
+}
+
+/// The one decision about a leftover temporary file. Under a writing name it is
+/// turnback's own, whatever it holds: a write stopped midway, and no swap had begun, so
+/// nobody's content can be in it. Under a swapping name it held turnback's complete bytes
+/// before the swap and the displaced file after: it goes if it is the original, the
+/// intended or the recorded content, or the start of the intended content (a write cut
+/// short by an earlier version, which wrote under this name), and is kept otherwise —
+/// that may be someone else's work, displaced mid-swap.
+fn temp_verdict(phase: TempPhase, found: Found) -> Verdict {
+    match (phase, found) {
+        (TempPhase::Writing, _) => Verdict::Remove,
+        (TempPhase::Swapping, Found::Known | Found::PrefixOfIntended | Found::Unreadable) => Verdict::Remove,
+        (TempPhase::Swapping, Found::Other) => Verdict::KeepAsRecovered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_temp_file_is_kept_only_if_it_may_hold_someone_elses_content() {
+        for found in [Found::Known, Found::PrefixOfIntended, Found::Other, Found::Unreadable] {
+            assert_eq!(temp_verdict(TempPhase::Writing, found), Verdict::Remove, "{found:?}");
+        }
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::Known), Verdict::Remove);
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::PrefixOfIntended), Verdict::Remove);
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::Other), Verdict::KeepAsRecovered);
+        assert_eq!(temp_verdict(TempPhase::Swapping, Found::Unreadable), Verdict::Remove, "nobody's file");
+    }
+
+    #[test]
+    fn a_temporary_name_names_its_target_and_checkpoint() {
+        let rel = RelPath::new("src/main.rs").unwrap();
+        let id = "01a2318f-0d4b-7c2e-9a5f-3b6d8e1c2a47";
+        let swapping = files::temp_name(&rel, id);
+        for name in [swapping.clone(), files::writing_name(&swapping)] {
+            let mut temp = b"src/".to_vec();
+            temp.extend_from_slice(name.as_bytes());
+            assert_eq!(target_of(&RelPath::new(temp).unwrap()), Some((rel.clone(), id.to_string())));
         }
     }
 }

@@ -10,6 +10,12 @@
 //!   directory is fsynced. A crash leaves the old file or the new one, never a mix, plus at
 //!   most one temporary file whose name is derived from the checkpoint id
 //!   ([`temp_name`]) so reconcile can find and remove it.
+//! - A temporary file's name says how far its write got ([`TempPhase`]): bytes are written
+//!   under the *writing* name, and only a complete, synced file is renamed to the
+//!   *swapping* name from which it is swapped in. A file under a writing name is therefore
+//!   always turnback's own, whatever it holds; only one under a swapping name can hold
+//!   content a swap displaced. Every error path removes the temporary file it made (a
+//!   displaced file excepted: that is someone's content).
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -271,8 +277,8 @@ impl Parent {
     }
 
     /// Puts `bytes` at the target only if what is there now is what `expect` says:
-    /// a compare-and-swap. The new file is written and synced under `temp`, then swapped
-    /// in atomically (`RENAME_EXCHANGE`, or a hard link for an absent target); the file it
+    /// a compare-and-swap. The new file is written and synced (under the writing name of
+    /// `temp`, then renamed to `temp`), then swapped in atomically (`RENAME_EXCHANGE`, or a hard link for an absent target); the file it
     /// displaced is checked, and if it is not the expected one it is swapped straight
     /// back, untouched. Returns [`Swap::Changed`] in that case, having written nothing.
     /// Also returns the new file's identity when it was put in place.
@@ -306,14 +312,26 @@ impl Parent {
                         if ok {
                             Ok(Swap::Done)
                         } else {
-                            rustix::fs::renameat_with(
+                            // `temp` holds someone's content now: never removed, named if
+                            // it cannot be put back.
+                            if let Err(e) = rustix::fs::renameat_with(
                                 &self.fd,
                                 temp,
                                 &self.fd,
                                 &self.name,
                                 rustix::fs::RenameFlags::EXCHANGE,
-                            )
-                            .context(&self.shown)?;
+                            ) {
+                                return Err(Error::new(
+                                    ErrorCode::Io,
+                                    format!(
+                                        "{}: {}; the file found there is kept as {}",
+                                        self.shown.display(),
+                                        std::io::Error::from(e),
+                                        Path::new(temp).display()
+                                    ),
+                                )
+                                .with_source(std::io::Error::from(e)));
+                            }
                             Ok(Swap::Changed)
                         }
                     }
@@ -322,8 +340,9 @@ impl Parent {
                         // No RENAME_EXCHANGE here: check, then rename (a narrower window).
                         match self.read() {
                             Ok(Current::File { bytes, identity }) if matches(&bytes, &identity) => {
-                                rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
-                                Ok(Swap::Done)
+                                rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name)
+                                    .context(&self.shown)
+                                    .map(|()| Swap::Done)
                             }
                             _ => Ok(Swap::Changed),
                         }
@@ -380,20 +399,41 @@ impl Parent {
         Ok(result)
     }
 
-    /// Writes and syncs `bytes` under `temp`. Owner-only until it has the old file's mode,
-    /// so a private file's new content is never briefly readable by others; a new file
-    /// gets the usual 0666 less the umask.
+    /// Writes and syncs `bytes` under the writing name of `temp`, then renames the
+    /// complete file to `temp` itself (see [`TempPhase`]). Owner-only until it has the old
+    /// file's mode, so a private file's new content is never briefly readable by others; a
+    /// new file gets the usual 0666 less the umask. On any error nothing it made is left.
     fn write_temp(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
-        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let writing = writing_name(temp);
         let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
-        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
-        let fd = rustix::fs::openat(&self.fd, temp, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
-        let mut file = File::from(fd);
-        file.write_all(bytes).context(&self.shown)?;
-        if let Some(mode) = mode {
-            rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
+        let file = self.write_new(&writing, bytes, mode)?;
+        if let Err(e) = rustix::fs::renameat(&self.fd, &writing, &self.fd, temp) {
+            let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
+            return Err(e).context(&self.shown);
         }
-        file.sync_all().context(&self.shown)?;
+        Ok(file)
+    }
+
+    /// Creates `name` (replacing a stale one) with `bytes` and syncs it; removes it again
+    /// if anything fails, so a failed write (a full disk, say) leaves nothing behind.
+    fn write_new(&self, name: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
+        let mut file = File::from(fd);
+        let written = (|| {
+            write_in_steps(&mut file, bytes).context(&self.shown)?;
+            if let Some(mode) = mode {
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
+            }
+            file.sync_all().context(&self.shown)
+        })();
+        if let Err(e) = written {
+            drop(file);
+            let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+            return Err(e);
+        }
         Ok(file)
     }
 
@@ -425,17 +465,24 @@ impl Parent {
     /// Atomically replaces (or creates) the target with `bytes`; `mode` keeps the old
     /// file's permission bits (None: a new file, default permissions under the umask).
     /// `temp` is the temporary name to use (see [`temp_name`]).
+    /// Nothing displaces anything here, so the file is written under the writing name and
+    /// renamed straight over the target.
     pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
-        let file = self.write_temp(temp, bytes, mode)?;
+        let writing = writing_name(temp);
+        let file = self.write_new(&writing, bytes, mode)?;
         failpoint::hit("write-temp-synced");
-        rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name).context(&self.shown)?;
+        if let Err(e) = rustix::fs::renameat(&self.fd, &writing, &self.fd, &self.name) {
+            let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
+            return Err(e).context(&self.shown);
+        }
         failpoint::hit("write-renamed");
         rustix::fs::fsync(&self.fd).context(&self.shown)?;
         let st = rustix::fs::fstat(&file).context(&self.shown)?;
         Ok(FileIdentity::of(&st))
     }
 
-    /// Removes the temporary file `temp` if a crash left it behind; true if one was there.
+    /// Removes the temporary file `temp` (a swapping or a writing name) if a crash left it
+    /// behind; true if one was there.
     pub fn remove_temp(&self, temp: &OsStr) -> Result<bool> {
         match rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()) {
             Ok(()) => Ok(true),
@@ -489,14 +536,68 @@ pub fn remove_empty_dir(root: &Path, rel: &RelPath) -> Result<bool> {
     }
 }
 
-/// The temporary name used while replacing `rel` for the checkpoint `checkpoint_id`.
+/// The temporary (swapping) name used while replacing `rel` for the checkpoint
+/// `checkpoint_id`: `.NAME.turnback-ID.tmp`, the id's hyphens left out. Its writing name
+/// ends in `.part` instead ([`writing_name`]).
 pub fn temp_name(rel: &RelPath, checkpoint_id: &str) -> OsString {
     let base = rel.components().last().expect("non-empty").as_bytes();
     let mut name = b".".to_vec();
     // Keep the name short enough for NAME_MAX with the suffix added.
     name.extend_from_slice(&base[..base.len().min(160)]);
-    name.extend_from_slice(format!(".turnback-{}.tmp", checkpoint_id.replace('-', "")).as_bytes());
+    name.extend_from_slice(format!(".turnback-{}{SWAPPING}", checkpoint_id.replace('-', "")).as_bytes());
     OsString::from_vec(name)
+}
+
+const SWAPPING: &str = ".tmp";
+const WRITING: &str = ".part";
+
+/// The name the bytes of the temporary file `temp` are written under, before the complete
+/// file takes the name `temp`.
+pub fn writing_name(temp: &OsStr) -> OsString {
+    let bytes = temp.as_bytes();
+    let stem = bytes.strip_suffix(SWAPPING.as_bytes()).unwrap_or(bytes);
+    let mut name = stem.to_vec();
+    name.extend_from_slice(WRITING.as_bytes());
+    OsString::from_vec(name)
+}
+
+/// How far the write of one of turnback's temporary files got, as its name says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TempPhase {
+    /// Still being written (`.part`): turnback's own bytes, possibly a prefix of them.
+    /// No swap has begun, so nobody's content can be in it.
+    Writing,
+    /// Complete and about to be (or being) swapped in (`.tmp`): turnback's bytes before the
+    /// swap, the displaced file after it.
+    Swapping,
+}
+
+/// Whether `name` is one of turnback's temporary file names (`.NAME.turnback-ID.tmp` or
+/// `.part`, ID 32 hex digits), and in which phase. The walk leaves such files out of every
+/// snapshot and reconcile recognises them by it.
+pub fn temp_phase(name: &[u8]) -> Option<TempPhase> {
+    let (stem, phase) = if let Some(stem) = name.strip_suffix(SWAPPING.as_bytes()) {
+        (stem, TempPhase::Swapping)
+    } else {
+        (name.strip_suffix(WRITING.as_bytes())?, TempPhase::Writing)
+    };
+    let (base, id) = stem.split_at_checked(stem.len().checked_sub(32)?)?;
+    let base = base.strip_suffix(b".turnback-")?;
+    let is_id = id.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    (name.starts_with(b".") && base.len() > 1 && is_id).then_some(phase)
+}
+
+/// Writes `bytes` in steps of a few MiB (a crash test can stop a large write in the middle,
+/// at the failpoint `write-temp-partial`, after the first step).
+fn write_in_steps(file: &mut File, bytes: &[u8]) -> std::io::Result<()> {
+    const STEP: usize = 4 << 20;
+    for (i, chunk) in bytes.chunks(STEP).enumerate() {
+        file.write_all(chunk)?;
+        if i == 0 && bytes.len() > STEP {
+            failpoint::hit("write-temp-partial");
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -516,6 +617,42 @@ mod tests {
         parent.replace(&temp_name(&rel, "c-1"), b"new", Some(identity.mode)).unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"new");
         assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o751);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn temporary_names_say_their_phase_and_other_names_are_not_taken_for_them() {
+        let rel = RelPath::new("src/main.rs").unwrap();
+        let swapping = temp_name(&rel, "01a2318f-0d4b-7c2e-9a5f-3b6d8e1c2a47");
+        assert_eq!(swapping, ".main.rs.turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a47.tmp");
+        assert_eq!(temp_phase(swapping.as_bytes()), Some(TempPhase::Swapping));
+        let writing = writing_name(&swapping);
+        assert_eq!(writing, ".main.rs.turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a47.part");
+        assert_eq!(temp_phase(writing.as_bytes()), Some(TempPhase::Writing));
+        for name in [
+            "main.rs.turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a47.tmp",
+            ".main.rs.turnback-01A2318F0D4B7C2E9A5F3B6D8E1C2A47.tmp",
+            ".main.rs.turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a4.tmp",
+            ".turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a47.tmp",
+            ".main.rs.turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a47.txt",
+            ".main.rs.turnback-recovered",
+            ".tmp",
+        ] {
+            assert_eq!(temp_phase(name.as_bytes()), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_swap_leaves_neither_temporary_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "old").unwrap();
+        let rel = RelPath::new("a.txt").unwrap();
+        let parent = open_parent(dir.path(), &rel, false).unwrap();
+        let accept = |bytes: &[u8], _: &FileIdentity| bytes == b"old";
+        let big = vec![b'x'; 9 << 20];
+        let (swap, _) = parent.swap_in(&temp_name(&rel, "c-1"), &big, None, &Expect::File(&accept)).unwrap();
+        assert_eq!(swap, Swap::Done);
+        assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), big);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 

@@ -66,6 +66,16 @@ impl NamedLock {
         Ok(NamedLock { _file: file })
     }
 
+    /// Takes the lock `name` exclusively if nobody holds it (`None`: somebody does).
+    pub fn try_exclusive(dir: &Path, name: &str) -> Result<Option<Self>> {
+        let file = Self::open(dir, name)?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(NamedLock { _file: file })),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(e).context(dir.join(name)),
+        }
+    }
+
     /// Waits for and takes the lock `name` shared (any number of shared holders, no
     /// exclusive one).
     pub fn shared(dir: &Path, name: &str) -> Result<Self> {
@@ -86,6 +96,11 @@ impl NamedLock {
 /// none reads a file another is about to replace.
 pub fn workspace(dir: &Path, workspace_id: &str) -> Result<NamedLock> {
     NamedLock::exclusive(dir, &format!("workspace-{workspace_id}"))
+}
+
+/// The workspace lock if no writer holds it now (`None`: one does).
+pub fn try_workspace(dir: &Path, workspace_id: &str) -> Result<Option<NamedLock>> {
+    NamedLock::try_exclusive(dir, &format!("workspace-{workspace_id}"))
 }
 
 /// The lock snapshots of one session hold in turn: two processes snapshotting one

@@ -12,6 +12,7 @@
 //!   it is recorded as a pointer to its checked-out commit, read from `HEAD`, loose refs or
 //!   `packed-refs` without running git, and never descended into.
 //! - Symlinks are recorded as links (their target), never followed.
+//! - turnback's own temporary files ([`files::temp_phase`]) are never recorded.
 
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -21,6 +22,7 @@ use std::sync::Mutex;
 use ignore::{WalkBuilder, WalkState};
 
 use crate::error::Result;
+use crate::fs::files;
 
 /// What a walked path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -160,6 +162,10 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
         let parent = path[..path.len() - name.len()]
             .strip_suffix(b"/")
             .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
+        // turnback's own temporary files are never content (and never counted).
+        if files::temp_phase(name).is_some() {
+            return false;
+        }
         let out = excluded(name, parent) || skip.iter().any(|s| path == s.as_slice());
         // `.git` itself is not counted: it is never part of a workspace's content.
         if out && e.file_name() != ".git" {

@@ -15,7 +15,9 @@
 //! 6. write each path with a compare-and-swap against the state the plan saw
 //!    (`rollback-before-swap`, `rewind-before-swap`); a path that moved meanwhile, or that something now stands in
 //!    the way of, is left as it is and handed back to the plan to re-classify — one
-//!    refused path never stops the others;
+//!    refused path never stops the others; an I/O failure (a full disk) stops the undo:
+//!    the journal records `OperationFailed` and the error says what was written and how
+//!    to take it back;
 //! 7. write the journal's terminal event (`OperationFailed` if nothing was written);
 //! 8. let the plan finish, still under the lock, with what happened (write the side files
 //!    of the caller's choices, cut a rewind's history) — also when nothing was to be
@@ -171,7 +173,10 @@ pub(crate) fn apply<P: Plan>(
             Ok(Swap::Done) => None,
             Ok(Swap::Changed) => Some(Refused::Moved),
             Err(e) if is_obstacle(e.code) => Some(Refused::Obstacle(e.code, e.message)),
-            Err(e) => return Err(e),
+            Err(e) => {
+                checkpoint::finish(target.store, &id, true)?;
+                return Err(stopped(e, made, writes.len(), &id));
+            }
         };
         made += usize::from(refused.is_none());
         plan.written(&target.workspace.root, index, refused);
@@ -192,9 +197,25 @@ fn stale(expected: &str, now: &str) -> Error {
     .with_details(serde_json::json!({ "expectedPlanId": expected, "currentPlanId": now }))
 }
 
-/// Errors that leave one path alone rather than stopping the undo.
+/// Errors that leave one path alone rather than stopping the undo: something about that
+/// path stands in the way. An I/O failure (a full disk, a read-only or failing device) is
+/// not one: it is no conflict with anyone's work and no choice resolves it, so it stops the
+/// undo and is reported as what it is.
 fn is_obstacle(code: ErrorCode) -> bool {
-    matches!(code, ErrorCode::PathRejected | ErrorCode::NotFound | ErrorCode::Io | ErrorCode::Inaccessible)
+    matches!(code, ErrorCode::PathRejected | ErrorCode::NotFound | ErrorCode::Inaccessible)
+}
+
+/// The error of an undo that a failed write stopped, after `made` of `total` writes: the
+/// failure itself (its code, message and cause kept), what was written, and how to take
+/// that back.
+fn stopped(mut e: Error, made: usize, total: usize, checkpoint_id: &str) -> Error {
+    let after = if made == 0 {
+        "nothing was changed".to_string()
+    } else {
+        format!("{made} of {total} path(s) were written before it; `turnback rollback {checkpoint_id}` takes them back")
+    };
+    e.message = format!("{}; the undo stopped there: {after}", e.message);
+    e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "written": made, "paths": total }))
 }
 
 /// Step 5: the undo's own checkpoint, committed before any write.

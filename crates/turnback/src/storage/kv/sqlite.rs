@@ -247,7 +247,14 @@ impl KeyValueStore for SqliteKv {
     fn compact(&self) -> Result<()> {
         self.at((|| {
             let conn = self.conn()?;
-            conn.execute_batch("PRAGMA incremental_vacuum; PRAGMA wal_checkpoint(TRUNCATE);")?;
+            // `incremental_vacuum` frees one page per step of its statement: run as a batch
+            // it is stepped once and gives back a single page. Step it until it is done.
+            let mut stmt = conn.prepare("PRAGMA incremental_vacuum")?;
+            let mut rows = stmt.raw_query();
+            while rows.next()?.is_some() {}
+            drop(rows);
+            drop(stmt);
+            conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")?;
             Ok(())
         })())
     }
@@ -361,5 +368,29 @@ mod tests {
         assert_eq!(large, 1, "large values moved to their own table");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn compact_gives_back_every_freed_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let kv = SqliteKv::open(&path).unwrap();
+        let value = vec![7u8; 64 << 10];
+        let mut txn = kv.begin().unwrap();
+        for i in 0u32..64 {
+            txn.put(schema::OBJECTS, &i.to_be_bytes(), &value).unwrap();
+        }
+        txn.commit().unwrap();
+        kv.compact().unwrap();
+        let full = kv.disk_bytes().unwrap();
+        assert!(full > 4 << 20, "{full}");
+        let mut txn = kv.begin().unwrap();
+        for i in 0u32..64 {
+            txn.delete(schema::OBJECTS, &i.to_be_bytes()).unwrap();
+        }
+        txn.commit().unwrap();
+        kv.compact().unwrap();
+        let after = kv.disk_bytes().unwrap();
+        assert!(after < 256 << 10, "{full} bytes became {after}, not the few pages left");
     }
 }
