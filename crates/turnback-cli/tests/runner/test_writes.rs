@@ -119,7 +119,7 @@ fn disk_full_during_rollback_apply_is_an_io_failure_and_leaves_no_temp_file() {
 
     // Taking the write back puts 300 KiB where there is no room.
     let failure = env.fail(&["rollback", &id, "--apply"], None);
-    assert_eq!(failure.code, "io", "an I/O failure, not a conflict: {:#}", failure.doc);
+    assert_eq!(failure.code, "disk-full", "an I/O failure, named as what it is, not a conflict: {:#}", failure.doc);
     assert_eq!(failure.exit, 1, "{:#}", failure.doc);
     assert!(failure.message.contains("big.txt"), "the message names the file: {}", failure.message);
     assert_eq!(turnback_temp_files(&env), Vec::<String>::new(), "no temporary file stays in the workspace");
@@ -148,7 +148,7 @@ fn disk_full_during_rewind_apply_is_an_io_failure_and_leaves_no_temp_file() {
     disk.fill();
 
     let failure = env.fail(&["rewind", "--to", "1", "--apply"], None);
-    assert_eq!(failure.code, "io", "an I/O failure, not a conflict: {:#}", failure.doc);
+    assert_eq!(failure.code, "disk-full", "an I/O failure, named as what it is, not a conflict: {:#}", failure.doc);
     assert!(failure.message.contains("big.txt"), "the message names the file: {}", failure.message);
     assert_eq!(turnback_temp_files(&env), Vec::<String>::new(), "no temporary file stays in the workspace");
     assert_eq!(env.read("big.txt").unwrap(), b"small\n", "the file is as it was");
