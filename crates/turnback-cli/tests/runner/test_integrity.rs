@@ -240,3 +240,24 @@ fn verify_reports_a_turn_deleted_with_its_index_row() {
     let problems = verify_problems(&env);
     assert!(names(&problems, &["turns-by-session"]), "{problems:#?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// A crash in a rollback is not damage
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_rollback_killed_mid_apply_then_reconciled_verifies_clean() {
+    let env = Env::new();
+    let (a, _) = one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    // The rollback commits its own checkpoint (committed, its operation dispatched), then
+    // dies writing the first file back.
+    env.kill_at_failpoint(&["rollback", &a, "--apply"], None, "write-temp-synced");
+    env.ok(&["reconcile"], None);
+    // Reconcile closed the rollback's operation as `OperationUnknownOutcome` and left its
+    // committed record alone: that is the state a crash leaves, not damage.
+    env.assert_verify_clean();
+    let doctor = env.run(&["--json", "doctor"], None);
+    let text = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(!text.contains("restore from a backup"), "doctor must not call a crash damage: {}", show_output(&doctor));
+}
