@@ -261,3 +261,79 @@ fn a_rollback_killed_mid_apply_then_reconciled_verifies_clean() {
     let text = String::from_utf8_lossy(&doctor.stdout).into_owned();
     assert!(!text.contains("restore from a backup"), "doctor must not call a crash damage: {}", show_output(&doctor));
 }
+
+// ---------------------------------------------------------------------------------------
+// The digests themselves deleted
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn verify_reports_every_checkpoint_row_deleted_with_the_digests() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    for ns in ["checkpoints", "checkpoints-by-session", "checkpoints-by-operation", "journal", "index-digests"] {
+        delete_rows(&env, ns, |_| true);
+    }
+    // Opening the store again must not trust what is left and compute new digests over it.
+    env.ok(&["turns"], None);
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["checkpoints-by-session", "no keyed total"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_a_digested_table_wiped_with_its_digest_rows() {
+    let env = Env::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["turn", "begin", "--prompt", prompt], None);
+        env.ok(&["turn", "end"], None);
+    }
+    env.assert_verify_clean();
+    // Every turn, its index rows, and the index's digests (per session and the total).
+    delete_rows(&env, "turns", |_| true);
+    delete_rows(&env, "turns-by-session", |_| true);
+    delete_rows(&env, "index-digests", |k| k == b"turns-by-session" || k.starts_with(b"turns-by-session/"));
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turns-by-session", "no keyed total"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_an_emptied_table_given_an_empty_total() {
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    env.ok(&["turn", "end"], None);
+    env.assert_verify_clean();
+    delete_rows(&env, "turns", |_| true);
+    delete_rows(&env, "turns-by-session", |_| true);
+    delete_rows(&env, "index-digests", |k| k.starts_with(b"turns-by-session/"));
+    // A total of no rows written by hand: zero rows, zero sum.
+    tamper(&env, |c| {
+        c.execute(
+            "UPDATE kv SET value = ?1 WHERE ns = 'index-digests' AND key = ?2",
+            (vec![0u8; 40], &b"turns-by-session"[..]),
+        )
+        .expect("zero the total")
+    });
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turns-by-session"]), "{problems:#?}");
+}
+
+#[test]
+fn the_store_schema_says_digests_so_an_older_turnback_refuses_it() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let version: i64 = tamper(&env, |c| c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("user_version"));
+    assert_eq!(version, 3, "turnback 2-era binaries write index rows without digests and must refuse this store");
+}
+
+#[test]
+fn verify_reports_a_deleted_key_check() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    // The key check says, keyed, that the store keeps digests; deleting it must not make a
+    // new store of what is left.
+    tamper(&env, |c| {
+        c.execute("DELETE FROM kv WHERE ns = 'meta' AND key = ?1", [&b"master-check"[..]]).expect("delete")
+    });
+    let err = env.fail(&["verify", "--deep"], None);
+    assert_eq!(err.code, "corrupt", "{err:?}");
+}

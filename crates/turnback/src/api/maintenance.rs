@@ -169,11 +169,7 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
     let crossed = [checkpoint::cross_check(store)?, turn::cross_check(store)?, history::cross_check(store)?];
     problems.extend(crossed.iter().flatten().map(|(what, e)| problem(what.clone(), e)));
     for m in crate::storage::digest::check(store.keys(), store.kv())? {
-        let what = match &m.group {
-            Some(g) => format!("{} of session {g}", m.ns),
-            None => m.ns.to_string(),
-        };
-        problems.push(problem(what, &Error::corrupt("index", m.describe())));
+        problems.push(problem(m.what(), &Error::corrupt("index", m.describe())));
     }
     Ok(VerifyReport { clean: problems.is_empty(), deep, counts, problems })
 }

@@ -15,7 +15,9 @@ use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::storage::kv::{KeyValueStore, Ns, Txn, Visit, prefix_end};
 use crate::storage::schema;
 
-const SCHEMA_VERSION: i64 = 2;
+/// Version 3 keeps index digests (`storage/digest.rs`): a turnback from before (version 2)
+/// would write index rows without them, so it must refuse the store.
+const SCHEMA_VERSION: i64 = 3;
 
 /// The production backend: one SQLite database file.
 pub struct SqliteKv {
@@ -137,7 +139,7 @@ fn migrate(conn: &Connection) -> Result<()> {
             conn.execute_batch(&format!(
                 "{tables}
                  ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = 2;"
+                 PRAGMA user_version = 3;"
             ))?;
         } else if version < 2 {
             conn.execute_batch(&format!(
@@ -146,8 +148,12 @@ fn migrate(conn: &Connection) -> Result<()> {
                  INSERT INTO kv_small (ns, key, value) SELECT ns, key, value FROM kv WHERE ns NOT IN ({large});
                  DROP TABLE kv;
                  ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = 2;"
+                 PRAGMA user_version = 3;"
             ))?;
+        } else if version < 3 {
+            // Version 3: no table changes. Its index digests are computed, once, when the
+            // store is first opened with its key (`digest::upgrade`, told by the key check).
+            conn.execute_batch("PRAGMA user_version = 3;")?;
         }
         Ok(())
     })();
