@@ -337,3 +337,35 @@ fn verify_reports_a_deleted_key_check() {
     let err = env.fail(&["verify", "--deep"], None);
     assert_eq!(err.code, "corrupt", "{err:?}");
 }
+
+#[test]
+fn verify_reports_an_older_copy_of_the_history_totals_put_back() {
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    let read_totals = || -> (Vec<u8>, Vec<u8>) {
+        tamper(&env, |c| {
+            c.query_row("SELECT key, value FROM kv WHERE ns = 'history-totals'", [], |r| Ok((r.get(0)?, r.get(1)?)))
+                .expect("one session's totals")
+        })
+    };
+    let (session, older) = read_totals();
+    let before: Vec<Vec<u8>> = raw_keys(&env, "history");
+    env.ok(&["history", "append"], Some(br#"{"role":"assistant","content":"later"}"#));
+    env.assert_verify_clean();
+    // The entry appended since deleted, and the totals from before it put back.
+    delete_rows(&env, "history", |k| !before.iter().any(|b| b == k));
+    tamper(&env, |c| {
+        c.execute("UPDATE kv SET value = ?1 WHERE ns = 'history-totals' AND key = ?2", (&older, &session))
+            .expect("put the older totals back")
+    });
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["history-totals"]), "{problems:#?}");
+}
+
+#[test]
+fn key_rotation_with_reencrypt_keeps_the_digests_true() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    env.ok(&["key", "rotate", "--reencrypt"], None);
+    env.assert_verify_clean();
+}
