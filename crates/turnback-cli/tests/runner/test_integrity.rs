@@ -369,3 +369,51 @@ fn key_rotation_with_reencrypt_keeps_the_digests_true() {
     env.ok(&["key", "rotate", "--reencrypt"], None);
     env.assert_verify_clean();
 }
+
+// ---------------------------------------------------------------------------------------
+// verify of a store in use
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn verify_does_not_flag_a_checkpoint_committed_while_it_reads() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    env.assert_verify_clean();
+    // verify stops between reading the checkpoints-by-session rows (the first digested
+    // table) and reading their digests ...
+    let flag = env.root.join("release-verify");
+    let mut cmd = env.command(&["--json", "verify", "--deep"]);
+    cmd.env("TURNBACK_PAUSE", format!("verify-digest-rows-read={}", flag.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn verify");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("verify reaches its pause point");
+        if line.contains("failpoint verify-digest-rows-read reached") {
+            break;
+        }
+    }
+    // ... while the agent makes a checkpointed edit (its index row and digests commit in
+    // one transaction).
+    env.ok(&["fs", "create", "c.txt"], Some(b"agent's c\n"));
+    std::fs::write(&flag, b"go").expect("release verify");
+    let out = child.wait_with_output().expect("verify ends");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("verify's JSON");
+    assert_eq!(report["clean"], true, "a write committed during verify is not damage: {report:#}");
+    assert_eq!(out.status.code(), Some(0));
+    env.assert_verify_clean();
+}

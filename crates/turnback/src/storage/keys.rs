@@ -287,7 +287,7 @@ mod keychain {
 }
 
 /// The keys of one open store: master-derived keys and every data-key version.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KeyRing {
     content_id: SecretKey,
     lookup_id: SecretKey,

@@ -159,6 +159,23 @@ impl Store {
         &self.protected
     }
 
+    /// A read-only view of this store as committed now (see
+    /// [`KeyValueStore::read_snapshot`]): checks that read several tables read them from
+    /// one state. Writing through it fails.
+    ///
+    /// # Errors
+    /// As the backend's reads.
+    pub fn read_view(&self) -> Result<Store> {
+        Ok(Store {
+            dir: self.dir.clone(),
+            kv: self.kv.read_snapshot()?,
+            keys: self.keys.clone(),
+            settings: self.settings,
+            owner: OnceLock::new(),
+            protected: self.protected.clone(),
+        })
+    }
+
     /// The backend.
     pub fn kv(&self) -> &dyn KeyValueStore {
         self.kv.as_ref()

@@ -26,6 +26,8 @@ pub struct SqliteKv {
     /// The thread holding the write transaction, if any: a read from that same thread
     /// would wait for itself forever, so it is refused with an error instead.
     writer: Mutex<Option<std::thread::ThreadId>>,
+    /// A read snapshot: the connection holds one read transaction for its whole life.
+    snapshot: bool,
 }
 
 impl fmt::Debug for SqliteKv {
@@ -72,7 +74,7 @@ impl SqliteKv {
             conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;")?;
             migrate(&conn)
         })?;
-        Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None) })
+        Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None), snapshot: false })
     }
 
     fn conn(&self) -> Result<MutexGuard<'_, Connection>> {
@@ -225,12 +227,17 @@ impl KeyValueStore for SqliteKv {
         self.at((|| {
             // One read transaction for the lot: no lock taken and dropped per statement.
             let conn = self.conn()?;
-            conn.execute_batch("BEGIN DEFERRED")?;
+            // A snapshot is inside its read transaction already.
+            if !self.snapshot {
+                conn.execute_batch("BEGIN DEFERRED")?;
+            }
             let result = (|| -> Result<Vec<bool>> {
                 let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
                 keys.iter().map(|k| Ok(stmt.exists(params![ns, k])?)).collect()
             })();
-            conn.execute_batch("COMMIT")?;
+            if !self.snapshot {
+                conn.execute_batch("COMMIT")?;
+            }
             result
         })())
     }
@@ -244,10 +251,30 @@ impl KeyValueStore for SqliteKv {
     }
 
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
+        if self.snapshot {
+            return Err(Error::new(ErrorCode::Io, "internal error: a write through a read snapshot"));
+        }
         let conn = self.conn()?;
         self.at(conn.execute_batch("BEGIN IMMEDIATE").map_err(Error::from))?;
         self.set_writer(Some(std::thread::current().id()));
         Ok(Box::new(SqliteTxn { conn, open: true, kv: self }))
+    }
+
+    fn read_snapshot(&self) -> Result<Box<dyn KeyValueStore>> {
+        self.at((|| {
+            let conn = Connection::open(&self.path)?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            // In WAL mode a read transaction sees the state of its first read until it ends.
+            conn.execute_batch("BEGIN DEFERRED")?;
+            conn.query_row("SELECT count(*) FROM (SELECT 1 FROM kv LIMIT 1)", [], |r| r.get::<_, i64>(0))?;
+            let snapshot: Box<dyn KeyValueStore> = Box::new(SqliteKv {
+                conn: Mutex::new(conn),
+                path: self.path.clone(),
+                writer: Mutex::new(None),
+                snapshot: true,
+            });
+            Ok(snapshot)
+        })())
     }
 
     fn compact(&self) -> Result<()> {
