@@ -212,8 +212,13 @@ pub fn all_ids(store: &Store) -> Result<Vec<String>> {
 /// session's index names a record of that session and round; every record is in its
 /// session's index and its operation's; every operation's journal holds exactly the events
 /// its record's commit state says happened (or what reconcile leaves of a rollback killed
-/// mid-apply: see `journal_agrees`). Each problem comes with what it concerns.
-pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
+/// mid-apply: see `journal_agrees`). `records` holds every checkpoint id of the store with
+/// its record as `load` opened it (`None`: it does not open), so each is decrypted once.
+/// Each problem comes with what it concerns.
+pub fn cross_check(
+    store: &Store,
+    records: &std::collections::BTreeMap<String, Option<CheckpointRecord>>,
+) -> Result<Vec<(String, Error)>> {
     let mut problems = Vec::new();
     let mut rows = Vec::new();
     store.kv().scan(schema::CHECKPOINTS_BY_SESSION, b"", &mut |k, v| {
@@ -223,20 +228,20 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
     for (key, round) in rows {
         let Some((session, id)) = key.split_once('/') else { continue };
         let what = format!("checkpoint {id}");
-        match load(store, id) {
-            Ok(r) if r.session_id != session => problems.push((
+        match records.get(id) {
+            Some(Some(r)) if r.session_id != session => problems.push((
                 what,
                 Error::corrupt("checkpoints-by-session", format!("indexed under session {session}, made in another")),
             )),
-            Ok(r) if round.is_some() && r.prompt_round != round => problems.push((
+            Some(Some(r)) if round.is_some() && r.prompt_round != round => problems.push((
                 what,
                 Error::corrupt(
                     "checkpoints-by-session",
                     format!("indexed in round {round:?}, made in {:?}", r.prompt_round),
                 ),
             )),
-            Ok(_) => {}
-            Err(e) if e.code == ErrorCode::NotFound => problems.push((
+            Some(Some(_)) => {}
+            None => problems.push((
                 what,
                 Error::new(
                     ErrorCode::NotFound,
@@ -246,11 +251,11 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
                 ),
             )),
             // An altered record is reported where every record is opened.
-            Err(_) => {}
+            Some(None) => {}
         }
     }
-    for id in all_ids(store)? {
-        let Ok(r) = load(store, &id) else { continue };
+    for (id, r) in records {
+        let Some(r) = r else { continue };
         let what = format!("checkpoint {id}");
         if !store.kv().contains(schema::CHECKPOINTS_BY_SESSION, format!("{}/{id}", r.session_id).as_bytes())? {
             problems.push((
