@@ -417,3 +417,74 @@ fn verify_does_not_flag_a_checkpoint_committed_while_it_reads() {
     assert_eq!(out.status.code(), Some(0));
     env.assert_verify_clean();
 }
+
+// ---------------------------------------------------------------------------------------
+// A sub-agent's rollback and unreadable records of other rounds
+// ---------------------------------------------------------------------------------------
+
+/// A Claude Code session of two rounds: in round 1 the main agent writes `main.txt`; in
+/// round 2 sub-agent `sub-1` writes `sub.txt`. Returns the session id and the id of the
+/// main agent's checkpoint.
+fn main_then_sub_agent(env: &Env) -> (String, String) {
+    use crate::common::{hook, with};
+    let session = "cc-sub".to_string();
+    let event = |name: &str, extra: serde_json::Value| {
+        let base = serde_json::json!({
+            "session_id": session,
+            "transcript_path": env.home.join(format!(".claude/projects/x/{session}.jsonl")),
+            "cwd": env.ws,
+            "hook_event_name": name,
+        });
+        with(base, extra)
+    };
+    let write = |id: &str, file: &str, agent: Option<&str>| {
+        let mut pre = serde_json::json!({
+            "tool_name": "Write",
+            "tool_input": { "file_path": env.ws.join(file), "content": "agent's\n" },
+            "tool_use_id": id,
+        });
+        if let Some(a) = agent {
+            pre["agent_id"] = a.into();
+            pre["agent_type"] = "general-purpose".into();
+        }
+        hook(env, "claude-code", &event("PreToolUse", pre.clone()));
+        env.write(file, "agent's\n");
+        hook(env, "claude-code", &event("PostToolUse", pre));
+    };
+    env.write("main.txt", "person's\n");
+    env.write("sub.txt", "person's\n");
+    hook(env, "claude-code", &event("UserPromptSubmit", serde_json::json!({ "prompt": "one" })));
+    write("toolu_main", "main.txt", None);
+    hook(env, "claude-code", &event("Stop", serde_json::json!({})));
+    hook(env, "claude-code", &event("UserPromptSubmit", serde_json::json!({ "prompt": "two" })));
+    let sub = serde_json::json!({ "agent_id": "sub-1", "agent_type": "general-purpose" });
+    hook(env, "claude-code", &event("SubagentStart", sub.clone()));
+    write("toolu_sub", "sub.txt", Some("sub-1"));
+    hook(env, "claude-code", &event("SubagentStop", sub));
+    hook(env, "claude-code", &event("Stop", serde_json::json!({})));
+    let list = env.json(&["--session", &session, "checkpoints", "--turn", "1"]);
+    let main = str_at(&list, "/checkpoints/0/checkpointId").to_string();
+    (session, main)
+}
+
+#[test]
+fn a_sub_agents_rollback_is_not_held_up_by_an_unreadable_record_of_another_round() {
+    let env = Env::new();
+    let (session, main) = main_then_sub_agent(&env);
+    flip_checkpoint_records(&env, &[&main]);
+    let out = env.run(&["--json", "--session", &session, "rollback", "--agent", "sub-1", "--apply"], None);
+    let doc = parse_json(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert_eq!(doc["resultType"], "full", "{doc:#}");
+    assert_eq!(doc["unreadableCheckpoints"].as_array().map(Vec::len).unwrap_or(0), 0, "{doc:#}");
+    assert_eq!(env.read("sub.txt").as_deref(), Some(&b"person's\n"[..]));
+}
+
+#[test]
+fn a_mistyped_sub_agent_is_not_found_even_beside_unreadable_records() {
+    let env = Env::new();
+    let (session, main) = main_then_sub_agent(&env);
+    flip_checkpoint_records(&env, &[&main]);
+    let err = env.fail(&["--session", &session, "rollback", "--agent", "sub-2"], None);
+    assert_eq!(err.code, "not-found", "{err:?}");
+}
