@@ -278,8 +278,8 @@ pub fn cross_check(
         }
         let events: Vec<JournalEvent> = journal::events(store.kv(), op)?.into_iter().map(|e| e.event).collect();
         let open = journal::is_open_now(store.kv(), op)?;
-        if !journal_agrees(&r, &events, open) {
-            let expected = expected_journal(&r);
+        if !journal_agrees(r, &events, open) {
+            let expected = expected_journal(r);
             problems.push((
                 format!("operation {op}"),
                 Error::corrupt(

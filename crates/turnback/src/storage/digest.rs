@@ -141,6 +141,11 @@ pub(crate) fn delete(keys: &KeyRing, txn: &mut dyn Txn, ns: Ns, key: &[u8]) -> R
     Ok(true)
 }
 
+/// Digests by group (session).
+type Groups = BTreeMap<Vec<u8>, Digest>;
+/// Digests by group, and the table's total.
+type Sums = (Groups, Digest);
+
 /// The digests the rows of `ns` add up to: by group, and in total.
 fn sums(
     keys: &KeyRing,
@@ -158,7 +163,7 @@ fn sums(
 }
 
 /// The digests the rows of `ns` add up to now: by group, and in total.
-fn computed(keys: &KeyRing, kv: &dyn KeyValueStore, ns: Ns) -> Result<(BTreeMap<Vec<u8>, Digest>, Digest)> {
+fn computed(keys: &KeyRing, kv: &dyn KeyValueStore, ns: Ns) -> Result<Sums> {
     let mut rows = Vec::new();
     kv.scan(ns, b"", &mut |k, v| {
         rows.push((k.to_vec(), v.to_vec()));
@@ -168,7 +173,7 @@ fn computed(keys: &KeyRing, kv: &dyn KeyValueStore, ns: Ns) -> Result<(BTreeMap<
 }
 
 /// The digests stored for `ns`: by group, and the total (none: its row is missing).
-fn stored(kv: &dyn KeyValueStore, ns: Ns) -> Result<(BTreeMap<Vec<u8>, Digest>, Option<Digest>)> {
+fn stored(kv: &dyn KeyValueStore, ns: Ns) -> Result<(Groups, Option<Digest>)> {
     let unreadable = Digest { rows: u64::MAX, sum: [0; 32] };
     let prefix = format!("{ns}/");
     let mut groups = BTreeMap::new();
