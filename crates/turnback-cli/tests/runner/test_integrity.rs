@@ -240,3 +240,251 @@ fn verify_reports_a_turn_deleted_with_its_index_row() {
     let problems = verify_problems(&env);
     assert!(names(&problems, &["turns-by-session"]), "{problems:#?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// A crash in a rollback is not damage
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_rollback_killed_mid_apply_then_reconciled_verifies_clean() {
+    let env = Env::new();
+    let (a, _) = one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    // The rollback commits its own checkpoint (committed, its operation dispatched), then
+    // dies writing the first file back.
+    env.kill_at_failpoint(&["rollback", &a, "--apply"], None, "write-temp-synced");
+    env.ok(&["reconcile"], None);
+    // Reconcile closed the rollback's operation as `OperationUnknownOutcome` and left its
+    // committed record alone: that is the state a crash leaves, not damage.
+    env.assert_verify_clean();
+    let doctor = env.run(&["--json", "doctor"], None);
+    let text = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    assert!(!text.contains("restore from a backup"), "doctor must not call a crash damage: {}", show_output(&doctor));
+}
+
+// ---------------------------------------------------------------------------------------
+// The digests themselves deleted
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn verify_reports_every_checkpoint_row_deleted_with_the_digests() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    env.assert_verify_clean();
+    for ns in ["checkpoints", "checkpoints-by-session", "checkpoints-by-operation", "journal", "index-digests"] {
+        delete_rows(&env, ns, |_| true);
+    }
+    // Opening the store again must not trust what is left and compute new digests over it.
+    env.ok(&["turns"], None);
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["checkpoints-by-session", "no keyed total"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_a_digested_table_wiped_with_its_digest_rows() {
+    let env = Env::new();
+    for prompt in ["one", "two"] {
+        env.ok(&["turn", "begin", "--prompt", prompt], None);
+        env.ok(&["turn", "end"], None);
+    }
+    env.assert_verify_clean();
+    // Every turn, its index rows, and the index's digests (per session and the total).
+    delete_rows(&env, "turns", |_| true);
+    delete_rows(&env, "turns-by-session", |_| true);
+    delete_rows(&env, "index-digests", |k| k == b"turns-by-session" || k.starts_with(b"turns-by-session/"));
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turns-by-session", "no keyed total"]), "{problems:#?}");
+}
+
+#[test]
+fn verify_reports_an_emptied_table_given_an_empty_total() {
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    env.ok(&["turn", "end"], None);
+    env.assert_verify_clean();
+    delete_rows(&env, "turns", |_| true);
+    delete_rows(&env, "turns-by-session", |_| true);
+    delete_rows(&env, "index-digests", |k| k.starts_with(b"turns-by-session/"));
+    // A total of no rows written by hand: zero rows, zero sum.
+    tamper(&env, |c| {
+        c.execute(
+            "UPDATE kv SET value = ?1 WHERE ns = 'index-digests' AND key = ?2",
+            (vec![0u8; 40], &b"turns-by-session"[..]),
+        )
+        .expect("zero the total")
+    });
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["turns-by-session"]), "{problems:#?}");
+}
+
+#[test]
+fn the_store_schema_says_digests_so_an_older_turnback_refuses_it() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let version: i64 = tamper(&env, |c| c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("user_version"));
+    assert_eq!(version, 3, "turnback 2-era binaries write index rows without digests and must refuse this store");
+}
+
+#[test]
+fn verify_reports_a_deleted_key_check() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    // The key check says, keyed, that the store keeps digests; deleting it must not make a
+    // new store of what is left.
+    tamper(&env, |c| {
+        c.execute("DELETE FROM kv WHERE ns = 'meta' AND key = ?1", [&b"master-check"[..]]).expect("delete")
+    });
+    let err = env.fail(&["verify", "--deep"], None);
+    assert_eq!(err.code, "corrupt", "{err:?}");
+}
+
+#[test]
+fn verify_reports_an_older_copy_of_the_history_totals_put_back() {
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    let read_totals = || -> (Vec<u8>, Vec<u8>) {
+        tamper(&env, |c| {
+            c.query_row("SELECT key, value FROM kv WHERE ns = 'history-totals'", [], |r| Ok((r.get(0)?, r.get(1)?)))
+                .expect("one session's totals")
+        })
+    };
+    let (session, older) = read_totals();
+    let before: Vec<Vec<u8>> = raw_keys(&env, "history");
+    env.ok(&["history", "append"], Some(br#"{"role":"assistant","content":"later"}"#));
+    env.assert_verify_clean();
+    // The entry appended since deleted, and the totals from before it put back.
+    delete_rows(&env, "history", |k| !before.iter().any(|b| b == k));
+    tamper(&env, |c| {
+        c.execute("UPDATE kv SET value = ?1 WHERE ns = 'history-totals' AND key = ?2", (&older, &session))
+            .expect("put the older totals back")
+    });
+    let problems = verify_problems(&env);
+    assert!(names(&problems, &["history-totals"]), "{problems:#?}");
+}
+
+#[test]
+fn key_rotation_with_reencrypt_keeps_the_digests_true() {
+    let env = Env::new();
+    one_turn_of_edits(&env);
+    env.ok(&["key", "rotate", "--reencrypt"], None);
+    env.assert_verify_clean();
+}
+
+// ---------------------------------------------------------------------------------------
+// verify of a store in use
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn verify_does_not_flag_a_checkpoint_committed_while_it_reads() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let env = Env::new();
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    env.assert_verify_clean();
+    // verify stops between reading the checkpoints-by-session rows (the first digested
+    // table) and reading their digests ...
+    let flag = env.root.join("release-verify");
+    let mut cmd = env.command(&["--json", "verify", "--deep"]);
+    cmd.env("TURNBACK_PAUSE", format!("verify-digest-rows-read={}", flag.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn verify");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    loop {
+        let line = rx.recv_timeout(Duration::from_secs(30)).expect("verify reaches its pause point");
+        if line.contains("failpoint verify-digest-rows-read reached") {
+            break;
+        }
+    }
+    // ... while the agent makes a checkpointed edit (its index row and digests commit in
+    // one transaction).
+    env.ok(&["fs", "create", "c.txt"], Some(b"agent's c\n"));
+    std::fs::write(&flag, b"go").expect("release verify");
+    let out = child.wait_with_output().expect("verify ends");
+    let report: Value = serde_json::from_slice(&out.stdout).expect("verify's JSON");
+    assert_eq!(report["clean"], true, "a write committed during verify is not damage: {report:#}");
+    assert_eq!(out.status.code(), Some(0));
+    env.assert_verify_clean();
+}
+
+// ---------------------------------------------------------------------------------------
+// A sub-agent's rollback and unreadable records of other rounds
+// ---------------------------------------------------------------------------------------
+
+/// A Claude Code session of two rounds: in round 1 the main agent writes `main.txt`; in
+/// round 2 sub-agent `sub-1` writes `sub.txt`. Returns the session id and the id of the
+/// main agent's checkpoint.
+fn main_then_sub_agent(env: &Env) -> (String, String) {
+    use crate::common::{hook, with};
+    let session = "cc-sub".to_string();
+    let event = |name: &str, extra: serde_json::Value| {
+        let base = serde_json::json!({
+            "session_id": session,
+            "transcript_path": env.home.join(format!(".claude/projects/x/{session}.jsonl")),
+            "cwd": env.ws,
+            "hook_event_name": name,
+        });
+        with(base, extra)
+    };
+    let write = |id: &str, file: &str, agent: Option<&str>| {
+        let mut pre = serde_json::json!({
+            "tool_name": "Write",
+            "tool_input": { "file_path": env.ws.join(file), "content": "agent's\n" },
+            "tool_use_id": id,
+        });
+        if let Some(a) = agent {
+            pre["agent_id"] = a.into();
+            pre["agent_type"] = "general-purpose".into();
+        }
+        hook(env, "claude-code", &event("PreToolUse", pre.clone()));
+        env.write(file, "agent's\n");
+        hook(env, "claude-code", &event("PostToolUse", pre));
+    };
+    env.write("main.txt", "person's\n");
+    env.write("sub.txt", "person's\n");
+    hook(env, "claude-code", &event("UserPromptSubmit", serde_json::json!({ "prompt": "one" })));
+    write("toolu_main", "main.txt", None);
+    hook(env, "claude-code", &event("Stop", serde_json::json!({})));
+    hook(env, "claude-code", &event("UserPromptSubmit", serde_json::json!({ "prompt": "two" })));
+    let sub = serde_json::json!({ "agent_id": "sub-1", "agent_type": "general-purpose" });
+    hook(env, "claude-code", &event("SubagentStart", sub.clone()));
+    write("toolu_sub", "sub.txt", Some("sub-1"));
+    hook(env, "claude-code", &event("SubagentStop", sub));
+    hook(env, "claude-code", &event("Stop", serde_json::json!({})));
+    let list = env.json(&["--session", &session, "checkpoints", "--turn", "1"]);
+    let main = str_at(&list, "/checkpoints/0/checkpointId").to_string();
+    (session, main)
+}
+
+#[test]
+fn a_sub_agents_rollback_is_not_held_up_by_an_unreadable_record_of_another_round() {
+    let env = Env::new();
+    let (session, main) = main_then_sub_agent(&env);
+    flip_checkpoint_records(&env, &[&main]);
+    let out = env.run(&["--json", "--session", &session, "rollback", "--agent", "sub-1", "--apply"], None);
+    let doc = parse_json(&out);
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert_eq!(doc["resultType"], "full", "{doc:#}");
+    assert_eq!(doc["unreadableCheckpoints"].as_array().map(Vec::len).unwrap_or(0), 0, "{doc:#}");
+    assert_eq!(env.read("sub.txt").as_deref(), Some(&b"person's\n"[..]));
+}
+
+#[test]
+fn a_mistyped_sub_agent_is_not_found_even_beside_unreadable_records() {
+    let env = Env::new();
+    let (session, main) = main_then_sub_agent(&env);
+    flip_checkpoint_records(&env, &[&main]);
+    let err = env.fail(&["--session", &session, "rollback", "--agent", "sub-2"], None);
+    assert_eq!(err.code, "not-found", "{err:?}");
+}

@@ -91,17 +91,25 @@ fn problem(what: String, e: &crate::Error) -> Problem {
 
 /// Checks every record of the store; with `deep`, decrypts every object and record.
 pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
+    // Every check reads one committed state: a hook committing meanwhile must not look
+    // like rows added or removed outside turnback.
+    let view = store.read_view()?;
+    let store = &view;
     let mut counts = VerifyCounts::default();
     let mut problems = Vec::new();
+    // Every record opened once, here; the cross-checks below use them as opened.
+    let mut opened = BTreeMap::new();
     for id in checkpoint::all_ids(store)? {
         counts.checkpoints += 1;
         let record = match checkpoint::load(store, &id) {
             Ok(r) => r,
             Err(e) => {
                 problems.push(problem(format!("checkpoint {id}"), &e));
+                opened.insert(id, None);
                 continue;
             }
         };
+        opened.insert(id, Some(record.clone()));
         match record.stage_state {
             StageState::Committed => counts.committed += 1,
             StageState::Unreachable => counts.recovery_locked += 1,
@@ -166,14 +174,10 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
     }
     // Rows missing, dangling or moved: each index against its records, and every digested
     // index against its keyed digest (rows removed together with what they index).
-    let crossed = [checkpoint::cross_check(store)?, turn::cross_check(store)?, history::cross_check(store)?];
+    let crossed = [checkpoint::cross_check(store, &opened)?, turn::cross_check(store)?, history::cross_check(store)?];
     problems.extend(crossed.iter().flatten().map(|(what, e)| problem(what.clone(), e)));
     for m in crate::storage::digest::check(store.keys(), store.kv())? {
-        let what = match &m.group {
-            Some(g) => format!("{} of session {g}", m.ns),
-            None => m.ns.to_string(),
-        };
-        problems.push(problem(what, &Error::corrupt("index", m.describe())));
+        problems.push(problem(m.what(), &Error::corrupt("index", m.describe())));
     }
     Ok(VerifyReport { clean: problems.is_empty(), deep, counts, problems })
 }

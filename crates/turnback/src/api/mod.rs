@@ -333,8 +333,6 @@ impl Turnback {
 /// late start snapshot's process died.
 pub(crate) fn reconcile(store: &Store) -> Result<ReconcileReport> {
     let root_of = |id: &str| Workspace::by_id(store, id).ok().map(|w| w.root);
-    // A store written before its indexes had digests gets them, over what it holds now.
-    crate::storage::digest::recompute_once(store.keys(), store.kv())?;
     let mut report = checkpoint::reconcile(store, &root_of)?;
     report.late_snapshots_failed = turn::reconcile(store)?;
     Ok(report)

@@ -211,8 +211,14 @@ pub fn all_ids(store: &Store) -> Result<Vec<String>> {
 /// Cross-checks the checkpoint tables against each other, for `verify`: every row of a
 /// session's index names a record of that session and round; every record is in its
 /// session's index and its operation's; every operation's journal holds exactly the events
-/// its record's commit state says happened. Each problem comes with what it concerns.
-pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
+/// its record's commit state says happened (or what reconcile leaves of a rollback killed
+/// mid-apply: see `journal_agrees`). `records` holds every checkpoint id of the store with
+/// its record as `load` opened it (`None`: it does not open), so each is decrypted once.
+/// Each problem comes with what it concerns.
+pub fn cross_check(
+    store: &Store,
+    records: &std::collections::BTreeMap<String, Option<CheckpointRecord>>,
+) -> Result<Vec<(String, Error)>> {
     let mut problems = Vec::new();
     let mut rows = Vec::new();
     store.kv().scan(schema::CHECKPOINTS_BY_SESSION, b"", &mut |k, v| {
@@ -222,20 +228,20 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
     for (key, round) in rows {
         let Some((session, id)) = key.split_once('/') else { continue };
         let what = format!("checkpoint {id}");
-        match load(store, id) {
-            Ok(r) if r.session_id != session => problems.push((
+        match records.get(id) {
+            Some(Some(r)) if r.session_id != session => problems.push((
                 what,
                 Error::corrupt("checkpoints-by-session", format!("indexed under session {session}, made in another")),
             )),
-            Ok(r) if round.is_some() && r.prompt_round != round => problems.push((
+            Some(Some(r)) if round.is_some() && r.prompt_round != round => problems.push((
                 what,
                 Error::corrupt(
                     "checkpoints-by-session",
                     format!("indexed in round {round:?}, made in {:?}", r.prompt_round),
                 ),
             )),
-            Ok(_) => {}
-            Err(e) if e.code == ErrorCode::NotFound => problems.push((
+            Some(Some(_)) => {}
+            None => problems.push((
                 what,
                 Error::new(
                     ErrorCode::NotFound,
@@ -245,11 +251,11 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
                 ),
             )),
             // An altered record is reported where every record is opened.
-            Err(_) => {}
+            Some(None) => {}
         }
     }
-    for id in all_ids(store)? {
-        let Ok(r) = load(store, &id) else { continue };
+    for (id, r) in records {
+        let Some(r) = r else { continue };
         let what = format!("checkpoint {id}");
         if !store.kv().contains(schema::CHECKPOINTS_BY_SESSION, format!("{}/{id}", r.session_id).as_bytes())? {
             problems.push((
@@ -270,11 +276,10 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
                 ),
             ));
         }
-        let expected = expected_journal(&r);
         let events: Vec<JournalEvent> = journal::events(store.kv(), op)?.into_iter().map(|e| e.event).collect();
         let open = journal::is_open_now(store.kv(), op)?;
-        let should_be_open = expected.len() == 1;
-        if events != expected || open != should_be_open {
+        if !journal_agrees(r, &events, open) {
+            let expected = expected_journal(r);
             problems.push((
                 format!("operation {op}"),
                 Error::corrupt(
@@ -283,7 +288,7 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
                         "checkpoint {id} is {} / {}, which needs the journal {expected:?}{}; it holds {events:?}{}",
                         r.stage_state.as_str(),
                         r.mutation.commit_state.as_str(),
-                        if should_be_open { " (open)" } else { "" },
+                        if expected.len() == 1 { " (open)" } else { "" },
                         if open { " (open)" } else { "" }
                     ),
                 ),
@@ -291,6 +296,22 @@ pub fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
         }
     }
     Ok(problems)
+}
+
+/// Whether operation `events` (and whether it is still `open`) are what record `r`'s states
+/// say happened. Besides [`expected_journal`], one state a crash leaves is accepted: a
+/// committed record still `pending` (a rollback's own checkpoint, committed before it
+/// writes) whose process died mid-apply; reconcile closes its journal with
+/// `OperationUnknownOutcome` and, by design, leaves the committed record as it is.
+fn journal_agrees(r: &CheckpointRecord, events: &[JournalEvent], open: bool) -> bool {
+    let expected = expected_journal(r);
+    if events == expected.as_slice() && open == (expected.len() == 1) {
+        return true;
+    }
+    r.stage_state == StageState::Committed
+        && r.mutation.commit_state == CommitState::Pending
+        && !open
+        && events == [JournalEvent::EffectDispatchCommitted, JournalEvent::OperationUnknownOutcome]
 }
 
 /// The journal events a record's states say its operation has, in order.

@@ -681,6 +681,8 @@ pub(crate) fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
             Err(_) => {}
         }
     }
+    let indexed: std::collections::HashSet<(&str, &[u8])> =
+        rows.iter().map(|(key, id)| (key.as_str(), id.as_bytes())).collect();
     let mut records = Vec::new();
     store.kv().scan(schema::TURNS, b"", &mut |k, v| {
         records.push((k.to_vec(), v.to_vec()));
@@ -689,7 +691,7 @@ pub(crate) fn cross_check(store: &Store) -> Result<Vec<(String, Error)>> {
     for (k, v) in records {
         let Ok(t) = store.open_record::<Turn>(schema::TURNS, &k, &v) else { continue };
         let key = format!("{}/{:010}", t.session_id, t.index);
-        if !rows.iter().any(|(rk, id)| *rk == key && id.as_bytes() == k.as_slice()) {
+        if !indexed.contains(&(key.as_str(), k.as_slice())) {
             problems.push((
                 format!("turn {}", t.turn_id),
                 Error::new(

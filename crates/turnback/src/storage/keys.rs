@@ -11,7 +11,11 @@
 //! - A key that cannot be used — a file holding anything but the base64 of 32 bytes, raw
 //!   bytes included — is `key-unavailable` saying what the file must hold, never `io`.
 //! - The store keeps a keyed check value of the master key, so a wrong key is reported as
-//!   `key-mismatch` before anything is decrypted, never as corruption.
+//!   `key-mismatch` before anything is decrypted, never as corruption. Its label also says,
+//!   authenticated, whether the store keeps index digests (`storage/digest.rs`): a store
+//!   made or upgraded by this version holds the `v2` value, which nobody without the key can
+//!   turn back into the `v1` value of a store from before digests; a check missing while
+//!   data keys are present is `corrupt`, never written anew.
 //! - The master key encrypts nothing but data keys. Data keys are versioned; new writes use
 //!   the newest, and every version ever made stays in the store, so nothing written under
 //!   any version becomes unreadable.
@@ -283,7 +287,7 @@ mod keychain {
 }
 
 /// The keys of one open store: master-derived keys and every data-key version.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct KeyRing {
     content_id: SecretKey,
     lookup_id: SecretKey,
@@ -292,10 +296,20 @@ pub struct KeyRing {
     current: u32,
     /// Where the master key came from.
     pub source: KeySource,
+    /// The key check of a store that keeps index digests.
+    check_v2: [u8; 32],
+    /// The store's key check is `check_v2`.
+    digests_kept: bool,
 }
 
-fn check_value(master: &SecretKey) -> [u8; 32] {
+/// The key check of a store from before index digests were kept.
+fn check_value_v1(master: &SecretKey) -> [u8; 32] {
     master.derive(Purpose::KeyCheck).mac(&[b"turnback master key check v1"])
+}
+
+/// The key check of a store that keeps index digests.
+fn check_value_v2(master: &SecretKey) -> [u8; 32] {
+    master.derive(Purpose::KeyCheck).mac(&[b"turnback master key check v2: index digests kept"])
 }
 
 fn data_key_binding(version_bytes: &[u8]) -> Binding<'_> {
@@ -313,37 +327,79 @@ impl KeyRing {
     /// # Errors
     /// `key-mismatch` if `master` is not the key this store was created with; `corrupt` if
     /// a wrapped data key does not open under the right master key.
+    #[cfg(test)]
     pub fn open(kv: &dyn KeyValueStore, master: SecretKey, source: KeySource) -> Result<Self> {
-        let check = check_value(&master);
+        Self::open_with(kv, master, source, &|_, _| Ok(()))
+    }
+
+    /// Like `open`; a store initialised here also gets what `init` writes, in the
+    /// transaction that writes its key check (the index digests' starting totals).
+    ///
+    /// # Errors
+    /// `key-mismatch` if `master` is not the key this store was created with; `corrupt` if
+    /// a wrapped data key does not open under the right master key, or the key check is gone
+    /// while data keys are there.
+    pub fn open_with(
+        kv: &dyn KeyValueStore,
+        master: SecretKey,
+        source: KeySource,
+        init: &dyn Fn(&KeyRing, &mut dyn Txn) -> Result<()>,
+    ) -> Result<Self> {
+        let (check_v1, check_v2) = (check_value_v1(&master), check_value_v2(&master));
+        let mut ring = KeyRing {
+            content_id: master.derive(Purpose::ContentId),
+            lookup_id: master.derive(Purpose::LookupId),
+            wrap: master.derive(Purpose::WrapDataKeys),
+            data: BTreeMap::new(),
+            current: 0,
+            source,
+            check_v2,
+            digests_kept: true,
+        };
         let stored = match kv.get(schema::META, META_CHECK)? {
             Some(v) => v,
             None => {
                 let mut txn = kv.begin()?;
-                txn.put_if_absent(schema::META, META_CHECK, &check)?;
-                if txn.get(schema::META, META_CURRENT)?.is_none() {
-                    add_data_key(&mut *txn, &master.derive(Purpose::WrapDataKeys), 1)?;
+                if txn.get(schema::META, META_CHECK)?.is_none() {
+                    if txn.get(schema::META, META_CURRENT)?.is_some() {
+                        // Written with the data keys, in one transaction: deleted since.
+                        return Err(Error::corrupt(
+                            "key ring",
+                            "the master key check is gone while data keys are there (restore the store from a backup)",
+                        ));
+                    }
+                    txn.put(schema::META, META_CHECK, &check_v2)?;
+                    add_data_key(&mut *txn, &ring.wrap, 1)?;
+                    init(&ring, &mut *txn)?;
                 }
                 txn.commit()?;
                 kv.get(schema::META, META_CHECK)?.unwrap_or_default()
             }
         };
-        if stored != check {
+        if stored == check_v1 {
+            ring.digests_kept = false;
+        } else if stored != check_v2 {
             return Err(Error::new(
                 ErrorCode::KeyMismatch,
-                format!("the master key from {} is not the key this store was created with", source.describe()),
+                format!("the master key from {} is not the key this store was created with", ring.source.describe()),
             ));
         }
-        let wrap = master.derive(Purpose::WrapDataKeys);
-        let mut ring = KeyRing {
-            content_id: master.derive(Purpose::ContentId),
-            lookup_id: master.derive(Purpose::LookupId),
-            wrap,
-            data: BTreeMap::new(),
-            current: 0,
-            source,
-        };
         ring.reload(kv)?;
         Ok(ring)
+    }
+
+    /// Whether the store keeps index digests (its key check says so, authenticated).
+    pub(crate) fn digests_kept(&self) -> bool {
+        self.digests_kept
+    }
+
+    /// Records, in `txn`, that the store keeps index digests from now on: the key check
+    /// moves to its `v2` value. Whether it already did, as `txn` reads it.
+    pub(crate) fn mark_digests_kept(&mut self, txn: &mut dyn Txn) -> Result<bool> {
+        let was = txn.get(schema::META, META_CHECK)?.as_deref() == Some(&self.check_v2[..]);
+        txn.put(schema::META, META_CHECK, &self.check_v2)?;
+        self.digests_kept = true;
+        Ok(was)
     }
 
     fn reload(&mut self, kv: &dyn KeyValueStore) -> Result<()> {
@@ -414,6 +470,15 @@ impl KeyRing {
         self.reload(kv)?;
         Ok(self.current)
     }
+}
+
+/// Makes the store in `kv` look as a store from before index digests does: its key check
+/// the `v1` value (for tests of the upgrade).
+#[cfg(test)]
+pub(crate) fn write_check_v1(kv: &dyn KeyValueStore, master: &SecretKey) -> Result<()> {
+    let mut txn = kv.begin()?;
+    txn.put(schema::META, META_CHECK, &check_value_v1(master))?;
+    txn.commit()
 }
 
 fn add_data_key(txn: &mut dyn Txn, wrap: &SecretKey, version: u32) -> Result<()> {

@@ -8,9 +8,10 @@
 //! - The values of a `sealed` table are records sealed by [`Store::seal_record`]
 //!   (`crate::storage::store::Store::seal_record`): key rotation re-seals exactly these, and
 //!   `verify --deep` opens them.
-//! - A `digested` table's rows are authenticated by keyed digests per session and per
-//!   table, kept in the transaction that writes the rows (`storage/digest.rs`), so `verify`
-//!   sees rows deleted, added or moved even when nothing is left dangling.
+//! - A `digested` table's rows (keys and values) are authenticated by keyed digests per
+//!   session and per table, kept in the transaction that writes the rows
+//!   (`storage/digest.rs`, the only place that writes them), so `verify` sees rows deleted,
+//!   added, changed or moved even when nothing is left dangling.
 //! - A `derived` table's rows are rebuilt from the workspace when lost or damaged.
 //! - A `large` table's values may be big (content, stat caches, history): the SQLite
 //!   backend keeps them in a rowid table of their own.
@@ -118,6 +119,11 @@ tables! {
 /// Whether values of `ns` may be large.
 pub(crate) fn is_large(ns: Ns) -> bool {
     TABLES.iter().any(|t| t.name == ns && t.large)
+}
+
+/// Whether rows of `ns` carry keyed digests (written only through `digest`).
+pub(crate) fn is_digested(ns: Ns) -> bool {
+    TABLES.iter().any(|t| t.name == ns && t.digested)
 }
 
 /// The sealed tables.

@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::fs::lock::OwnerLock;
 use crate::storage::content::ContentId;
 use crate::storage::crypto::{self, Binding};
+use crate::storage::digest;
 use crate::storage::header;
 use crate::storage::keys::{self, KeyConfig, KeyRing};
 use crate::storage::kv::{KeyValueStore, Ns, SqliteKv};
@@ -112,7 +113,9 @@ impl Store {
             ));
         }
         let (master, source) = keys::find_master_key(&opts.keys, !has_data)?;
-        let keys = KeyRing::open(&kv, master, source)?;
+        let mut keys = KeyRing::open_with(&kv, master, source, &digest::init_in)?;
+        // A store from before index digests gets them here, once (see `digest`).
+        digest::upgrade(&mut keys, &kv)?;
         if !marker.exists() {
             // Written once the keys are committed (a crash before it leaves a store that is
             // rightly initialised again); stores made before the marker get it here. A store
@@ -135,7 +138,8 @@ impl Store {
         master: crypto::SecretKey,
         settings: Settings,
     ) -> Result<Self> {
-        let keys = KeyRing::open(kv.as_ref(), master, keys::KeySource::Env)?;
+        let mut keys = KeyRing::open_with(kv.as_ref(), master, keys::KeySource::Env, &digest::init_in)?;
+        digest::upgrade(&mut keys, kv.as_ref())?;
         Self::assemble(dir, kv, keys, settings)
     }
 
@@ -153,6 +157,23 @@ impl Store {
     /// Paths no workspace operation may touch: the store, the key file and its directory.
     pub fn protected_paths(&self) -> &[PathBuf] {
         &self.protected
+    }
+
+    /// A read-only view of this store as committed now (see
+    /// [`KeyValueStore::read_snapshot`]): checks that read several tables read them from
+    /// one state. Writing through it fails.
+    ///
+    /// # Errors
+    /// As the backend's reads.
+    pub fn read_view(&self) -> Result<Store> {
+        Ok(Store {
+            dir: self.dir.clone(),
+            kv: self.kv.read_snapshot()?,
+            keys: self.keys.clone(),
+            settings: self.settings,
+            owner: OnceLock::new(),
+            protected: self.protected.clone(),
+        })
     }
 
     /// The backend.
@@ -283,7 +304,12 @@ impl Store {
                             Err(e) if e.code == ErrorCode::Corrupt => continue,
                             Err(e) => return Err(e),
                         };
-                        txn.put(ns, &key, &self.seal_bytes(ns, &key, schema, &plain)?)?;
+                        let resealed = self.seal_bytes(ns, &key, schema, &plain)?;
+                        if schema::is_digested(ns) {
+                            digest::put(&self.keys, &mut *txn, ns, &key, &resealed)?;
+                        } else {
+                            txn.put(ns, &key, &resealed)?;
+                        }
                         count += 1;
                     }
                 }

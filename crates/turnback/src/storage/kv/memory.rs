@@ -12,6 +12,8 @@ type MemoryMap = BTreeMap<(Ns, Vec<u8>), Vec<u8>>;
 #[derive(Debug, Default)]
 pub struct MemoryKv {
     map: Mutex<MemoryMap>,
+    /// A read snapshot: writes are refused.
+    snapshot: bool,
 }
 
 impl MemoryKv {
@@ -52,7 +54,17 @@ impl KeyValueStore for MemoryKv {
     }
 
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
+        if self.snapshot {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorCode::Io,
+                "internal error: a write through a read snapshot",
+            ));
+        }
         Ok(Box::new(MemoryTxn { map: self.map(), overlay: BTreeMap::new() }))
+    }
+
+    fn read_snapshot(&self) -> Result<Box<dyn KeyValueStore>> {
+        Ok(Box::new(MemoryKv { map: Mutex::new(self.map().clone()), snapshot: true }))
     }
 
     fn compact(&self) -> Result<()> {

@@ -5,6 +5,8 @@
 //!   all (dropped, failed, or the process died). Writers are serialized across processes
 //!   (SQLite `BEGIN IMMEDIATE`), so a read inside a transaction stays true until it commits.
 //! - Keys sort bytewise within a namespace; scans return them in that order.
+//! - A [`KeyValueStore::read_snapshot`] reads one committed state for as long as it lives
+//!   (SQLite: its own connection holding a read transaction; memory: a copy).
 //! - The backend stores bytes; it never sees plaintext content or paths (repositories seal
 //!   them before they get here).
 //!
@@ -47,6 +49,10 @@ pub trait KeyValueStore: Send + Sync + fmt::Debug {
     fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()>;
     /// Starts a write transaction, waiting for other writers.
     fn begin(&self) -> Result<Box<dyn Txn + '_>>;
+    /// A read-only view of the store as committed now: every read through it sees that one
+    /// state, whatever other writers commit meanwhile (a check that reads one table and
+    /// then another never sees half of a transaction). Its `begin` fails.
+    fn read_snapshot(&self) -> Result<Box<dyn KeyValueStore>>;
     /// Returns freed space to the file system where the backend can.
     fn compact(&self) -> Result<()>;
     /// Bytes the backend occupies on disk.
@@ -127,6 +133,25 @@ mod tests {
             })
             .unwrap();
             assert_eq!(seen, vec![b"p".to_vec(), b"p/1".to_vec(), b"p/2".to_vec(), b"p\xff".to_vec()]);
+        }
+    }
+
+    #[test]
+    fn a_read_snapshot_sees_one_state_whatever_commits_after_it() {
+        for (kv, _dir) in backends() {
+            let mut t = kv.begin().unwrap();
+            t.put("a", b"k1", b"v1").unwrap();
+            t.commit().unwrap();
+            let snap = kv.read_snapshot().unwrap();
+            let mut t = kv.begin().unwrap();
+            t.put("a", b"k2", b"v2").unwrap();
+            t.delete("a", b"k1").unwrap();
+            t.commit().unwrap();
+            assert_eq!(snap.get("a", b"k1").unwrap().as_deref(), Some(&b"v1"[..]));
+            assert!(!snap.contains("a", b"k2").unwrap());
+            assert_eq!(snap.contains_each("a", &[b"k1", b"k2"]).unwrap(), [true, false]);
+            assert!(snap.begin().is_err(), "a snapshot is read-only");
+            assert!(kv.get("a", b"k2").unwrap().is_some(), "the store itself moved on");
         }
     }
 

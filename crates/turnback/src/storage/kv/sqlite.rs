@@ -15,7 +15,9 @@ use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::storage::kv::{KeyValueStore, Ns, Txn, Visit, prefix_end};
 use crate::storage::schema;
 
-const SCHEMA_VERSION: i64 = 2;
+/// Version 3 keeps index digests (`storage/digest.rs`): a turnback from before (version 2)
+/// would write index rows without them, so it must refuse the store.
+const SCHEMA_VERSION: i64 = 3;
 
 /// The production backend: one SQLite database file.
 pub struct SqliteKv {
@@ -24,6 +26,8 @@ pub struct SqliteKv {
     /// The thread holding the write transaction, if any: a read from that same thread
     /// would wait for itself forever, so it is refused with an error instead.
     writer: Mutex<Option<std::thread::ThreadId>>,
+    /// A read snapshot: the connection holds one read transaction for its whole life.
+    snapshot: bool,
 }
 
 impl fmt::Debug for SqliteKv {
@@ -70,7 +74,7 @@ impl SqliteKv {
             conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;")?;
             migrate(&conn)
         })?;
-        Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None) })
+        Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None), snapshot: false })
     }
 
     fn conn(&self) -> Result<MutexGuard<'_, Connection>> {
@@ -137,7 +141,7 @@ fn migrate(conn: &Connection) -> Result<()> {
             conn.execute_batch(&format!(
                 "{tables}
                  ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = 2;"
+                 PRAGMA user_version = 3;"
             ))?;
         } else if version < 2 {
             conn.execute_batch(&format!(
@@ -146,8 +150,12 @@ fn migrate(conn: &Connection) -> Result<()> {
                  INSERT INTO kv_small (ns, key, value) SELECT ns, key, value FROM kv WHERE ns NOT IN ({large});
                  DROP TABLE kv;
                  ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = 2;"
+                 PRAGMA user_version = 3;"
             ))?;
+        } else if version < 3 {
+            // Version 3: no table changes. Its index digests are computed, once, when the
+            // store is first opened with its key (`digest::upgrade`, told by the key check).
+            conn.execute_batch("PRAGMA user_version = 3;")?;
         }
         Ok(())
     })();
@@ -219,12 +227,17 @@ impl KeyValueStore for SqliteKv {
         self.at((|| {
             // One read transaction for the lot: no lock taken and dropped per statement.
             let conn = self.conn()?;
-            conn.execute_batch("BEGIN DEFERRED")?;
+            // A snapshot is inside its read transaction already.
+            if !self.snapshot {
+                conn.execute_batch("BEGIN DEFERRED")?;
+            }
             let result = (|| -> Result<Vec<bool>> {
                 let mut stmt = conn.prepare_cached(sql!(ns, "SELECT 1 FROM ", " WHERE ns = ?1 AND key = ?2"))?;
                 keys.iter().map(|k| Ok(stmt.exists(params![ns, k])?)).collect()
             })();
-            conn.execute_batch("COMMIT")?;
+            if !self.snapshot {
+                conn.execute_batch("COMMIT")?;
+            }
             result
         })())
     }
@@ -238,10 +251,30 @@ impl KeyValueStore for SqliteKv {
     }
 
     fn begin(&self) -> Result<Box<dyn Txn + '_>> {
+        if self.snapshot {
+            return Err(Error::new(ErrorCode::Io, "internal error: a write through a read snapshot"));
+        }
         let conn = self.conn()?;
         self.at(conn.execute_batch("BEGIN IMMEDIATE").map_err(Error::from))?;
         self.set_writer(Some(std::thread::current().id()));
         Ok(Box::new(SqliteTxn { conn, open: true, kv: self }))
+    }
+
+    fn read_snapshot(&self) -> Result<Box<dyn KeyValueStore>> {
+        self.at((|| {
+            let conn = Connection::open(&self.path)?;
+            conn.busy_timeout(BUSY_TIMEOUT)?;
+            // In WAL mode a read transaction sees the state of its first read until it ends.
+            conn.execute_batch("BEGIN DEFERRED")?;
+            conn.query_row("SELECT count(*) FROM (SELECT 1 FROM kv LIMIT 1)", [], |r| r.get::<_, i64>(0))?;
+            let snapshot: Box<dyn KeyValueStore> = Box::new(SqliteKv {
+                conn: Mutex::new(conn),
+                path: self.path.clone(),
+                writer: Mutex::new(None),
+                snapshot: true,
+            });
+            Ok(snapshot)
+        })())
     }
 
     fn compact(&self) -> Result<()> {

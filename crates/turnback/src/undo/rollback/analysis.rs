@@ -89,11 +89,16 @@ pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<(Vec<Che
                 .into_iter()
                 .filter(|r| r.mutation.kind != OperationKind::Rollback && r.subagent.as_deref() == Some(id))
                 .collect();
-            if made.is_empty() && all.unreadable.is_empty() {
+            if made.is_empty() {
                 return Err(Error::not_found(format!("checkpoints of sub-agent {id} in this session")));
             }
-            // Who made a record that cannot be opened is unknown: it may be this sub-agent.
-            (made, all.unreadable)
+            // Who made a record that cannot be opened is unknown: it may be this sub-agent
+            // if it is of a round the sub-agent worked in (the index keeps each record's
+            // round; a row without one may be of any round).
+            let rounds: std::collections::BTreeSet<u64> = made.iter().filter_map(|r| r.prompt_round).collect();
+            let unreadable =
+                all.unreadable.into_iter().filter(|u| u.prompt_round.is_none_or(|r| rounds.contains(&r))).collect();
+            (made, unreadable)
         }
     };
     // UUID v7 ids sort by creation time: newest first.
