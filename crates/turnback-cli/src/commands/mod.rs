@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub mod checkpoints;
+pub mod compare;
 pub mod demo;
 pub mod detached;
 pub mod diff;

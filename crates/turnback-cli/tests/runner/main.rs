@@ -6,6 +6,7 @@ mod test_agents;
 mod test_canary;
 mod test_checkpoints;
 mod test_claude_code;
+mod test_compare;
 mod test_crash;
 mod test_entry_points;
 mod test_fuzz_mcp;
