@@ -114,6 +114,7 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Compare { session_a, session_b, turn, patch } => {
             commands::compare::run(ctx, session_a, session_b, turn, patch)
         }
+        Command::Ui => commands::ui::run(ctx),
         Command::Session(c) => commands::session::run(ctx, c),
         Command::Turn(t) => commands::turn::run(ctx, t),
         Command::Turns => commands::turn::list(ctx),

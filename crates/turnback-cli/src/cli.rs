@@ -179,6 +179,10 @@ pub enum Command {
         #[arg(long)]
         patch: bool,
     },
+    /// The full-screen terminal view: sessions, turns, diffs, rewind and rollback with undo.
+    ///
+    /// Example: turnback ui
+    Ui,
     /// What changed between two snapshots (or in a turn): paths, line counts, patches.
     ///
     /// Example: turnback diff --turn 3 --stat

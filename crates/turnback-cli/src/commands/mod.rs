@@ -20,3 +20,4 @@ pub mod run;
 pub mod session;
 pub mod snapshot;
 pub mod turn;
+pub mod ui;
