@@ -22,3 +22,4 @@ mod test_sessions;
 mod test_snapshot_hardening;
 mod test_surface;
 mod test_turns;
+mod test_ui;
