@@ -6,7 +6,9 @@
 //! on screen, so a workspace that moved since is refused and previewed again, never
 //! applied blind; the undo offered is exactly the checkpoint the last apply recorded.
 //! Diffs of ended turns are cached (an ended turn's snapshots never change); a running
-//! turn's diff is taken again each time it is opened.
+//! turn's diff is taken again each time it is opened. Opening computes the diffs of the
+//! newest [`EAGER_DIFFS`] ended turns, so their rows show +/− counts at once; older turns
+//! get theirs when chosen.
 
 use std::collections::HashMap;
 
@@ -14,6 +16,9 @@ use turnback::{
     Analysis, DiffReport, DiffRequest, ErrorCode, HistoryEntry, HistorySelection, Options, Result, RewindPlan,
     RollbackSelection, Turn, Turnback,
 };
+
+/// How many of the newest ended turns have their diff computed when the screen opens.
+pub const EAGER_DIFFS: usize = 20;
 
 /// What fills the screen below the header.
 #[derive(Debug)]
@@ -100,6 +105,10 @@ impl App {
         };
         app.reload()?;
         app.selected = app.visible().len().saturating_sub(1);
+        let ended: Vec<Turn> = app.turns.iter().rev().filter(|t| !t.running()).take(EAGER_DIFFS).cloned().collect();
+        for turn in &ended {
+            app.diff(turn)?;
+        }
         Ok(app)
     }
 
@@ -140,6 +149,11 @@ impl App {
         if n > 0 {
             self.selected = (self.selected as i64 + delta).clamp(0, n - 1) as usize;
             self.scroll = 0;
+            if let Some(turn) = self.current().cloned().filter(|t| !t.running())
+                && let Err(e) = self.diff(&turn)
+            {
+                self.status = format!("diff of turn {}: {e}", turn.index);
+            }
         }
     }
 

@@ -33,7 +33,7 @@ pub fn footer(app: &App) -> &'static str {
         return "type to filter · enter keep · esc clear";
     }
     match app.screen {
-        Screen::Timeline => "↑↓ move·enter diff·r rewind·b rollback·u undo·/ filter·? help·q quit",
+        Screen::Timeline => "↑↓ move · enter diff · r rewind · b rollback · u undo · / find · ? help · q quit",
         Screen::Turn => "↑↓/jk scroll · ←→ turn · r rewind · b rollback · esc back · ? help · q quit",
         Screen::Rewind(_) | Screen::Rollback(_) => "y apply this plan · n cancel · ↑↓ scroll · ? help",
         Screen::Done(_) => "u undo it · esc back · q quit",
