@@ -5,16 +5,19 @@
 //! ([`turnback::Turnback`]), nothing else; an apply always names the plan id of the preview
 //! on screen, so a workspace that moved since is refused and previewed again, never
 //! applied blind; the undo offered is exactly the checkpoint the last apply recorded.
-//! Diffs of ended turns are cached (an ended turn's snapshots never change); a running
-//! turn's diff is taken again each time it is opened. Opening computes the diffs of the
+//! Diffs are cached (an ended turn's snapshots never change); a running turn's diff, which
+//! takes a snapshot of the live tree, is taken again only when the turn is opened (`enter`,
+//! `d`), never while drawing. Opening computes the diffs of the
 //! newest [`EAGER_DIFFS`] ended turns, so their rows show +/− counts at once; older turns
 //! get theirs when chosen.
 
 use std::collections::HashMap;
 
+use std::path::PathBuf;
+
 use turnback::{
-    Analysis, DiffReport, DiffRequest, ErrorCode, HistoryEntry, HistorySelection, Options, Result, RewindPlan,
-    RollbackSelection, Turn, Turnback,
+    Analysis, CompareRequest, Comparison, DiffReport, DiffRequest, ErrorCode, HistoryEntry, HistorySelection, Options,
+    Result, RewindPlan, RollbackSelection, Turn, Turnback,
 };
 
 /// How many of the newest ended turns have their diff computed when the screen opens.
@@ -33,6 +36,17 @@ pub enum Screen {
     Rollback(Box<Analysis>),
     /// What an apply (or an undo) did.
     Done(Vec<String>),
+    /// Two sessions' results side by side.
+    Compare(Box<Comparison>),
+}
+
+/// What a line typed at the bottom of the screen is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// The directory to fork the session into, after the chosen turn.
+    ForkInto,
+    /// The session to compare this one with.
+    CompareWith,
 }
 
 /// One session of the workspace, as the timeline lists it.
@@ -54,7 +68,9 @@ pub struct Undo {
 /// Everything the screen shows.
 #[derive(Debug)]
 pub struct App {
+    options: Options,
     pub tb: Turnback,
+    pub workspace_root: PathBuf,
     pub session_id: String,
     pub sessions: Vec<SessionRow>,
     pub turns: Vec<Turn>,
@@ -62,6 +78,10 @@ pub struct App {
     pub selected: usize,
     pub filter: String,
     pub filtering: bool,
+    /// A line being typed, and what for.
+    pub asking: Option<(Ask, String)>,
+    /// The session last forked from this screen (offered to compare with).
+    pub last_fork: Option<String>,
     pub screen: Screen,
     pub help: bool,
     /// Lines scrolled in the turn view and the previews.
@@ -86,6 +106,10 @@ impl App {
         let tb = Turnback::open(options)?;
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let mut app = App {
+            options: options.clone(),
+            workspace_root: PathBuf::new(),
+            asking: None,
+            last_fork: None,
             session_id: String::new(),
             tb,
             sessions: Vec::new(),
@@ -105,10 +129,7 @@ impl App {
         };
         app.reload()?;
         app.selected = app.visible().len().saturating_sub(1);
-        let ended: Vec<Turn> = app.turns.iter().rev().filter(|t| !t.running()).take(EAGER_DIFFS).cloned().collect();
-        for turn in &ended {
-            app.diff(turn)?;
-        }
+        app.prime_diffs();
         Ok(app)
     }
 
@@ -116,9 +137,9 @@ impl App {
     pub fn reload(&mut self) -> Result<()> {
         self.turns = self.tb.turn_records()?;
         self.session_id = self.tb.turns()?.session_id;
-        self.sessions = self
-            .tb
-            .sessions()?
+        let list = self.tb.sessions()?;
+        self.workspace_root = list.workspace;
+        self.sessions = list
             .sessions
             .into_iter()
             .map(|s| {
@@ -128,6 +149,15 @@ impl App {
             .collect();
         self.selected = self.selected.min(self.visible().len().saturating_sub(1));
         Ok(())
+    }
+
+    /// Computes the diffs of the newest [`EAGER_DIFFS`] ended turns.
+    fn prime_diffs(&mut self) {
+        let ended: Vec<Turn> = self.turns.iter().rev().filter(|t| !t.running()).take(EAGER_DIFFS).cloned().collect();
+        for turn in &ended {
+            // A turn whose snapshots were pruned or skipped has no diff: its row says why.
+            let _ = self.diff(turn);
+        }
     }
 
     /// The positions in `turns` of the turns the filter lets through, oldest first.
@@ -166,9 +196,7 @@ impl App {
             return Ok(d.clone());
         }
         let report = self.tb.diff(&DiffRequest { turn: Some(turn.index), patch: true, ..DiffRequest::default() })?;
-        if !turn.running() {
-            self.diffs.insert(turn.turn_id.clone(), report.clone());
-        }
+        self.diffs.insert(turn.turn_id.clone(), report.clone());
         Ok(report)
     }
 
@@ -188,6 +216,9 @@ impl App {
     /// Opens the turn view of the chosen turn.
     pub fn open_turn(&mut self) {
         if let Some(turn) = self.current().cloned() {
+            if turn.running() {
+                self.diffs.remove(&turn.turn_id);
+            }
             if let Err(e) = self.diff(&turn) {
                 self.status = format!("diff of turn {}: {e}", turn.index);
             }
@@ -308,6 +339,79 @@ impl App {
             Err(e) => {
                 self.status = format!("undo: {e}");
                 self.undo = Some(undo);
+            }
+        }
+    }
+
+    /// Shows the workspace's next session (in the order listed).
+    pub fn next_session(&mut self) {
+        let Some(pos) = self.sessions.iter().position(|s| s.id == self.session_id) else { return };
+        let next = self.sessions[(pos + 1) % self.sessions.len()].id.clone();
+        let options = Options { session: Some(next.clone()), create: false, ..self.options.clone() };
+        match Turnback::open(&options) {
+            Ok(tb) => {
+                self.tb = tb;
+                self.diffs.clear();
+                self.undo = None;
+                self.filter.clear();
+                self.selected = usize::MAX;
+                match self.reload() {
+                    Ok(()) => self.prime_diffs(),
+                    Err(e) => self.status = format!("session {next}: {e}"),
+                }
+                self.show(Screen::Timeline);
+            }
+            Err(e) => self.status = format!("session {next}: {e}"),
+        }
+    }
+
+    /// Starts typing a line for `ask`, with a suggestion.
+    pub fn ask(&mut self, ask: Ask) {
+        let Some(turn) = self.current().map(|t| t.index) else { return };
+        let suggestion = match ask {
+            Ask::ForkInto => {
+                let root = self.workspace_root.clone();
+                let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                root.with_file_name(format!("{name}-fork-{turn}")).display().to_string()
+            }
+            Ask::CompareWith => self
+                .last_fork
+                .clone()
+                .or_else(|| self.sessions.iter().find(|s| s.id != self.session_id).map(|s| s.id.clone()))
+                .unwrap_or_default(),
+        };
+        self.asking = Some((ask, suggestion));
+    }
+
+    /// Acts on the line typed: forks, or compares.
+    pub fn answer(&mut self) {
+        let Some((ask, text)) = self.asking.take() else { return };
+        match ask {
+            Ask::ForkInto => {
+                let Some(turn) = self.current().map(|t| t.index) else { return };
+                let into = PathBuf::from(text.trim());
+                match self.tb.fork(&self.session_id, Some(turn), Some(&into), None) {
+                    Ok(forked) => {
+                        let what = format!(
+                            "forked {} after turn {turn} into {} as session {}",
+                            self.session_id,
+                            into.display(),
+                            forked.session.id
+                        );
+                        self.applied.push(what.clone());
+                        self.status = format!("c compares with it · {what}");
+                        self.last_fork = Some(forked.session.id);
+                    }
+                    Err(e) => self.status = format!("fork: {e}"),
+                }
+            }
+            Ask::CompareWith => {
+                let req =
+                    CompareRequest { a: self.session_id.clone(), b: text.trim().to_string(), turn: None, patch: true };
+                match self.tb.compare(&req) {
+                    Ok(c) => self.show(Screen::Compare(Box::new(c))),
+                    Err(e) => self.status = format!("compare: {e}"),
+                }
             }
         }
     }

@@ -5,7 +5,7 @@
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 
-use super::app::{App, Screen};
+use super::app::{App, Ask, Screen};
 
 /// Applies one input event to the app.
 pub fn handle(app: &mut App, event: &Event) {
@@ -35,6 +35,18 @@ fn up(app: &mut App) {
 fn key_press(app: &mut App, key: &KeyEvent) {
     if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
         app.quit = true;
+        return;
+    }
+    if let Some((_, text)) = app.asking.as_mut() {
+        match key.code {
+            KeyCode::Enter => app.answer(),
+            KeyCode::Esc => app.asking = None,
+            KeyCode::Backspace => {
+                text.pop();
+            }
+            KeyCode::Char(c) => text.push(c),
+            _ => {}
+        }
         return;
     }
     if app.filtering {
@@ -71,6 +83,9 @@ fn key_press(app: &mut App, key: &KeyEvent) {
         KeyCode::Char('b') if !preview => app.preview_rollback(),
         KeyCode::Char('u') => app.undo(),
         KeyCode::Char('/') if matches!(app.screen, Screen::Timeline) => app.filtering = true,
+        KeyCode::Char('f') if !preview => app.ask(Ask::ForkInto),
+        KeyCode::Char('c') if !preview => app.ask(Ask::CompareWith),
+        KeyCode::Char('s') if matches!(app.screen, Screen::Timeline) => app.next_session(),
         _ => {}
     }
 }

@@ -1,11 +1,14 @@
 //! The consequences of a rewind or a rollback, before and after it is applied: every path
-//! with its outcome, why a path is left alone, and what no undo takes back.
+//! with its outcome, why a path is left alone, and what no undo takes back; and two
+//! sessions' results side by side.
 //!
 //! Invariants: the words come from the facade's own plan (the one decision function's
 //! outcome), never from a second judgement made here; names are quoted and free text
 //! escaped, so nothing in a file name or a command can move the cursor.
 
-use turnback::{RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome, escape_controls, quote_name};
+use turnback::{
+    Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome, escape_controls, quote_name,
+};
 
 /// Why a rewind leaves a path alone, in a person's words.
 fn reason_words(reason: Option<RewindReason>) -> &'static str {
@@ -83,4 +86,38 @@ pub fn rollback_lines(targets: &[TargetAnalysis]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// Two sessions' results: where they differ, what each changed since the fork point, and
+/// the diff from the first one's result to the second's.
+pub fn compare_lines(c: &Comparison) -> Vec<String> {
+    let counts = |changes: &[turnback::NumStat]| -> Vec<String> {
+        changes
+            .iter()
+            .map(|n| {
+                let count = match (n.added, n.deleted) {
+                    (Some(a), Some(d)) => format!("+{a} -{d}"),
+                    _ => "binary".into(),
+                };
+                format!("  {count:>10}  {}", quote_name(n.path.as_bytes()))
+            })
+            .collect()
+    };
+    let mut lines = vec![format!("fork point: turn {} {}", c.fork_point.turn, escape_controls(&c.fork_point.preview))];
+    lines.push(format!("differ in {} file(s), from A's result to B's:", c.differences.len()));
+    lines.extend(counts(&c.differences));
+    for (label, side) in [("A", &c.a), ("B", &c.b)] {
+        lines.push(format!(
+            "{label} {} (turn {} {}) changed since the fork point:",
+            quote_name(side.session_id.as_bytes()),
+            side.turn,
+            escape_controls(&side.preview)
+        ));
+        lines.extend(counts(&side.changes));
+    }
+    if let Some(patch) = &c.patch {
+        lines.push("diff from A's result to B's:".into());
+        lines.extend(patch.lines().map(|l| escape_controls(l).into_owned()));
+    }
+    lines
 }

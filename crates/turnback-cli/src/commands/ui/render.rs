@@ -12,7 +12,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use turnback::quote_name;
 
-use super::app::{App, Screen};
+use super::app::{App, Ask, Screen};
 use super::{preview, timeline, turn_view};
 
 pub fn added_style(app: &App) -> Style {
@@ -32,11 +32,15 @@ pub fn footer(app: &App) -> &'static str {
     if app.filtering {
         return "type to filter · enter keep · esc clear";
     }
+    if app.asking.is_some() {
+        return "type · enter go · esc cancel";
+    }
     match app.screen {
         Screen::Timeline => "↑↓ move · enter diff · r rewind · b rollback · u undo · / find · ? help · q quit",
         Screen::Turn => "↑↓/jk scroll · ←→ turn · r rewind · b rollback · esc back · ? help · q quit",
         Screen::Rewind(_) | Screen::Rollback(_) => "y apply this plan · n cancel · ↑↓ scroll · ? help",
         Screen::Done(_) => "u undo it · esc back · q quit",
+        Screen::Compare(_) => "↑↓ scroll · esc back · ? help · q quit",
     }
 }
 
@@ -48,6 +52,9 @@ r          preview a rewind of the workspace to the start of the turn
 b          preview rolling back the turn's checkpointed edits
 y / n      apply the preview on screen (held to its plan id) / cancel
 u          undo the last apply
+f          fork the session after the turn into a new directory
+c          compare this session with another that shares a fork point
+s          show the workspace's next session
 /          filter turns by their prompt
 esc        back · ? this help · q quit
 Mouse wheel scrolls. Set NO_COLOR for no colour.";
@@ -80,13 +87,22 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
             lines_panel(frame, body, app, title, lines);
         }
         Screen::Done(lines) => lines_panel(frame, body, app, " Done ".into(), lines.clone()),
+        Screen::Compare(c) => {
+            let title = format!(" {} and {} from turn {} ", c.a.session_id, c.b.session_id, c.fork_point.turn);
+            let lines = preview::compare_lines(c);
+            lines_panel(frame, body, app, title, lines);
+        }
     }
-    let status_text =
-        if app.filtering { format!("/{}", turnback::escape_controls(&app.filter)) } else { app.status.clone() };
+    let status_text = match &app.asking {
+        Some((Ask::ForkInto, text)) => format!("fork into: {}", turnback::escape_controls(text)),
+        Some((Ask::CompareWith, text)) => format!("compare with session: {}", turnback::escape_controls(text)),
+        None if app.filtering => format!("/{}", turnback::escape_controls(&app.filter)),
+        None => app.status.clone(),
+    };
     frame.render_widget(Paragraph::new(status_text), status);
     frame.render_widget(Paragraph::new(footer(app)).style(Style::new().add_modifier(Modifier::DIM)), footer_area);
     if app.help {
-        let area = centered(frame.area(), 80, 14);
+        let area = centered(frame.area(), 80, 17);
         frame.render_widget(Clear, area);
         frame.render_widget(
             Paragraph::new(HELP).wrap(Wrap { trim: false }).block(Block::new().borders(Borders::ALL).title(" Keys ")),

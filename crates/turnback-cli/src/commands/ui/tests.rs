@@ -5,7 +5,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use turnback::{BeginRequest, KeyConfig, Mutation, Options, Turnback};
 
-use super::app::{App, Screen};
+use super::app::{App, Ask, Screen};
 use super::render;
 
 struct Fixture {
@@ -104,4 +104,38 @@ fn the_rewind_preview_shows_a_persons_edit_left_alone_and_u_undoes_the_apply() {
     app.undo();
     assert_eq!(std::fs::read_to_string(f.ws.join("plan.md")).unwrap(), "# plan\nstep\n", "the undo puts it back");
     assert_eq!(app.applied.len(), 2);
+}
+
+#[test]
+fn fork_from_the_screen_then_compare_shows_where_the_fork_went_its_own_way() {
+    let f = fixture();
+    let mut app = App::open(&f.options).unwrap();
+    app.move_by(-1);
+    let into = f.ws.with_file_name("project-try-b");
+    app.ask(Ask::ForkInto);
+    app.asking.as_mut().unwrap().1 = into.display().to_string();
+    app.answer();
+    let fork = app.last_fork.clone().expect("forked");
+    assert_eq!(std::fs::read_to_string(into.join("notes.txt")).unwrap(), "one\n", "the files right after turn 1");
+    assert!(draw(&mut app, 80, 24).contains("c compares with it"));
+
+    // The fork's own turn 2, in its own working tree.
+    let tb = Turnback::open(&Options {
+        session: Some(fork.clone()),
+        ..Options { workspace: into.clone(), ..f.options.clone() }
+    })
+    .unwrap();
+    tb.begin_turn(&BeginRequest { prompt: Some("a different plan".into()), ..Default::default() }, None).unwrap();
+    tb.mutate(Mutation::Create { path: "plan.md".into(), content: b"# other\n".to_vec() }, false).unwrap();
+    tb.end_turn(None).unwrap();
+
+    app.ask(Ask::CompareWith);
+    assert_eq!(app.asking.as_ref().unwrap().1, fork, "the fork just made is offered");
+    app.answer();
+    assert!(matches!(app.screen, Screen::Compare(_)), "{}", app.status);
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("fork point: turn 1 write the notes"), "{screen}");
+        assert!(screen.contains("differ in 1 file(s)") && screen.contains("+1 -2  plan.md"), "{screen}");
+    }
 }

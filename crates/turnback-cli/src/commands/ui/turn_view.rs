@@ -67,7 +67,7 @@ pub fn conversation_lines(entries: &[HistoryEntry]) -> Vec<Line<'static>> {
     lines
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let Some(turn) = app.current().cloned() else {
         frame.render_widget(Paragraph::new("no turn"), area);
         return;
@@ -78,9 +78,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &mut App) {
         Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area)
     };
     let live = if turn.running() { " → live" } else { "" };
-    let diff = match app.diff(&turn) {
-        Ok(d) => diff_lines(app, &d),
-        Err(e) => vec![Line::raw(format!("no diff: {e}"))],
+    let diff = match app.cached_diff(&turn) {
+        Some(d) => diff_lines(app, d),
+        None => vec![Line::raw("no diff: the turn's snapshots were pruned or skipped (the status line says)")],
     };
     let title = format!(" Turn {}: start → end{live} ", turn.index);
     frame.render_widget(
