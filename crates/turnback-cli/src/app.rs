@@ -111,6 +111,10 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Commit { operation_id, failed } => commands::fs::commit(ctx, &operation_id, failed),
         Command::Snapshot => commands::snapshot::take(ctx),
         Command::Diff { turn, from, to, stat, numstat } => commands::diff::run(ctx, turn, from, to, stat, numstat),
+        Command::Compare { session_a, session_b, turn, patch } => {
+            commands::compare::run(ctx, session_a, session_b, turn, patch)
+        }
+        Command::Ui => commands::ui::run(ctx),
         Command::Session(c) => commands::session::run(ctx, c),
         Command::Turn(t) => commands::turn::run(ctx, t),
         Command::Turns => commands::turn::list(ctx),

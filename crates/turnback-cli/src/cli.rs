@@ -163,6 +163,26 @@ pub enum Command {
         #[arg(long)]
         turn: String,
     },
+    /// Two sessions that share a fork point side by side: where their results differ, and
+    /// what each changed since the fork point.
+    ///
+    /// Example: turnback compare claude-run codex-run --turn 2 --patch
+    Compare {
+        /// One session.
+        session_a: String,
+        /// The other.
+        session_b: String,
+        /// The turn whose end to compare in both [default: each session's newest turn].
+        #[arg(long, value_name = "T")]
+        turn: Option<u64>,
+        /// Also show the unified diffs of text files.
+        #[arg(long)]
+        patch: bool,
+    },
+    /// The full-screen terminal view: sessions, turns, diffs, rewind and rollback with undo.
+    ///
+    /// Example: turnback ui
+    Ui,
     /// What changed between two snapshots (or in a turn): paths, line counts, patches.
     ///
     /// Example: turnback diff --turn 3 --stat

@@ -57,11 +57,11 @@ mod undo;
 
 pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
-    Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, Deleted,
-    DiffReport, DiffRequest, DuReport, Encryption, FileText, GcReport, InitReport, InitSettings, Inspection,
-    InspectionProblem, KeyStatus, KeyVersion, Mutation, MutationReport, ObjectUsage, Options, Problem, Progress,
-    SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport,
-    read_json_input,
+    Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, CompareRequest,
+    CompareSide, Comparison, Deleted, DiffReport, DiffRequest, DuReport, Encryption, FileText, ForkPoint, GcReport,
+    InitReport, InitSettings, Inspection, InspectionProblem, KeyStatus, KeyVersion, Mutation, MutationReport,
+    ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList,
+    TurnSummary, Turnback, VerifyCounts, VerifyReport, read_json_input,
 };
 pub use base::quote::{escape_controls, quote_name};
 pub use base::time::{format_ms, now_ms};

@@ -1,6 +1,7 @@
 //! One module per command group.
 
 pub mod checkpoints;
+pub mod compare;
 pub mod demo;
 pub mod detached;
 pub mod diff;
@@ -19,3 +20,4 @@ pub mod run;
 pub mod session;
 pub mod snapshot;
 pub mod turn;
+pub mod ui;

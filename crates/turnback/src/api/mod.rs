@@ -19,12 +19,14 @@
 //! session).
 
 mod calls;
+mod compare;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;
 mod sessions;
 mod turns;
 mod undo;
 
+pub use compare::{CompareRequest, CompareSide, Comparison, ForkPoint};
 pub use maintenance::{
     Deleted, DuReport, GcReport, KeyStatus, KeyVersion, ObjectUsage, Problem, SessionUsage, VerifyCounts, VerifyReport,
 };

@@ -289,7 +289,7 @@ impl Turnback {
     }
 }
 
-fn root(r: &SnapshotRecord) -> Result<ContentId> {
+pub(crate) fn root(r: &SnapshotRecord) -> Result<ContentId> {
     r.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| {
         Error::new(
             ErrorCode::InvalidArgument,

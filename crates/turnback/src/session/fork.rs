@@ -173,7 +173,7 @@ fn materialise(store: &Store, dir: &Path, state: &SnapshotRecord) -> Result<(u64
 }
 
 /// The snapshot of the state right after turn `index`: its end, else the next start.
-fn state_after(store: &Store, turns: &[Turn], index: u64) -> Result<SnapshotRecord> {
+pub(crate) fn state_after(store: &Store, turns: &[Turn], index: u64) -> Result<SnapshotRecord> {
     let end = turns.iter().find(|t| t.index == index).and_then(|t| t.end_snapshot.as_ref()).and_then(|e| e.id.clone());
     let next = turns.iter().find(|t| t.index == index + 1).and_then(|t| t.snapshot.id.clone());
     match end.or(next) {

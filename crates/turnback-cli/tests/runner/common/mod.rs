@@ -495,3 +495,12 @@ pub fn raw_keys(env: &Env, ns: &str) -> Vec<Vec<u8>> {
         keys
     })
 }
+
+impl Env {
+    /// Runs `turnback ARGS` in `dir`, asserting it succeeds.
+    pub fn ok_in<S: AsRef<OsStr>>(&self, dir: &Path, args: &[S]) -> Output {
+        let out = self.run_in(dir, args, None);
+        assert!(out.status.success(), "turnback failed in {}: {}", dir.display(), show_output(&out));
+        out
+    }
+}

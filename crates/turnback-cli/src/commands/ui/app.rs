@@ -1,0 +1,427 @@
+//! The state of `turnback ui`: the session shown, its turns, the turn chosen, the screen
+//! open, and what was applied (so it can be undone with one key).
+//!
+//! Invariants: every read and every change goes through the facade
+//! ([`turnback::Turnback`]), nothing else; an apply always names the plan id of the preview
+//! on screen, so a workspace that moved since is refused and previewed again, never
+//! applied blind; the undo offered is exactly the checkpoint the last apply recorded.
+//! Diffs are cached (an ended turn's snapshots never change); a running turn's diff, which
+//! takes a snapshot of the live tree, is taken again only when the turn is opened (`enter`,
+//! `d`), never while drawing. Opening computes the diffs of the
+//! newest [`EAGER_DIFFS`] ended turns, so their rows show +/− counts at once; older turns
+//! get theirs when chosen.
+
+use std::collections::HashMap;
+
+use std::path::PathBuf;
+
+use turnback::{
+    Analysis, CompareRequest, Comparison, DiffReport, DiffRequest, ErrorCode, HistoryEntry, HistorySelection, Options,
+    Result, RewindPlan, RollbackSelection, Turn, Turnback,
+};
+
+/// How many of the newest ended turns have their diff computed when the screen opens.
+pub const EAGER_DIFFS: usize = 20;
+
+/// What fills the screen below the header.
+#[derive(Debug)]
+pub enum Screen {
+    /// The sessions and the chosen session's turns.
+    Timeline,
+    /// One turn: its diff and its conversation.
+    Turn,
+    /// What a rewind to the start of the chosen turn would do.
+    Rewind(Box<RewindPlan>),
+    /// What rolling back the chosen turn's checkpoints would do.
+    Rollback(Box<Analysis>),
+    /// What an apply (or an undo) did.
+    Done(Vec<String>),
+    /// Two sessions' results side by side.
+    Compare(Box<Comparison>),
+}
+
+/// What a line typed at the bottom of the screen is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// The directory to fork the session into, after the chosen turn.
+    ForkInto,
+    /// The session to compare this one with.
+    CompareWith,
+}
+
+/// One session of the workspace, as the timeline lists it.
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    pub id: String,
+    pub created_at: String,
+    pub turns: usize,
+    pub parent: Option<String>,
+}
+
+/// The undo offered: the checkpoint the last apply recorded, and what it was.
+#[derive(Debug, Clone)]
+pub struct Undo {
+    pub checkpoint_id: String,
+    pub what: String,
+}
+
+/// Everything the screen shows.
+#[derive(Debug)]
+pub struct App {
+    options: Options,
+    pub tb: Turnback,
+    pub workspace_root: PathBuf,
+    pub session_id: String,
+    pub sessions: Vec<SessionRow>,
+    pub turns: Vec<Turn>,
+    /// Position in [`visible`](Self::visible) of the chosen turn.
+    pub selected: usize,
+    pub filter: String,
+    pub filtering: bool,
+    /// A line being typed, and what for.
+    pub asking: Option<(Ask, String)>,
+    /// The session last forked from this screen (offered to compare with).
+    pub last_fork: Option<String>,
+    pub screen: Screen,
+    pub help: bool,
+    /// Lines scrolled in the turn view and the previews.
+    pub scroll: u16,
+    /// One line about the last thing done (or refused).
+    pub status: String,
+    /// Colour allowed (`NO_COLOR` unset); markers are shown either way.
+    pub color: bool,
+    pub undo: Option<Undo>,
+    /// One line per apply, printed once the screen is gone.
+    pub applied: Vec<String>,
+    pub quit: bool,
+    diffs: HashMap<String, DiffReport>,
+}
+
+impl App {
+    /// Opens the session `options` name (default: the workspace's latest) on its newest turn.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn open(options: &Options) -> Result<App> {
+        let tb = Turnback::open(options)?;
+        let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let mut app = App {
+            options: options.clone(),
+            workspace_root: PathBuf::new(),
+            asking: None,
+            last_fork: None,
+            session_id: String::new(),
+            tb,
+            sessions: Vec::new(),
+            turns: Vec::new(),
+            selected: 0,
+            filter: String::new(),
+            filtering: false,
+            screen: Screen::Timeline,
+            help: false,
+            scroll: 0,
+            status: String::new(),
+            color,
+            undo: None,
+            applied: Vec::new(),
+            quit: false,
+            diffs: HashMap::new(),
+        };
+        app.reload()?;
+        app.selected = app.visible().len().saturating_sub(1);
+        app.prime_diffs();
+        Ok(app)
+    }
+
+    /// Reads the sessions and the turns again (after an apply, or a fork).
+    pub fn reload(&mut self) -> Result<()> {
+        self.turns = self.tb.turn_records()?;
+        self.session_id = self.tb.turns()?.session_id;
+        let list = self.tb.sessions()?;
+        self.workspace_root = list.workspace;
+        self.sessions = list
+            .sessions
+            .into_iter()
+            .map(|s| {
+                let turns = self.tb.session_info(Some(&s.id)).map_or(0, |i| i.turns);
+                SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent }
+            })
+            .collect();
+        self.selected = self.selected.min(self.visible().len().saturating_sub(1));
+        Ok(())
+    }
+
+    /// Computes the diffs of the newest [`EAGER_DIFFS`] ended turns.
+    fn prime_diffs(&mut self) {
+        let ended: Vec<Turn> = self.turns.iter().rev().filter(|t| !t.running()).take(EAGER_DIFFS).cloned().collect();
+        for turn in &ended {
+            // A turn whose snapshots were pruned or skipped has no diff: its row says why.
+            let _ = self.diff(turn);
+        }
+    }
+
+    /// The positions in `turns` of the turns the filter lets through, oldest first.
+    pub fn visible(&self) -> Vec<usize> {
+        let needle = self.filter.to_lowercase();
+        (0..self.turns.len())
+            .filter(|&i| needle.is_empty() || self.turns[i].preview.to_lowercase().contains(&needle))
+            .collect()
+    }
+
+    /// The chosen turn.
+    pub fn current(&self) -> Option<&Turn> {
+        self.visible().get(self.selected).map(|&i| &self.turns[i])
+    }
+
+    /// Moves the choice by `delta` turns, within the visible ones.
+    pub fn move_by(&mut self, delta: i64) {
+        let n = self.visible().len() as i64;
+        if n > 0 {
+            self.selected = (self.selected as i64 + delta).clamp(0, n - 1) as usize;
+            self.scroll = 0;
+            if let Some(turn) = self.current().cloned().filter(|t| !t.running())
+                && let Err(e) = self.diff(&turn)
+            {
+                self.status = format!("diff of turn {}: {e}", turn.index);
+            }
+        }
+    }
+
+    /// The diff of `turn` (start → end, or → live while it runs) with its patch.
+    ///
+    /// # Errors
+    /// As [`Turnback::diff`].
+    pub fn diff(&mut self, turn: &Turn) -> Result<DiffReport> {
+        if let Some(d) = self.diffs.get(&turn.turn_id) {
+            return Ok(d.clone());
+        }
+        let report = self.tb.diff(&DiffRequest { turn: Some(turn.index), patch: true, ..DiffRequest::default() })?;
+        self.diffs.insert(turn.turn_id.clone(), report.clone());
+        Ok(report)
+    }
+
+    /// The diff of `turn` if it was already computed.
+    pub fn cached_diff(&self, turn: &Turn) -> Option<&DiffReport> {
+        self.diffs.get(&turn.turn_id)
+    }
+
+    /// The conversation of `turn`.
+    ///
+    /// # Errors
+    /// As [`Turnback::history`].
+    pub fn conversation(&self, turn: &Turn) -> Result<Vec<HistoryEntry>> {
+        Ok(self.tb.history(&HistorySelection::Turn(turn.turn_id.clone()))?.entries)
+    }
+
+    /// Opens the turn view of the chosen turn.
+    pub fn open_turn(&mut self) {
+        if let Some(turn) = self.current().cloned() {
+            if turn.running() {
+                self.diffs.remove(&turn.turn_id);
+            }
+            if let Err(e) = self.diff(&turn) {
+                self.status = format!("diff of turn {}: {e}", turn.index);
+            }
+            self.screen = Screen::Turn;
+            self.scroll = 0;
+        }
+    }
+
+    /// Previews a rewind to the start of the chosen turn.
+    pub fn preview_rewind(&mut self) {
+        if let Some(index) = self.current().map(|t| t.index) {
+            self.preview_rewind_of(index);
+        }
+    }
+
+    /// Previews rolling back the chosen turn's checkpoints.
+    pub fn preview_rollback(&mut self) {
+        let Some(index) = self.current().map(|t| t.index) else { return };
+        match self.tb.rollback_preview(&RollbackSelection::Turn(index), &[]) {
+            Ok(analysis) => self.show(Screen::Rollback(Box::new(analysis))),
+            Err(e) => self.status = format!("rollback preview: {e}"),
+        }
+    }
+
+    fn show(&mut self, screen: Screen) {
+        self.screen = screen;
+        self.scroll = 0;
+    }
+
+    /// Applies the preview on screen, held to its plan id. A workspace that moved since is
+    /// refused by the facade; the new preview is shown instead.
+    pub fn confirm(&mut self) {
+        match std::mem::replace(&mut self.screen, Screen::Timeline) {
+            Screen::Rewind(plan) => match self.tb.rewind_apply(plan.to_turn, &[], Some(&plan.plan_id)) {
+                Ok(done) => {
+                    let what = format!("rewound the workspace to the start of turn {}", plan.to_turn);
+                    let mut lines = vec![what.clone()];
+                    lines.extend(super::preview::rewind_lines(&done.plan));
+                    self.after_apply(what, done.checkpoint_id, lines);
+                }
+                Err(e) if e.code == ErrorCode::Conflict => {
+                    self.status = "refused: the workspace changed since that preview; this is the new one".into();
+                    self.preview_rewind_of(plan.to_turn);
+                }
+                Err(e) => {
+                    self.status = format!("rewind: {e}");
+                    self.screen = Screen::Rewind(plan);
+                }
+            },
+            Screen::Rollback(analysis) => {
+                let selection = RollbackSelection::Checkpoints(analysis.checkpoint_ids.clone());
+                match self.tb.rollback_apply(&selection, &[], Some(&analysis.plan_id)) {
+                    Ok(done) => {
+                        let what = format!("rolled back {} path(s)", done.applied_paths.len());
+                        let mut lines = vec![what.clone()];
+                        lines.extend(super::preview::rollback_lines(&done.targets));
+                        self.after_apply(what, done.rollback_checkpoint_id, lines);
+                    }
+                    Err(e) if e.code == ErrorCode::Conflict => {
+                        self.status = "refused: the workspace changed since that preview; this is the new one".into();
+                        self.preview_rollback();
+                    }
+                    Err(e) => {
+                        self.status = format!("rollback: {e}");
+                        self.screen = Screen::Rollback(analysis);
+                    }
+                }
+            }
+            other => self.screen = other,
+        }
+    }
+
+    fn preview_rewind_of(&mut self, index: u64) {
+        match self.tb.rewind_preview(index, &[]) {
+            Ok(plan) => self.show(Screen::Rewind(Box::new(plan))),
+            Err(e) => self.status = format!("rewind preview: {e}"),
+        }
+    }
+
+    fn after_apply(&mut self, what: String, checkpoint: Option<String>, lines: Vec<String>) {
+        self.applied.push(what.clone());
+        self.undo = checkpoint.map(|checkpoint_id| Undo { checkpoint_id, what: what.clone() });
+        self.status = match &self.undo {
+            Some(_) => format!("{what}; press u to undo it"),
+            None => what,
+        };
+        self.diffs.clear();
+        if let Err(e) = self.reload() {
+            self.status = format!("reading the turns again: {e}");
+        }
+        self.show(Screen::Done(lines));
+    }
+
+    /// Takes back the last apply: its own checkpoint rolled back, held to a fresh plan.
+    pub fn undo(&mut self) {
+        let Some(undo) = self.undo.take() else {
+            self.status = "nothing to undo".into();
+            return;
+        };
+        let selection = RollbackSelection::Checkpoints(vec![undo.checkpoint_id.clone()]);
+        let result = self
+            .tb
+            .rollback_preview(&selection, &[])
+            .and_then(|plan| self.tb.rollback_apply(&selection, &[], Some(&plan.plan_id)));
+        match result {
+            Ok(done) => {
+                let what = format!("undid: {} ({} path(s) put back)", undo.what, done.applied_paths.len());
+                let mut lines = vec![what.clone()];
+                lines.extend(super::preview::rollback_lines(&done.targets));
+                self.applied.push(what.clone());
+                self.status = what;
+                self.diffs.clear();
+                if let Err(e) = self.reload() {
+                    self.status = format!("reading the turns again: {e}");
+                }
+                self.show(Screen::Done(lines));
+            }
+            Err(e) => {
+                self.status = format!("undo: {e}");
+                self.undo = Some(undo);
+            }
+        }
+    }
+
+    /// Shows the workspace's next session (in the order listed).
+    pub fn next_session(&mut self) {
+        let Some(pos) = self.sessions.iter().position(|s| s.id == self.session_id) else { return };
+        let next = self.sessions[(pos + 1) % self.sessions.len()].id.clone();
+        let options = Options { session: Some(next.clone()), create: false, ..self.options.clone() };
+        match Turnback::open(&options) {
+            Ok(tb) => {
+                self.tb = tb;
+                self.diffs.clear();
+                self.undo = None;
+                self.filter.clear();
+                self.selected = usize::MAX;
+                match self.reload() {
+                    Ok(()) => self.prime_diffs(),
+                    Err(e) => self.status = format!("session {next}: {e}"),
+                }
+                self.show(Screen::Timeline);
+            }
+            Err(e) => self.status = format!("session {next}: {e}"),
+        }
+    }
+
+    /// Starts typing a line for `ask`, with a suggestion.
+    pub fn ask(&mut self, ask: Ask) {
+        let Some(turn) = self.current().map(|t| t.index) else { return };
+        let suggestion = match ask {
+            Ask::ForkInto => {
+                let root = self.workspace_root.clone();
+                let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                root.with_file_name(format!("{name}-fork-{turn}")).display().to_string()
+            }
+            Ask::CompareWith => self
+                .last_fork
+                .clone()
+                .or_else(|| self.sessions.iter().find(|s| s.id != self.session_id).map(|s| s.id.clone()))
+                .unwrap_or_default(),
+        };
+        self.asking = Some((ask, suggestion));
+    }
+
+    /// Acts on the line typed: forks, or compares.
+    pub fn answer(&mut self) {
+        let Some((ask, text)) = self.asking.take() else { return };
+        match ask {
+            Ask::ForkInto => {
+                let Some(turn) = self.current().map(|t| t.index) else { return };
+                let into = PathBuf::from(text.trim());
+                match self.tb.fork(&self.session_id, Some(turn), Some(&into), None) {
+                    Ok(forked) => {
+                        let what = format!(
+                            "forked {} after turn {turn} into {} as session {}",
+                            self.session_id,
+                            into.display(),
+                            forked.session.id
+                        );
+                        self.applied.push(what.clone());
+                        self.status = format!("c compares with it · {what}");
+                        self.last_fork = Some(forked.session.id);
+                    }
+                    Err(e) => self.status = format!("fork: {e}"),
+                }
+            }
+            Ask::CompareWith => {
+                let req =
+                    CompareRequest { a: self.session_id.clone(), b: text.trim().to_string(), turn: None, patch: true };
+                match self.tb.compare(&req) {
+                    Ok(c) => self.show(Screen::Compare(Box::new(c))),
+                    Err(e) => self.status = format!("compare: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Back to the timeline (or out of the help).
+    pub fn back(&mut self) {
+        if self.help {
+            self.help = false;
+        } else {
+            self.show(Screen::Timeline);
+        }
+    }
+}

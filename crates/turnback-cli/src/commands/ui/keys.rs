@@ -1,0 +1,91 @@
+//! Keys and the mouse: what each does on the screen open.
+//!
+//! Invariants: one table maps input to an action; an action changes the workspace only
+//! through a confirmed preview (`y`) or the undo (`u`).
+
+use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
+
+use super::app::{App, Ask, Screen};
+
+/// Applies one input event to the app.
+pub fn handle(app: &mut App, event: &Event) {
+    match event {
+        Event::Key(key) if key.kind != KeyEventKind::Release => key_press(app, key),
+        Event::Mouse(m) => match m.kind {
+            MouseEventKind::ScrollDown => down(app),
+            MouseEventKind::ScrollUp => up(app),
+            _ => {}
+        },
+        _ => {}
+    }
+}
+
+fn scrolls(app: &App) -> bool {
+    !matches!(app.screen, Screen::Timeline)
+}
+
+fn down(app: &mut App) {
+    if scrolls(app) { app.scroll = app.scroll.saturating_add(1) } else { app.move_by(1) }
+}
+
+fn up(app: &mut App) {
+    if scrolls(app) { app.scroll = app.scroll.saturating_sub(1) } else { app.move_by(-1) }
+}
+
+fn key_press(app: &mut App, key: &KeyEvent) {
+    if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
+        app.quit = true;
+        return;
+    }
+    if let Some((_, text)) = app.asking.as_mut() {
+        match key.code {
+            KeyCode::Enter => app.answer(),
+            KeyCode::Esc => app.asking = None,
+            KeyCode::Backspace => {
+                text.pop();
+            }
+            KeyCode::Char(c) => text.push(c),
+            _ => {}
+        }
+        return;
+    }
+    if app.filtering {
+        match key.code {
+            KeyCode::Enter => app.filtering = false,
+            KeyCode::Esc => {
+                app.filtering = false;
+                app.filter.clear();
+            }
+            KeyCode::Backspace => {
+                app.filter.pop();
+            }
+            KeyCode::Char(c) => app.filter.push(c),
+            _ => {}
+        }
+        app.selected = app.selected.min(app.visible().len().saturating_sub(1));
+        return;
+    }
+    let preview = matches!(app.screen, Screen::Rewind(_) | Screen::Rollback(_));
+    match key.code {
+        KeyCode::Char('q') => app.quit = true,
+        KeyCode::Char('?') => app.help = !app.help,
+        KeyCode::Esc => app.back(),
+        KeyCode::Down | KeyCode::Char('j') => down(app),
+        KeyCode::Up | KeyCode::Char('k') => up(app),
+        KeyCode::PageDown => (0..10).for_each(|_| down(app)),
+        KeyCode::PageUp => (0..10).for_each(|_| up(app)),
+        KeyCode::Right | KeyCode::Char('l') if matches!(app.screen, Screen::Turn) => app.move_by(1),
+        KeyCode::Left | KeyCode::Char('h') if matches!(app.screen, Screen::Turn) => app.move_by(-1),
+        KeyCode::Char('y') if preview => app.confirm(),
+        KeyCode::Char('n') if preview => app.back(),
+        KeyCode::Enter | KeyCode::Char('d') if !preview => app.open_turn(),
+        KeyCode::Char('r') if !preview => app.preview_rewind(),
+        KeyCode::Char('b') if !preview => app.preview_rollback(),
+        KeyCode::Char('u') => app.undo(),
+        KeyCode::Char('/') if matches!(app.screen, Screen::Timeline) => app.filtering = true,
+        KeyCode::Char('f') if !preview => app.ask(Ask::ForkInto),
+        KeyCode::Char('c') if !preview => app.ask(Ask::CompareWith),
+        KeyCode::Char('s') if matches!(app.screen, Screen::Timeline) => app.next_session(),
+        _ => {}
+    }
+}

@@ -1,0 +1,50 @@
+//! `turnback ui`: the full-screen terminal view of the workspace's sessions and turns — a
+//! turn's diff and conversation, what a rewind or rollback would do (a person's edits shown
+//! as left alone), apply held to the preview's plan id, and a one-key undo.
+//!
+//! Modules: `app` (the state, and every call to the facade), `timeline`, `turn_view`,
+//! `preview` (a plan's consequences), `render` (one frame), `keys` (input → action).
+//!
+//! Invariants: the screen calls the facade ([`turnback::Turnback`]) and nothing else; the
+//! terminal is restored on every way out (a panic too); nothing is written to stdout once
+//! the screen is gone except one line per apply (the command's text output).
+
+mod app;
+mod keys;
+mod preview;
+mod render;
+mod timeline;
+mod turn_view;
+
+use std::time::Duration;
+
+use crossterm::event::{self, DisableMouseCapture, EnableMouseCapture};
+use turnback::{Error, ErrorCode, Result};
+
+use crate::app::Ctx;
+use crate::output::Outcome;
+
+pub fn run(ctx: &Ctx) -> Result<Outcome> {
+    let mut app = app::App::open(&ctx.options(false)?)?;
+    let io = |e: std::io::Error| Error::new(ErrorCode::Io, format!("terminal: {e}"));
+    let mut terminal = ratatui::try_init().map_err(io)?;
+    let looped = (|| -> std::io::Result<()> {
+        crossterm::execute!(std::io::stdout(), EnableMouseCapture)?;
+        while !app.quit {
+            terminal.draw(|frame| render::draw(frame, &mut app))?;
+            if event::poll(Duration::from_millis(500))? {
+                keys::handle(&mut app, &event::read()?);
+            }
+        }
+        Ok(())
+    })();
+    let _ = crossterm::execute!(std::io::stdout(), DisableMouseCapture);
+    ratatui::restore();
+    looped.map_err(io)?;
+    let text =
+        if app.applied.is_empty() { String::new() } else { format!("turnback ui: {}\n", app.applied.join("; ")) };
+    Ok(Outcome::of(&serde_json::json!({ "applied": app.applied }), text))
+}
+
+#[cfg(test)]
+mod tests;

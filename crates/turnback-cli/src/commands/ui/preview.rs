@@ -1,0 +1,123 @@
+//! The consequences of a rewind or a rollback, before and after it is applied: every path
+//! with its outcome, why a path is left alone, and what no undo takes back; and two
+//! sessions' results side by side.
+//!
+//! Invariants: the words come from the facade's own plan (the one decision function's
+//! outcome), never from a second judgement made here; names are quoted and free text
+//! escaped, so nothing in a file name or a command can move the cursor.
+
+use turnback::{
+    Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome, escape_controls, quote_name,
+};
+
+/// Why a rewind leaves a path alone, in a person's words.
+fn reason_words(reason: Option<RewindReason>) -> &'static str {
+    match reason {
+        Some(RewindReason::HandEditBetweenTurns | RewindReason::HandEditAfterLastTurn) => "a person's edit",
+        Some(RewindReason::OtherSession) => "another session's change",
+        Some(RewindReason::Unverified) => "unverified",
+        Some(RewindReason::NestedRepository) => "nested repository",
+        Some(RewindReason::Symlink) => "symlink",
+        Some(RewindReason::BehindSymlink) => "behind a symlink",
+        Some(RewindReason::NotSnapshotted) => "not snapshotted",
+        Some(RewindReason::ChangedDuringRewind) => "changed during the rewind",
+        Some(RewindReason::TooLarge) => "too large to snapshot",
+        None => "",
+    }
+}
+
+/// One line per path of a rewind plan, then what it leaves out and cannot undo.
+pub fn rewind_lines(plan: &RewindPlan) -> Vec<String> {
+    let mut lines = Vec::new();
+    if plan.target_late {
+        lines.push("note: this turn's start snapshot was late; edits made before it stay".into());
+    }
+    if plan.paths.is_empty() {
+        lines.push("nothing to change".into());
+    }
+    for p in &plan.paths {
+        let name = quote_name(p.path.as_bytes());
+        let line = match p.action {
+            RewindAction::Restore => format!("  restore      {name}"),
+            RewindAction::Delete => format!("  delete       {name}"),
+            RewindAction::LeaveAlone => {
+                let why = reason_words(p.reason);
+                let detail = p.detail.as_deref().map(|d| format!(": {}", escape_controls(d))).unwrap_or_default();
+                format!("! leave alone {name} ({why}{detail})")
+            }
+        };
+        lines.push(line);
+    }
+    for l in &plan.left_out {
+        lines.push(format!(
+            "  left out     {} ({}; never deleted or restored)",
+            quote_name(l.path.as_bytes()),
+            l.reason
+        ));
+    }
+    for command in &plan.shell_effects {
+        lines.push(format!("  not undone   $ {}", escape_controls(command)));
+    }
+    lines
+}
+
+/// One line per target of a rollback: its outcome and, for a conflict, the safe choices.
+pub fn rollback_lines(targets: &[TargetAnalysis]) -> Vec<String> {
+    if targets.is_empty() {
+        return vec!["no checkpoint to take back in this turn".into()];
+    }
+    targets
+        .iter()
+        .map(|t| {
+            let name = quote_name(t.path.display().as_bytes()).into_owned();
+            match &t.outcome {
+                TargetOutcome::AppliedEligible { no_op: true, .. } => {
+                    format!("  unchanged    {name} (already as before)")
+                }
+                TargetOutcome::AppliedEligible { .. } => format!("  take back    {name}"),
+                TargetOutcome::Conflict { detail, safe_choices, .. } => {
+                    let choices: Vec<String> = safe_choices
+                        .iter()
+                        .filter_map(|c| serde_json::to_value(c).ok().and_then(|v| v.as_str().map(String::from)))
+                        .collect();
+                    format!("! conflict    {name} ({}; choices: {})", escape_controls(detail), choices.join(", "))
+                }
+                other => format!("! {:<11} {name}", other.category()),
+            }
+        })
+        .collect()
+}
+
+/// Two sessions' results: where they differ, what each changed since the fork point, and
+/// the diff from the first one's result to the second's.
+pub fn compare_lines(c: &Comparison) -> Vec<String> {
+    let counts = |changes: &[turnback::NumStat]| -> Vec<String> {
+        changes
+            .iter()
+            .map(|n| {
+                let count = match (n.added, n.deleted) {
+                    (Some(a), Some(d)) => format!("+{a} -{d}"),
+                    _ => "binary".into(),
+                };
+                format!("  {count:>10}  {}", quote_name(n.path.as_bytes()))
+            })
+            .collect()
+    };
+    let mut lines = vec![format!("fork point: turn {} {}", c.fork_point.turn, escape_controls(&c.fork_point.preview))];
+    lines.push(format!("differ in {} file(s), from A's result to B's:", c.differences.len()));
+    lines.extend(counts(&c.differences));
+    for (label, side) in [("A", &c.a), ("B", &c.b)] {
+        lines.push(format!(
+            "{label} {} (turn {} {}) changed since the fork point:",
+            quote_name(side.session_id.as_bytes()),
+            side.turn,
+            escape_controls(&side.preview)
+        ));
+        lines.extend(counts(&side.changes));
+    }
+    if let Some(patch) = &c.patch {
+        lines.push("diff from A's result to B's:".into());
+        lines.extend(patch.lines().map(|l| escape_controls(l).into_owned()));
+    }
+    lines
+}

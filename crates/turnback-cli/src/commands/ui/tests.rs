@@ -1,0 +1,141 @@
+//! Rendering tests: the screens drawn on ratatui's test backend at 80×24 and 160×48, on a
+//! real store with two agent turns and a person's edit after them.
+
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use turnback::{BeginRequest, KeyConfig, Mutation, Options, Turnback};
+
+use super::app::{App, Ask, Screen};
+use super::render;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    options: Options,
+    ws: std::path::PathBuf,
+}
+
+/// Turn 1 creates `notes.txt`, turn 2 creates `plan.md` and edits `notes.txt`; then a
+/// person edits `notes.txt` by hand.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("project");
+    std::fs::create_dir(&ws).unwrap();
+    let options = Options {
+        store: Some(dir.path().join("store")),
+        keys: KeyConfig::with_key(turnback::new_master_key().unwrap()),
+        create: true,
+        ..Options::new(&ws)
+    };
+    let tb = Turnback::open(&options).unwrap();
+    let begin = |p: &str| BeginRequest { prompt: Some(p.into()), ..Default::default() };
+    tb.begin_turn(&begin("write the notes"), None).unwrap();
+    tb.mutate(Mutation::Create { path: "notes.txt".into(), content: b"one\n".to_vec() }, false).unwrap();
+    tb.end_turn(None).unwrap();
+    tb.begin_turn(&begin("add a plan"), None).unwrap();
+    tb.mutate(Mutation::Create { path: "plan.md".into(), content: b"# plan\nstep\n".to_vec() }, false).unwrap();
+    tb.end_turn(None).unwrap();
+    std::fs::write(ws.join("notes.txt"), "one\nadded by hand\n").unwrap();
+    Fixture { _dir: dir, options: Options { create: false, ..options }, ws }
+}
+
+fn draw(app: &mut App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
+    terminal.draw(|f| render::draw(f, app)).unwrap();
+    let buffer = terminal.backend().buffer();
+    (0..height)
+        .map(|y| (0..width).map(|x| buffer[(x, y)].symbol()).collect::<String>().trim_end().to_string() + "\n")
+        .collect()
+}
+
+#[test]
+fn the_timeline_lists_sessions_and_turns_with_the_newest_chosen() {
+    let f = fixture();
+    let mut app = App::open(&f.options).unwrap();
+    app.open_turn();
+    app.back();
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains(" Sessions "), "{screen}");
+        assert!(screen.contains("1 ") && screen.contains("write the notes"), "{screen}");
+        assert!(screen.lines().any(|l| l.starts_with("│> ") && l.contains("add a plan")), "newest chosen:\n{screen}");
+        assert!(screen.contains("1 file +2 -0"), "its stat once known:\n{screen}");
+        assert!(screen.contains("+2 -0  plan.md"), "{screen}");
+        assert!(screen.contains("q quit"), "{screen}");
+    }
+}
+
+#[test]
+fn the_turn_view_shows_the_diff_with_markers_and_the_conversation() {
+    let f = fixture();
+    let mut app = App::open(&f.options).unwrap();
+    app.color = false;
+    app.open_turn();
+    assert!(matches!(app.screen, Screen::Turn));
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("Turn 2: start → end"), "{screen}");
+        assert!(screen.contains("+++ b/plan.md") && screen.contains("+# plan"), "{screen}");
+        assert!(screen.contains("you:") && screen.contains("add a plan"), "{screen}");
+    }
+}
+
+#[test]
+fn the_rewind_preview_shows_a_persons_edit_left_alone_and_u_undoes_the_apply() {
+    let f = fixture();
+    let mut app = App::open(&f.options).unwrap();
+    app.move_by(-1);
+    app.preview_rewind();
+    assert!(matches!(app.screen, Screen::Rewind(_)));
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("Rewind to the start of turn 1"), "{screen}");
+        assert!(screen.contains("delete       plan.md"), "{screen}");
+        assert!(screen.contains("! leave alone notes.txt (a person's edit"), "{screen}");
+        assert!(screen.contains("y apply this plan"), "{screen}");
+    }
+    app.confirm();
+    assert!(!f.ws.join("plan.md").exists(), "the agent's file is gone");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("notes.txt")).unwrap(),
+        "one\nadded by hand\n",
+        "the person's edit stays"
+    );
+    assert!(draw(&mut app, 80, 24).contains("press u to undo it"));
+    app.undo();
+    assert_eq!(std::fs::read_to_string(f.ws.join("plan.md")).unwrap(), "# plan\nstep\n", "the undo puts it back");
+    assert_eq!(app.applied.len(), 2);
+}
+
+#[test]
+fn fork_from_the_screen_then_compare_shows_where_the_fork_went_its_own_way() {
+    let f = fixture();
+    let mut app = App::open(&f.options).unwrap();
+    app.move_by(-1);
+    let into = f.ws.with_file_name("project-try-b");
+    app.ask(Ask::ForkInto);
+    app.asking.as_mut().unwrap().1 = into.display().to_string();
+    app.answer();
+    let fork = app.last_fork.clone().expect("forked");
+    assert_eq!(std::fs::read_to_string(into.join("notes.txt")).unwrap(), "one\n", "the files right after turn 1");
+    assert!(draw(&mut app, 80, 24).contains("c compares with it"));
+
+    // The fork's own turn 2, in its own working tree.
+    let tb = Turnback::open(&Options {
+        session: Some(fork.clone()),
+        ..Options { workspace: into.clone(), ..f.options.clone() }
+    })
+    .unwrap();
+    tb.begin_turn(&BeginRequest { prompt: Some("a different plan".into()), ..Default::default() }, None).unwrap();
+    tb.mutate(Mutation::Create { path: "plan.md".into(), content: b"# other\n".to_vec() }, false).unwrap();
+    tb.end_turn(None).unwrap();
+
+    app.ask(Ask::CompareWith);
+    assert_eq!(app.asking.as_ref().unwrap().1, fork, "the fork just made is offered");
+    app.answer();
+    assert!(matches!(app.screen, Screen::Compare(_)), "{}", app.status);
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("fork point: turn 1 write the notes"), "{screen}");
+        assert!(screen.contains("differ in 1 file(s)") && screen.contains("+1 -2  plan.md"), "{screen}");
+    }
+}
