@@ -6,27 +6,11 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, parse_json, show_output, str_at};
+use crate::common::{Env, flip_byte_in_rows, parse_json, show_output, str_at};
 
-/// Flips one byte in the middle of every stored stat cache (`store.db`, through python3's
-/// sqlite3 module: the CLI crate has no SQLite dev-dependency). Returns how many.
+/// Flips one byte in the middle of every stored stat cache in `store.db`; returns how many.
 fn corrupt_stat_caches(env: &Env) -> u64 {
-    let script = "import sqlite3, sys\n\
-        c = sqlite3.connect(sys.argv[1])\n\
-        n = 0\n\
-        for k, v in c.execute(\"SELECT key, value FROM kv_large WHERE ns = 'statcache'\").fetchall():\n\
-        \x20   v = bytearray(v); v[len(v) // 2] ^= 0x01\n\
-        \x20   c.execute(\"UPDATE kv_large SET value = ? WHERE ns = 'statcache' AND key = ?\", (bytes(v), k)); n += 1\n\
-        c.commit()\n\
-        print(n)\n";
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(env.store.join("store.db"))
-        .output()
-        .expect("run python3 to tamper with the store");
-    assert!(out.status.success(), "tampering failed: {}", show_output(&out));
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("count of tampered stat caches")
+    flip_byte_in_rows(env, "statcache", |len| len / 2)
 }
 
 fn turn(env: &Env, prompt: &str, work: impl FnOnce(&Env)) {

@@ -87,18 +87,6 @@ fn populated() -> Env {
     env
 }
 
-fn keys_in(env: &Env, ns: &'static str) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    env.store
-        .kv()
-        .scan_keys(ns, b"", &mut |k| {
-            out.push(k.to_vec());
-            Ok(true)
-        })
-        .unwrap();
-    out
-}
-
 fn value(env: &Env, ns: &'static str, key: &[u8]) -> Vec<u8> {
     env.store.kv().get(ns, key).unwrap().expect("a stored value")
 }
@@ -163,7 +151,7 @@ fn fuzz_content_object() {
 #[test]
 fn fuzz_pack_block() {
     let env = populated();
-    let blocks = keys_in(&env, schema::BLOCKS);
+    let blocks = env.keys_in(schema::BLOCKS);
     let id: pack::BlockId = blocks[0].as_slice().try_into().unwrap();
     let stored = value(&env, schema::BLOCKS, &id);
     Fuzz::new("pack-block", &corpus("pack-block"), Shape::Bytes).seed("block", stored.clone()).run(|input| {
@@ -182,7 +170,7 @@ fn fuzz_pack_block() {
 #[test]
 fn fuzz_pack_index() {
     let env = populated();
-    let ids = keys_in(&env, schema::PACKED);
+    let ids = env.keys_in(schema::PACKED);
     let mut fuzz = Fuzz::new("pack-index", &corpus("pack-index"), Shape::Bytes);
     for (i, id) in ids.iter().take(6).enumerate() {
         fuzz = fuzz.seed(&format!("entry {i}"), value(&env, schema::PACKED, id));
@@ -269,7 +257,7 @@ fn fuzz_history_entry() {
         history::entry_of("turn-1".into(), reply),
     ];
     history::append_prepared(&env.store, &session, &entries).unwrap();
-    let keys = keys_in(&env, schema::HISTORY);
+    let keys = env.keys_in(schema::HISTORY);
     let mut fuzz = Fuzz::new("history-entry", &corpus("history-entry"), Shape::Json);
     for (i, key) in keys.iter().enumerate() {
         let sealed = value(&env, schema::HISTORY, key);

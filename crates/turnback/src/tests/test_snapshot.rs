@@ -353,18 +353,6 @@ fn pruning_keeps_the_budget_by_removing_oldest_whole_turns_and_gc_reclaims_them(
     assert!(maintenance::verify(&env.store, true).unwrap().clean);
 }
 
-fn keys_in(env: &Env, ns: &'static str) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    env.store
-        .kv()
-        .scan_keys(ns, b"", &mut |k| {
-            out.push(k.to_vec());
-            Ok(true)
-        })
-        .unwrap();
-    out
-}
-
 #[test]
 fn small_files_share_blocks_and_a_tampered_block_fails_verification() {
     let env = Env::new();
@@ -373,8 +361,8 @@ fn small_files_share_blocks_and_a_tampered_block_fails_verification() {
     }
     write(&env, "src/copy.rs", "pub fn f7() -> u32 { 7 }\n"); // same content as file-7.rs
     take(&env);
-    assert_eq!(keys_in(&env, "packed").len(), 50, "one index entry per distinct content");
-    let blocks = keys_in(&env, "blocks");
+    assert_eq!(env.keys_in("packed").len(), 50, "one index entry per distinct content");
+    let blocks = env.keys_in("blocks");
     assert_eq!(blocks.len(), 1, "fifty small files share one block");
     assert!(maintenance::verify(&env.store, true).unwrap().clean);
     env.tamper("blocks", &blocks[0], |v| {
@@ -396,10 +384,10 @@ fn deleting_a_session_and_collecting_garbage_frees_its_blocks() {
     take(&env);
     write(&env, "f-0.txt", "changed\n");
     take(&env);
-    assert_eq!(keys_in(&env, "blocks").len(), 2, "a later snapshot packs only what changed");
+    assert_eq!(env.keys_in("blocks").len(), 2, "a later snapshot packs only what changed");
     maintenance::delete_session(&env.store, &env.session.id).unwrap();
     let report = maintenance::gc(&env.store).unwrap();
     assert!(report.objects_removed >= 21, "21 file contents and the trees: {report:?}");
-    assert!(keys_in(&env, "blocks").is_empty(), "no block outlives what it held");
-    assert!(keys_in(&env, "packed").is_empty());
+    assert!(env.keys_in("blocks").is_empty(), "no block outlives what it held");
+    assert!(env.keys_in("packed").is_empty());
 }

@@ -483,6 +483,23 @@ pub fn tamper<T>(env: &Env, f: impl FnOnce(&rusqlite::Connection) -> T) -> T {
     out
 }
 
+/// Flips one bit of the byte at `at(len)` in the value of every row of table `ns` (a
+/// large-value table: content, history, stat caches); returns how many rows.
+pub fn flip_byte_in_rows(env: &Env, ns: &str, at: impl Fn(usize) -> usize) -> u64 {
+    tamper(env, |c| {
+        let mut stmt = c.prepare("SELECT key, value FROM kv_large WHERE ns = ?1").expect("select");
+        let rows: Vec<(Vec<u8>, Vec<u8>)> =
+            stmt.query_map([ns], |r| Ok((r.get(0)?, r.get(1)?))).expect("query").map(|r| r.expect("row")).collect();
+        for (key, mut value) in rows.iter().cloned() {
+            let i = at(value.len());
+            value[i] ^= 0x01;
+            c.execute("UPDATE kv_large SET value = ?1 WHERE ns = ?2 AND key = ?3", rusqlite::params![value, ns, key])
+                .expect("update");
+        }
+        rows.len() as u64
+    })
+}
+
 /// The keys of every row of table `ns` in the store, in key order.
 pub fn raw_keys(env: &Env, ns: &str) -> Vec<Vec<u8>> {
     tamper(env, |c| {

@@ -102,6 +102,19 @@ impl Env {
         crate::snapshot::take(&self.store, crate::session::turn::source(&self.ws, &self.session), &opts, &hooks)
     }
 
+    /// The keys of every row of table `ns`, in key order.
+    pub fn keys_in(&self, ns: &'static str) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        self.store
+            .kv()
+            .scan_keys(ns, b"", &mut |k| {
+                out.push(k.to_vec());
+                Ok(true)
+            })
+            .unwrap();
+        out
+    }
+
     pub fn record(&self, id: &str) -> CheckpointRecord {
         checkpoint::load(&self.store, id).unwrap()
     }
