@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use turnback::{
-    Analysis, CompareRequest, Comparison, DiffReport, DiffRequest, ErrorCode, HistoryEntry, HistorySelection, Options,
-    Result, RewindPlan, RollbackSelection, Turn, Turnback,
+    Analysis, CheckpointRecord, Choice, CompareRequest, Comparison, DiffReport, DiffRequest, ErrorCode, HistoryEntry,
+    HistorySelection, Options, Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback,
 };
 
 /// How many of the newest ended turns have their diff computed when the screen opens.
@@ -32,8 +32,11 @@ pub enum Screen {
     Turn,
     /// What a rewind to the start of the chosen turn would do.
     Rewind(Box<RewindPlan>),
-    /// What rolling back the chosen turn's checkpoints would do.
-    Rollback(Box<Analysis>),
+    /// What rolling back the chosen turn's checkpoints (or one of them) would do, with the
+    /// safe choices made so far on its conflicting paths.
+    Rollback(Box<RollbackView>),
+    /// The chosen turn's checkpoints, one to roll back.
+    Checkpoints(CheckpointPick),
     /// What an apply (or an undo) did.
     Done(Vec<String>),
     /// Two sessions' results side by side.
@@ -47,6 +50,27 @@ pub enum Ask {
     ForkInto,
     /// The session to compare this one with.
     CompareWith,
+}
+
+/// A rollback preview on screen: the plan, what it was asked for, and the person's choices.
+#[derive(Debug)]
+pub struct RollbackView {
+    pub analysis: Analysis,
+    pub selection: RollbackSelection,
+    /// What is rolled back, in words (`turn 2's edits`, `checkpoint 0f3a…`).
+    pub what: String,
+    /// A safe choice per conflicting path (workspace-relative), as the preview was asked with.
+    pub choices: Vec<(String, Choice)>,
+    /// Position in `analysis.targets` of the target the choice keys act on.
+    pub cursor: usize,
+}
+
+/// The list of one turn's checkpoints to choose one from.
+#[derive(Debug)]
+pub struct CheckpointPick {
+    pub turn: u64,
+    pub checkpoints: Vec<CheckpointRecord>,
+    pub cursor: usize,
 }
 
 /// One session of the workspace, as the timeline lists it.
@@ -94,6 +118,8 @@ pub struct App {
     /// One line per apply, printed once the screen is gone.
     pub applied: Vec<String>,
     pub quit: bool,
+    /// The session's checkpoints, oldest first (read with the turns).
+    pub checkpoints: Vec<CheckpointRecord>,
     diffs: HashMap<String, DiffReport>,
 }
 
@@ -125,6 +151,7 @@ impl App {
             undo: None,
             applied: Vec::new(),
             quit: false,
+            checkpoints: Vec::new(),
             diffs: HashMap::new(),
         };
         app.reload()?;
@@ -136,6 +163,7 @@ impl App {
     /// Reads the sessions and the turns again (after an apply, or a fork).
     pub fn reload(&mut self) -> Result<()> {
         self.turns = self.tb.turn_records()?;
+        self.checkpoints = self.tb.checkpoints(None, false)?.checkpoints.into_iter().map(|c| c.record).collect();
         self.session_id = self.tb.turns()?.session_id;
         let list = self.tb.sessions()?;
         self.workspace_root = list.workspace;
@@ -234,11 +262,80 @@ impl App {
         }
     }
 
+    /// The checkpoints of turn `index`, oldest first.
+    pub fn checkpoints_of(&self, index: u64) -> impl Iterator<Item = &CheckpointRecord> {
+        self.checkpoints.iter().filter(move |c| c.prompt_round == Some(index))
+    }
+
     /// Previews rolling back the chosen turn's checkpoints.
     pub fn preview_rollback(&mut self) {
         let Some(index) = self.current().map(|t| t.index) else { return };
-        match self.tb.rollback_preview(&RollbackSelection::Turn(index), &[]) {
-            Ok(analysis) => self.show(Screen::Rollback(Box::new(analysis))),
+        self.preview_rollback_of(RollbackSelection::Turn(index), format!("turn {index}'s edits"), Vec::new());
+    }
+
+    /// Lists the chosen turn's checkpoints, to preview rolling back one of them.
+    pub fn pick_checkpoint(&mut self) {
+        let Some(turn) = self.current().map(|t| t.index) else { return };
+        let checkpoints: Vec<CheckpointRecord> = self.checkpoints_of(turn).cloned().collect();
+        if checkpoints.is_empty() {
+            self.status = format!("turn {turn} has no checkpoint");
+            return;
+        }
+        self.show(Screen::Checkpoints(CheckpointPick { turn, checkpoints, cursor: 0 }));
+    }
+
+    /// Previews rolling back the checkpoint chosen in the list.
+    pub fn preview_picked(&mut self) {
+        let Screen::Checkpoints(pick) = &self.screen else { return };
+        let Some(c) = pick.checkpoints.get(pick.cursor) else { return };
+        let id = c.checkpoint_id.clone();
+        let what = format!("checkpoint {}", super::render::short(&id));
+        self.preview_rollback_of(RollbackSelection::Checkpoints(vec![id]), what, Vec::new());
+    }
+
+    /// Moves the cursor of the checkpoint list or the rollback preview by `delta`.
+    pub fn move_cursor(&mut self, delta: i64) {
+        let (cursor, n) = match &mut self.screen {
+            Screen::Checkpoints(pick) => (&mut pick.cursor, pick.checkpoints.len()),
+            Screen::Rollback(view) => (&mut view.cursor, view.analysis.targets.len()),
+            _ => return,
+        };
+        if n > 0 {
+            *cursor = (*cursor as i64 + delta).clamp(0, n as i64 - 1) as usize;
+            self.scroll = (*cursor as u16).saturating_sub(8);
+        }
+    }
+
+    /// Sets (or, pressed again, clears) the safe choice for the path under the cursor of the
+    /// rollback preview, and previews again with it: a choice changes the plan, so the plan
+    /// id an apply is held to is always that of the choices on screen.
+    pub fn choose(&mut self, choice: Choice) {
+        let Screen::Rollback(view) = &self.screen else { return };
+        let Some(target) = view.analysis.targets.get(view.cursor) else { return };
+        let path = target.path.display();
+        let chosen = view.choices.iter().any(|(p, _)| *p == path);
+        if !chosen && !matches!(target.outcome, TargetOutcome::Conflict { .. }) {
+            self.status = format!("{path} is not in conflict: nothing to choose");
+            return;
+        }
+        let mut choices: Vec<(String, Choice)> = view.choices.iter().filter(|(p, _)| *p != path).cloned().collect();
+        if !view.choices.iter().any(|(p, c)| *p == path && *c == choice) {
+            choices.push((path, choice));
+        }
+        let (selection, what, cursor) = (view.selection.clone(), view.what.clone(), view.cursor);
+        self.preview_rollback_of(selection, what, choices);
+        self.move_cursor(cursor as i64);
+    }
+
+    fn choice_paths(&self, choices: &[(String, Choice)]) -> Vec<(PathBuf, Choice)> {
+        choices.iter().map(|(p, c)| (self.workspace_root.join(p), *c)).collect()
+    }
+
+    fn preview_rollback_of(&mut self, selection: RollbackSelection, what: String, choices: Vec<(String, Choice)>) {
+        match self.tb.rollback_preview(&selection, &self.choice_paths(&choices)) {
+            Ok(analysis) => {
+                self.show(Screen::Rollback(Box::new(RollbackView { analysis, selection, what, choices, cursor: 0 })))
+            }
             Err(e) => self.status = format!("rollback preview: {e}"),
         }
     }
@@ -268,22 +365,30 @@ impl App {
                     self.screen = Screen::Rewind(plan);
                 }
             },
-            Screen::Rollback(analysis) => {
-                let selection = RollbackSelection::Checkpoints(analysis.checkpoint_ids.clone());
-                match self.tb.rollback_apply(&selection, &[], Some(&analysis.plan_id)) {
+            Screen::Rollback(view) => {
+                let choices = self.choice_paths(&view.choices);
+                match self.tb.rollback_apply(&view.selection, &choices, Some(&view.analysis.plan_id)) {
                     Ok(done) => {
-                        let what = format!("rolled back {} path(s)", done.applied_paths.len());
+                        let what = format!("rolled back {} ({} path(s))", view.what, done.applied_paths.len());
                         let mut lines = vec![what.clone()];
                         lines.extend(super::preview::rollback_lines(&done.targets));
+                        for f in &done.choice_files {
+                            lines.push(format!(
+                                "  wrote {} for {}",
+                                turnback::quote_name(f.file.as_bytes()),
+                                turnback::quote_name(f.path.as_bytes())
+                            ));
+                        }
                         self.after_apply(what, done.rollback_checkpoint_id, lines);
                     }
                     Err(e) if e.code == ErrorCode::Conflict => {
                         self.status = "refused: the workspace changed since that preview; this is the new one".into();
-                        self.preview_rollback();
+                        let RollbackView { selection, what, choices, .. } = *view;
+                        self.preview_rollback_of(selection, what, choices);
                     }
                     Err(e) => {
                         self.status = format!("rollback: {e}");
-                        self.screen = Screen::Rollback(analysis);
+                        self.screen = Screen::Rollback(view);
                     }
                 }
             }

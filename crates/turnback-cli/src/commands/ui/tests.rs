@@ -139,3 +139,68 @@ fn fork_from_the_screen_then_compare_shows_where_the_fork_went_its_own_way() {
         assert!(screen.contains("differ in 1 file(s)") && screen.contains("+1 -2  plan.md"), "{screen}");
     }
 }
+
+/// A third turn that creates `a.txt` and `b.txt`, then a person's edit of `a.txt`: rolling
+/// the turn back conflicts on `a.txt` and takes `b.txt` back.
+fn with_a_conflicting_turn(f: &Fixture) {
+    let tb = Turnback::open(&f.options).unwrap();
+    tb.begin_turn(&BeginRequest { prompt: Some("two files".into()), ..Default::default() }, None).unwrap();
+    tb.mutate(Mutation::Create { path: "a.txt".into(), content: b"agent a\n".to_vec() }, false).unwrap();
+    tb.mutate(Mutation::Create { path: "b.txt".into(), content: b"agent b\n".to_vec() }, false).unwrap();
+    tb.end_turn(None).unwrap();
+    std::fs::write(f.ws.join("a.txt"), "agent a\nand the person's line\n").unwrap();
+}
+
+#[test]
+fn a_rollback_preview_offers_the_safe_choices_and_a_chosen_skip_leaves_the_path_alone() {
+    let f = fixture();
+    with_a_conflicting_turn(&f);
+    let mut app = App::open(&f.options).unwrap();
+    app.preview_rollback();
+    let Screen::Rollback(view) = &app.screen else { panic!("no rollback preview: {}", app.status) };
+    let conflict = view.analysis.targets.iter().position(|t| t.path.display() == "a.txt").unwrap();
+    app.move_cursor(conflict as i64);
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("Roll back turn 3's edits"), "{screen}");
+        assert!(screen.contains("> ! conflict    a.txt"), "the conflict under the cursor:\n{screen}");
+        assert!(screen.contains("take back    b.txt"), "{screen}");
+        assert!(screen.contains("s skip"), "{screen}");
+    }
+    app.choose(turnback::Choice::Skip);
+    let Screen::Rollback(view) = &app.screen else { panic!("{}", app.status) };
+    assert_eq!(view.choices, [("a.txt".to_string(), turnback::Choice::Skip)]);
+    let screen = draw(&mut app, 160, 48);
+    assert!(screen.contains("a.txt") && screen.contains("[your choice: skip]"), "{screen}");
+    app.confirm();
+    assert!(matches!(app.screen, Screen::Done(_)), "{}", app.status);
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("a.txt")).unwrap(),
+        "agent a\nand the person's line\n",
+        "the skipped path is left alone"
+    );
+    assert!(!f.ws.join("b.txt").exists(), "the rest of the turn is taken back");
+}
+
+#[test]
+fn one_checkpoint_of_a_turn_is_chosen_from_a_list_previewed_and_rolled_back() {
+    let f = fixture();
+    with_a_conflicting_turn(&f);
+    let mut app = App::open(&f.options).unwrap();
+    app.pick_checkpoint();
+    let Screen::Checkpoints(pick) = &app.screen else { panic!("no list: {}", app.status) };
+    assert_eq!(pick.checkpoints.len(), 2);
+    let screen = draw(&mut app, 80, 24);
+    assert!(screen.contains("Checkpoints of turn 3") && screen.contains("b.txt"), "{screen}");
+    app.move_cursor(1);
+    app.preview_picked();
+    let Screen::Rollback(view) = &app.screen else { panic!("{}", app.status) };
+    assert_eq!(view.analysis.targets.len(), 1, "only that checkpoint");
+    assert_eq!(view.analysis.targets[0].path.display(), "b.txt");
+    assert!(draw(&mut app, 80, 24).contains("Roll back checkpoint"));
+    app.confirm();
+    assert!(!f.ws.join("b.txt").exists());
+    assert!(f.ws.join("a.txt").exists(), "the other checkpoint of the turn is not touched");
+    app.undo();
+    assert_eq!(std::fs::read_to_string(f.ws.join("b.txt")).unwrap(), "agent b\n", "u puts it back");
+}
