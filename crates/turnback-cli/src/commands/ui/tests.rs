@@ -59,6 +59,7 @@ fn the_timeline_lists_sessions_and_turns_with_the_newest_chosen() {
         assert!(screen.contains("1 ") && screen.contains("write the notes"), "{screen}");
         assert!(screen.lines().any(|l| l.starts_with("│> ") && l.contains("add a plan")), "newest chosen:\n{screen}");
         assert!(screen.contains("1 file +2 -0"), "its stat once known:\n{screen}");
+        assert!(screen.contains("1 file +2 -0  1 checkpoint"), "its checkpoint count:\n{screen}");
         assert!(screen.contains("+2 -0  plan.md"), "{screen}");
         assert!(screen.contains("q quit"), "{screen}");
     }

@@ -1,9 +1,9 @@
 //! The timeline: the workspace's sessions, the chosen session's turns (index, when,
-//! prompt, files changed with +/− counts once known, shell commands, snapshot trouble,
+//! prompt, files changed with +/− counts once known, checkpoints, shell commands, snapshot trouble,
 //! sub-agents, the running turn marked live), and the chosen turn's details.
 //!
-//! Invariants: a row is built from the turn record and the diff cache alone (no store
-//! read while drawing); names and prompts are escaped.
+//! Invariants: a row is built from the turn record, the checkpoints read with the turns and
+//! the diff cache alone (no store read while drawing); names and prompts are escaped.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -56,8 +56,18 @@ pub fn notes(t: &Turn) -> Vec<String> {
 pub fn row(app: &App, t: &Turn) -> String {
     let live = if t.running() { "● live " } else { "" };
     let stats = app.cached_diff(t).map(stat).unwrap_or_default();
+    let checkpoints = match app.checkpoints_of(t.index).count() {
+        0 => String::new(),
+        1 => "1 checkpoint ".into(),
+        n => format!("{n} checkpoints "),
+    };
     let notes = notes(t).join(" ");
-    format!("{:>3} {} {live}{}  {stats}  {notes}", t.index, clock(&t.started_at), escape_controls(&t.preview))
+    format!(
+        "{:>3} {} {live}{}  {stats}  {checkpoints}{notes}",
+        t.index,
+        clock(&t.started_at),
+        escape_controls(&t.preview)
+    )
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
