@@ -5,19 +5,19 @@
 //! ([`turnback::Turnback`]), nothing else; an apply always names the plan id of the preview
 //! on screen, so a workspace that moved since is refused and previewed again, never
 //! applied blind; the undo offered is exactly the checkpoint the last apply recorded.
-//! Diffs are cached (an ended turn's snapshots never change); a running turn's diff, which
-//! takes a snapshot of the live tree, is taken again only when the turn is opened (`enter`,
-//! `d`), never while drawing. Opening computes the diffs of the
-//! newest [`EAGER_DIFFS`] ended turns, so their rows show +/− counts at once; older turns
-//! get theirs when chosen.
-
-use std::collections::HashMap;
+//! Diffs are computed in the background ([`super::diffs`]) and cached (an ended turn's
+//! snapshots never change); nothing here waits for one. A running turn's diff, which takes
+//! a snapshot of the live tree, is asked for again only when the turn is opened (`enter`,
+//! `d`), never while drawing. Opening asks for the diffs of the newest [`EAGER_DIFFS`]
+//! ended turns, so their rows fill in with +/− counts; older turns get theirs when chosen.
 
 use std::path::PathBuf;
 
+use super::diffs::{DiffState, Diffs};
+
 use turnback::{
-    Analysis, CheckpointRecord, Choice, CompareRequest, Comparison, DiffReport, DiffRequest, ErrorCode, HistoryEntry,
-    HistorySelection, Options, Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback,
+    Analysis, CheckpointRecord, Choice, CompareRequest, Comparison, ErrorCode, HistoryEntry, HistorySelection, Options,
+    Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback,
 };
 
 /// How many of the newest ended turns have their diff computed when the screen opens.
@@ -120,7 +120,7 @@ pub struct App {
     pub quit: bool,
     /// The session's checkpoints, oldest first (read with the turns).
     pub checkpoints: Vec<CheckpointRecord>,
-    diffs: HashMap<String, DiffReport>,
+    pub diffs: Diffs,
 }
 
 impl App {
@@ -129,6 +129,14 @@ impl App {
     /// # Errors
     /// Store errors.
     pub fn open(options: &Options) -> Result<App> {
+        Self::open_with(options, Diffs::start(options))
+    }
+
+    /// [`open`](Self::open) with the diff worker given.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn open_with(options: &Options, diffs: Diffs) -> Result<App> {
         let tb = Turnback::open(options)?;
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let mut app = App {
@@ -152,7 +160,7 @@ impl App {
             applied: Vec::new(),
             quit: false,
             checkpoints: Vec::new(),
-            diffs: HashMap::new(),
+            diffs,
         };
         app.reload()?;
         app.selected = app.visible().len().saturating_sub(1);
@@ -179,13 +187,16 @@ impl App {
         Ok(())
     }
 
-    /// Computes the diffs of the newest [`EAGER_DIFFS`] ended turns.
+    /// Asks for the diffs of the newest [`EAGER_DIFFS`] ended turns (the newest served first).
     fn prime_diffs(&mut self) {
         let ended: Vec<Turn> = self.turns.iter().rev().filter(|t| !t.running()).take(EAGER_DIFFS).cloned().collect();
-        for turn in &ended {
-            // A turn whose snapshots were pruned or skipped has no diff: its row says why.
-            let _ = self.diff(turn);
+        for turn in ended.iter().rev() {
+            self.request_diff(turn, false);
         }
+    }
+
+    fn request_diff(&mut self, turn: &Turn, again: bool) {
+        self.diffs.request(&self.session_id, &turn.turn_id, turn.index, again);
     }
 
     /// The positions in `turns` of the turns the filter lets through, oldest first.
@@ -207,30 +218,20 @@ impl App {
         if n > 0 {
             self.selected = (self.selected as i64 + delta).clamp(0, n - 1) as usize;
             self.scroll = 0;
-            if let Some(turn) = self.current().cloned().filter(|t| !t.running())
-                && let Err(e) = self.diff(&turn)
-            {
-                self.status = format!("diff of turn {}: {e}", turn.index);
+            if let Some(turn) = self.current().cloned().filter(|t| !t.running()) {
+                self.request_diff(&turn, false);
             }
         }
     }
 
-    /// The diff of `turn` (start → end, or → live while it runs) with its patch.
-    ///
-    /// # Errors
-    /// As [`Turnback::diff`].
-    pub fn diff(&mut self, turn: &Turn) -> Result<DiffReport> {
-        if let Some(d) = self.diffs.get(&turn.turn_id) {
-            return Ok(d.clone());
-        }
-        let report = self.tb.diff(&DiffRequest { turn: Some(turn.index), patch: true, ..DiffRequest::default() })?;
-        self.diffs.insert(turn.turn_id.clone(), report.clone());
-        Ok(report)
+    /// Takes in the diffs the worker sent back; whether any came.
+    pub fn receive_diffs(&mut self) -> bool {
+        self.diffs.receive()
     }
 
-    /// The diff of `turn` if it was already computed.
-    pub fn cached_diff(&self, turn: &Turn) -> Option<&DiffReport> {
-        self.diffs.get(&turn.turn_id)
+    /// What is known of `turn`'s diff (none if never asked for).
+    pub fn diff_state(&self, turn: &Turn) -> Option<&DiffState> {
+        self.diffs.state(&turn.turn_id)
     }
 
     /// The conversation of `turn`.
@@ -244,12 +245,7 @@ impl App {
     /// Opens the turn view of the chosen turn.
     pub fn open_turn(&mut self) {
         if let Some(turn) = self.current().cloned() {
-            if turn.running() {
-                self.diffs.remove(&turn.turn_id);
-            }
-            if let Err(e) = self.diff(&turn) {
-                self.status = format!("diff of turn {}: {e}", turn.index);
-            }
+            self.request_diff(&turn, turn.running());
             self.screen = Screen::Turn;
             self.scroll = 0;
         }
@@ -411,8 +407,9 @@ impl App {
             None => what,
         };
         self.diffs.clear();
-        if let Err(e) = self.reload() {
-            self.status = format!("reading the turns again: {e}");
+        match self.reload() {
+            Ok(()) => self.prime_diffs(),
+            Err(e) => self.status = format!("reading the turns again: {e}"),
         }
         self.show(Screen::Done(lines));
     }
@@ -436,8 +433,9 @@ impl App {
                 self.applied.push(what.clone());
                 self.status = what;
                 self.diffs.clear();
-                if let Err(e) = self.reload() {
-                    self.status = format!("reading the turns again: {e}");
+                match self.reload() {
+                    Ok(()) => self.prime_diffs(),
+                    Err(e) => self.status = format!("reading the turns again: {e}"),
                 }
                 self.show(Screen::Done(lines));
             }

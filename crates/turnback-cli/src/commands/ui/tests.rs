@@ -38,7 +38,14 @@ fn fixture() -> Fixture {
     Fixture { _dir: dir, options: Options { create: false, ..options }, ws }
 }
 
+/// One frame once every diff asked for is back.
 fn draw(app: &mut App, width: u16, height: u16) -> String {
+    app.diffs.settle();
+    draw_now(app, width, height)
+}
+
+/// One frame as the screen would draw it now, whatever is still computing.
+fn draw_now(app: &mut App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| render::draw(f, app)).unwrap();
     let buffer = terminal.backend().buffer();
@@ -204,4 +211,84 @@ fn one_checkpoint_of_a_turn_is_chosen_from_a_list_previewed_and_rolled_back() {
     assert!(f.ws.join("a.txt").exists(), "the other checkpoint of the turn is not touched");
     app.undo();
     assert_eq!(std::fs::read_to_string(f.ws.join("b.txt")).unwrap(), "agent b\n", "u puts it back");
+}
+
+#[test]
+fn the_screen_draws_while_a_diff_is_still_computing_and_shows_it_once_back() {
+    let f = fixture();
+    let mut app = App::open_with(&f.options, super::diffs::Diffs::start_held(&f.options)).unwrap();
+    app.open_turn();
+    let screen = draw_now(&mut app, 80, 24);
+    assert!(screen.contains("Turn 2: start → end") && screen.contains("computing…"), "{screen}");
+    app.back();
+    let screen = draw_now(&mut app, 80, 24);
+    assert!(screen.contains("computing its diff…"), "{screen}");
+    app.diffs.release();
+    let screen = draw(&mut app, 80, 24);
+    assert!(screen.contains("1 file +2 -0"), "{screen}");
+    assert!(screen.contains("+2 -0  plan.md"), "{screen}");
+}
+
+/// Opening and switching turns on a workspace of 200 turns over 3000 files, measured
+/// (`cargo test -p turnback-cli --release --bin turnback ui_bench -- --ignored --nocapture`;
+/// the numbers are in docs/benchmarks.md).
+#[test]
+#[ignore = "a measurement, not a check: run it by hand"]
+fn ui_bench_open_and_switch_on_200_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("project");
+    for d in 0..30 {
+        std::fs::create_dir_all(ws.join(format!("dir{d}"))).unwrap();
+        for i in 0..100 {
+            std::fs::write(ws.join(format!("dir{d}/file{i}.rs")), format!("fn f{i}() {{}}\n// {d}\n").repeat(20))
+                .unwrap();
+        }
+    }
+    let options = Options {
+        store: Some(dir.path().join("store")),
+        keys: KeyConfig::with_key(turnback::new_master_key().unwrap()),
+        create: true,
+        ..Options::new(&ws)
+    };
+    let tb = Turnback::open(&options).unwrap();
+    let built = std::time::Instant::now();
+    for t in 0..200 {
+        tb.begin_turn(&BeginRequest { prompt: Some(format!("turn {t}")), ..Default::default() }, None).unwrap();
+        for k in 0..3 {
+            let path = format!("dir{}/file{}.rs", (t * 7 + k) % 30, (t * 13 + k) % 100);
+            let content = format!("fn changed_by_turn_{t}() {{}}\n").into_bytes();
+            tb.mutate(Mutation::Write { path: path.into(), content }, false).unwrap();
+        }
+        tb.end_turn(None).unwrap();
+    }
+    println!("built 200 turns over 3000 files in {:?}", built.elapsed());
+    let options = Options { create: false, ..options };
+
+    let opened = std::time::Instant::now();
+    let mut app = App::open(&options).unwrap();
+    draw_now(&mut app, 160, 48);
+    let open = opened.elapsed();
+    app.diffs.settle();
+    let first_diffs = opened.elapsed();
+
+    let mut switches = Vec::new();
+    let mut arrivals = Vec::new();
+    for _ in 0..50 {
+        let at = std::time::Instant::now();
+        app.move_by(-1);
+        draw_now(&mut app, 160, 48);
+        switches.push(at.elapsed());
+        app.diffs.settle();
+        arrivals.push(at.elapsed());
+    }
+    switches.sort();
+    arrivals.sort();
+    println!(
+        "open (first frame): {open:?}; the {EAGER} newest diffs back after {first_diffs:?}",
+        EAGER = super::app::EAGER_DIFFS
+    );
+    println!(
+        "switch to an older turn (frame drawn): median {:?}, max {:?}; its diff back: median {:?}, max {:?}",
+        switches[25], switches[49], arrivals[25], arrivals[49]
+    );
 }

@@ -13,6 +13,7 @@ use ratatui::widgets::{Block, Borders, List, ListItem, ListState, Paragraph};
 use turnback::{DiffReport, SnapshotRef, Turn, escape_controls, quote_name};
 
 use super::app::App;
+use super::diffs::DiffState;
 use super::render::{added_style, removed_style};
 
 /// `HH:MM` of an RFC 3339 time (the whole text if it is not one).
@@ -55,7 +56,11 @@ pub fn notes(t: &Turn) -> Vec<String> {
 /// One row of the turn list.
 pub fn row(app: &App, t: &Turn) -> String {
     let live = if t.running() { "● live " } else { "" };
-    let stats = app.cached_diff(t).map(stat).unwrap_or_default();
+    let stats = match app.diff_state(t) {
+        Some(DiffState::Ready(d)) => stat(d),
+        Some(DiffState::Computing) => "…".into(),
+        _ => String::new(),
+    };
     let checkpoints = match app.checkpoints_of(t.index).count() {
         0 => String::new(),
         1 => "1 checkpoint ".into(),
@@ -113,8 +118,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let mut lines = Vec::new();
     if let Some(t) = app.current() {
         lines.push(Line::raw(format!("turn {}: {}", t.index, escape_controls(&t.preview))));
-        match app.cached_diff(t) {
-            Some(d) => {
+        match app.diff_state(t) {
+            Some(DiffState::Ready(d)) => {
                 for c in &d.changes {
                     let counts = match (c.added, c.deleted) {
                         (Some(a), Some(r)) => format!("+{a} -{r}"),
@@ -128,6 +133,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     lines.push(Line::styled(format!("  {counts:>10}  {}", quote_name(c.path.as_bytes())), style));
                 }
             }
+            Some(DiffState::Computing) => lines.push(Line::raw("  computing its diff…")),
+            Some(DiffState::Failed(e)) => lines.push(Line::raw(format!("  no diff: {}", escape_controls(e)))),
             None => lines.push(Line::raw("  (enter or d: its diff)")),
         }
         for s in &t.shell_effects {
