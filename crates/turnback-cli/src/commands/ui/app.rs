@@ -80,6 +80,8 @@ pub struct SessionRow {
     pub created_at: String,
     pub turns: usize,
     pub parent: Option<String>,
+    /// The agent that works in it, if recorded.
+    pub agent: Option<String>,
 }
 
 /// The undo offered: the checkpoint the last apply recorded, and what it was.
@@ -180,7 +182,7 @@ impl App {
             .into_iter()
             .map(|s| {
                 let turns = self.tb.session_info(Some(&s.id)).map_or(0, |i| i.turns);
-                SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent }
+                SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent, agent: s.agent }
             })
             .collect();
         self.selected = self.selected.min(self.visible().len().saturating_sub(1));

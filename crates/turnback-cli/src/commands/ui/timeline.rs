@@ -1,4 +1,4 @@
-//! The timeline: the workspace's sessions, the chosen session's turns (index, when,
+//! The timeline: the workspace's sessions (agent, turns, start), the chosen session's turns (index, when,
 //! prompt, files changed with +/− counts once known, checkpoints, shell commands, snapshot trouble,
 //! sub-agents, the running turn marked live), and the chosen turn's details.
 //!
@@ -86,8 +86,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             let mark = if s.id == app.session_id { "▶" } else { " " };
             let parent =
                 s.parent.as_deref().map(|p| format!(", forked from {}", quote_name(p.as_bytes()))).unwrap_or_default();
+            let agent = s.agent.as_deref().map(|a| format!("{}  ", escape_controls(a))).unwrap_or_default();
             let text = format!(
-                "{mark} {}  {} turns, started {}{parent}",
+                "{mark} {}  {agent}{} turns, started {}{parent}",
                 quote_name(s.id.as_bytes()),
                 s.turns,
                 s.created_at.get(..16).unwrap_or(&s.created_at).replace('T', " ")
