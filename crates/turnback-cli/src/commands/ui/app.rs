@@ -120,8 +120,6 @@ pub struct App {
     /// One line per apply, printed once the screen is gone.
     pub applied: Vec<String>,
     pub quit: bool,
-    /// The session's checkpoints, oldest first (read with the turns).
-    pub checkpoints: Vec<CheckpointRecord>,
     pub diffs: Diffs,
 }
 
@@ -161,7 +159,6 @@ impl App {
             undo: None,
             applied: Vec::new(),
             quit: false,
-            checkpoints: Vec::new(),
             diffs,
         };
         app.reload()?;
@@ -170,21 +167,25 @@ impl App {
         Ok(app)
     }
 
-    /// Reads the sessions and the turns again (after an apply, or a fork).
+    /// Reads the sessions and the turns again (after an apply, or a fork); the checkpoints
+    /// are read in the background.
     pub fn reload(&mut self) -> Result<()> {
         self.turns = self.tb.turn_records()?;
-        self.checkpoints = self.tb.checkpoints(None, false)?.checkpoints.into_iter().map(|c| c.record).collect();
-        self.session_id = self.tb.turns()?.session_id;
+        self.session_id = self.tb.session()?.id.clone();
+        self.diffs.read_checkpoints(&self.session_id);
         let list = self.tb.sessions()?;
         self.workspace_root = list.workspace;
-        self.sessions = list
-            .sessions
-            .into_iter()
-            .map(|s| {
-                let turns = self.tb.session_info(Some(&s.id)).map_or(0, |i| i.turns);
-                SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent, agent: s.agent }
-            })
-            .collect();
+        let mut sessions = Vec::new();
+        for s in list.sessions {
+            // The session shown counts the turns just read; another reads its own.
+            let turns = if s.id == self.session_id {
+                self.turns.len()
+            } else {
+                self.tb.session_info(Some(&s.id)).map_or(0, |i| i.turns)
+            };
+            sessions.push(SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent, agent: s.agent });
+        }
+        self.sessions = sessions;
         self.selected = self.selected.min(self.visible().len().saturating_sub(1));
         Ok(())
     }
@@ -260,9 +261,9 @@ impl App {
         }
     }
 
-    /// The checkpoints of turn `index`, oldest first.
+    /// The checkpoints of turn `index`, oldest first (none until they are read).
     pub fn checkpoints_of(&self, index: u64) -> impl Iterator<Item = &CheckpointRecord> {
-        self.checkpoints.iter().filter(move |c| c.prompt_round == Some(index))
+        self.diffs.checkpoints().unwrap_or_default().iter().filter(move |c| c.prompt_round == Some(index))
     }
 
     /// Previews rolling back the chosen turn's checkpoints.
@@ -274,6 +275,10 @@ impl App {
     /// Lists the chosen turn's checkpoints, to preview rolling back one of them.
     pub fn pick_checkpoint(&mut self) {
         let Some(turn) = self.current().map(|t| t.index) else { return };
+        if let Err(why) = self.diffs.checkpoints() {
+            self.status = why.to_string();
+            return;
+        }
         let checkpoints: Vec<CheckpointRecord> = self.checkpoints_of(turn).cloned().collect();
         if checkpoints.is_empty() {
             self.status = format!("turn {turn} has no checkpoint");

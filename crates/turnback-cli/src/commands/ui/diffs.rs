@@ -1,6 +1,8 @@
 //! Diffs computed in the background: a worker thread with its own [`Turnback`] (opened from
 //! the screen's [`Options`], on the session each request names) takes requests over one
 //! channel and sends each turn's diff back over another; the screen keeps what came back.
+//! The session's checkpoint list (each row's count, the list `e` chooses from) is read the
+//! same way, by a thread of its own, each time the turns are read.
 //!
 //! Invariants: the draw loop never waits for a diff — a turn whose diff is asked for and
 //! not back yet is `Computing`, and the screen says so; the worker serves the newest
@@ -12,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 
-use turnback::{DiffReport, DiffRequest, Options, Turnback};
+use turnback::{CheckpointRecord, DiffReport, DiffRequest, Options, Turnback};
 
 /// One diff to compute: the turn of a session, and which request it answers.
 #[derive(Debug, Clone)]
@@ -41,6 +43,9 @@ pub struct Diffs {
     results: Receiver<(Job, Result<DiffReport, String>)>,
     states: HashMap<String, (u64, DiffState)>,
     generation: u64,
+    options: Options,
+    checkpoints: Option<Receiver<Result<Vec<CheckpointRecord>, String>>>,
+    checkpoint_list: Result<Vec<CheckpointRecord>, String>,
     #[cfg(test)]
     gate: Option<Sender<()>>,
 }
@@ -56,12 +61,13 @@ impl Diffs {
         let (done, results) = mpsc::channel();
         let (gate_tx, gate_rx) = mpsc::channel::<()>();
         let options = Options { create: false, ..options.clone() };
+        let worker_options = options.clone();
         std::thread::spawn(move || {
             if gated {
                 let _ = gate_rx.recv();
             }
             drop(gate_rx);
-            work(&options, &jobs, &done);
+            work(&worker_options, &jobs, &done);
         });
         #[cfg(not(test))]
         drop(gate_tx);
@@ -70,6 +76,9 @@ impl Diffs {
             results,
             states: HashMap::new(),
             generation: 0,
+            options,
+            checkpoints: None,
+            checkpoint_list: Err("reading the checkpoints…".into()),
             #[cfg(test)]
             gate: gated.then_some(gate_tx),
         }
@@ -105,9 +114,47 @@ impl Diffs {
         self.states.insert(turn_id.to_string(), (self.generation, state));
     }
 
-    /// Takes in every diff that came back, without waiting. Returns whether any did.
+    /// Reads the checkpoints of `session` anew, on a thread of its own.
+    pub fn read_checkpoints(&mut self, session: &str) {
+        let (tx, rx) = mpsc::channel();
+        let options = Options { session: Some(session.to_string()), ..self.options.clone() };
+        std::thread::spawn(move || {
+            let list = Turnback::open(&options)
+                .and_then(|tb| tb.checkpoints(None, false))
+                .map(|l| l.checkpoints.into_iter().map(|c| c.record).collect())
+                .map_err(|e| e.to_string());
+            let _ = tx.send(list);
+        });
+        self.checkpoints = Some(rx);
+    }
+
+    /// The session's checkpoints, oldest first, once read (else why not, in words).
+    pub fn checkpoints(&self) -> Result<&[CheckpointRecord], &str> {
+        self.checkpoint_list.as_deref().map_err(String::as_str)
+    }
+
+    fn take_checkpoints(&mut self, wait: bool) -> bool {
+        let Some(rx) = &self.checkpoints else { return false };
+        let got = if wait { rx.recv().map_err(|_| TryRecvError::Disconnected) } else { rx.try_recv() };
+        match got {
+            Ok(list) => {
+                self.checkpoint_list = list;
+                self.checkpoints = None;
+                true
+            }
+            Err(TryRecvError::Empty) => false,
+            Err(TryRecvError::Disconnected) => {
+                self.checkpoint_list = Err("the checkpoint reader stopped".into());
+                self.checkpoints = None;
+                true
+            }
+        }
+    }
+
+    /// Takes in every diff that came back (and the checkpoints, once read), without
+    /// waiting. Returns whether any did.
     pub fn receive(&mut self) -> bool {
-        let mut any = false;
+        let mut any = self.take_checkpoints(false);
         loop {
             match self.results.try_recv() {
                 Ok((job, result)) => {
@@ -129,7 +176,8 @@ impl Diffs {
     /// Waits until no diff asked for is still computing.
     #[cfg(test)]
     pub fn settle(&mut self) {
-        while self.computing() {
+        self.take_checkpoints(true);
+        while self.states.values().any(|(_, s)| matches!(s, DiffState::Computing)) {
             if let Ok((job, result)) = self.results.recv_timeout(std::time::Duration::from_secs(30)) {
                 if let Some((generation, state)) = self.states.get_mut(&job.turn_id)
                     && *generation == job.generation
@@ -145,9 +193,9 @@ impl Diffs {
         }
     }
 
-    /// Whether a diff asked for is not back yet.
+    /// Whether a diff asked for (or the checkpoints) is not back yet.
     pub fn computing(&self) -> bool {
-        self.states.values().any(|(_, s)| matches!(s, DiffState::Computing))
+        self.checkpoints.is_some() || self.states.values().any(|(_, s)| matches!(s, DiffState::Computing))
     }
 
     /// What is known of `turn_id`'s diff.

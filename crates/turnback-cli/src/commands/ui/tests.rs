@@ -195,6 +195,7 @@ fn one_checkpoint_of_a_turn_is_chosen_from_a_list_previewed_and_rolled_back() {
     let f = fixture();
     with_a_conflicting_turn(&f);
     let mut app = App::open(&f.options).unwrap();
+    app.diffs.settle();
     app.pick_checkpoint();
     let Screen::Checkpoints(pick) = &app.screen else { panic!("no list: {}", app.status) };
     assert_eq!(pick.checkpoints.len(), 2);
@@ -235,34 +236,40 @@ fn the_screen_draws_while_a_diff_is_still_computing_and_shows_it_once_back() {
 #[test]
 #[ignore = "a measurement, not a check: run it by hand"]
 fn ui_bench_open_and_switch_on_200_turns() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("project");
-    for d in 0..30 {
-        std::fs::create_dir_all(ws.join(format!("dir{d}"))).unwrap();
-        for i in 0..100 {
-            std::fs::write(ws.join(format!("dir{d}/file{i}.rs")), format!("fn f{i}() {{}}\n// {d}\n").repeat(20))
-                .unwrap();
-        }
-    }
+    // TURNBACK_UI_BENCH_DIR keeps the workspace and store between runs (built once).
+    let kept = std::env::var_os("TURNBACK_UI_BENCH_DIR").map(std::path::PathBuf::from);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = kept.clone().unwrap_or_else(|| temp.path().to_path_buf());
+    let ws = dir.join("project");
+    let key_file = dir.join("key");
+    let reuse = kept.is_some() && key_file.exists();
+    let key = if reuse { std::fs::read_to_string(&key_file).unwrap() } else { turnback::new_master_key().unwrap() };
     let options = Options {
-        store: Some(dir.path().join("store")),
-        keys: KeyConfig::with_key(turnback::new_master_key().unwrap()),
+        store: Some(dir.join("store")),
+        keys: KeyConfig::with_key(key.clone()),
         create: true,
         ..Options::new(&ws)
     };
-    let tb = Turnback::open(&options).unwrap();
-    let built = std::time::Instant::now();
-    for t in 0..200 {
-        tb.begin_turn(&BeginRequest { prompt: Some(format!("turn {t}")), ..Default::default() }, None).unwrap();
-        for k in 0..3 {
-            let path = format!("dir{}/file{}.rs", (t * 7 + k) % 30, (t * 13 + k) % 100);
-            let content = format!("fn changed_by_turn_{t}() {{}}\n").into_bytes();
-            tb.mutate(Mutation::Write { path: path.into(), content }, false).unwrap();
+    if !reuse {
+        build_200_turns(&ws, &options);
+        if kept.is_some() {
+            std::fs::write(&key_file, &key).unwrap();
         }
-        tb.end_turn(None).unwrap();
     }
-    println!("built 200 turns over 3000 files in {:?}", built.elapsed());
     let options = Options { create: false, ..options };
+    let phases = std::time::Instant::now();
+    let tb = Turnback::open(&options).unwrap();
+    let t_open = phases.elapsed();
+    tb.turn_records().unwrap();
+    let t_turns = phases.elapsed();
+    tb.sessions().unwrap();
+    tb.session_info(None).unwrap();
+    let t_sessions = phases.elapsed();
+    tb.checkpoints(None, false).unwrap();
+    let t_checkpoints = phases.elapsed();
+    println!(
+        "facade calls, cumulative: open {t_open:?}, turns {t_turns:?}, sessions {t_sessions:?}, checkpoints {t_checkpoints:?}"
+    );
 
     let opened = std::time::Instant::now();
     let mut app = App::open(&options).unwrap();
@@ -282,6 +289,7 @@ fn ui_bench_open_and_switch_on_200_turns() {
         arrivals.push(at.elapsed());
     }
     switches.sort();
+    drop(temp);
     arrivals.sort();
     println!(
         "open (first frame): {open:?}; the {EAGER} newest diffs back after {first_diffs:?}",
@@ -291,4 +299,27 @@ fn ui_bench_open_and_switch_on_200_turns() {
         "switch to an older turn (frame drawn): median {:?}, max {:?}; its diff back: median {:?}, max {:?}",
         switches[25], switches[49], arrivals[25], arrivals[49]
     );
+}
+
+/// 3000 files in 30 directories, then 200 turns that each rewrite three of them.
+fn build_200_turns(ws: &std::path::Path, options: &Options) {
+    for d in 0..30 {
+        std::fs::create_dir_all(ws.join(format!("dir{d}"))).unwrap();
+        for i in 0..100 {
+            std::fs::write(ws.join(format!("dir{d}/file{i}.rs")), format!("fn f{i}() {{}}\n// {d}\n").repeat(20))
+                .unwrap();
+        }
+    }
+    let tb = Turnback::open(options).unwrap();
+    let built = std::time::Instant::now();
+    for t in 0..200 {
+        tb.begin_turn(&BeginRequest { prompt: Some(format!("turn {t}")), ..Default::default() }, None).unwrap();
+        for k in 0..3 {
+            let path = format!("dir{}/file{}.rs", (t * 7 + k) % 30, (t * 13 + k) % 100);
+            let content = format!("fn changed_by_turn_{t}() {{}}\n").into_bytes();
+            tb.mutate(Mutation::Write { path: path.into(), content }, false).unwrap();
+        }
+        tb.end_turn(None).unwrap();
+    }
+    println!("built 200 turns over 3000 files in {:?}", built.elapsed());
 }

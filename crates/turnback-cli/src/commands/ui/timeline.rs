@@ -2,8 +2,8 @@
 //! prompt, files changed with +/− counts once known, checkpoints, shell commands, snapshot trouble,
 //! sub-agents, the running turn marked live), and the chosen turn's details.
 //!
-//! Invariants: a row is built from the turn record, the checkpoints read with the turns and
-//! the diff cache alone (no store read while drawing); names and prompts are escaped.
+//! Invariants: a row is built from the turn record, the checkpoints read (in the background)
+//! with the turns and the diff cache alone (no store read while drawing); names and prompts are escaped.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
