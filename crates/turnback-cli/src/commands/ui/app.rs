@@ -10,6 +10,9 @@
 //! a snapshot of the live tree, is asked for again only when the turn is opened (`enter`,
 //! `d`), never while drawing. Opening asks for the diffs of the newest [`EAGER_DIFFS`]
 //! ended turns, so their rows fill in with +/− counts; older turns get theirs when chosen.
+//! The session's checkpoints are read in the background too, each time the turns are.
+//! A rollback preview's safe choices (skip, sanitized patch, resolve) are made per
+//! conflicting path and previewed again at once; the apply carries exactly those choices.
 
 use std::path::PathBuf;
 
