@@ -178,10 +178,12 @@ fn selection(p: &RollbackParams) -> RollbackSelection {
 
 #[tool_router(router = tool_router)]
 impl Server {
-    /// A server that opens turnback with `options`, acting for an agent. Relative paths in
-    /// tool calls are relative to the workspace root.
+    /// A server that opens turnback with `options`, acting for an agent (a session it
+    /// creates records the agent `mcp` unless `options` names one). Relative paths in tool
+    /// calls are relative to the workspace root.
     pub fn new(options: Options) -> Self {
-        let options = Options { actor: Actor::Agent, cwd: None, ..options };
+        let agent = options.agent.clone().or_else(|| Some("mcp".into()));
+        let options = Options { actor: Actor::Agent, cwd: None, agent, ..options };
         Server { options, tool_router: Self::tool_router() }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
-use turnback::{AgentEvent, Result, Turn};
+use turnback::{AgentEvent, Options, Result, Turn};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, Progress, err};
@@ -28,7 +28,9 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     let cancel = super::turn::cancel_on_signals()?;
     let bar = Arc::new(Progress::new());
     let shown = Arc::clone(&bar);
-    let tb = ctx.open_for_turns(Duration::from_millis(wait_ms))?.with_progress(Box::new(move |d, t| shown.show(d, t)));
+    let options = Options { agent: Some("run".into()), ..ctx.options(true)? };
+    let tb = crate::app::open_for_turns(&options, Duration::from_millis(wait_ms))?
+        .with_progress(Box::new(move |d, t| shown.show(d, t)));
     let begun = tb.record_event(&AgentEvent::PromptSubmitted { prompt }, Some(&cancel))?;
     let t = begun.turn.as_ref().expect("a prompt begins or joins a turn");
     err(&format!("turnback: turn {} ({}) begins: {}\n", t.index, t.turn_id, command.join(" ")));

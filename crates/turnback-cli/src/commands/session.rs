@@ -18,7 +18,11 @@ pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
             let mut text = String::new();
             for s in &list.sessions {
                 let parent = s.parent.as_deref().map(|p| format!("  forked from {p}")).unwrap_or_default();
-                text.push_str(&format!("{}  created {}  round {}{parent}\n", s.id, s.created_at, s.prompt_round));
+                let agent = s.agent.as_deref().map(|a| format!("  agent {a}")).unwrap_or_default();
+                text.push_str(&format!(
+                    "{}  created {}  round {}{agent}{parent}\n",
+                    s.id, s.created_at, s.prompt_round
+                ));
             }
             if list.sessions.is_empty() {
                 text.push_str("no sessions\n");
@@ -29,8 +33,9 @@ pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
             let info = ctx.open(false)?.session_info(id.as_deref())?;
             let s = &info.session;
             let text = format!(
-                "session    {}\ncreated    {}\nparent     {}\nturns      {} (running: {})\nsnapshots  {} ({} stored)\ncheckpoints {}\n",
+                "session    {}\nagent      {}\ncreated    {}\nparent     {}\nturns      {} (running: {})\nsnapshots  {} ({} stored)\ncheckpoints {}\n",
                 s.id,
+                s.agent.as_deref().unwrap_or("-"),
                 s.created_at,
                 s.parent.as_deref().unwrap_or("-"),
                 info.turns,

@@ -18,6 +18,7 @@ mod test_keys;
 mod test_repository;
 mod test_rewind;
 mod test_rollback;
+mod test_session_agent;
 mod test_sessions;
 mod test_snapshot_hardening;
 mod test_surface;

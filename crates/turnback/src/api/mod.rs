@@ -101,6 +101,10 @@ pub struct Options {
     pub create: bool,
     /// Who is asking.
     pub actor: Actor,
+    /// The agent working through this handle (`claude-code`, `codex`, `gemini`, `cursor`,
+    /// `opencode`, `mcp`, `run`); recorded on a session it creates or finds without one.
+    /// `None` for a person's own commands.
+    pub agent: Option<String>,
 }
 
 impl Options {
@@ -115,6 +119,7 @@ impl Options {
             settings: SettingsOverrides::default(),
             create: false,
             actor: Actor::Person,
+            agent: None,
         }
     }
 }
@@ -132,6 +137,7 @@ pub struct Turnback {
     begin_wait: std::time::Duration,
     progress: Option<Box<Progress>>,
     actor: Actor,
+    agent: Option<String>,
 }
 
 /// Told, while a snapshot reads, the bytes read so far and the bytes to read in all.
@@ -212,6 +218,7 @@ impl Turnback {
             begin_wait: std::time::Duration::ZERO,
             progress: None,
             actor: opts.actor,
+            agent: opts.agent.clone(),
         })
     }
 
@@ -284,7 +291,7 @@ impl Turnback {
             return Ok(s);
         }
         let ws = self.workspace()?;
-        let s = Session::resolve(&self.store, ws, self.requested_session.as_deref())?;
+        let s = Session::resolve_for(&self.store, ws, self.requested_session.as_deref(), self.agent.as_deref())?;
         Ok(self.session.get_or_init(|| s))
     }
 

@@ -65,7 +65,7 @@ impl Turnback {
     /// # Errors
     /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
     pub fn new_session(&self, id: Option<&str>) -> Result<Session> {
-        Session::create(&self.store, self.workspace()?, id)
+        Session::create_for(&self.store, self.workspace()?, id, self.agent.as_deref())
     }
 
     /// The sessions of the workspace.

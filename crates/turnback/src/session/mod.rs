@@ -5,6 +5,9 @@
 //!   its whole life.
 //! - The session's prompt round only grows; checkpoints record the round they were made in
 //!   and retention counts rounds, not wall-clock time.
+//! - The agent that works in a session (`claude-code`, `codex`, …, `mcp`, `run`) is the one
+//!   that created it, or the first to name itself on a session that had none; once set it
+//!   never changes. A record written before agents were kept reads with none.
 
 pub mod begin;
 pub mod fork;
@@ -39,6 +42,10 @@ pub struct Session {
     pub prompt_round: u64,
     /// The session it was forked from, if any.
     pub parent: Option<String>,
+    /// The agent that works in it (`claude-code`, `codex`, `gemini`, `cursor`, `opencode`,
+    /// `mcp`, `run`); none for a person's own session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 /// Checks a session id against `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`.
@@ -89,13 +96,27 @@ impl Session {
     /// # Errors
     /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
     pub fn create(store: &Store, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+        Self::create_for(store, workspace, id, None)
+    }
+
+    /// [`create`](Self::create), recording the `agent` that works in it.
+    ///
+    /// # Errors
+    /// As [`create`](Self::create).
+    pub fn create_for(store: &Store, workspace: &Workspace, id: Option<&str>, agent: Option<&str>) -> Result<Session> {
         let mut txn = store.kv().begin()?;
-        let session = Self::create_in(store, &mut *txn, workspace, id)?;
+        let session = Self::create_in(store, &mut *txn, workspace, id, agent)?;
         txn.commit()?;
         Ok(session)
     }
 
-    fn create_in(store: &Store, txn: &mut dyn Txn, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+    fn create_in(
+        store: &Store,
+        txn: &mut dyn Txn,
+        workspace: &Workspace,
+        id: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Session> {
         let id = match id {
             Some(id) => id.to_string(),
             None => uuid::Uuid::now_v7().to_string(),
@@ -108,6 +129,7 @@ impl Session {
             created_at: format_ms(now),
             prompt_round: 0,
             parent: None,
+            agent: agent.map(str::to_string),
         };
         let sealed = store.seal_record(schema::SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
         if !txn.put_if_absent(schema::SESSIONS, id.as_bytes(), &sealed)? {
@@ -120,7 +142,7 @@ impl Session {
 
     /// The workspace's latest session, or a new one; decided under the write lock, so
     /// concurrent first commands in a workspace all land in the same session.
-    fn latest_or_create(store: &Store, workspace: &Workspace) -> Result<Session> {
+    fn latest_or_create(store: &Store, workspace: &Workspace, agent: Option<&str>) -> Result<Session> {
         if let Some(s) = Session::latest(store, workspace)? {
             return Ok(s);
         }
@@ -133,7 +155,7 @@ impl Session {
             let id = key.rsplit('/').next().unwrap_or_default();
             return Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")));
         }
-        let session = Self::create_in(store, &mut *txn, workspace, None)?;
+        let session = Self::create_in(store, &mut *txn, workspace, None, agent)?;
         txn.commit()?;
         Ok(session)
     }
@@ -144,19 +166,53 @@ impl Session {
     /// # Errors
     /// `invalid-argument` if `requested` belongs to another workspace or is malformed.
     pub fn resolve(store: &Store, workspace: &Workspace, requested: Option<&str>) -> Result<Session> {
-        if let Some(id) = requested {
-            return match Session::get(store, id)? {
-                Some(s) if s.workspace_id == workspace.id => Ok(s),
-                Some(_) => Err(Error::invalid(format!("session {id} belongs to another workspace"))),
-                None => match Session::create(store, workspace, Some(id)) {
+        Self::resolve_for(store, workspace, requested, None)
+    }
+
+    /// [`resolve`](Self::resolve) for `agent`: a session it creates records the agent, and
+    /// so does one it finds without an agent yet (never one that names another).
+    ///
+    /// # Errors
+    /// As [`resolve`](Self::resolve).
+    pub fn resolve_for(
+        store: &Store,
+        workspace: &Workspace,
+        requested: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Session> {
+        let session = match requested {
+            Some(id) => match Session::get(store, id)? {
+                Some(s) if s.workspace_id == workspace.id => s,
+                Some(_) => return Err(Error::invalid(format!("session {id} belongs to another workspace"))),
+                None => match Session::create_for(store, workspace, Some(id), agent) {
                     Err(e) if e.code == crate::ErrorCode::AlreadyExists => {
-                        Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))
+                        Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?
                     }
-                    other => other,
+                    other => other?,
                 },
-            };
+            },
+            None => Session::latest_or_create(store, workspace, agent)?,
+        };
+        match agent {
+            Some(agent) if session.agent.is_none() => Session::note_agent(store, &session.id, agent),
+            _ => Ok(session),
         }
-        Session::latest_or_create(store, workspace)
+    }
+
+    /// Records `agent` on session `id` if it has none yet (decided under the write lock);
+    /// returns the session as stored.
+    fn note_agent(store: &Store, id: &str, agent: &str) -> Result<Session> {
+        let mut txn = store.kv().begin()?;
+        let value =
+            txn.get(schema::SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
+        let mut session: Session = store.open_record(schema::SESSIONS, id.as_bytes(), &value)?;
+        if session.agent.is_none() {
+            session.agent = Some(agent.to_string());
+            let sealed = store.seal_record(schema::SESSIONS, id.as_bytes(), SESSION_SCHEMA, &session)?;
+            txn.put(schema::SESSIONS, id.as_bytes(), &sealed)?;
+            txn.commit()?;
+        }
+        Ok(session)
     }
 
     /// The current prompt round of session `id` (`None` if there is no such session).
@@ -251,5 +307,15 @@ mod tests {
         for bad in ["", "-a", "_a", "a b", "a/b", &"x".repeat(129), "é"] {
             assert!(validate_id(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_session_recorded_before_agents_were_kept_reads_with_none() {
+        let old =
+            r#"{"id":"s","workspaceId":"w","createdAt":"2026-01-01T00:00:00.000Z","promptRound":3,"parent":null}"#;
+        let s: Session = serde_json::from_str(old).unwrap();
+        assert_eq!((s.prompt_round, s.agent.as_deref()), (3, None));
+        let none = serde_json::to_value(&s).unwrap();
+        assert!(none.get("agent").is_none(), "no agent, no field: {none}");
     }
 }

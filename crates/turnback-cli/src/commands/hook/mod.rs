@@ -135,6 +135,7 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
     // The agent's relative paths are relative to its own directory, not to wherever the
     // hook process was started.
     options.cwd = t.cwd;
+    options.agent = Some(agent_name(agent).to_string());
     let tb = open_for_turns(&options, PROMPT_WAIT)?;
     if let Ok(ws) = tb.workspace() {
         seen(&tb, agent, &ws.id, &t.name);

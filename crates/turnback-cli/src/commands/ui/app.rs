@@ -5,19 +5,22 @@
 //! ([`turnback::Turnback`]), nothing else; an apply always names the plan id of the preview
 //! on screen, so a workspace that moved since is refused and previewed again, never
 //! applied blind; the undo offered is exactly the checkpoint the last apply recorded.
-//! Diffs are cached (an ended turn's snapshots never change); a running turn's diff, which
-//! takes a snapshot of the live tree, is taken again only when the turn is opened (`enter`,
-//! `d`), never while drawing. Opening computes the diffs of the
-//! newest [`EAGER_DIFFS`] ended turns, so their rows show +/− counts at once; older turns
-//! get theirs when chosen.
-
-use std::collections::HashMap;
+//! Diffs are computed in the background ([`super::diffs`]) and cached (an ended turn's
+//! snapshots never change); nothing here waits for one. A running turn's diff, which takes
+//! a snapshot of the live tree, is asked for again only when the turn is opened (`enter`,
+//! `d`), never while drawing. Opening asks for the diffs of the newest [`EAGER_DIFFS`]
+//! ended turns, so their rows fill in with +/− counts; older turns get theirs when chosen.
+//! The session's checkpoints are read in the background too, each time the turns are.
+//! A rollback preview's safe choices (skip, sanitized patch, resolve) are made per
+//! conflicting path and previewed again at once; the apply carries exactly those choices.
 
 use std::path::PathBuf;
 
+use super::diffs::{DiffState, Diffs};
+
 use turnback::{
-    Analysis, CompareRequest, Comparison, DiffReport, DiffRequest, ErrorCode, HistoryEntry, HistorySelection, Options,
-    Result, RewindPlan, RollbackSelection, Turn, Turnback,
+    Analysis, CheckpointRecord, Choice, CompareRequest, Comparison, ErrorCode, HistoryEntry, HistorySelection, Options,
+    Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback,
 };
 
 /// How many of the newest ended turns have their diff computed when the screen opens.
@@ -32,8 +35,11 @@ pub enum Screen {
     Turn,
     /// What a rewind to the start of the chosen turn would do.
     Rewind(Box<RewindPlan>),
-    /// What rolling back the chosen turn's checkpoints would do.
-    Rollback(Box<Analysis>),
+    /// What rolling back the chosen turn's checkpoints (or one of them) would do, with the
+    /// safe choices made so far on its conflicting paths.
+    Rollback(Box<RollbackView>),
+    /// The chosen turn's checkpoints, one to roll back.
+    Checkpoints(CheckpointPick),
     /// What an apply (or an undo) did.
     Done(Vec<String>),
     /// Two sessions' results side by side.
@@ -49,6 +55,27 @@ pub enum Ask {
     CompareWith,
 }
 
+/// A rollback preview on screen: the plan, what it was asked for, and the person's choices.
+#[derive(Debug)]
+pub struct RollbackView {
+    pub analysis: Analysis,
+    pub selection: RollbackSelection,
+    /// What is rolled back, in words (`turn 2's edits`, `checkpoint 0f3a…`).
+    pub what: String,
+    /// A safe choice per conflicting path (workspace-relative), as the preview was asked with.
+    pub choices: Vec<(String, Choice)>,
+    /// Position in `analysis.targets` of the target the choice keys act on.
+    pub cursor: usize,
+}
+
+/// The list of one turn's checkpoints to choose one from.
+#[derive(Debug)]
+pub struct CheckpointPick {
+    pub turn: u64,
+    pub checkpoints: Vec<CheckpointRecord>,
+    pub cursor: usize,
+}
+
 /// One session of the workspace, as the timeline lists it.
 #[derive(Debug, Clone)]
 pub struct SessionRow {
@@ -56,6 +83,8 @@ pub struct SessionRow {
     pub created_at: String,
     pub turns: usize,
     pub parent: Option<String>,
+    /// The agent that works in it, if recorded.
+    pub agent: Option<String>,
 }
 
 /// The undo offered: the checkpoint the last apply recorded, and what it was.
@@ -94,7 +123,7 @@ pub struct App {
     /// One line per apply, printed once the screen is gone.
     pub applied: Vec<String>,
     pub quit: bool,
-    diffs: HashMap<String, DiffReport>,
+    pub diffs: Diffs,
 }
 
 impl App {
@@ -103,6 +132,14 @@ impl App {
     /// # Errors
     /// Store errors.
     pub fn open(options: &Options) -> Result<App> {
+        Self::open_with(options, Diffs::start(options))
+    }
+
+    /// [`open`](Self::open) with the diff worker given.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub fn open_with(options: &Options, diffs: Diffs) -> Result<App> {
         let tb = Turnback::open(options)?;
         let color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         let mut app = App {
@@ -125,7 +162,7 @@ impl App {
             undo: None,
             applied: Vec::new(),
             quit: false,
-            diffs: HashMap::new(),
+            diffs,
         };
         app.reload()?;
         app.selected = app.visible().len().saturating_sub(1);
@@ -133,31 +170,39 @@ impl App {
         Ok(app)
     }
 
-    /// Reads the sessions and the turns again (after an apply, or a fork).
+    /// Reads the sessions and the turns again (after an apply, or a fork); the checkpoints
+    /// are read in the background.
     pub fn reload(&mut self) -> Result<()> {
         self.turns = self.tb.turn_records()?;
-        self.session_id = self.tb.turns()?.session_id;
+        self.session_id = self.tb.session()?.id.clone();
+        self.diffs.read_checkpoints(&self.session_id);
         let list = self.tb.sessions()?;
         self.workspace_root = list.workspace;
-        self.sessions = list
-            .sessions
-            .into_iter()
-            .map(|s| {
-                let turns = self.tb.session_info(Some(&s.id)).map_or(0, |i| i.turns);
-                SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent }
-            })
-            .collect();
+        let mut sessions = Vec::new();
+        for s in list.sessions {
+            // The session shown counts the turns just read; another reads its own.
+            let turns = if s.id == self.session_id {
+                self.turns.len()
+            } else {
+                self.tb.session_info(Some(&s.id)).map_or(0, |i| i.turns)
+            };
+            sessions.push(SessionRow { id: s.id, created_at: s.created_at, turns, parent: s.parent, agent: s.agent });
+        }
+        self.sessions = sessions;
         self.selected = self.selected.min(self.visible().len().saturating_sub(1));
         Ok(())
     }
 
-    /// Computes the diffs of the newest [`EAGER_DIFFS`] ended turns.
+    /// Asks for the diffs of the newest [`EAGER_DIFFS`] ended turns (the newest served first).
     fn prime_diffs(&mut self) {
         let ended: Vec<Turn> = self.turns.iter().rev().filter(|t| !t.running()).take(EAGER_DIFFS).cloned().collect();
-        for turn in &ended {
-            // A turn whose snapshots were pruned or skipped has no diff: its row says why.
-            let _ = self.diff(turn);
+        for turn in ended.iter().rev() {
+            self.request_diff(turn, false);
         }
+    }
+
+    fn request_diff(&mut self, turn: &Turn, again: bool) {
+        self.diffs.request(&self.session_id, &turn.turn_id, turn.index, again);
     }
 
     /// The positions in `turns` of the turns the filter lets through, oldest first.
@@ -179,30 +224,20 @@ impl App {
         if n > 0 {
             self.selected = (self.selected as i64 + delta).clamp(0, n - 1) as usize;
             self.scroll = 0;
-            if let Some(turn) = self.current().cloned().filter(|t| !t.running())
-                && let Err(e) = self.diff(&turn)
-            {
-                self.status = format!("diff of turn {}: {e}", turn.index);
+            if let Some(turn) = self.current().cloned().filter(|t| !t.running()) {
+                self.request_diff(&turn, false);
             }
         }
     }
 
-    /// The diff of `turn` (start → end, or → live while it runs) with its patch.
-    ///
-    /// # Errors
-    /// As [`Turnback::diff`].
-    pub fn diff(&mut self, turn: &Turn) -> Result<DiffReport> {
-        if let Some(d) = self.diffs.get(&turn.turn_id) {
-            return Ok(d.clone());
-        }
-        let report = self.tb.diff(&DiffRequest { turn: Some(turn.index), patch: true, ..DiffRequest::default() })?;
-        self.diffs.insert(turn.turn_id.clone(), report.clone());
-        Ok(report)
+    /// Takes in the diffs the worker sent back; whether any came.
+    pub fn receive_diffs(&mut self) -> bool {
+        self.diffs.receive()
     }
 
-    /// The diff of `turn` if it was already computed.
-    pub fn cached_diff(&self, turn: &Turn) -> Option<&DiffReport> {
-        self.diffs.get(&turn.turn_id)
+    /// What is known of `turn`'s diff (none if never asked for).
+    pub fn diff_state(&self, turn: &Turn) -> Option<&DiffState> {
+        self.diffs.state(&turn.turn_id)
     }
 
     /// The conversation of `turn`.
@@ -216,12 +251,7 @@ impl App {
     /// Opens the turn view of the chosen turn.
     pub fn open_turn(&mut self) {
         if let Some(turn) = self.current().cloned() {
-            if turn.running() {
-                self.diffs.remove(&turn.turn_id);
-            }
-            if let Err(e) = self.diff(&turn) {
-                self.status = format!("diff of turn {}: {e}", turn.index);
-            }
+            self.request_diff(&turn, turn.running());
             self.screen = Screen::Turn;
             self.scroll = 0;
         }
@@ -234,11 +264,84 @@ impl App {
         }
     }
 
+    /// The checkpoints of turn `index`, oldest first (none until they are read).
+    pub fn checkpoints_of(&self, index: u64) -> impl Iterator<Item = &CheckpointRecord> {
+        self.diffs.checkpoints().unwrap_or_default().iter().filter(move |c| c.prompt_round == Some(index))
+    }
+
     /// Previews rolling back the chosen turn's checkpoints.
     pub fn preview_rollback(&mut self) {
         let Some(index) = self.current().map(|t| t.index) else { return };
-        match self.tb.rollback_preview(&RollbackSelection::Turn(index), &[]) {
-            Ok(analysis) => self.show(Screen::Rollback(Box::new(analysis))),
+        self.preview_rollback_of(RollbackSelection::Turn(index), format!("turn {index}'s edits"), Vec::new());
+    }
+
+    /// Lists the chosen turn's checkpoints, to preview rolling back one of them.
+    pub fn pick_checkpoint(&mut self) {
+        let Some(turn) = self.current().map(|t| t.index) else { return };
+        if let Err(why) = self.diffs.checkpoints() {
+            self.status = why.to_string();
+            return;
+        }
+        let checkpoints: Vec<CheckpointRecord> = self.checkpoints_of(turn).cloned().collect();
+        if checkpoints.is_empty() {
+            self.status = format!("turn {turn} has no checkpoint");
+            return;
+        }
+        self.show(Screen::Checkpoints(CheckpointPick { turn, checkpoints, cursor: 0 }));
+    }
+
+    /// Previews rolling back the checkpoint chosen in the list.
+    pub fn preview_picked(&mut self) {
+        let Screen::Checkpoints(pick) = &self.screen else { return };
+        let Some(c) = pick.checkpoints.get(pick.cursor) else { return };
+        let id = c.checkpoint_id.clone();
+        let what = format!("checkpoint {}", super::render::short(&id));
+        self.preview_rollback_of(RollbackSelection::Checkpoints(vec![id]), what, Vec::new());
+    }
+
+    /// Moves the cursor of the checkpoint list or the rollback preview by `delta`.
+    pub fn move_cursor(&mut self, delta: i64) {
+        let (cursor, n) = match &mut self.screen {
+            Screen::Checkpoints(pick) => (&mut pick.cursor, pick.checkpoints.len()),
+            Screen::Rollback(view) => (&mut view.cursor, view.analysis.targets.len()),
+            _ => return,
+        };
+        if n > 0 {
+            *cursor = (*cursor as i64 + delta).clamp(0, n as i64 - 1) as usize;
+            self.scroll = (*cursor as u16).saturating_sub(8);
+        }
+    }
+
+    /// Sets (or, pressed again, clears) the safe choice for the path under the cursor of the
+    /// rollback preview, and previews again with it: a choice changes the plan, so the plan
+    /// id an apply is held to is always that of the choices on screen.
+    pub fn choose(&mut self, choice: Choice) {
+        let Screen::Rollback(view) = &self.screen else { return };
+        let Some(target) = view.analysis.targets.get(view.cursor) else { return };
+        let path = target.path.display();
+        let chosen = view.choices.iter().any(|(p, _)| *p == path);
+        if !chosen && !matches!(target.outcome, TargetOutcome::Conflict { .. }) {
+            self.status = format!("{path} is not in conflict: nothing to choose");
+            return;
+        }
+        let mut choices: Vec<(String, Choice)> = view.choices.iter().filter(|(p, _)| *p != path).cloned().collect();
+        if !view.choices.iter().any(|(p, c)| *p == path && *c == choice) {
+            choices.push((path, choice));
+        }
+        let (selection, what, cursor) = (view.selection.clone(), view.what.clone(), view.cursor);
+        self.preview_rollback_of(selection, what, choices);
+        self.move_cursor(cursor as i64);
+    }
+
+    fn choice_paths(&self, choices: &[(String, Choice)]) -> Vec<(PathBuf, Choice)> {
+        choices.iter().map(|(p, c)| (self.workspace_root.join(p), *c)).collect()
+    }
+
+    fn preview_rollback_of(&mut self, selection: RollbackSelection, what: String, choices: Vec<(String, Choice)>) {
+        match self.tb.rollback_preview(&selection, &self.choice_paths(&choices)) {
+            Ok(analysis) => {
+                self.show(Screen::Rollback(Box::new(RollbackView { analysis, selection, what, choices, cursor: 0 })))
+            }
             Err(e) => self.status = format!("rollback preview: {e}"),
         }
     }
@@ -268,22 +371,30 @@ impl App {
                     self.screen = Screen::Rewind(plan);
                 }
             },
-            Screen::Rollback(analysis) => {
-                let selection = RollbackSelection::Checkpoints(analysis.checkpoint_ids.clone());
-                match self.tb.rollback_apply(&selection, &[], Some(&analysis.plan_id)) {
+            Screen::Rollback(view) => {
+                let choices = self.choice_paths(&view.choices);
+                match self.tb.rollback_apply(&view.selection, &choices, Some(&view.analysis.plan_id)) {
                     Ok(done) => {
-                        let what = format!("rolled back {} path(s)", done.applied_paths.len());
+                        let what = format!("rolled back {} ({} path(s))", view.what, done.applied_paths.len());
                         let mut lines = vec![what.clone()];
                         lines.extend(super::preview::rollback_lines(&done.targets));
+                        for f in &done.choice_files {
+                            lines.push(format!(
+                                "  wrote {} for {}",
+                                turnback::quote_name(f.file.as_bytes()),
+                                turnback::quote_name(f.path.as_bytes())
+                            ));
+                        }
                         self.after_apply(what, done.rollback_checkpoint_id, lines);
                     }
                     Err(e) if e.code == ErrorCode::Conflict => {
                         self.status = "refused: the workspace changed since that preview; this is the new one".into();
-                        self.preview_rollback();
+                        let RollbackView { selection, what, choices, .. } = *view;
+                        self.preview_rollback_of(selection, what, choices);
                     }
                     Err(e) => {
                         self.status = format!("rollback: {e}");
-                        self.screen = Screen::Rollback(analysis);
+                        self.screen = Screen::Rollback(view);
                     }
                 }
             }
@@ -306,8 +417,9 @@ impl App {
             None => what,
         };
         self.diffs.clear();
-        if let Err(e) = self.reload() {
-            self.status = format!("reading the turns again: {e}");
+        match self.reload() {
+            Ok(()) => self.prime_diffs(),
+            Err(e) => self.status = format!("reading the turns again: {e}"),
         }
         self.show(Screen::Done(lines));
     }
@@ -331,8 +443,9 @@ impl App {
                 self.applied.push(what.clone());
                 self.status = what;
                 self.diffs.clear();
-                if let Err(e) = self.reload() {
-                    self.status = format!("reading the turns again: {e}");
+                match self.reload() {
+                    Ok(()) => self.prime_diffs(),
+                    Err(e) => self.status = format!("reading the turns again: {e}"),
                 }
                 self.show(Screen::Done(lines));
             }

@@ -5,6 +5,8 @@
 
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 
+use turnback::Choice;
+
 use super::app::{App, Ask, Screen};
 
 /// Applies one input event to the app.
@@ -24,11 +26,21 @@ fn scrolls(app: &App) -> bool {
     !matches!(app.screen, Screen::Timeline)
 }
 
+fn has_cursor(app: &App) -> bool {
+    matches!(app.screen, Screen::Rollback(_) | Screen::Checkpoints(_))
+}
+
 fn down(app: &mut App) {
+    if has_cursor(app) {
+        return app.move_cursor(1);
+    }
     if scrolls(app) { app.scroll = app.scroll.saturating_add(1) } else { app.move_by(1) }
 }
 
 fn up(app: &mut App) {
+    if has_cursor(app) {
+        return app.move_cursor(-1);
+    }
     if scrolls(app) { app.scroll = app.scroll.saturating_sub(1) } else { app.move_by(-1) }
 }
 
@@ -65,7 +77,8 @@ fn key_press(app: &mut App, key: &KeyEvent) {
         app.selected = app.selected.min(app.visible().len().saturating_sub(1));
         return;
     }
-    let preview = matches!(app.screen, Screen::Rewind(_) | Screen::Rollback(_));
+    let preview = matches!(app.screen, Screen::Rewind(_) | Screen::Rollback(_) | Screen::Checkpoints(_));
+    let rollback = matches!(app.screen, Screen::Rollback(_));
     match key.code {
         KeyCode::Char('q') => app.quit = true,
         KeyCode::Char('?') => app.help = !app.help,
@@ -76,11 +89,16 @@ fn key_press(app: &mut App, key: &KeyEvent) {
         KeyCode::PageUp => (0..10).for_each(|_| up(app)),
         KeyCode::Right | KeyCode::Char('l') if matches!(app.screen, Screen::Turn) => app.move_by(1),
         KeyCode::Left | KeyCode::Char('h') if matches!(app.screen, Screen::Turn) => app.move_by(-1),
+        KeyCode::Enter if matches!(app.screen, Screen::Checkpoints(_)) => app.preview_picked(),
+        KeyCode::Char('s') if rollback => app.choose(Choice::Skip),
+        KeyCode::Char('p') if rollback => app.choose(Choice::Patch),
+        KeyCode::Char('m') if rollback => app.choose(Choice::Resolve),
         KeyCode::Char('y') if preview => app.confirm(),
         KeyCode::Char('n') if preview => app.back(),
         KeyCode::Enter | KeyCode::Char('d') if !preview => app.open_turn(),
         KeyCode::Char('r') if !preview => app.preview_rewind(),
         KeyCode::Char('b') if !preview => app.preview_rollback(),
+        KeyCode::Char('e') if !preview => app.pick_checkpoint(),
         KeyCode::Char('u') => app.undo(),
         KeyCode::Char('/') if matches!(app.screen, Screen::Timeline) => app.filtering = true,
         KeyCode::Char('f') if !preview => app.ask(Ask::ForkInto),

@@ -2,7 +2,8 @@
 //! turn's diff and conversation, what a rewind or rollback would do (a person's edits shown
 //! as left alone), apply held to the preview's plan id, and a one-key undo.
 //!
-//! Modules: `app` (the state, and every call to the facade), `timeline`, `turn_view`,
+//! Modules: `app` (the state, and every call to the facade), `diffs` (the background diff
+//! worker and its cache), `timeline`, `turn_view`,
 //! `preview` (a plan's consequences), `render` (one frame), `keys` (input → action).
 //!
 //! Invariants: the screen calls the facade ([`turnback::Turnback`]) and nothing else; the
@@ -10,6 +11,7 @@
 //! the screen is gone except one line per apply (the command's text output).
 
 mod app;
+mod diffs;
 mod keys;
 mod preview;
 mod render;
@@ -31,8 +33,11 @@ pub fn run(ctx: &Ctx) -> Result<Outcome> {
     let looped = (|| -> std::io::Result<()> {
         crossterm::execute!(std::io::stdout(), EnableMouseCapture)?;
         while !app.quit {
+            app.receive_diffs();
             terminal.draw(|frame| render::draw(frame, &mut app))?;
-            if event::poll(Duration::from_millis(500))? {
+            // While a diff is computing, look for it often; otherwise wait for input.
+            let wait = if app.diffs.computing() { 40 } else { 500 };
+            if event::poll(Duration::from_millis(wait))? {
                 keys::handle(&mut app, &event::read()?);
             }
         }

@@ -7,7 +7,8 @@
 //! escaped, so nothing in a file name or a command can move the cursor.
 
 use turnback::{
-    Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome, escape_controls, quote_name,
+    Choice, Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome, escape_controls,
+    quote_name,
 };
 
 /// Why a rewind leaves a path alone, in a person's words.
@@ -84,6 +85,64 @@ pub fn rollback_lines(targets: &[TargetAnalysis]) -> Vec<String> {
                 }
                 other => format!("! {:<11} {name}", other.category()),
             }
+        })
+        .collect()
+}
+
+/// The rollback preview: one line per target, the one under the cursor marked `>`, the
+/// choice made for a path beside it, and the keys that choose.
+pub fn rollback_view_lines(view: &super::app::RollbackView) -> Vec<String> {
+    let mut lines = rollback_lines(&view.analysis.targets);
+    for (i, (line, t)) in lines.iter_mut().zip(&view.analysis.targets).enumerate() {
+        let path = t.path.display();
+        if let Some((_, c)) = view.choices.iter().find(|(p, _)| *p == path) {
+            line.push_str(&format!("  [your choice: {}]", choice_word(*c)));
+        }
+        if i == view.cursor {
+            line.insert_str(0, "> ");
+        } else {
+            line.insert_str(0, "  ");
+        }
+    }
+    if view.analysis.targets.iter().any(|t| matches!(t.outcome, TargetOutcome::Conflict { .. }))
+        || !view.choices.is_empty()
+    {
+        lines
+            .push("on a conflict: s skip it · p write a sanitized patch beside it · m write a merge to resolve".into());
+    }
+    for u in &view.analysis.unreadable_checkpoints {
+        lines.push(format!(
+            "! unreadable checkpoint {} ({}): nothing of it can be taken back",
+            u.checkpoint_id,
+            escape_controls(&u.message)
+        ));
+    }
+    lines
+}
+
+fn choice_word(c: Choice) -> &'static str {
+    match c {
+        Choice::Skip => "skip",
+        Choice::Patch => "sanitized patch",
+        Choice::Resolve => "resolve (merge)",
+    }
+}
+
+/// The checkpoints of a turn, one line each, the chosen one marked `>`.
+pub fn checkpoint_lines(pick: &super::app::CheckpointPick) -> Vec<String> {
+    pick.checkpoints
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mark = if i == pick.cursor { ">" } else { " " };
+            let paths: Vec<String> =
+                c.targets.iter().map(|t| quote_name(t.path.display().as_bytes()).into_owned()).collect();
+            format!(
+                "{mark} {}  {}  {}",
+                c.checkpoint_id.get(..12).unwrap_or(&c.checkpoint_id),
+                super::timeline::clock(&c.created_at),
+                paths.join(", ")
+            )
         })
         .collect()
 }

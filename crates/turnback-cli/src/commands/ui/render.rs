@@ -38,7 +38,9 @@ pub fn footer(app: &App) -> &'static str {
     match app.screen {
         Screen::Timeline => "↑↓ move · enter diff · r rewind · b rollback · u undo · / find · ? help · q quit",
         Screen::Turn => "↑↓/jk scroll · ←→ turn · r rewind · b rollback · esc back · ? help · q quit",
-        Screen::Rewind(_) | Screen::Rollback(_) => "y apply this plan · n cancel · ↑↓ scroll · ? help",
+        Screen::Rewind(_) => "y apply this plan · n cancel · ↑↓ scroll · ? help",
+        Screen::Rollback(_) => "y apply this plan · n cancel · ↑↓ path · s skip · p patch · m merge · ? help",
+        Screen::Checkpoints(_) => "↑↓ choose · enter preview its rollback · esc back · ? help",
         Screen::Done(_) => "u undo it · esc back · q quit",
         Screen::Compare(_) => "↑↓ scroll · esc back · ? help · q quit",
     }
@@ -50,6 +52,9 @@ enter, d   open the turn: its diff and its conversation
 ←/→, h/l   previous / next turn in the turn view
 r          preview a rewind of the workspace to the start of the turn
 b          preview rolling back the turn's checkpointed edits
+e          choose one of the turn's checkpoints and preview rolling it back
+s / p / m  on a conflicting path of a rollback preview: skip it, write a
+           sanitized patch beside it, or write a merge to resolve
 y / n      apply the preview on screen (held to its plan id) / cancel
 u          undo the last apply
 f          fork the session after the turn into a new directory
@@ -81,9 +86,14 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
             let lines = preview::rewind_lines(plan);
             lines_panel(frame, body, app, title, lines);
         }
-        Screen::Rollback(analysis) => {
-            let title = format!(" Roll back the turn's edits · plan {} ", short(&analysis.plan_id));
-            let lines = preview::rollback_lines(&analysis.targets);
+        Screen::Rollback(view) => {
+            let title = format!(" Roll back {} · plan {} ", view.what, short(&view.analysis.plan_id));
+            let lines = preview::rollback_view_lines(view);
+            lines_panel(frame, body, app, title, lines);
+        }
+        Screen::Checkpoints(pick) => {
+            let title = format!(" Checkpoints of turn {} ", pick.turn);
+            let lines = preview::checkpoint_lines(pick);
             lines_panel(frame, body, app, title, lines);
         }
         Screen::Done(lines) => lines_panel(frame, body, app, " Done ".into(), lines.clone()),
@@ -102,7 +112,7 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
     frame.render_widget(Paragraph::new(status_text), status);
     frame.render_widget(Paragraph::new(footer(app)).style(Style::new().add_modifier(Modifier::DIM)), footer_area);
     if app.help {
-        let area = centered(frame.area(), 80, 17);
+        let area = centered(frame.area(), 80, 20);
         frame.render_widget(Clear, area);
         frame.render_widget(
             Paragraph::new(HELP).wrap(Wrap { trim: false }).block(Block::new().borders(Borders::ALL).title(" Keys ")),
@@ -111,7 +121,7 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
     }
 }
 
-fn short(id: &str) -> &str {
+pub fn short(id: &str) -> &str {
     id.get(..12).unwrap_or(id)
 }
 
@@ -119,7 +129,7 @@ fn lines_panel(frame: &mut Frame, area: Rect, app: &App, title: String, lines: V
     let styled: Vec<Line> = lines
         .into_iter()
         .map(|l| {
-            if l.starts_with('!') {
+            if l.trim_start_matches(['>', ' ']).starts_with('!') {
                 Line::styled(l, removed_style(app).add_modifier(Modifier::BOLD))
             } else {
                 Line::raw(l)

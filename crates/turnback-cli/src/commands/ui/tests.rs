@@ -38,7 +38,14 @@ fn fixture() -> Fixture {
     Fixture { _dir: dir, options: Options { create: false, ..options }, ws }
 }
 
+/// One frame once every diff asked for is back.
 fn draw(app: &mut App, width: u16, height: u16) -> String {
+    app.diffs.settle();
+    draw_now(app, width, height)
+}
+
+/// One frame as the screen would draw it now, whatever is still computing.
+fn draw_now(app: &mut App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
     terminal.draw(|f| render::draw(f, app)).unwrap();
     let buffer = terminal.backend().buffer();
@@ -59,6 +66,7 @@ fn the_timeline_lists_sessions_and_turns_with_the_newest_chosen() {
         assert!(screen.contains("1 ") && screen.contains("write the notes"), "{screen}");
         assert!(screen.lines().any(|l| l.starts_with("│> ") && l.contains("add a plan")), "newest chosen:\n{screen}");
         assert!(screen.contains("1 file +2 -0"), "its stat once known:\n{screen}");
+        assert!(screen.contains("1 file +2 -0  1 checkpoint"), "its checkpoint count:\n{screen}");
         assert!(screen.contains("+2 -0  plan.md"), "{screen}");
         assert!(screen.contains("q quit"), "{screen}");
     }
@@ -138,4 +146,180 @@ fn fork_from_the_screen_then_compare_shows_where_the_fork_went_its_own_way() {
         assert!(screen.contains("fork point: turn 1 write the notes"), "{screen}");
         assert!(screen.contains("differ in 1 file(s)") && screen.contains("+1 -2  plan.md"), "{screen}");
     }
+}
+
+/// A third turn that creates `a.txt` and `b.txt`, then a person's edit of `a.txt`: rolling
+/// the turn back conflicts on `a.txt` and takes `b.txt` back.
+fn with_a_conflicting_turn(f: &Fixture) {
+    let tb = Turnback::open(&f.options).unwrap();
+    tb.begin_turn(&BeginRequest { prompt: Some("two files".into()), ..Default::default() }, None).unwrap();
+    tb.mutate(Mutation::Create { path: "a.txt".into(), content: b"agent a\n".to_vec() }, false).unwrap();
+    tb.mutate(Mutation::Create { path: "b.txt".into(), content: b"agent b\n".to_vec() }, false).unwrap();
+    tb.end_turn(None).unwrap();
+    std::fs::write(f.ws.join("a.txt"), "agent a\nand the person's line\n").unwrap();
+}
+
+#[test]
+fn a_rollback_preview_offers_the_safe_choices_and_a_chosen_skip_leaves_the_path_alone() {
+    let f = fixture();
+    with_a_conflicting_turn(&f);
+    let mut app = App::open(&f.options).unwrap();
+    app.preview_rollback();
+    let Screen::Rollback(view) = &app.screen else { panic!("no rollback preview: {}", app.status) };
+    let conflict = view.analysis.targets.iter().position(|t| t.path.display() == "a.txt").unwrap();
+    app.move_cursor(conflict as i64);
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("Roll back turn 3's edits"), "{screen}");
+        assert!(screen.contains("> ! conflict    a.txt"), "the conflict under the cursor:\n{screen}");
+        assert!(screen.contains("take back    b.txt"), "{screen}");
+        assert!(screen.contains("s skip"), "{screen}");
+    }
+    app.choose(turnback::Choice::Skip);
+    let Screen::Rollback(view) = &app.screen else { panic!("{}", app.status) };
+    assert_eq!(view.choices, [("a.txt".to_string(), turnback::Choice::Skip)]);
+    let screen = draw(&mut app, 160, 48);
+    assert!(screen.contains("a.txt") && screen.contains("[your choice: skip]"), "{screen}");
+    app.confirm();
+    assert!(matches!(app.screen, Screen::Done(_)), "{}", app.status);
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("a.txt")).unwrap(),
+        "agent a\nand the person's line\n",
+        "the skipped path is left alone"
+    );
+    assert!(!f.ws.join("b.txt").exists(), "the rest of the turn is taken back");
+}
+
+#[test]
+fn one_checkpoint_of_a_turn_is_chosen_from_a_list_previewed_and_rolled_back() {
+    let f = fixture();
+    with_a_conflicting_turn(&f);
+    let mut app = App::open(&f.options).unwrap();
+    app.diffs.settle();
+    app.pick_checkpoint();
+    let Screen::Checkpoints(pick) = &app.screen else { panic!("no list: {}", app.status) };
+    assert_eq!(pick.checkpoints.len(), 2);
+    let screen = draw(&mut app, 80, 24);
+    assert!(screen.contains("Checkpoints of turn 3") && screen.contains("b.txt"), "{screen}");
+    app.move_cursor(1);
+    app.preview_picked();
+    let Screen::Rollback(view) = &app.screen else { panic!("{}", app.status) };
+    assert_eq!(view.analysis.targets.len(), 1, "only that checkpoint");
+    assert_eq!(view.analysis.targets[0].path.display(), "b.txt");
+    assert!(draw(&mut app, 80, 24).contains("Roll back checkpoint"));
+    app.confirm();
+    assert!(!f.ws.join("b.txt").exists());
+    assert!(f.ws.join("a.txt").exists(), "the other checkpoint of the turn is not touched");
+    app.undo();
+    assert_eq!(std::fs::read_to_string(f.ws.join("b.txt")).unwrap(), "agent b\n", "u puts it back");
+}
+
+#[test]
+fn the_screen_draws_while_a_diff_is_still_computing_and_shows_it_once_back() {
+    let f = fixture();
+    let mut app = App::open_with(&f.options, super::diffs::Diffs::start_held(&f.options)).unwrap();
+    app.open_turn();
+    let screen = draw_now(&mut app, 80, 24);
+    assert!(screen.contains("Turn 2: start → end") && screen.contains("computing…"), "{screen}");
+    app.back();
+    let screen = draw_now(&mut app, 80, 24);
+    assert!(screen.contains("computing its diff…"), "{screen}");
+    app.diffs.release();
+    let screen = draw(&mut app, 80, 24);
+    assert!(screen.contains("1 file +2 -0"), "{screen}");
+    assert!(screen.contains("+2 -0  plan.md"), "{screen}");
+}
+
+/// Opening and switching turns on a workspace of 200 turns over 3000 files, measured
+/// (`cargo test -p turnback-cli --release --bin turnback ui_bench -- --ignored --nocapture`;
+/// the numbers are in docs/benchmarks.md).
+#[test]
+#[ignore = "a measurement, not a check: run it by hand"]
+fn ui_bench_open_and_switch_on_200_turns() {
+    // TURNBACK_UI_BENCH_DIR keeps the workspace and store between runs (built once).
+    let kept = std::env::var_os("TURNBACK_UI_BENCH_DIR").map(std::path::PathBuf::from);
+    let temp = tempfile::tempdir().unwrap();
+    let dir = kept.clone().unwrap_or_else(|| temp.path().to_path_buf());
+    let ws = dir.join("project");
+    let key_file = dir.join("key");
+    let reuse = kept.is_some() && key_file.exists();
+    let key = if reuse { std::fs::read_to_string(&key_file).unwrap() } else { turnback::new_master_key().unwrap() };
+    let options = Options {
+        store: Some(dir.join("store")),
+        keys: KeyConfig::with_key(key.clone()),
+        create: true,
+        ..Options::new(&ws)
+    };
+    if !reuse {
+        build_200_turns(&ws, &options);
+        if kept.is_some() {
+            std::fs::write(&key_file, &key).unwrap();
+        }
+    }
+    let options = Options { create: false, ..options };
+    let phases = std::time::Instant::now();
+    let tb = Turnback::open(&options).unwrap();
+    let t_open = phases.elapsed();
+    tb.turn_records().unwrap();
+    let t_turns = phases.elapsed();
+    tb.sessions().unwrap();
+    tb.session_info(None).unwrap();
+    let t_sessions = phases.elapsed();
+    tb.checkpoints(None, false).unwrap();
+    let t_checkpoints = phases.elapsed();
+    println!(
+        "facade calls, cumulative: open {t_open:?}, turns {t_turns:?}, sessions {t_sessions:?}, checkpoints {t_checkpoints:?}"
+    );
+
+    let opened = std::time::Instant::now();
+    let mut app = App::open(&options).unwrap();
+    draw_now(&mut app, 160, 48);
+    let open = opened.elapsed();
+    app.diffs.settle();
+    let first_diffs = opened.elapsed();
+
+    let mut switches = Vec::new();
+    let mut arrivals = Vec::new();
+    for _ in 0..50 {
+        let at = std::time::Instant::now();
+        app.move_by(-1);
+        draw_now(&mut app, 160, 48);
+        switches.push(at.elapsed());
+        app.diffs.settle();
+        arrivals.push(at.elapsed());
+    }
+    switches.sort();
+    drop(temp);
+    arrivals.sort();
+    println!(
+        "open (first frame): {open:?}; the {EAGER} newest diffs back after {first_diffs:?}",
+        EAGER = super::app::EAGER_DIFFS
+    );
+    println!(
+        "switch to an older turn (frame drawn): median {:?}, max {:?}; its diff back: median {:?}, max {:?}",
+        switches[25], switches[49], arrivals[25], arrivals[49]
+    );
+}
+
+/// 3000 files in 30 directories, then 200 turns that each rewrite three of them.
+fn build_200_turns(ws: &std::path::Path, options: &Options) {
+    for d in 0..30 {
+        std::fs::create_dir_all(ws.join(format!("dir{d}"))).unwrap();
+        for i in 0..100 {
+            std::fs::write(ws.join(format!("dir{d}/file{i}.rs")), format!("fn f{i}() {{}}\n// {d}\n").repeat(20))
+                .unwrap();
+        }
+    }
+    let tb = Turnback::open(options).unwrap();
+    let built = std::time::Instant::now();
+    for t in 0..200 {
+        tb.begin_turn(&BeginRequest { prompt: Some(format!("turn {t}")), ..Default::default() }, None).unwrap();
+        for k in 0..3 {
+            let path = format!("dir{}/file{}.rs", (t * 7 + k) % 30, (t * 13 + k) % 100);
+            let content = format!("fn changed_by_turn_{t}() {{}}\n").into_bytes();
+            tb.mutate(Mutation::Write { path: path.into(), content }, false).unwrap();
+        }
+        tb.end_turn(None).unwrap();
+    }
+    println!("built 200 turns over 3000 files in {:?}", built.elapsed());
 }

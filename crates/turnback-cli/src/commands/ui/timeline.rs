@@ -1,9 +1,9 @@
-//! The timeline: the workspace's sessions, the chosen session's turns (index, when,
-//! prompt, files changed with +/− counts once known, shell commands, snapshot trouble,
+//! The timeline: the workspace's sessions (agent, turns, start), the chosen session's turns (index, when,
+//! prompt, files changed with +/− counts once known, checkpoints, shell commands, snapshot trouble,
 //! sub-agents, the running turn marked live), and the chosen turn's details.
 //!
-//! Invariants: a row is built from the turn record and the diff cache alone (no store
-//! read while drawing); names and prompts are escaped.
+//! Invariants: a row is built from the turn record, the checkpoints read (in the background)
+//! with the turns and the diff cache alone (no store read while drawing); names and prompts are escaped.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -13,6 +13,7 @@ use ratatui::widgets::{Block, Borders, List, ListItem, ListState, Paragraph};
 use turnback::{DiffReport, SnapshotRef, Turn, escape_controls, quote_name};
 
 use super::app::App;
+use super::diffs::DiffState;
 use super::render::{added_style, removed_style};
 
 /// `HH:MM` of an RFC 3339 time (the whole text if it is not one).
@@ -55,9 +56,23 @@ pub fn notes(t: &Turn) -> Vec<String> {
 /// One row of the turn list.
 pub fn row(app: &App, t: &Turn) -> String {
     let live = if t.running() { "● live " } else { "" };
-    let stats = app.cached_diff(t).map(stat).unwrap_or_default();
+    let stats = match app.diff_state(t) {
+        Some(DiffState::Ready(d)) => stat(d),
+        Some(DiffState::Computing) => "…".into(),
+        _ => String::new(),
+    };
+    let checkpoints = match app.checkpoints_of(t.index).count() {
+        0 => String::new(),
+        1 => "1 checkpoint ".into(),
+        n => format!("{n} checkpoints "),
+    };
     let notes = notes(t).join(" ");
-    format!("{:>3} {} {live}{}  {stats}  {notes}", t.index, clock(&t.started_at), escape_controls(&t.preview))
+    format!(
+        "{:>3} {} {live}{}  {stats}  {checkpoints}{notes}",
+        t.index,
+        clock(&t.started_at),
+        escape_controls(&t.preview)
+    )
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
@@ -71,8 +86,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             let mark = if s.id == app.session_id { "▶" } else { " " };
             let parent =
                 s.parent.as_deref().map(|p| format!(", forked from {}", quote_name(p.as_bytes()))).unwrap_or_default();
+            let agent = s.agent.as_deref().map(|a| format!("{}  ", escape_controls(a))).unwrap_or_default();
             let text = format!(
-                "{mark} {}  {} turns, started {}{parent}",
+                "{mark} {}  {agent}{} turns, started {}{parent}",
                 quote_name(s.id.as_bytes()),
                 s.turns,
                 s.created_at.get(..16).unwrap_or(&s.created_at).replace('T', " ")
@@ -103,8 +119,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let mut lines = Vec::new();
     if let Some(t) = app.current() {
         lines.push(Line::raw(format!("turn {}: {}", t.index, escape_controls(&t.preview))));
-        match app.cached_diff(t) {
-            Some(d) => {
+        match app.diff_state(t) {
+            Some(DiffState::Ready(d)) => {
                 for c in &d.changes {
                     let counts = match (c.added, c.deleted) {
                         (Some(a), Some(r)) => format!("+{a} -{r}"),
@@ -118,6 +134,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     lines.push(Line::styled(format!("  {counts:>10}  {}", quote_name(c.path.as_bytes())), style));
                 }
             }
+            Some(DiffState::Computing) => lines.push(Line::raw("  computing its diff…")),
+            Some(DiffState::Failed(e)) => lines.push(Line::raw(format!("  no diff: {}", escape_controls(e)))),
             None => lines.push(Line::raw("  (enter or d: its diff)")),
         }
         for s in &t.shell_effects {

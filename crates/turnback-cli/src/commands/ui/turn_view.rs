@@ -14,6 +14,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use turnback::{DiffReport, HistoryEntry, Role, escape_controls, quote_name};
 
 use super::app::App;
+use super::diffs::DiffState;
 use super::render::{added_style, hunk_style, removed_style};
 
 /// The diff as styled lines.
@@ -78,9 +79,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Layout::vertical([Constraint::Percentage(60), Constraint::Percentage(40)]).areas(area)
     };
     let live = if turn.running() { " → live" } else { "" };
-    let diff = match app.cached_diff(&turn) {
-        Some(d) => diff_lines(app, d),
-        None => vec![Line::raw("no diff: the turn's snapshots were pruned or skipped (the status line says)")],
+    let diff = match app.diff_state(&turn) {
+        Some(DiffState::Ready(d)) => diff_lines(app, d),
+        Some(DiffState::Failed(e)) => vec![Line::raw(format!("no diff: {}", escape_controls(e)))],
+        Some(DiffState::Computing) | None => vec![Line::raw("computing…")],
     };
     let title = format!(" Turn {}: start → end{live} ", turn.index);
     frame.render_widget(
