@@ -240,7 +240,10 @@ fn ui_bench_open_and_switch_on_200_turns() {
     let kept = std::env::var_os("TURNBACK_UI_BENCH_DIR").map(std::path::PathBuf::from);
     let temp = tempfile::tempdir().unwrap();
     let dir = kept.clone().unwrap_or_else(|| temp.path().to_path_buf());
-    let ws = dir.join("project");
+    // TURNBACK_UI_BENCH_TREE: a real tree to work in (the Linux source from
+    // ../shared/bench/get-linux-tree.sh), its first-snapshot limits raised to take it whole.
+    let tree = std::env::var_os("TURNBACK_UI_BENCH_TREE").map(std::path::PathBuf::from);
+    let ws = tree.clone().unwrap_or_else(|| dir.join("project"));
     let key_file = dir.join("key");
     let reuse = kept.is_some() && key_file.exists();
     let key = if reuse { std::fs::read_to_string(&key_file).unwrap() } else { turnback::new_master_key().unwrap() };
@@ -251,6 +254,11 @@ fn ui_bench_open_and_switch_on_200_turns() {
         ..Options::new(&ws)
     };
     if !reuse {
+        if tree.is_some() {
+            std::fs::create_dir_all(dir.join("store")).unwrap();
+            let settings = "[snapshots]\nfirst-max-size = \"8 GiB\"\nfirst-max-files = 1000000\n";
+            std::fs::write(dir.join("store/settings.toml"), settings).unwrap();
+        }
         build_200_turns(&ws, &options);
         if kept.is_some() {
             std::fs::write(&key_file, &key).unwrap();
