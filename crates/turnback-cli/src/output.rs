@@ -133,6 +133,12 @@ pub fn print_error(e: &Error, json_mode: bool) -> i32 {
     exit_code(e.code)
 }
 
+/// A path a snapshot left out, and why, as a terminal shows them: the name quoted, the
+/// reason's control characters escaped (`PATH: REASON`).
+pub fn left_out(path: &str, reason: &str) -> String {
+    format!("{}: {}", turnback::quote_name(path.as_bytes()), turnback::escape_controls(reason))
+}
+
 /// Shortens an id or digest for tables.
 pub fn short(id: &str) -> &str {
     &id[..id.len().min(12)]

@@ -27,7 +27,7 @@ pub fn run(
 
 /// The files left out of either snapshot for their size: their changes are not shown.
 fn left_out_text(report: &DiffReport) -> String {
-    report.left_out.iter().map(|l| format!("left out {}: {}\n", quote_name(l.path.as_bytes()), l.reason)).collect()
+    report.left_out.iter().map(|l| format!("left out {}\n", crate::output::left_out(&l.path, &l.reason))).collect()
 }
 
 fn numstat_text(report: &DiffReport) -> String {

@@ -1,9 +1,9 @@
 //! `turnback snapshot`.
 
-use turnback::{Result, escape_controls, format_size, quote_name};
+use turnback::{Result, format_size};
 
 use crate::app::Ctx;
-use crate::output::{Outcome, Progress};
+use crate::output::{Outcome, Progress, left_out};
 
 pub fn take(ctx: &Ctx) -> Result<Outcome> {
     let tb = ctx.open(true)?;
@@ -24,10 +24,10 @@ pub fn take(ctx: &Ctx) -> Result<Outcome> {
         text.push_str(&format!("\n  nested repository {} at {}", n.path, n.commit));
     }
     for s in &r.skipped_paths {
-        text.push_str(&format!("\n  left out {}: {}", quote_name(s.path.as_bytes()), escape_controls(&s.reason)));
+        text.push_str(&format!("\n  left out {}", left_out(&s.path, &s.reason)));
     }
     for l in &r.left_out {
-        text.push_str(&format!("\n  left out {}: {}", quote_name(l.path.as_bytes()), escape_controls(&l.reason)));
+        text.push_str(&format!("\n  left out {}", left_out(&l.path, &l.reason)));
     }
     if let Some(why) = &r.stat_cache_dropped {
         text.push_str(&format!("\n  {why}"));

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, SnapshotRef, TurnSummary, escape_controls, quote_name};
+use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, SnapshotRef, TurnSummary, escape_controls};
 
 use crate::app::Ctx;
 use crate::cli::TurnCommand;
@@ -67,8 +67,8 @@ fn tell(snapshot: &SnapshotRef, index: u64, which: &str) {
         crate::output::err(&format!("turnback: turn {index}'s {which} snapshot: {}\n", escape_controls(why)));
     }
     for l in &snapshot.left_out {
-        let path = quote_name(l.path.as_bytes());
-        crate::output::err(&format!("turnback: left out of turn {index}'s {which} snapshot: {path}: {}\n", l.reason));
+        let what = crate::output::left_out(&l.path, &l.reason);
+        crate::output::err(&format!("turnback: left out of turn {index}'s {which} snapshot: {what}\n"));
     }
 }
 
@@ -116,7 +116,7 @@ fn turn_line(t: &TurnSummary) -> String {
     for l in t.snapshot.left_out.iter().chain(t.end_snapshot.iter().flat_map(|e| &e.left_out)) {
         if !shown.contains(&l.path.as_str()) {
             shown.push(&l.path);
-            line.push_str(&format!("        left out {}: {}\n", quote_name(l.path.as_bytes()), l.reason));
+            line.push_str(&format!("        left out {}\n", crate::output::left_out(&l.path, &l.reason)));
         }
     }
     line

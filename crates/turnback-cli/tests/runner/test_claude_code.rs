@@ -5,18 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, hook, parse_json, show_output, stamp, str_at, with};
-
-/// A hook event with the common fields every Claude Code event carries.
-fn event(env: &Env, session: &str, name: &str, extra: Value) -> Value {
-    let base = json!({
-        "session_id": session,
-        "transcript_path": env.root.join(format!("{session}.jsonl")),
-        "cwd": env.ws,
-        "hook_event_name": name,
-    });
-    with(base, extra)
-}
+use crate::common::{Env, claude_event, claude_transcript, hook, parse_json, show_output, stamp, str_at};
 
 /// A `Write` through the hooks: PreToolUse, the file written, PostToolUse.
 fn write(env: &Env, session: &str, rel: &str, content: &str, id: &str, extra: Value) {
@@ -24,24 +13,24 @@ fn write(env: &Env, session: &str, rel: &str, content: &str, id: &str, extra: Va
     for (k, v) in extra.as_object().unwrap() {
         call[k] = v.clone();
     }
-    hook(env, "claude-code", &event(env, session, "PreToolUse", call.clone()));
+    hook(env, "claude-code", &claude_event(env, session, "PreToolUse", call.clone()));
     env.write(rel, content);
-    hook(env, "claude-code", &event(env, session, "PostToolUse", call));
+    hook(env, "claude-code", &claude_event(env, session, "PostToolUse", call));
 }
 
 #[test]
 fn a_failed_bash_command_is_recorded_as_failed_in_its_turn() {
     let env = Env::new();
     let session = "cc-bash";
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "fix the config" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "fix the config" })));
     // PostToolUseFailure for Bash (hooks reference): the command changed a file, then failed.
     let bash = json!({ "tool_name": "Bash", "tool_input": { "command": "sed -i s/a/b/ conf.ini && false" }, "tool_use_id": "toolu_bash" });
-    hook(&env, "claude-code", &event(&env, session, "PreToolUse", bash.clone()));
+    hook(&env, "claude-code", &claude_event(&env, session, "PreToolUse", bash.clone()));
     env.write("conf.ini", "b\n");
     let mut failed = bash;
     failed["error"] = json!("Exit code 1");
-    hook(&env, "claude-code", &event(&env, session, "PostToolUseFailure", failed));
-    hook(&env, "claude-code", &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, "claude-code", &claude_event(&env, session, "PostToolUseFailure", failed));
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false })));
     let plan = parse_json(&env.run(&["--json", "--session", session, "rewind", "--to", "1"], None));
     assert_eq!(plan["shellEffects"], json!(["sed -i s/a/b/ conf.ini && false"]), "{plan:#}");
     let turns = env.json(&["--session", session, "turns"]);
@@ -57,15 +46,19 @@ fn a_sub_agents_edits_are_rolled_back_alone() {
     env.write("main.rs", "v0\n");
     env.write("notes.md", "n0\n");
     let session = "cc-sub";
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "refactor and document" })));
+    hook(
+        &env,
+        "claude-code",
+        &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "refactor and document" })),
+    );
     write(&env, session, "main.rs", "v1\n", "toolu_main", json!({}));
     // A sub-agent's events carry its agent_id (hooks reference: SubagentStart input).
     let sub = json!({ "agent_id": "a8a5aea3b68767861", "agent_type": "general-purpose" });
-    hook(&env, "claude-code", &event(&env, session, "SubagentStart", sub.clone()));
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStart", sub.clone()));
     write(&env, session, "notes.md", "n1\n", "toolu_sub1", sub.clone());
     write(&env, session, "docs.md", "d1\n", "toolu_sub2", sub.clone());
-    hook(&env, "claude-code", &event(&env, session, "SubagentStop", sub));
-    hook(&env, "claude-code", &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStop", sub));
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false })));
 
     let listed = env.run(&["--session", session, "checkpoints"], None);
     assert!(
@@ -88,7 +81,11 @@ fn a_sub_agents_edits_are_rolled_back_alone() {
 fn a_stop_failure_ends_the_turn_and_the_reply_comes_from_the_transcript() {
     let env = Env::new();
     let session = "cc-reply";
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "explain the parser" })));
+    hook(
+        &env,
+        "claude-code",
+        &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "explain the parser" })),
+    );
     // The transcript Claude Code wrote meanwhile (its documented JSONL rows: uuid,
     // parentUuid, message.content blocks), which the Stop hook's transcript_path names.
     let rows = [
@@ -103,9 +100,9 @@ fn a_stop_failure_ends_the_turn_and_the_reply_comes_from_the_transcript() {
                 "message": { "role": "assistant", "content": [ { "type": "text", "text": "It lexes, then parses." }, { "type": "text", "text": "  \n" } ] } }),
     ];
     let transcript: String = rows.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(env.root.join(format!("{session}.jsonl")), transcript).unwrap();
+    std::fs::write(claude_transcript(&env, session), transcript).unwrap();
     // An API error ended the turn: StopFailure, not Stop.
-    hook(&env, "claude-code", &event(&env, session, "StopFailure", json!({ "error": "rate_limit" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "StopFailure", json!({ "error": "rate_limit" })));
 
     let turns = env.json(&["--session", session, "turns"]);
     assert!(turns["turns"][0]["endedAt"].is_string(), "{turns:#}");
@@ -119,14 +116,14 @@ fn a_stop_failure_ends_the_turn_and_the_reply_comes_from_the_transcript() {
     hook(
         &env,
         "claude-code",
-        &event(
+        &claude_event(
             &env,
             session,
             "Stop",
             json!({ "stop_hook_active": false, "last_assistant_message": "It lexes, then parses." }),
         ),
     );
-    let file = env.root.join(format!("{session}.jsonl"));
+    let file = claude_transcript(&env, session);
     let imported = env.json(&["--session", session, "history", "import", "--claude-code", file.to_str().unwrap()]);
     assert_eq!(imported["turns"], 0, "{imported:#}");
     let again = env.json(&["--session", session, "history", "show"]);
@@ -138,11 +135,11 @@ fn a_stop_failure_ends_the_turn_and_the_reply_comes_from_the_transcript() {
 fn without_a_readable_transcript_the_stop_carries_the_reply() {
     let env = Env::new();
     let session = "cc-last";
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "say hi" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "say hi" })));
     hook(
         &env,
         "claude-code",
-        &event(&env, session, "Stop", json!({ "stop_hook_active": false, "last_assistant_message": "Hi!" })),
+        &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false, "last_assistant_message": "Hi!" })),
     );
     let history = env.json(&["--session", session, "history", "show"]);
     let said: Vec<&str> =
@@ -171,7 +168,7 @@ fn doctor_says_what_is_missing_and_what_reaches_turnback() {
             .any(|p| p["what"].as_str().unwrap().contains("no event has reached")),
         "installed but silent is a problem: {installed:#}"
     );
-    hook(&env, "claude-code", &event(&env, "cc-doctor", "SessionStart", json!({ "source": "startup" })));
+    hook(&env, "claude-code", &claude_event(&env, "cc-doctor", "SessionStart", json!({ "source": "startup" })));
     let healthy = env.run(&["--json", "doctor"], None);
     assert_eq!(healthy.status.code(), Some(0), "{}", show_output(&healthy));
     let healthy = parse_json(&healthy);
@@ -214,10 +211,10 @@ fn a_reply_joins_the_turn_it_answers_not_an_older_one_with_the_same_words() {
         row("u3", Some("a2"), 0, "user", json!("yes")),
         row("a3", Some("u3"), 1_000, "assistant", text("NEW reply: pushed.")),
     ];
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "yes" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "yes" })));
     let transcript: String = rows.iter().map(|r| format!("{r}\n")).collect();
-    std::fs::write(env.root.join(format!("{session}.jsonl")), transcript).unwrap();
-    hook(&env, "claude-code", &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    std::fs::write(claude_transcript(&env, session), transcript).unwrap();
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false })));
     let history = env.json(&["--session", session, "history", "show"]);
     let said: Vec<&str> =
         history["entries"].as_array().unwrap().iter().map(|e| e["content"].as_str().unwrap()).collect();
@@ -228,17 +225,17 @@ fn a_reply_joins_the_turn_it_answers_not_an_older_one_with_the_same_words() {
 fn powershell_and_mcp_tools_are_shell_records_with_secrets_redacted() {
     let env = Env::new();
     let session = "cc-ps";
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "clean up" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "clean up" })));
     for (tool, input, id) in [
         ("PowerShell", json!({ "command": "Remove-Item build -Recurse" }), "toolu_ps"),
         ("mcp__github__create_file", json!({ "path": "x", "token": "ghp_secretsecret" }), "toolu_mcp"),
         ("mcp__turnback__write_file", json!({ "path": "y", "content": "z" }), "toolu_own"),
     ] {
         let call = json!({ "tool_name": tool, "tool_input": input, "tool_use_id": id });
-        hook(&env, "claude-code", &event(&env, session, "PreToolUse", call.clone()));
-        hook(&env, "claude-code", &event(&env, session, "PostToolUse", call));
+        hook(&env, "claude-code", &claude_event(&env, session, "PreToolUse", call.clone()));
+        hook(&env, "claude-code", &claude_event(&env, session, "PostToolUse", call));
     }
-    hook(&env, "claude-code", &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false })));
     let plan = parse_json(&env.run(&["--json", "--session", session, "rewind", "--to", "1"], None));
     let effects: Vec<String> =
         plan["shellEffects"].as_array().unwrap().iter().map(|e| e.as_str().unwrap().to_string()).collect();

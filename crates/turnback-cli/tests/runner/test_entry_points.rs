@@ -4,18 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, history, hook, mcp_client_available, previews, show_output, str_at, with};
-
-/// A Claude Code hook event as documented (hooks reference): common fields plus its own.
-fn event(env: &Env, session: &str, name: &str, extra: Value) -> Value {
-    let base = json!({
-        "session_id": session,
-        "transcript_path": env.home.join(format!(".claude/projects/x/{session}.jsonl")),
-        "cwd": env.ws,
-        "hook_event_name": name,
-    });
-    with(base, extra)
-}
+use crate::common::{Env, claude_event, history, hook, mcp_client_available, previews, show_output, str_at};
 
 #[test]
 fn a_prompt_goes_into_the_history_alike_from_turn_begin_the_hook_and_run() {
@@ -25,9 +14,9 @@ fn a_prompt_goes_into_the_history_alike_from_turn_begin_the_hook_and_run() {
     env.ok(&["--session", "by-cli", "turn", "begin", "--prompt", prompt], None);
     env.ok(&["--session", "by-cli", "turn", "end"], None);
 
-    hook(&env, "claude-code", &event(&env, "by-hook", "SessionStart", json!({ "source": "startup" })));
-    hook(&env, "claude-code", &event(&env, "by-hook", "UserPromptSubmit", json!({ "prompt": prompt })));
-    hook(&env, "claude-code", &event(&env, "by-hook", "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, "claude-code", &claude_event(&env, "by-hook", "SessionStart", json!({ "source": "startup" })));
+    hook(&env, "claude-code", &claude_event(&env, "by-hook", "UserPromptSubmit", json!({ "prompt": prompt })));
+    hook(&env, "claude-code", &claude_event(&env, "by-hook", "Stop", json!({ "stop_hook_active": false })));
 
     env.ok(&["--session", "by-run", "run", "--prompt", prompt, "--", "true"], None);
 
@@ -42,10 +31,10 @@ fn a_prompt_goes_into_the_history_alike_from_turn_begin_the_hook_and_run() {
 /// (Claude Code sends none for a call the person denies); the file is left as it was.
 fn abandoned_write(env: &Env, session: &str) {
     env.write("a.txt", "before\n");
-    hook(env, "claude-code", &event(env, session, "UserPromptSubmit", json!({ "prompt": "write a.txt" })));
+    hook(env, "claude-code", &claude_event(env, session, "UserPromptSubmit", json!({ "prompt": "write a.txt" })));
     let input = json!({ "file_path": env.ws.join("a.txt"), "content": "after\n" });
     let pre = json!({ "tool_name": "Write", "tool_input": input, "tool_use_id": "toolu_01denied" });
-    hook(env, "claude-code", &event(env, session, "PreToolUse", pre));
+    hook(env, "claude-code", &claude_event(env, session, "PreToolUse", pre));
 }
 
 /// The fields of a session's checkpoints that say how each was closed.
@@ -71,7 +60,7 @@ fn closed(env: &Env, session: &str) -> Vec<Value> {
 fn turn_end_closes_an_abandoned_tool_call_as_the_hooks_stop_does() {
     let env = Env::new();
     abandoned_write(&env, "stopped-by-hook");
-    hook(&env, "claude-code", &event(&env, "stopped-by-hook", "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, "claude-code", &claude_event(&env, "stopped-by-hook", "Stop", json!({ "stop_hook_active": false })));
     abandoned_write(&env, "ended-by-cli");
     env.ok(&["--session", "ended-by-cli", "turn", "end"], None);
 
@@ -199,28 +188,28 @@ fn a_stop_that_another_hook_blocks_keeps_the_agents_later_edits_in_its_turn() {
     let env = Env::new();
     env.write("app.py", "v0\n");
     let session = "cc-continued";
-    hook(&env, "claude-code", &event(&env, session, "SessionStart", json!({ "source": "startup" })));
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "fix it" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "SessionStart", json!({ "source": "startup" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "fix it" })));
     let write = |content: &str, id: &str| {
         let input = json!({ "file_path": env.ws.join("app.py"), "content": content });
         let call = json!({ "tool_name": "Write", "tool_input": input, "tool_use_id": id });
-        hook(&env, "claude-code", &event(&env, session, "PreToolUse", call.clone()));
+        hook(&env, "claude-code", &claude_event(&env, session, "PreToolUse", call.clone()));
         env.write("app.py", content);
         let mut post = call;
         post["tool_response"] = json!({ "success": true });
-        hook(&env, "claude-code", &event(&env, session, "PostToolUse", post));
+        hook(&env, "claude-code", &claude_event(&env, session, "PostToolUse", post));
     };
     write("v1\n", "toolu_01");
     // A "run the tests first" Stop hook blocks this stop: Claude carries on in the same turn.
-    hook(&env, "claude-code", &event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false })));
     write("v2\n", "toolu_02");
     let bash =
         json!({ "tool_name": "Bash", "tool_input": { "command": "echo v3 > app.py" }, "tool_use_id": "toolu_03" });
     env.write("app.py", "v3\n");
     let mut post = bash;
     post["tool_response"] = json!({ "stdout": "" });
-    hook(&env, "claude-code", &event(&env, session, "PostToolUse", post));
-    hook(&env, "claude-code", &event(&env, session, "Stop", json!({ "stop_hook_active": true })));
+    hook(&env, "claude-code", &claude_event(&env, session, "PostToolUse", post));
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": true })));
 
     let turns = env.json(&["--session", session, "turns"]);
     assert_eq!(turns["turns"].as_array().unwrap().len(), 1, "still one turn: {turns:#}");
@@ -243,10 +232,10 @@ fn an_agents_relative_paths_are_relative_to_its_own_directory_not_the_processs()
     env.set_var("CLAUDE_PROJECT_DIR", &project);
     let session = "cc-relative";
     let agent_dir = env.ws.join("src");
-    let mut prompt = event(&env, session, "UserPromptSubmit", json!({ "prompt": "edit" }));
+    let mut prompt = claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "edit" }));
     prompt["cwd"] = json!(agent_dir);
     hook(&env, "claude-code", &prompt);
-    let mut pre = event(
+    let mut pre = claude_event(
         &env,
         session,
         "PreToolUse",
@@ -277,7 +266,7 @@ fn a_prompt_while_a_turn_runs_a_new_turn_by_the_hook_and_by_turn_begin_new_a_mes
     // The hook: Claude Code reports a prompt as it starts replying; the one before was
     // interrupted (no Stop), and a call in it was left waiting.
     abandoned_write(&env, "by-hook");
-    hook(&env, "claude-code", &event(&env, "by-hook", "UserPromptSubmit", json!({ "prompt": "second" })));
+    hook(&env, "claude-code", &claude_event(&env, "by-hook", "UserPromptSubmit", json!({ "prompt": "second" })));
     // The command line, asked for a new turn, does the same.
     abandoned_write(&env, "by-cli");
     let begun = env.json(&["--session", "by-cli", "turn", "begin", "--new", "--prompt", "second"]);
@@ -323,20 +312,20 @@ fn claude_codes_session_end_and_sub_agents_reach_the_protocol() {
     let env = Env::new();
     env.write("a.txt", "zero\n");
     let session = "cc-subagents";
-    hook(&env, "claude-code", &event(&env, session, "UserPromptSubmit", json!({ "prompt": "delegate" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "delegate" })));
     // Payloads as Claude Code sends them (hooks reference: SubagentStart carries agent_id
     // and agent_type; a sub-agent's tool events carry its agent_id).
     let sub = json!({ "agent_id": "a8a5aea3b68767861", "agent_type": "general-purpose" });
-    hook(&env, "claude-code", &event(&env, session, "SubagentStart", sub.clone()));
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStart", sub.clone()));
     let mut pre = json!({ "tool_name": "Write", "tool_input": { "file_path": env.ws.join("a.txt"), "content": "one\n" }, "tool_use_id": "toolu_sub" });
     pre["agent_id"] = sub["agent_id"].clone();
     pre["agent_type"] = sub["agent_type"].clone();
-    hook(&env, "claude-code", &event(&env, session, "PreToolUse", pre.clone()));
+    hook(&env, "claude-code", &claude_event(&env, session, "PreToolUse", pre.clone()));
     env.write("a.txt", "one\n");
-    hook(&env, "claude-code", &event(&env, session, "PostToolUse", pre));
-    hook(&env, "claude-code", &event(&env, session, "SubagentStop", sub));
+    hook(&env, "claude-code", &claude_event(&env, session, "PostToolUse", pre));
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStop", sub));
     // Esc, then quitting: no Stop, only SessionEnd.
-    hook(&env, "claude-code", &event(&env, session, "SessionEnd", json!({ "reason": "prompt_input_exit" })));
+    hook(&env, "claude-code", &claude_event(&env, session, "SessionEnd", json!({ "reason": "prompt_input_exit" })));
 
     let turns = env.json(&["--session", session, "turns"]);
     assert!(turns["turns"][0]["endedAt"].is_string(), "the session's end ended the turn: {turns:#}");

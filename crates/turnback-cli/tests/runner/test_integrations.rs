@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, mcp_client_available, parse_json, show_output, str_at};
+use crate::common::{Env, claude_event, mcp_client_available, parse_json, show_output, str_at};
 
 fn hook(env: &Env, event: &Value) {
     let out = env.run(&["hook", "claude-code"], Some(event.to_string().as_bytes()));
@@ -11,18 +11,9 @@ fn hook(env: &Env, event: &Value) {
     assert!(out.stdout.is_empty(), "a hook prints nothing on stdout: {}", show_output(&out));
 }
 
-/// A Claude Code hook event as documented: common fields plus the event's own.
+/// A Claude Code hook event of this file's one session.
 fn event(env: &Env, name: &str, extra: Value) -> Value {
-    let mut e = json!({
-        "session_id": "cc-3f2c9a",
-        "transcript_path": env.home.join(".claude/projects/x/cc-3f2c9a.jsonl"),
-        "cwd": env.ws,
-        "hook_event_name": name,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        e[k] = v.clone();
-    }
-    e
+    claude_event(env, "cc-3f2c9a", name, extra)
 }
 
 fn tool(env: &Env, when: &str, id: &str, name: &str, input: Value) -> Value {

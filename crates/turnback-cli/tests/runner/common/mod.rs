@@ -446,6 +446,24 @@ pub fn hook(env: &Env, agent: &str, event: &Value) {
     assert!(out.is_empty(), "the {agent} hook prints nothing on stdout, got {out:?} for {event}");
 }
 
+/// Where a Claude Code session's transcript is (a directory need not exist: a hook may
+/// run before the agent writes it).
+pub fn claude_transcript(env: &Env, session: &str) -> PathBuf {
+    env.root.join(format!("{session}.jsonl"))
+}
+
+/// A Claude Code hook event as documented (hooks reference): the common fields every
+/// event carries, then its own.
+pub fn claude_event(env: &Env, session: &str, name: &str, extra: Value) -> Value {
+    let base = serde_json::json!({
+        "session_id": session,
+        "transcript_path": claude_transcript(env, session),
+        "cwd": env.ws,
+        "hook_event_name": name,
+    });
+    with(base, extra)
+}
+
 /// `base` with the fields of `extra` set over it.
 pub fn with(base: Value, extra: Value) -> Value {
     let mut e = base;
