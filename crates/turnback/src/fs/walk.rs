@@ -14,12 +14,15 @@
 //! - Symlinks are recorded as links (their target), never followed.
 //! - turnback's own temporary files ([`files::temp_phase`]) are never recorded.
 
+use std::ffi::OsStr;
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
 
 use ignore::{WalkBuilder, WalkState};
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use crate::error::Result;
 use crate::fs::files;
@@ -53,7 +56,8 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn of(m: &std::fs::Metadata) -> Self {
+    /// The stat fields of `m`.
+    pub fn of(m: &std::fs::Metadata) -> Self {
         Stat {
             mode: m.mode(),
             size: m.size(),
@@ -61,6 +65,21 @@ impl Stat {
             ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
             device: m.dev(),
             inode: m.ino(),
+        }
+    }
+
+    /// The stat fields of a raw `stat` (from `fstatat`): the same values [`Stat::of`] gives
+    /// for the same file (the field types differ between platforms, hence the casts).
+    #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+    fn of_raw(st: &rustix::fs::Stat) -> Self {
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Stat {
+            mode: st.st_mode as u32,
+            size: st.st_size as u64,
+            mtime_ns: ns(st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime_ns: ns(st.st_ctime as i64, st.st_ctime_nsec as i64),
+            device: st.st_dev as u64,
+            inode: st.st_ino as u64,
         }
     }
 }
@@ -175,83 +194,137 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     });
     let root_bytes = root.as_os_str().as_bytes();
     let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
-    builder.build_parallel().run(|| {
-        let found = &found;
-        Box::new(move |result| visit(result, root_bytes, found))
-    });
+    builder.build_parallel().visit(&mut Visitors { root: root_bytes, found: &found });
     let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
     walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
-    walk.entries.sort_by(|a, b| component_order(&a.path, &b.path));
+    // Paths are unique, so an unstable sort orders them all the same.
+    walk.entries.sort_unstable_by(|a, b| component_order(&a.path, &b.path));
     walk.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(walk)
 }
 
-/// Records one path the walk met: a file or symlink as an entry, a directory holding
-/// `.git` as a nested repository (not descended into), anything unreadable as skipped.
-fn visit(result: std::result::Result<ignore::DirEntry, ignore::Error>, root: &[u8], found: &Mutex<Walk>) -> WalkState {
-    let entry = match result {
-        Ok(e) => e,
-        Err(e) => {
-            // Unreadable paths are skipped with a reason, never a failed snapshot.
-            let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-            f.skipped.push(Skipped { path: String::new(), reason: e.to_string() });
-            return WalkState::Continue;
-        }
-    };
-    if entry.depth() == 0 {
-        return WalkState::Continue;
+/// Makes one [`Visitor`] per walker thread.
+struct Visitors<'a> {
+    root: &'a [u8],
+    found: &'a Mutex<Walk>,
+}
+
+impl<'s> ignore::ParallelVisitorBuilder<'s> for Visitors<'s> {
+    fn build(&mut self) -> Box<dyn ignore::ParallelVisitor + 's> {
+        Box::new(Visitor { root: self.root, found: self.found, local: Walk::default(), parent: None })
     }
-    let full = entry.path().as_os_str().as_bytes();
-    let Some(rel) = full.strip_prefix(root).and_then(|r| r.strip_prefix(b"/")) else {
-        return WalkState::Continue;
-    };
-    let rel = rel.to_vec();
-    let meta = match entry.path().symlink_metadata() {
-        Ok(m) => m,
-        Err(_) => return WalkState::Continue,
-    };
-    let ft = meta.file_type();
-    let record = if ft.is_dir() {
-        if !entry.path().join(".git").exists() {
+}
+
+/// One walker thread's findings, kept to itself and handed over once when it is done (no
+/// lock per path), and the directory it last stat-ed in: siblings are visited together, so
+/// each path is stat-ed relative to its open parent (`fstatat`), one component for the
+/// kernel to resolve instead of the whole path.
+struct Visitor<'a> {
+    root: &'a [u8],
+    found: &'a Mutex<Walk>,
+    local: Walk,
+    parent: Option<(Vec<u8>, OwnedFd)>,
+}
+
+impl Drop for Visitor<'_> {
+    fn drop(&mut self) {
+        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
+        found.entries.append(&mut self.local.entries);
+        found.skipped.append(&mut self.local.skipped);
+    }
+}
+
+impl ignore::ParallelVisitor for Visitor<'_> {
+    fn visit(&mut self, result: std::result::Result<ignore::DirEntry, ignore::Error>) -> WalkState {
+        match result {
+            Ok(entry) => self.visit_entry(&entry),
+            Err(e) => {
+                // Unreadable paths are skipped with a reason, never a failed snapshot.
+                self.local.skipped.push(Skipped { path: String::new(), reason: e.to_string() });
+                WalkState::Continue
+            }
+        }
+    }
+}
+
+impl Visitor<'_> {
+    /// The open directory `dir` (the last one, or opened now).
+    fn parent_fd(&mut self, dir: &[u8]) -> Option<&OwnedFd> {
+        if self.parent.as_ref().is_none_or(|(open, _)| open.as_slice() != dir) {
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            self.parent =
+                rustix::fs::open(OsStr::from_bytes(dir), flags, Mode::empty()).ok().map(|fd| (dir.to_vec(), fd));
+        }
+        self.parent.as_ref().map(|(_, fd)| fd)
+    }
+
+    /// Records one path the walk met: a file or symlink as an entry, a directory holding
+    /// `.git` as a nested repository (not descended into), anything unreadable as skipped.
+    fn visit_entry(&mut self, entry: &ignore::DirEntry) -> WalkState {
+        if entry.depth() == 0 {
             return WalkState::Continue;
         }
-        let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-        match nested_commit(entry.path()) {
-            Ok(commit) => f.entries.push(Entry { path: rel, kind: Kind::Gitlink(commit), stat: Stat::of(&meta) }),
-            Err(reason) => f.skipped.push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason }),
-        }
-        return WalkState::Skip;
-    } else if ft.is_symlink() {
-        match std::fs::read_link(entry.path()) {
-            Ok(target) => {
-                Entry { path: rel, kind: Kind::Symlink(target.as_os_str().as_bytes().to_vec()), stat: Stat::of(&meta) }
+        let full = entry.path().as_os_str().as_bytes();
+        let Some(rel) = full.strip_prefix(self.root).and_then(|r| r.strip_prefix(b"/")) else {
+            return WalkState::Continue;
+        };
+        let name = entry.file_name().as_bytes();
+        let dir = &full[..full.len() - name.len() - 1];
+        let Some(parent) = self.parent_fd(dir) else { return WalkState::Continue };
+        let Ok(st) = rustix::fs::statat(parent, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
+            return WalkState::Continue; // gone since it was listed
+        };
+        let stat = Stat::of_raw(&st);
+        let file_type = FileType::from_raw_mode(st.st_mode);
+        let record = match file_type {
+            FileType::Directory => {
+                let mut git = name.to_vec();
+                git.extend_from_slice(b"/.git");
+                // Followed, as `Path::exists` would: a `.git` symlink marks a repository too.
+                if rustix::fs::statat(parent, OsStr::from_bytes(&git), AtFlags::empty()).is_err() {
+                    return WalkState::Continue;
+                }
+                match nested_commit(entry.path()) {
+                    Ok(commit) => {
+                        self.local.entries.push(Entry { path: rel.to_vec(), kind: Kind::Gitlink(commit), stat })
+                    }
+                    Err(reason) => {
+                        self.local.skipped.push(Skipped { path: String::from_utf8_lossy(rel).into_owned(), reason })
+                    }
+                }
+                return WalkState::Skip;
             }
-            // Gone or changed since it was listed: left out, with the reason.
-            Err(e) => {
-                let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
-                f.skipped.push(Skipped { path: String::from_utf8_lossy(&rel).into_owned(), reason: e.to_string() });
-                return WalkState::Continue;
-            }
-        }
-    } else if ft.is_file() {
-        Entry { path: rel, kind: Kind::File, stat: Stat::of(&meta) }
-    } else {
-        return WalkState::Continue; // sockets, fifos, devices
-    };
-    found.lock().unwrap_or_else(|p| p.into_inner()).entries.push(record);
-    WalkState::Continue
+            FileType::Symlink => match rustix::fs::readlinkat(parent, OsStr::from_bytes(name), Vec::new()) {
+                Ok(target) => Entry { path: rel.to_vec(), kind: Kind::Symlink(target.into_bytes()), stat },
+                // Gone or changed since it was listed: left out, with the reason.
+                Err(e) => {
+                    let reason = std::io::Error::from(e).to_string();
+                    self.local.skipped.push(Skipped { path: String::from_utf8_lossy(rel).into_owned(), reason });
+                    return WalkState::Continue;
+                }
+            },
+            FileType::RegularFile => Entry { path: rel.to_vec(), kind: Kind::File, stat },
+            _ => return WalkState::Continue, // sockets, fifos, devices
+        };
+        self.local.entries.push(record);
+        WalkState::Continue
+    }
 }
 
 /// Orders paths component by component (so a directory's entries are contiguous): the
 /// same as comparing the bytes with `/` ranked below every other byte.
 pub fn component_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     let rank = |c: u8| if c == b'/' { 0u16 } else { u16::from(c) + 1 };
-    for (x, y) in a.iter().zip(b) {
-        if x != y {
-            return rank(*x).cmp(&rank(*y));
-        }
+    // Paths of one directory share long prefixes: skip them eight bytes at a time.
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n && a[i..i + 8] == b[i..i + 8] {
+        i += 8;
     }
-    a.len().cmp(&b.len())
+    match a[i..n].iter().zip(&b[i..n]).position(|(x, y)| x != y) {
+        Some(j) => rank(a[i + j]).cmp(&rank(b[i + j])),
+        None => a.len().cmp(&b.len()),
+    }
 }
 
 /// The commit a nested repository has checked out, read without running git.
@@ -343,10 +416,55 @@ mod tests {
     }
 
     #[test]
+    fn a_stat_relative_to_the_parent_equals_the_stat_of_the_whole_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"x").unwrap();
+        std::os::unix::fs::symlink("f", dir.path().join("l")).unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let parent = rustix::fs::open(dir.path(), OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap();
+        for name in ["f", "l", "d"] {
+            let raw = rustix::fs::statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW).unwrap();
+            let whole = std::fs::symlink_metadata(dir.path().join(name)).unwrap();
+            assert_eq!(Stat::of_raw(&raw), Stat::of(&whole), "{name}");
+        }
+    }
+
+    #[test]
     fn component_order_keeps_directories_together() {
         let mut v = vec![b"a.b".to_vec(), b"a/z".to_vec(), b"a/b".to_vec(), b"a-c".to_vec()];
         v.sort_by(|a, b| component_order(a, b));
         assert_eq!(v, vec![b"a/b".to_vec(), b"a/z".to_vec(), b"a-c".to_vec(), b"a.b".to_vec()]);
+    }
+
+    #[test]
+    fn component_order_is_byte_order_with_the_separator_lowest_at_any_length() {
+        // The reference: '/' mapped below every byte (no name holds a NUL).
+        let reference = |a: &[u8], b: &[u8]| {
+            let key = |p: &[u8]| p.iter().map(|&c| if c == b'/' { 0 } else { c }).collect::<Vec<u8>>();
+            key(a).cmp(&key(b))
+        };
+        let alphabet = b"a/.-z";
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let mut paths = Vec::new();
+        for _ in 0..400 {
+            let len = (next() % 40) as usize;
+            paths.push((0..len).map(|_| alphabet[(next() % 5) as usize]).collect::<Vec<u8>>());
+        }
+        // Long shared prefixes, differing past the first eight-byte words.
+        paths.push(b"drivers/gpu/drm/amd/a.c".to_vec());
+        paths.push(b"drivers/gpu/drm/amd/a/b.c".to_vec());
+        paths.push(b"drivers/gpu/drm/amd".to_vec());
+        for a in &paths {
+            for b in &paths {
+                assert_eq!(component_order(a, b), reference(a, b), "{a:?} {b:?}");
+            }
+        }
     }
 
     #[test]

@@ -15,18 +15,19 @@
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
 //!   every file in full.
 
-use std::collections::HashMap;
-
 use crate::base::varint;
 use crate::error::{Error, ErrorCode, Result};
-use crate::fs::walk::Stat;
+use crate::fs::walk::{Stat, component_order};
 use crate::storage::content::ContentId;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
 
 const SCHEMA: u16 = 1;
-const MAGIC: &[u8; 4] = b"TBS3";
+/// Entries in component order (the walk's).
+const MAGIC: &[u8; 4] = b"TBS4";
+/// Entries in byte order (before 2026-12): read, put in component order, rewritten.
+const MAGIC_BYTE_ORDER: &[u8; 4] = b"TBS3";
 /// How much older than the walk a file's mtime must be to be trusted unread.
 pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
 
@@ -44,17 +45,45 @@ pub struct Cached {
 pub struct StatCache {
     /// When the walk that produced it began (ns since epoch).
     pub taken_at_ns: i128,
-    /// Path → what it was.
-    pub entries: HashMap<Vec<u8>, Cached>,
+    /// Each path and what it was, in component order ([`component_order`], the order of a
+    /// walk), so that a walk is matched against it in one pass.
+    pub entries: Vec<(Vec<u8>, Cached)>,
     /// The directory node ids of the snapshot it describes.
     pub tree_ids: Vec<ContentId>,
+    /// Read from an older layout: rewrite it at the next snapshot.
+    pub outdated: bool,
 }
 
 impl StatCache {
+    /// What `path` looked like, if cached.
+    pub fn get(&self, path: &[u8]) -> Option<&Cached> {
+        let i = self.entries.binary_search_by(|(p, _)| component_order(p, path)).ok()?;
+        Some(&self.entries[i].1)
+    }
+
+    /// Whether `stat` proves the file cached as `c` unchanged since it was read.
+    pub fn clean(&self, c: &Cached, stat: &Stat) -> bool {
+        c.stat == *stat && stat.mtime_ns + RACY_MARGIN_NS < self.taken_at_ns
+    }
+
     /// The content id of `path` if its stat proves it unchanged since it was read.
-    pub fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
-        let c = self.entries.get(path)?;
-        (c.stat == *stat && stat.mtime_ns + RACY_MARGIN_NS < self.taken_at_ns).then_some(c.id)
+    #[cfg(test)]
+    fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
+        self.get(path).filter(|c| self.clean(c, stat)).map(|c| c.id)
+    }
+
+    /// For each of `paths` (in component order), the index of its entry here, if any: one
+    /// merge of the two sorted lists, no hashing.
+    pub fn align<'p>(&self, paths: impl Iterator<Item = &'p [u8]>) -> Vec<Option<usize>> {
+        let mut next = 0;
+        paths
+            .map(|path| {
+                while next < self.entries.len() && component_order(&self.entries[next].0, path).is_lt() {
+                    next += 1;
+                }
+                (next < self.entries.len() && self.entries[next].0 == path).then_some(next)
+            })
+            .collect()
     }
 
     /// Loads the cache of `session` (empty if none).
@@ -96,18 +125,18 @@ impl StatCache {
         store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
     }
 
-    /// Sorted by path, then column by column (each path as the length it shares with the
-    /// previous one plus the rest; then every mode, size, mtime, ctime, device, inode, id),
-    /// so that similar bytes sit together and compress: about a third of the row layout.
+    /// In component order, then column by column (each path as the length it shares with
+    /// the previous one plus the rest; then every mode, size, mtime, ctime, device, inode,
+    /// id), so that similar bytes sit together and compress: about a third of the row
+    /// layout.
     fn encode(&self) -> Vec<u8> {
-        let mut sorted: Vec<(&Vec<u8>, &Cached)> = self.entries.iter().collect();
-        sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let sorted = &self.entries;
         let mut out = Vec::with_capacity(24 + sorted.len() * 100);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&self.taken_at_ns.to_le_bytes());
         varint::put(&mut out, sorted.len() as u64);
         let mut previous: &[u8] = &[];
-        for (path, _) in &sorted {
+        for (path, _) in sorted {
             let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
             varint::put(&mut out, shared as u64);
             varint::put(&mut out, (path.len() - shared) as u64);
@@ -141,9 +170,11 @@ pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
 
 fn decode(bytes: &[u8]) -> Result<StatCache> {
     let bad = || Error::corrupt("stat cache", "malformed");
-    let Some(rest) = bytes.strip_prefix(MAGIC) else {
+    let (rest, outdated) = match (bytes.strip_prefix(MAGIC), bytes.strip_prefix(MAGIC_BYTE_ORDER)) {
+        (Some(rest), _) => (rest, false),
+        (None, Some(rest)) => (rest, true),
         // An older format is not an error: the next snapshot reads everything again.
-        return Ok(StatCache::default());
+        (None, None) => return Ok(StatCache::default()),
     };
     let mut rest = rest;
     let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
@@ -172,7 +203,7 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
     let mut column = |width: usize| split(&mut rest, width * count).ok_or_else(bad);
     let (modes, sizes, mtimes, ctimes) = (column(4)?, column(8)?, column(16)?, column(16)?);
     let (devices, inodes, ids) = (column(8)?, column(8)?, column(32)?);
-    let mut entries = HashMap::with_capacity(count);
+    let mut entries = Vec::with_capacity(count);
     for (i, path) in paths.into_iter().enumerate() {
         let stat = Stat {
             mode: u32::from_le_bytes(nth(modes, i)),
@@ -182,14 +213,19 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
             device: u64::from_le_bytes(nth(devices, i)),
             inode: u64::from_le_bytes(nth(inodes, i)),
         };
-        entries.insert(path, Cached { stat, id: ContentId(nth(ids, i)) });
+        entries.push((path, Cached { stat, id: ContentId(nth(ids, i)) }));
+    }
+    // Written in order by this version; an older one's byte order is sorted once here.
+    if outdated || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
+        entries.sort_by(|a, b| component_order(&a.0, &b.0));
+        entries.dedup_by(|a, b| a.0 == b.0);
     }
     let trees = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
     if rest.len() != trees.checked_mul(32).ok_or_else(bad)? {
         return Err(bad());
     }
     let tree_ids = rest.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
-    Ok(StatCache { taken_at_ns, entries, tree_ids })
+    Ok(StatCache { taken_at_ns, entries, tree_ids, outdated })
 }
 
 /// The first `n` bytes of `rest`, which then starts after them.
@@ -215,9 +251,9 @@ mod tests {
     #[test]
     fn round_trips_and_trusts_only_old_unchanged_files() {
         let mut cache =
-            StatCache { taken_at_ns: 10_000_000_000, entries: HashMap::new(), tree_ids: vec![ContentId([7; 32])] };
-        cache.entries.insert(b"old.txt".to_vec(), Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) });
-        cache.entries.insert(b"racy.txt".to_vec(), Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) });
+            StatCache { taken_at_ns: 10_000_000_000, tree_ids: vec![ContentId([7; 32])], ..Default::default() };
+        cache.entries.push((b"old.txt".to_vec(), Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) }));
+        cache.entries.push((b"racy.txt".to_vec(), Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) }));
         let back = decode(&cache.encode()).unwrap();
         assert_eq!((back.taken_at_ns, back.tree_ids.clone()), (cache.taken_at_ns, cache.tree_ids.clone()));
         assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_000)), Some(ContentId([1; 32])));
@@ -228,9 +264,9 @@ mod tests {
 
     #[test]
     fn shared_prefixes_round_trip_and_any_truncation_is_malformed_not_a_panic() {
-        let mut cache = StatCache { taken_at_ns: 5, entries: HashMap::new(), tree_ids: vec![ContentId([3; 32])] };
+        let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
         for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
-            cache.entries.insert(p.as_bytes().to_vec(), Cached { stat: stat(i as i128), id: ContentId([i as u8; 32]) });
+            cache.entries.push((p.as_bytes().to_vec(), Cached { stat: stat(i as i128), id: ContentId([i as u8; 32]) }));
         }
         let bytes = cache.encode();
         let back = decode(&bytes).unwrap();
@@ -239,6 +275,30 @@ mod tests {
         for cut in MAGIC.len()..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut} accepted");
         }
+    }
+
+    #[test]
+    fn an_older_cache_in_byte_order_is_read_in_component_order_and_marked_for_rewriting() {
+        let paths = ["a.c", "a/b", "a/b.c", "a/b/c", "b"];
+        let cache = StatCache {
+            entries: paths
+                .iter()
+                .map(|p| (p.as_bytes().to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }))
+                .collect(),
+            ..Default::default()
+        };
+        let mut bytes = cache.encode();
+        bytes[..4].copy_from_slice(MAGIC_BYTE_ORDER);
+        let back = decode(&bytes).unwrap();
+        let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p.as_slice()).collect();
+        assert_eq!(order, [&b"a/b"[..], b"a/b/c", b"a/b.c", b"a.c", b"b"]);
+        assert!(back.outdated);
+        assert!(!decode(&back.encode()).unwrap().outdated, "rewritten in component order");
+        // Aligning a walk's paths finds each one, and none that is not cached.
+        let walked: Vec<&[u8]> = vec![b"a/a", b"a/b", b"a/b.c", b"a.c", b"c"];
+        assert_eq!(back.align(walked.into_iter()), [None, Some(0), Some(2), Some(3), None]);
+        assert_eq!(back.get(b"a/b/c").map(|c| c.id), Some(ContentId([1; 32])));
+        assert!(back.get(b"a/b/d").is_none());
     }
 
     #[test]

@@ -128,6 +128,8 @@ struct ReadPlan {
     ids: Vec<Option<ContentId>>,
     /// Per walked entry, its stat as read (a file that changed while it was read).
     stat_after: Vec<Option<walk::Stat>>,
+    /// Per walked entry, the index of its stat cache entry (one merge of the two lists).
+    cached: Vec<Option<usize>>,
     /// Entries (indices) to read.
     to_read: Vec<usize>,
     files: u64,
@@ -142,6 +144,7 @@ fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     let mut plan = ReadPlan {
         ids: Vec::with_capacity(n),
         stat_after: vec![None; n],
+        cached: cache.align(walked.entries.iter().map(|e| e.path.as_slice())),
         to_read: Vec::new(),
         files: 0,
         bytes: 0,
@@ -152,7 +155,7 @@ fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
             Kind::File => {
                 plan.files += 1;
                 plan.bytes += e.stat.size;
-                cache.clean_id(&e.path, &e.stat)
+                plan.cached[i].map(|c| &cache.entries[c].1).filter(|c| cache.clean(c, &e.stat)).map(|c| c.id)
             }
             _ => None,
         };
@@ -197,7 +200,7 @@ impl<'a> Baseline<'a> {
     fn adds(&self, e: &Entry) -> bool {
         match self {
             Baseline::PreRewind | Baseline::First => true,
-            Baseline::Cache(cache) => cache.entries.get(&e.path).is_none_or(|c| c.stat != e.stat),
+            Baseline::Cache(cache) => cache.get(&e.path).is_none_or(|c| c.stat != e.stat),
             Baseline::Tree(before) => before.get(&e.path).is_none_or(|n| n.size != e.stat.size),
         }
     }
@@ -211,7 +214,8 @@ impl<'a> Baseline<'a> {
         }
         let whole = match self {
             Baseline::First => (limits.first_max_bytes, "first-max-size", "a first snapshot may hold"),
-            Baseline::Cache(_) | Baseline::Tree(_) if self.adds(e) => {
+            // Whether it adds is asked only of a file that would be over if it did.
+            Baseline::Cache(_) | Baseline::Tree(_) if e.stat.size > limits.later_max_bytes && self.adds(e) => {
                 (limits.later_max_bytes, "later-max-size", "a later snapshot may add")
             }
             _ => return None,
@@ -378,7 +382,7 @@ fn build_trees(
     session_id: &str,
 ) -> Result<Built> {
     let unchanged_cache = cache_still_holds(walked, plan, cache, taken_at_ns);
-    let mut new_cache = StatCache { taken_at_ns, entries: Default::default(), tree_ids: Vec::new() };
+    let mut new_cache = StatCache { taken_at_ns, ..StatCache::default() };
     let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();
     for (i, e) in walked.entries.iter().enumerate() {
@@ -389,7 +393,7 @@ fn build_trees(
                 let Some(id) = plan.ids[i] else { continue };
                 let stat = plan.stat_after[i].unwrap_or(e.stat);
                 if !unchanged_cache {
-                    new_cache.entries.insert(e.path.clone(), Cached { stat, id });
+                    new_cache.entries.push((e.path.clone(), Cached { stat, id }));
                 }
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
             }
@@ -423,11 +427,12 @@ fn build_trees(
 /// i.e. its mtime is past the margin now; until then it is simply read again, which costs
 /// far less than rewriting the cache of a large tree at every snapshot.
 fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at_ns: i128) -> bool {
-    plan.files as usize == cache.entries.len()
+    !cache.outdated
+        && plan.files as usize == cache.entries.len()
         && walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File).all(|(i, e)| {
             let stat = plan.stat_after[i].unwrap_or(e.stat);
-            let same =
-                plan.ids[i].is_some_and(|id| cache.entries.get(&e.path).is_some_and(|c| c.id == id && c.stat == stat));
+            let cached = plan.cached[i].map(|c| &cache.entries[c].1);
+            let same = plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat));
             let would_settle = plan.stat_after[i].is_some() && stat.mtime_ns + statcache::RACY_MARGIN_NS < taken_at_ns;
             same && !would_settle
         })
@@ -534,16 +539,7 @@ fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result
     }
     bytes.truncate(filled);
     let id = ContentId(store.keys().content_id(&bytes));
-    use std::os::unix::fs::MetadataExt;
-    let stat = walk::Stat {
-        mode: meta.mode(),
-        size: meta.size(),
-        mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        ctime_ns: i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec()),
-        device: meta.dev(),
-        inode: meta.ino(),
-    };
-    Ok((id, bytes, stat))
+    Ok((id, bytes, walk::Stat::of(&meta)))
 }
 
 /// Builds directory nodes bottom-up from entries in component order.
@@ -570,10 +566,10 @@ impl TreeBuilder {
             self.close(store)?;
         }
         // Open the directories between the innermost open one and `dir`.
-        let open = self.stack.last().expect("non-empty").0.clone();
+        let open = &self.stack.last().expect("non-empty").0;
         let rest = if open.is_empty() { dir } else { &dir[(open.len() + 1).min(dir.len())..] };
         if !rest.is_empty() {
-            let mut path = open;
+            let mut path = open.clone();
             for comp in rest.split(|c| *c == b'/') {
                 if !path.is_empty() {
                     path.push(b'/');
