@@ -95,7 +95,22 @@ pub struct Walk {
     pub skipped: Vec<Skipped>,
     /// How many paths the unconditional exclusions removed.
     pub excluded: u64,
+    /// In a partial walk ([`walk_scoped`]): the directories listed whole, and those met but
+    /// not entered (not nested repositories). Empty in a full walk.
+    pub dirs: ScopedDirs,
 }
+
+/// The directories a partial walk listed whole and those it did not enter.
+#[derive(Debug, Default)]
+pub struct ScopedDirs {
+    /// Entered: every entry of theirs the rules keep is in the walk.
+    pub listed: Vec<Vec<u8>>,
+    /// Met in a listed directory but not entered.
+    pub unlisted: Vec<Vec<u8>>,
+}
+
+/// Which directories (relative, `/`-separated) a partial walk enters.
+pub type Scope<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
 
 const EXCLUDED_NAMES: &[&str] = &[
     ".env",
@@ -134,6 +149,16 @@ pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
 /// # Errors
 /// `io` if `root` cannot be read.
 pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
+    walk_scoped(root, skip_dirs, None)
+}
+
+/// [`walk`], entering only the directories `scope` accepts (the root is always listed):
+/// the same rules with the same ignore files, so what it finds in a directory it lists is
+/// exactly what a full walk finds there.
+///
+/// # Errors
+/// `io` if `root` cannot be read.
+pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<Scope<'_>>) -> Result<Walk> {
     let found = Mutex::new(Walk::default());
     let mut builder = WalkBuilder::new(root);
     builder
@@ -177,7 +202,7 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
     builder.build_parallel().run(|| {
         let found = &found;
-        Box::new(move |result| visit(result, root_bytes, found))
+        Box::new(move |result| visit(result, root_bytes, found, scope))
     });
     let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
     walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
@@ -188,7 +213,12 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 
 /// Records one path the walk met: a file or symlink as an entry, a directory holding
 /// `.git` as a nested repository (not descended into), anything unreadable as skipped.
-fn visit(result: std::result::Result<ignore::DirEntry, ignore::Error>, root: &[u8], found: &Mutex<Walk>) -> WalkState {
+fn visit(
+    result: std::result::Result<ignore::DirEntry, ignore::Error>,
+    root: &[u8],
+    found: &Mutex<Walk>,
+    scope: Option<Scope<'_>>,
+) -> WalkState {
     let entry = match result {
         Ok(e) => e,
         Err(e) => {
@@ -213,7 +243,12 @@ fn visit(result: std::result::Result<ignore::DirEntry, ignore::Error>, root: &[u
     let ft = meta.file_type();
     let record = if ft.is_dir() {
         if !entry.path().join(".git").exists() {
-            return WalkState::Continue;
+            let Some(scope) = scope else { return WalkState::Continue };
+            let enter = scope(&rel);
+            let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
+            let dirs = if enter { &mut f.dirs.listed } else { &mut f.dirs.unlisted };
+            dirs.push(rel);
+            return if enter { WalkState::Continue } else { WalkState::Skip };
         }
         let mut f = found.lock().unwrap_or_else(|p| p.into_inner());
         match nested_commit(entry.path()) {

@@ -18,8 +18,11 @@
 //!   shared objects lock; a crash in between leaves only unreferenced objects, which `gc`
 //!   removes. Snapshots of one session are taken one at a time (the session lock): a
 //!   second waits, it is never skipped.
-//! - The stat cache always describes the session's latest snapshot, so the content ids it
-//!   holds are kept alive by that snapshot.
+//! - The stat cache describes the session's latest fully walked snapshot; the content and
+//!   tree ids it names are kept alive by `gc` whether or not that snapshot still exists.
+//! - With a watcher ([`watch`](crate::watch)), a snapshot first syncs with it and records
+//!   the mark it got; the next one patches the previous tree where the watcher saw changes
+//!   (`watched`) when everything adds up, and walks the whole tree otherwise.
 
 //!
 //! [`take`] takes one, phase by phase; [`prune`] keeps a session within its budget;
@@ -32,6 +35,7 @@ mod prune;
 pub mod statcache;
 mod take;
 pub mod tree;
+mod watched;
 
 pub(crate) use lookup::Lookup;
 pub use lookup::{flatten, live_objects, read_tree};
@@ -138,6 +142,13 @@ pub struct SnapshotRecord {
     /// The turn it belongs to, if any.
     #[serde(default)]
     pub turn_id: Option<String>,
+    /// Where it stood in the workspace watcher's events (none without a watcher): the next
+    /// snapshot asks the watcher what changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<crate::watch::WatchMark>,
+    /// Whether it was taken from the watcher's changes instead of a walk of the whole tree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watched: bool,
 }
 
 /// What a snapshot is of: a workspace's directory, for one session.

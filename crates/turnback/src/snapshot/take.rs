@@ -25,6 +25,7 @@ use crate::snapshot::lookup::flatten;
 use crate::snapshot::prune::prune;
 use crate::snapshot::statcache::{self, Cached, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
+use crate::snapshot::watched;
 use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object::{self, Sealed};
@@ -47,6 +48,8 @@ pub struct TakeOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Told, after each batch, the bytes read so far and the bytes to read in all.
     pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
+    /// Walk the whole tree even if the watcher could say what changed.
+    pub full: bool,
 }
 
 impl std::fmt::Debug for TakeOptions<'_> {
@@ -80,6 +83,12 @@ pub(crate) fn take(
     let _objects = lock::objects(&store.locks_dir(), false)?;
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
+    // Before anything is stat-ed: what changed since the previous snapshot, if the watcher
+    // can say; a watched snapshot patches the previous tree, else the whole tree is walked.
+    let (synced, previous) = watched::sync(store, source, opts)?;
+    if let Some(record) = watched::take(store, source, opts, hooks, &synced, previous.as_ref(), started)? {
+        return Ok(record);
+    }
     let mut walked = walk::walk(source.root, store.protected_paths())?;
     crate::base::failpoint::hit("snapshot-walked");
     let (cache, stat_cache_dropped) = StatCache::load_or_drop(store, source.session_id)?;
@@ -108,6 +117,8 @@ pub(crate) fn take(
         stat_cache_dropped,
         duration_ms: 0,
         turn_id: opts.turn_id.map(str::to_string),
+        watch: watched::mark(store, &synced),
+        watched: false,
     };
     if record.skipped.is_none() {
         record.stored_bytes += read_and_pack(store, source.root, &walked, &mut plan, opts, &mut record)?;
@@ -123,21 +134,21 @@ pub(crate) fn take(
 }
 
 /// What the walk found, and what the stat cache cannot vouch for.
-struct ReadPlan {
+pub(super) struct ReadPlan {
     /// Per walked entry, its content id once known (from the cache, or after reading).
-    ids: Vec<Option<ContentId>>,
+    pub(super) ids: Vec<Option<ContentId>>,
     /// Per walked entry, its stat as read (a file that changed while it was read).
     stat_after: Vec<Option<walk::Stat>>,
     /// Entries (indices) to read.
     to_read: Vec<usize>,
     files: u64,
     bytes: u64,
-    read_bytes: u64,
+    pub(super) read_bytes: u64,
 }
 
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
-fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
+pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     let n = walked.entries.len();
     let mut plan = ReadPlan {
         ids: Vec::with_capacity(n),
@@ -183,10 +194,12 @@ impl<'a> Baseline<'a> {
             return Ok(Baseline::PreRewind);
         }
         let Some(previous) = latest(store, session_id)? else { return Ok(Baseline::First) };
-        if !cache.entries.is_empty() {
+        let previous_root = previous.root.as_deref().and_then(ContentId::from_hex);
+        // After watched snapshots the cache describes an older one: measure against the tree.
+        if !cache.entries.is_empty() && previous_root.is_some_and(|r| cache.tree_ids.contains(&r)) {
             return Ok(Baseline::Cache(cache));
         }
-        Ok(Baseline::Tree(match previous.root.as_deref().and_then(ContentId::from_hex) {
+        Ok(Baseline::Tree(match previous_root {
             Some(root) => flatten(store, &root)?,
             None => BTreeMap::new(),
         }))
@@ -261,7 +274,7 @@ fn over_limit(walked: &Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits, p
 /// is compressed and encrypted while the next one is read, and stored by a writer thread.
 /// Files that vanished or became unreadable since the walk are left out with the reason.
 /// Returns the bytes stored.
-fn read_and_pack(
+pub(super) fn read_and_pack(
     store: &Store,
     root: &Path,
     walked: &Walk,
@@ -360,11 +373,11 @@ fn pack_batch(
 
 /// What phase 6 built: the root, the nested repositories, the tree nodes and symlink
 /// targets to store, and the stat cache to write (`None`: the old one still holds).
-struct Built {
-    root: ContentId,
-    nested: Vec<NestedRepo>,
-    pending: Vec<Sealed>,
-    cache: Option<Vec<u8>>,
+pub(super) struct Built {
+    pub(super) root: ContentId,
+    pub(super) nested: Vec<NestedRepo>,
+    pub(super) pending: Vec<Sealed>,
+    pub(super) cache: Option<Vec<u8>>,
 }
 
 /// Phase 6: builds the trees bottom-up, and the new stat cache unless the old one still
@@ -435,7 +448,7 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
 
 /// Phase 7: one transaction — the trees, the record, what the turns are told, and the new
 /// stat cache.
-fn commit(
+pub(super) fn commit(
     store: &Store,
     record: &mut SnapshotRecord,
     built: Option<Built>,
