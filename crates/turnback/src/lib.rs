@@ -92,7 +92,6 @@ pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
 pub use storage::content::ContentClass;
 pub use storage::keys::{KeyConfig, KeySource, new_master_key};
 pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, WatchMode, format_size, parse_size};
-pub use watch::{StartWatcher, WatchMark, WatchStatus};
 pub use storage::store::{RotationReport, default_dir as default_store_dir};
 pub use undo::guarded::ResultType;
 pub use undo::rewind::{
@@ -102,6 +101,7 @@ pub use undo::rollback::{
     Analysis, Choice, ChoiceFile, ConflictReason, ExcludedEffect, InverseOperation, Outcome as TargetOutcome, Residual,
     ResolveResult, RollbackResult, SafeChoice, Selection as RollbackSelection, TargetAnalysis, ThreeWayState,
 };
+pub use watch::{StartWatcher, WatchMark, WatchStatus};
 
 #[cfg(test)]
 mod layering_tests;

@@ -54,7 +54,8 @@ pub fn run(ctx: &Ctx, command: WatchCommand) -> Result<Outcome> {
         }
         WatchCommand::Stop => {
             let status = ctx.open(false)?.watch_stop()?;
-            let text = if status.running { "watcher stopped".to_string() } else { "no watcher was running".to_string() };
+            let text =
+                if status.running { "watcher stopped".to_string() } else { "no watcher was running".to_string() };
             return Ok(Outcome::of(&status, text));
         }
         WatchCommand::Status => ctx.open(false)?.watch_status()?,

@@ -85,7 +85,7 @@ pub(crate) fn take(
     let created_at = format_ms(now_ms());
     // Before anything is stat-ed: what changed since the previous snapshot, if the watcher
     // can say; a watched snapshot patches the previous tree, else the whole tree is walked.
-    let (synced, previous) = watched::sync(store, source, opts)?;
+    let (synced, previous) = watched::sync(store, source)?;
     if let Some(record) = watched::take(store, source, opts, hooks, &synced, previous.as_ref(), started)? {
         return Ok(record);
     }

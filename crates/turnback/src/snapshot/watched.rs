@@ -23,12 +23,12 @@
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+use crate::base::time::{format_ms, now_ms};
 use crate::error::Result;
 use crate::fs::walk::{Kind, Walk, component_order, walk_scoped};
 use crate::snapshot::lookup::read_tree;
-use crate::snapshot::statcache::StatCache;
-use crate::base::time::{format_ms, now_ms};
 use crate::snapshot::prune::prune;
+use crate::snapshot::statcache::StatCache;
 use crate::snapshot::take::{Built, classify, commit, read_and_pack};
 use crate::snapshot::tree::{self, Node, NodeKind};
 use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, list};
@@ -40,7 +40,7 @@ use crate::watch::{self, Synced, WatchMark};
 
 /// Syncs with the workspace's watcher (before anything is stat-ed): what changed since the
 /// session's latest snapshot, if the watcher can say.
-pub(super) fn sync(store: &Store, source: Source<'_>, opts: &TakeOptions<'_>) -> Result<(Synced, Option<SnapshotRecord>)> {
+pub(super) fn sync(store: &Store, source: Source<'_>) -> Result<(Synced, Option<SnapshotRecord>)> {
     let previous = list(store, source.session_id)?.pop();
     // `--full` still syncs: its mark lets the next snapshot be watched.
     if store.settings().snapshots.watch == WatchMode::Off {
@@ -207,7 +207,8 @@ pub(super) fn patch(
     }
 
     // Rebuild the listed directories bottom-up.
-    let mut listed: Vec<&[u8]> = std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
+    let mut listed: Vec<&[u8]> =
+        std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
     listed.sort_by(|a, b| depth(b).cmp(&depth(a)).then(a.cmp(b)));
     let listed_set: HashSet<&[u8]> = listed.iter().copied().collect();
     let unlisted: HashSet<&[u8]> = walked.dirs.unlisted.iter().map(Vec::as_slice).collect();

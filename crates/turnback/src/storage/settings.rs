@@ -255,7 +255,9 @@ impl Settings {
         if let Some(v) = &f.max_session_size {
             s.snapshots.max_session_bytes = v.bytes("max-session-size")?;
         }
-        if let Some(w) = &f.watch {
+        // `TURNBACK_WATCH` (auto|off) overrides the file: test harnesses and one-off runs.
+        let env_watch = std::env::var("TURNBACK_WATCH").ok();
+        if let Some(w) = env_watch.as_ref().or(f.watch.as_ref()) {
             s.snapshots.watch = match w.as_str() {
                 "auto" => s.snapshots.watch,
                 "off" => WatchMode::Off,

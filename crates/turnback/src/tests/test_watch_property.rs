@@ -20,19 +20,56 @@ const NAMES: [&str; 4] = ["a.txt", "b.log", "c", "ignored.tmp"];
 
 #[derive(Debug, Clone)]
 enum Step {
-    Write { dir: usize, name: usize, len: usize },
-    Truncate { dir: usize, name: usize },
-    Delete { dir: usize, name: usize },
-    RenameFile { from: (usize, usize), to: (usize, usize) },
-    RenameDir { from: usize, to: usize },
-    DeleteDir { dir: usize },
-    Chmod { dir: usize, name: usize, exec: bool },
-    Symlink { dir: usize, name: usize, target: usize },
-    Ignore { dir: usize, pattern: usize },
-    NestedRepo { dir: usize, commit: u8, packed: bool },
-    NestedGone { dir: usize },
+    Write {
+        dir: usize,
+        name: usize,
+        len: usize,
+    },
+    Truncate {
+        dir: usize,
+        name: usize,
+    },
+    Delete {
+        dir: usize,
+        name: usize,
+    },
+    RenameFile {
+        from: (usize, usize),
+        to: (usize, usize),
+    },
+    RenameDir {
+        from: usize,
+        to: usize,
+    },
+    DeleteDir {
+        dir: usize,
+    },
+    Chmod {
+        dir: usize,
+        name: usize,
+        exec: bool,
+    },
+    Symlink {
+        dir: usize,
+        name: usize,
+        target: usize,
+    },
+    Ignore {
+        dir: usize,
+        pattern: usize,
+    },
+    NestedRepo {
+        dir: usize,
+        commit: u8,
+        packed: bool,
+    },
+    NestedGone {
+        dir: usize,
+    },
     /// The watcher is stopped (and restarted `restart` steps later, or at once).
-    StopWatcher { restart: bool },
+    StopWatcher {
+        restart: bool,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -194,9 +231,11 @@ fn run(steps: &[Step], max_dirty: usize) -> usize {
         assert_eq!(a.root, b.root, "after {:?} (step {i}): watched={} {a:?}\nfull: {b:?}", s, a.watched);
         assert_eq!((a.files, a.bytes), (b.files, b.bytes), "totals after {s:?}");
         assert_eq!(a.nested_repos, b.nested_repos, "nested repositories after {s:?}");
-        assert!(std::fs::read_dir(&root).unwrap().all(|e| {
-            !e.unwrap().file_name().to_string_lossy().starts_with(".watch.turnback-")
-        }));
+        assert!(
+            std::fs::read_dir(&root)
+                .unwrap()
+                .all(|e| { !e.unwrap().file_name().to_string_lossy().starts_with(".watch.turnback-") })
+        );
         watched += usize::from(a.watched);
     }
     drop(watcher);

@@ -282,7 +282,11 @@ fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previou
         state.above = above;
         state.dirty.lost();
         let seq = state.dirty.tick();
-        return Synced::Walk { epoch: epoch.to_string(), seq, why: "an ignore file above the workspace changed".into() };
+        return Synced::Walk {
+            epoch: epoch.to_string(),
+            seq,
+            why: "an ignore file above the workspace changed".into(),
+        };
     }
     let epoch = epoch.to_string();
     if previous_epoch != epoch {
@@ -305,7 +309,14 @@ fn ignore_files_above(root: &Path) -> Vec<Option<(u64, i64, i64, u64)>> {
     let mut out = Vec::new();
     for dir in root.ancestors().skip(1) {
         for name in [".gitignore", ".ignore", ".git/info/exclude"] {
-            out.push(dir.join(name).metadata().ok().map(|m| (m.ino(), m.mtime_nsec() + m.mtime() * 1_000_000_000, m.ctime_nsec() + m.ctime() * 1_000_000_000, m.size())));
+            out.push(dir.join(name).metadata().ok().map(|m| {
+                (
+                    m.ino(),
+                    m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                    m.ctime_nsec() + m.ctime() * 1_000_000_000,
+                    m.size(),
+                )
+            }));
         }
     }
     out

@@ -322,8 +322,7 @@ mod tests {
 
     #[test]
     fn sync_replies_round_trip() {
-        let changed =
-            Synced::Changed { epoch: "ab".into(), seq: 7, paths: vec![b"a/b".to_vec(), b"n\xff".to_vec()] };
+        let changed = Synced::Changed { epoch: "ab".into(), seq: 7, paths: vec![b"a/b".to_vec(), b"n\xff".to_vec()] };
         match decode_sync(&encode_sync(&changed)) {
             Some(Synced::Changed { epoch, seq, paths }) => {
                 assert_eq!((epoch.as_str(), seq, paths), ("ab", 7, vec![b"a/b".to_vec(), b"n\xff".to_vec()]));
