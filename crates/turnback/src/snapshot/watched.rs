@@ -41,11 +41,11 @@ use crate::watch::{self, Synced, WatchMark};
 /// Syncs with the workspace's watcher (before anything is stat-ed): what changed since the
 /// session's latest snapshot, if the watcher can say.
 pub(super) fn sync(store: &Store, source: Source<'_>) -> Result<(Synced, Option<SnapshotRecord>)> {
-    let previous = list(store, source.session_id)?.pop();
     // `--full` still syncs: its mark lets the next snapshot be watched.
     if store.settings().snapshots.watch == WatchMode::Off {
-        return Ok((Synced::None { why: "not watched".into() }, previous));
+        return Ok((Synced::None { why: "not watched".into() }, None));
     }
+    let previous = list(store, source.session_id)?.pop();
     let socket = match watch::socket_path(store.dir(), source.workspace_id) {
         Ok(s) => s,
         Err(e) => return Ok((Synced::None { why: e.message }, previous)),
@@ -178,6 +178,11 @@ pub(super) fn patch(
             }
             _ => return Ok(None), // a change the watcher did not report
         }
+    }
+    // More to read than a later snapshot may add: the full walk decides (before reading).
+    let to_read_bytes: u64 = to_read.iter().map(|e| e.stat.size).sum();
+    if to_read.len() as u64 > limits.later_max_files || to_read_bytes > limits.later_max_bytes {
+        return Ok(None);
     }
     let reading = Walk { entries: to_read, ..Walk::default() };
     let mut plan = classify(&reading, &StatCache::default());

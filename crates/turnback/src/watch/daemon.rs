@@ -112,7 +112,7 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
     let queued = Arc::new(AtomicUsize::new(0));
     let dropped = Arc::new(AtomicBool::new(false));
     let (q, d) = (queued.clone(), dropped.clone());
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+    let handler = move |event: notify::Result<notify::Event>| {
         if q.load(Ordering::SeqCst) >= MAX_QUEUED {
             d.store(true, Ordering::SeqCst);
             return;
@@ -123,7 +123,10 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         }
         q.fetch_add(1, Ordering::SeqCst);
         let _ = tx.send(Msg::Event(event));
-    })
+    };
+    // Symlinks are recorded as links, never followed: nothing outside the tree is watched.
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher = notify::RecommendedWatcher::new(handler, config)
     .map_err(|e| Error::new(ErrorCode::Io, format!("file-system events: {e}")))?;
     watcher
         .watch(&root, RecursiveMode::Recursive)
