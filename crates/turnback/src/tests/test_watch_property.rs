@@ -15,8 +15,8 @@ use crate::snapshot::{self, SnapshotKind, SnapshotRecord, TakeOptions};
 use crate::tests::common::Env;
 use crate::watch::{self, daemon};
 
-const DIRS: [&str; 4] = ["", "d1", "d1/d2", "d3"];
-const NAMES: [&str; 4] = ["a.txt", "b.log", "c", "ignored.tmp"];
+const DIRS: [&str; 6] = ["", "d1", "d1/d2", "d3", "d3/d5/d6", "d1/node_modules"];
+const NAMES: [&str; 5] = ["a.txt", "b.log", "c", "ignored.tmp", ".env"];
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -84,7 +84,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (1..DIRS.len()).prop_map(|dir| Step::DeleteDir { dir }),
         1 => (d.clone(), n.clone(), any::<bool>()).prop_map(|(dir, name, exec)| Step::Chmod { dir, name, exec }),
         1 => (d.clone(), n.clone(), 0..3usize).prop_map(|(dir, name, target)| Step::Symlink { dir, name, target }),
-        2 => (d.clone(), 0..4usize).prop_map(|(dir, pattern)| Step::Ignore { dir, pattern }),
+        2 => (d.clone(), 0..6usize).prop_map(|(dir, pattern)| Step::Ignore { dir, pattern }),
         1 => (1..DIRS.len(), any::<u8>(), any::<bool>()).prop_map(|(dir, commit, packed)| Step::NestedRepo { dir, commit, packed }),
         1 => (1..DIRS.len()).prop_map(|dir| Step::NestedGone { dir }),
         1 => any::<bool>().prop_map(|restart| Step::StopWatcher { restart }),
@@ -138,7 +138,7 @@ fn apply(root: &Path, s: &Step) {
         }
         Step::Ignore { dir, pattern } => {
             let _ = std::fs::create_dir_all(root.join(DIRS[*dir]));
-            let text = ["*.log\n", "c\n", "", "d2/\n!ignored.tmp\n"][*pattern];
+            let text = ["*.log\n", "c\n", "", "d2/\n!ignored.tmp\n", "d5\n", "*\n!*.txt\n!*/\n"][*pattern];
             let _ = std::fs::write(root.join(DIRS[*dir]).join(".gitignore"), text);
         }
         Step::NestedRepo { dir, commit, packed } => {
@@ -243,10 +243,10 @@ fn run(steps: &[Step], max_dirty: usize) -> usize {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     #[test]
-    fn watched_snapshots_equal_full_walks(steps in proptest::collection::vec(step(), 1..14)) {
+    fn watched_snapshots_equal_full_walks(steps in proptest::collection::vec(step(), 1..20)) {
         run(&steps, 250_000);
     }
 
