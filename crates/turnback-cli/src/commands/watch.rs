@@ -28,12 +28,12 @@ impl DetachedWatcher {
 
 impl StartWatcher for DetachedWatcher {
     fn start(&self, workspace: &Path) -> Result<()> {
+        // The workspace is its current directory, not an argument: no path in `ps`.
         let mut child = Command::new(&self.exe)
             .arg("--store")
             .arg(&self.store)
-            .arg("--workspace")
-            .arg(workspace)
             .args(["watch", "run"])
+            .current_dir(workspace)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -62,7 +62,11 @@ pub fn run(ctx: &Ctx, command: WatchCommand) -> Result<Outcome> {
         WatchCommand::Run => {
             // A session of its own: no terminal, no signal meant for whoever started it.
             let _ = rustix::process::setsid();
-            ctx.open(true)?.watch_run()?;
+            let tb = ctx.open(true)?;
+            tb.workspace()?;
+            // Hold no directory busy (an unmount, a deletion): everything is absolute now.
+            let _ = std::env::set_current_dir("/");
+            tb.watch_run()?;
             return Ok(Outcome::of(&serde_json::json!({ "stopped": true }), String::new()));
         }
     };

@@ -144,7 +144,7 @@ pub(crate) fn socket_path(store_dir: &Path, workspace_id: &str) -> Result<PathBu
 
 /// The watcher's lock directory and lock name (held by the watcher alone).
 pub(crate) fn lock_of(store_dir: &Path, workspace_id: &str) -> (PathBuf, String) {
-    (store_dir.join("watch"), format!("{}.lock", workspace_id.replace('-', "")))
+    (store_dir.join("watch"), format!("watch-{}", workspace_id.replace('-', "")))
 }
 
 /// Creates `dir` 0700 if missing; refuses one that is a symlink, not ours, or open to others.
