@@ -40,7 +40,6 @@ mod watched;
 pub(crate) use lookup::Lookup;
 pub use lookup::{flatten, live_objects, read_tree};
 pub use take::TakeOptions;
-pub(crate) use take::take;
 
 use std::path::Path;
 
@@ -160,6 +159,31 @@ pub(crate) struct Source<'a> {
     pub root: &'a Path,
     /// The session.
     pub session_id: &'a str,
+}
+
+/// Takes a snapshot of `source`, telling `hooks` (the turns) what it commits and prunes:
+/// under the session's lock and the shared objects lock, it first syncs with the
+/// workspace's watcher (before anything is stat-ed); a watched snapshot patches the previous
+/// tree where the watcher saw changes ([`watched`]), else the whole tree is walked
+/// ([`take`](take::take)).
+///
+/// # Errors
+/// I/O errors of the store; `cancelled` if the flag was set before the record committed.
+/// A snapshot over a limit is not an error but a record with `skipped` set.
+pub(crate) fn take(
+    store: &Store,
+    source: Source<'_>,
+    opts: &TakeOptions<'_>,
+    hooks: &dyn Hooks,
+) -> Result<SnapshotRecord> {
+    let started = std::time::Instant::now();
+    let _session_turn = crate::fs::lock::session(&store.locks_dir(), source.session_id)?;
+    let _objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
+    let (synced, previous) = watched::sync(store, source)?;
+    if let Some(record) = watched::take(store, source, opts, hooks, &synced, previous.as_ref(), started)? {
+        return Ok(record);
+    }
+    take::take(store, source, opts, hooks, watched::mark(store, &synced), started)
 }
 
 /// What a snapshot tells its owner (the turns), inside the transactions that change it.

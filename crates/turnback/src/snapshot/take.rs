@@ -19,19 +19,18 @@ use rayon::prelude::*;
 
 use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
-use crate::fs::lock;
 use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::prune::prune;
 use crate::snapshot::statcache::{self, Cached, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
-use crate::snapshot::watched;
 use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object::{self, Sealed};
 use crate::storage::pack::{Packer, SealedPack};
 use crate::storage::settings::{SnapshotLimits, format_size};
 use crate::storage::store::Store;
+use crate::watch::WatchMark;
 
 /// Bytes of file content read and sealed per batch (bounds memory).
 const BATCH_BYTES: u64 = 16 * 1024 * 1024;
@@ -67,28 +66,23 @@ fn cancelled(opts: &TakeOptions<'_>) -> Result<()> {
     }
 }
 
-/// Takes a snapshot of `source`, telling `hooks` (the turns) what it commits and prunes.
+/// Takes a snapshot of `source` by walking the whole tree, telling `hooks` (the turns) what
+/// it commits and prunes; the caller holds the session and objects locks and synced with
+/// the watcher (`mark`, recorded with the snapshot) before anything was stat-ed.
 ///
 /// # Errors
 /// I/O errors of the store; `cancelled` if the flag was set before the record committed.
 /// A snapshot over a limit is not an error but a record with `skipped` set.
-pub(crate) fn take(
+pub(super) fn take(
     store: &Store,
     source: Source<'_>,
     opts: &TakeOptions<'_>,
     hooks: &dyn Hooks,
+    mark: Option<WatchMark>,
+    started: std::time::Instant,
 ) -> Result<SnapshotRecord> {
-    let started = std::time::Instant::now();
-    let _session_turn = lock::session(&store.locks_dir(), source.session_id)?;
-    let _objects = lock::objects(&store.locks_dir(), false)?;
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
-    // Before anything is stat-ed: what changed since the previous snapshot, if the watcher
-    // can say; a watched snapshot patches the previous tree, else the whole tree is walked.
-    let (synced, previous) = watched::sync(store, source)?;
-    if let Some(record) = watched::take(store, source, opts, hooks, &synced, previous.as_ref(), started)? {
-        return Ok(record);
-    }
     let mut walked = walk::walk(source.root, store.protected_paths())?;
     crate::base::failpoint::hit("snapshot-walked");
     let (cache, stat_cache_dropped) = StatCache::load_or_drop(store, source.session_id)?;
@@ -117,7 +111,7 @@ pub(crate) fn take(
         stat_cache_dropped,
         duration_ms: 0,
         turn_id: opts.turn_id.map(str::to_string),
-        watch: watched::mark(store, &synced),
+        watch: mark,
         watched: false,
     };
     if record.skipped.is_none() {

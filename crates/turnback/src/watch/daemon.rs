@@ -127,7 +127,7 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
     // Symlinks are recorded as links, never followed: nothing outside the tree is watched.
     let config = notify::Config::default().with_follow_symlinks(false);
     let mut watcher = notify::RecommendedWatcher::new(handler, config)
-    .map_err(|e| Error::new(ErrorCode::Io, format!("file-system events: {e}")))?;
+        .map_err(|e| Error::new(ErrorCode::Io, format!("file-system events: {e}")))?;
     watcher
         .watch(&root, RecursiveMode::Recursive)
         .map_err(|e| Error::new(ErrorCode::Io, format!("watching the workspace: {e}")))?;
