@@ -65,7 +65,8 @@ impl Ctx {
 pub fn open_for_turns(options: &Options, wait: Duration) -> Result<Turnback> {
     let tb = Turnback::open(options)?;
     let starter = commands::detached::DetachedSnapshot::new(tb.store_dir())?;
-    Ok(tb.with_start_snapshot(Box::new(starter), wait))
+    let watcher = commands::watch::DetachedWatcher::new(tb.store_dir())?;
+    Ok(tb.with_start_snapshot(Box::new(starter), wait).with_watcher(Box::new(watcher)))
 }
 
 pub fn cwd() -> Result<PathBuf> {
@@ -109,7 +110,8 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
             commands::fs::stage(ctx, &paths, kind.as_deref(), confirm_unprotected)
         }
         Command::Commit { operation_id, failed } => commands::fs::commit(ctx, &operation_id, failed),
-        Command::Snapshot => commands::snapshot::take(ctx),
+        Command::Snapshot { full } => commands::snapshot::take(ctx, full),
+        Command::Watch(w) => commands::watch::run(ctx, w),
         Command::Diff { turn, from, to, stat, numstat } => commands::diff::run(ctx, turn, from, to, stat, numstat),
         Command::Compare { session_a, session_b, turn, patch } => {
             commands::compare::run(ctx, session_a, session_b, turn, patch)

@@ -204,7 +204,11 @@ pub enum Command {
     /// Take an ad hoc snapshot of the whole workspace.
     ///
     /// Example: turnback snapshot --json
-    Snapshot,
+    Snapshot {
+        /// Walk the whole tree even if the file watcher could say what changed.
+        #[arg(long)]
+        full: bool,
+    },
     /// Take the workspace back to the start of turn T (undoing T and every later turn).
     ///
     /// Without --apply, previews: files to restore, to delete and to leave alone, and a planId.
@@ -271,6 +275,29 @@ pub enum Command {
     /// The master key and data keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// The file watcher behind O(changes) snapshots (one per workspace, in the background).
+    #[command(subcommand)]
+    Watch(WatchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WatchCommand {
+    /// Start the workspace's watcher unless one runs (`turn begin` does this itself when
+    /// `[snapshots] watch = "auto"`).
+    ///
+    /// Example: turnback watch start
+    Start,
+    /// Stop the workspace's watcher.
+    ///
+    /// Example: turnback watch stop
+    Stop,
+    /// Whether a watcher runs, and what it holds.
+    ///
+    /// Example: turnback watch status --json
+    Status,
+    /// Internal: be the watcher (started detached by `watch start` and `turn begin`).
+    #[command(hide = true)]
+    Run,
 }
 
 #[derive(Debug, Args)]

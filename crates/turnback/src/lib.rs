@@ -40,7 +40,7 @@
 //! ```
 //!
 //! The library's layers, bottom first (each imports only those below it): `base`, `fs`,
-//! `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `api` and `agent`;
+//! `watch`, `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `api` and `agent`;
 //! `docs/architecture.md` describes each and the way a hook event travels through them.
 #![deny(missing_docs)]
 
@@ -54,6 +54,7 @@ mod session;
 mod snapshot;
 mod storage;
 mod undo;
+mod watch;
 
 pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
@@ -90,7 +91,7 @@ pub use snapshot::diff::{Change, NumStat};
 pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
 pub use storage::content::ContentClass;
 pub use storage::keys::{KeyConfig, KeySource, new_master_key};
-pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, format_size, parse_size};
+pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, WatchMode, format_size, parse_size};
 pub use storage::store::{RotationReport, default_dir as default_store_dir};
 pub use undo::guarded::ResultType;
 pub use undo::rewind::{
@@ -100,6 +101,7 @@ pub use undo::rollback::{
     Analysis, Choice, ChoiceFile, ConflictReason, ExcludedEffect, InverseOperation, Outcome as TargetOutcome, Residual,
     ResolveResult, RollbackResult, SafeChoice, Selection as RollbackSelection, TargetAnalysis, ThreeWayState,
 };
+pub use watch::{StartWatcher, WatchMark, WatchStatus};
 
 #[cfg(test)]
 mod layering_tests;

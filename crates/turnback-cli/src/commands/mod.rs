@@ -21,3 +21,4 @@ pub mod session;
 pub mod snapshot;
 pub mod turn;
 pub mod ui;
+pub mod watch;

@@ -5,9 +5,9 @@ use turnback::{Result, format_size};
 use crate::app::Ctx;
 use crate::output::{Outcome, Progress, left_out};
 
-pub fn take(ctx: &Ctx) -> Result<Outcome> {
+pub fn take(ctx: &Ctx, full: bool) -> Result<Outcome> {
     let tb = ctx.open(true)?;
-    let r = Progress::during(|report| tb.snapshot(Some(report)))?;
+    let r = Progress::during(|report| if full { tb.snapshot_full(Some(report)) } else { tb.snapshot(Some(report)) })?;
     let mut text = match &r.skipped {
         Some(reason) => format!("snapshot {} skipped: {reason}", r.snapshot_id),
         None => format!(
@@ -20,6 +20,9 @@ pub fn take(ctx: &Ctx) -> Result<Outcome> {
             r.duration_ms
         ),
     };
+    if r.watched {
+        text.push_str(" (from the watcher's changes)");
+    }
     for n in &r.nested_repos {
         text.push_str(&format!("\n  nested repository {} at {}", n.path, n.commit));
     }

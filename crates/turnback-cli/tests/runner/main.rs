@@ -24,4 +24,5 @@ mod test_snapshot_hardening;
 mod test_surface;
 mod test_turns;
 mod test_ui;
+mod test_watch;
 mod test_writes;

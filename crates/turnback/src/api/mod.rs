@@ -25,6 +25,7 @@ pub(crate) mod mutation;
 mod sessions;
 mod turns;
 mod undo;
+mod watching;
 
 pub use compare::{CompareRequest, CompareSide, Comparison, ForkPoint};
 pub use maintenance::{
@@ -134,6 +135,7 @@ pub struct Turnback {
     session: OnceLock<Session>,
     reconciled: ReconcileReport,
     starter: Option<Box<dyn StartSnapshot + Send + Sync>>,
+    watcher: Option<Box<dyn crate::watch::StartWatcher + Send + Sync>>,
     begin_wait: std::time::Duration,
     progress: Option<Box<Progress>>,
     actor: Actor,
@@ -215,6 +217,7 @@ impl Turnback {
             session: OnceLock::new(),
             reconciled,
             starter: None,
+            watcher: None,
             begin_wait: std::time::Duration::ZERO,
             progress: None,
             actor: opts.actor,

@@ -104,6 +104,7 @@ impl Turnback {
     /// `cancelled` (no turn recorded); store errors.
     pub fn begin_turn(&self, req: &BeginRequest, cancel: Option<&AtomicBool>) -> Result<Begun> {
         let never = AtomicBool::new(false);
+        self.ensure_watcher();
         let closed = self.finish_abandoned_tool_calls()?;
         let (ws, session) = (self.workspace()?, self.session()?);
         let starter = self.starter.as_deref().map(|s| s as &dyn begin::StartSnapshot);

@@ -114,7 +114,22 @@ pub struct Walk {
     pub skipped: Vec<Skipped>,
     /// How many paths the unconditional exclusions removed.
     pub excluded: u64,
+    /// In a partial walk ([`walk_scoped`]): the directories listed whole, and those met but
+    /// not entered (not nested repositories). Empty in a full walk.
+    pub dirs: ScopedDirs,
 }
+
+/// The directories a partial walk listed whole and those it did not enter.
+#[derive(Debug, Default)]
+pub struct ScopedDirs {
+    /// Entered: every entry of theirs the rules keep is in the walk.
+    pub listed: Vec<Vec<u8>>,
+    /// Met in a listed directory but not entered.
+    pub unlisted: Vec<Vec<u8>>,
+}
+
+/// Which directories (relative, `/`-separated) a partial walk enters.
+pub type Scope<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
 
 const EXCLUDED_NAMES: &[&str] = &[
     ".env",
@@ -153,6 +168,16 @@ pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
 /// # Errors
 /// `io` if `root` cannot be read.
 pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
+    walk_scoped(root, skip_dirs, None)
+}
+
+/// [`walk`], entering only the directories `scope` accepts (the root is always listed):
+/// the same rules with the same ignore files, so what it finds in a directory it lists is
+/// exactly what a full walk finds there.
+///
+/// # Errors
+/// `io` if `root` cannot be read.
+pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<Scope<'_>>) -> Result<Walk> {
     let found = Mutex::new(Walk::default());
     let mut builder = WalkBuilder::new(root);
     builder
@@ -194,7 +219,7 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     });
     let root_bytes = root.as_os_str().as_bytes();
     let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
-    builder.build_parallel().visit(&mut Visitors { root: root_bytes, found: &found });
+    builder.build_parallel().visit(&mut Visitors { root: root_bytes, found: &found, scope });
     let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
     walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
     // Paths are unique, so an unstable sort orders them all the same.
@@ -207,11 +232,12 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 struct Visitors<'a> {
     root: &'a [u8],
     found: &'a Mutex<Walk>,
+    scope: Option<Scope<'a>>,
 }
 
 impl<'s> ignore::ParallelVisitorBuilder<'s> for Visitors<'s> {
     fn build(&mut self) -> Box<dyn ignore::ParallelVisitor + 's> {
-        Box::new(Visitor { root: self.root, found: self.found, local: Walk::default(), parent: None })
+        Box::new(Visitor { root: self.root, found: self.found, scope: self.scope, local: Walk::default(), parent: None })
     }
 }
 
@@ -222,6 +248,7 @@ impl<'s> ignore::ParallelVisitorBuilder<'s> for Visitors<'s> {
 struct Visitor<'a> {
     root: &'a [u8],
     found: &'a Mutex<Walk>,
+    scope: Option<Scope<'a>>,
     local: Walk,
     parent: Option<(Vec<u8>, OwnedFd)>,
 }
@@ -231,6 +258,8 @@ impl Drop for Visitor<'_> {
         let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
         found.entries.append(&mut self.local.entries);
         found.skipped.append(&mut self.local.skipped);
+        found.dirs.listed.append(&mut self.local.dirs.listed);
+        found.dirs.unlisted.append(&mut self.local.dirs.unlisted);
     }
 }
 
@@ -282,7 +311,11 @@ impl Visitor<'_> {
                 git.extend_from_slice(b"/.git");
                 // Followed, as `Path::exists` would: a `.git` symlink marks a repository too.
                 if rustix::fs::statat(parent, OsStr::from_bytes(&git), AtFlags::empty()).is_err() {
-                    return WalkState::Continue;
+                    let Some(scope) = self.scope else { return WalkState::Continue };
+                    let enter = scope(rel);
+                    let dirs = if enter { &mut self.local.dirs.listed } else { &mut self.local.dirs.unlisted };
+                    dirs.push(rel.to_vec());
+                    return if enter { WalkState::Continue } else { WalkState::Skip };
                 }
                 match nested_commit(entry.path()) {
                     Ok(commit) => {

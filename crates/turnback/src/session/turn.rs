@@ -510,7 +510,13 @@ pub(crate) fn end(
 ) -> Result<Turn> {
     let turn = running(store, &session.id)?
         .ok_or_else(|| Error::new(ErrorCode::NotFound, format!("no turn is running in session {}", session.id)))?;
-    let opts = TakeOptions { kind: Some(SnapshotKind::TurnEnd), turn_id: Some(&turn.turn_id), cancel: None, progress };
+    let opts = TakeOptions {
+        kind: Some(SnapshotKind::TurnEnd),
+        turn_id: Some(&turn.turn_id),
+        cancel: None,
+        progress,
+        full: false,
+    };
     let snap = snapshot::take(store, source(workspace, session), &opts, &Hooks::new(store))?;
     let mut txn = store.kv().begin()?;
     let mut turn = get_in(store, &mut *txn, &turn.turn_id)?.ok_or_else(|| Error::not_found("turn"))?;
@@ -596,7 +602,13 @@ pub(crate) fn take_start_snapshot(
     txn.put(schema::TURNS_TAKING_SNAPSHOT, turn_id.as_bytes(), owner.as_bytes())?;
     txn.commit()?;
     let hooks = Hooks { store, taking: Some(turn_id) };
-    let opts = TakeOptions { kind: Some(SnapshotKind::TurnStart), turn_id: Some(turn_id), cancel, progress: None };
+    let opts = TakeOptions {
+        kind: Some(SnapshotKind::TurnStart),
+        turn_id: Some(turn_id),
+        cancel,
+        progress: None,
+        full: false,
+    };
     let taken = snapshot::take(store, source(workspace, session), &opts, &hooks);
     if taken.is_err() {
         let mut txn = store.kv().begin()?;

@@ -18,16 +18,21 @@ pub fn read_tree(store: &Store, id: &ContentId) -> Result<Vec<Node>> {
     tree::decode(&bytes)
 }
 
-/// Every object id some snapshot reaches (trees, file contents, symlink targets).
+/// Every object id some snapshot reaches (trees, file contents, symlink targets), and
+/// every one a session's stat cache names (see [`statcache`](crate::snapshot::statcache)).
 pub fn live_objects(store: &Store) -> Result<HashSet<ContentId>> {
-    let roots: Vec<ContentId> =
+    let mut roots: Vec<ContentId> =
         all(store)?.iter().filter_map(|r: &SnapshotRecord| r.root.as_deref().and_then(ContentId::from_hex)).collect();
-    let mut live = HashSet::new();
+    let (cached_files, cached_trees) = crate::snapshot::statcache::named_ids(store)?;
+    roots.extend(cached_trees);
+    let mut live: HashSet<ContentId> = cached_files.into_iter().collect();
     let mut stack = roots;
+    let mut visited = HashSet::new();
     while let Some(id) = stack.pop() {
-        if !live.insert(id) {
+        if !visited.insert(id) {
             continue;
         }
+        live.insert(id);
         for node in read_tree(store, &id)? {
             match node.kind {
                 NodeKind::Tree(sub) => stack.push(sub),

@@ -18,8 +18,11 @@
 //!   shared objects lock; a crash in between leaves only unreferenced objects, which `gc`
 //!   removes. Snapshots of one session are taken one at a time (the session lock): a
 //!   second waits, it is never skipped.
-//! - The stat cache always describes the session's latest snapshot, so the content ids it
-//!   holds are kept alive by that snapshot.
+//! - The stat cache describes the session's latest fully walked snapshot; the content and
+//!   tree ids it names are kept alive by `gc` whether or not that snapshot still exists.
+//! - With a watcher ([`watch`](crate::watch)), a snapshot first syncs with it and records
+//!   the mark it got; the next one patches the previous tree where the watcher saw changes
+//!   (`watched`) when everything adds up, and walks the whole tree otherwise.
 
 //!
 //! [`take`] takes one, phase by phase; [`prune`] keeps a session within its budget;
@@ -32,11 +35,11 @@ mod prune;
 pub mod statcache;
 mod take;
 pub mod tree;
+mod watched;
 
 pub(crate) use lookup::Lookup;
 pub use lookup::{flatten, live_objects, read_tree};
 pub use take::TakeOptions;
-pub(crate) use take::take;
 
 use std::path::Path;
 
@@ -138,6 +141,13 @@ pub struct SnapshotRecord {
     /// The turn it belongs to, if any.
     #[serde(default)]
     pub turn_id: Option<String>,
+    /// Where it stood in the workspace watcher's events (none without a watcher): the next
+    /// snapshot asks the watcher what changed since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<crate::watch::WatchMark>,
+    /// Whether it was taken from the watcher's changes instead of a walk of the whole tree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub watched: bool,
 }
 
 /// What a snapshot is of: a workspace's directory, for one session.
@@ -149,6 +159,31 @@ pub(crate) struct Source<'a> {
     pub root: &'a Path,
     /// The session.
     pub session_id: &'a str,
+}
+
+/// Takes a snapshot of `source`, telling `hooks` (the turns) what it commits and prunes:
+/// under the session's lock and the shared objects lock, it first syncs with the
+/// workspace's watcher (before anything is stat-ed); a watched snapshot patches the previous
+/// tree where the watcher saw changes ([`watched`]), else the whole tree is walked
+/// ([`take`](take::take)).
+///
+/// # Errors
+/// I/O errors of the store; `cancelled` if the flag was set before the record committed.
+/// A snapshot over a limit is not an error but a record with `skipped` set.
+pub(crate) fn take(
+    store: &Store,
+    source: Source<'_>,
+    opts: &TakeOptions<'_>,
+    hooks: &dyn Hooks,
+) -> Result<SnapshotRecord> {
+    let started = std::time::Instant::now();
+    let _session_turn = crate::fs::lock::session(&store.locks_dir(), source.session_id)?;
+    let _objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
+    let (synced, previous) = watched::sync(store, source)?;
+    if let Some(record) = watched::take(store, source, opts, hooks, &synced, previous.as_ref(), started)? {
+        return Ok(record);
+    }
+    take::take(store, source, opts, hooks, watched::mark(store, &synced), started)
 }
 
 /// What a snapshot tells its owner (the turns), inside the transactions that change it.

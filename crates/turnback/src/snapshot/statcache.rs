@@ -2,8 +2,12 @@
 //!
 //! Invariants:
 //! - It is stored sealed (paths are secret) and written in the same transaction as the
-//!   snapshot it describes, so every content id in it names an object that snapshot keeps
-//!   alive.
+//!   snapshot it describes. A watched snapshot (see
+//!   [`watched`](crate::snapshot)) does not rewrite it, so it may describe an older snapshot
+//!   of the session, even one pruned since: every content and tree id it names is therefore
+//!   a root of `gc` ([`named_ids`], used by [`live_objects`](crate::snapshot::live_objects)),
+//!   and a full walk after watched snapshots measures what it adds against the latest
+//!   snapshot's tree, not against an older cache.
 //! - A file is taken as unchanged only if every stat field (type and mode, size, mtime,
 //!   ctime, device, inode) matches **and** its mtime is older than the moment the cached
 //!   walk began by more than [`RACY_MARGIN_NS`]. A file written in the same instant as the
@@ -156,6 +160,22 @@ impl StatCache {
         }
         out
     }
+}
+
+/// The content and tree ids every session's stat cache names (a cache that does not
+/// verify names nothing: it is dropped before it is ever used). They are a root of `gc`: a
+/// watched snapshot does not rewrite the cache, so it may describe a snapshot pruned since,
+/// and the next full walk still takes its ids as stored.
+pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
+    let (mut files, mut trees) = (Vec::new(), Vec::new());
+    store.kv().scan(schema::STATCACHE, b"", &mut |k, v| {
+        if let Ok(cache) = store.open_bytes(schema::STATCACHE, k, v).and_then(|b| decode(&b)) {
+            files.extend(cache.entries.iter().map(|(_, c)| c.id));
+            trees.extend(cache.tree_ids);
+        }
+        Ok(true)
+    })?;
+    Ok((files, trees))
 }
 
 /// Stores the sealed cache `value` of `session` inside `txn`.

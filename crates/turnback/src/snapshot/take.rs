@@ -19,7 +19,6 @@ use rayon::prelude::*;
 
 use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
-use crate::fs::lock;
 use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::prune::prune;
@@ -31,6 +30,7 @@ use crate::storage::object::{self, Sealed};
 use crate::storage::pack::{Packer, SealedPack};
 use crate::storage::settings::{SnapshotLimits, format_size};
 use crate::storage::store::Store;
+use crate::watch::WatchMark;
 
 /// Bytes of file content read and sealed per batch (bounds memory).
 const BATCH_BYTES: u64 = 16 * 1024 * 1024;
@@ -47,6 +47,8 @@ pub struct TakeOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Told, after each batch, the bytes read so far and the bytes to read in all.
     pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
+    /// Walk the whole tree even if the watcher could say what changed.
+    pub full: bool,
 }
 
 impl std::fmt::Debug for TakeOptions<'_> {
@@ -64,20 +66,21 @@ fn cancelled(opts: &TakeOptions<'_>) -> Result<()> {
     }
 }
 
-/// Takes a snapshot of `source`, telling `hooks` (the turns) what it commits and prunes.
+/// Takes a snapshot of `source` by walking the whole tree, telling `hooks` (the turns) what
+/// it commits and prunes; the caller holds the session and objects locks and synced with
+/// the watcher (`mark`, recorded with the snapshot) before anything was stat-ed.
 ///
 /// # Errors
 /// I/O errors of the store; `cancelled` if the flag was set before the record committed.
 /// A snapshot over a limit is not an error but a record with `skipped` set.
-pub(crate) fn take(
+pub(super) fn take(
     store: &Store,
     source: Source<'_>,
     opts: &TakeOptions<'_>,
     hooks: &dyn Hooks,
+    mark: Option<WatchMark>,
+    started: std::time::Instant,
 ) -> Result<SnapshotRecord> {
-    let started = std::time::Instant::now();
-    let _session_turn = lock::session(&store.locks_dir(), source.session_id)?;
-    let _objects = lock::objects(&store.locks_dir(), false)?;
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
     let mut walked = walk::walk(source.root, store.protected_paths())?;
@@ -108,6 +111,8 @@ pub(crate) fn take(
         stat_cache_dropped,
         duration_ms: 0,
         turn_id: opts.turn_id.map(str::to_string),
+        watch: mark,
+        watched: false,
     };
     if record.skipped.is_none() {
         record.stored_bytes += read_and_pack(store, source.root, &walked, &mut plan, opts, &mut record)?;
@@ -123,9 +128,9 @@ pub(crate) fn take(
 }
 
 /// What the walk found, and what the stat cache cannot vouch for.
-struct ReadPlan {
+pub(super) struct ReadPlan {
     /// Per walked entry, its content id once known (from the cache, or after reading).
-    ids: Vec<Option<ContentId>>,
+    pub(super) ids: Vec<Option<ContentId>>,
     /// Per walked entry, its stat as read (a file that changed while it was read).
     stat_after: Vec<Option<walk::Stat>>,
     /// Per walked entry, the index of its stat cache entry (one merge of the two lists).
@@ -134,12 +139,12 @@ struct ReadPlan {
     to_read: Vec<usize>,
     files: u64,
     bytes: u64,
-    read_bytes: u64,
+    pub(super) read_bytes: u64,
 }
 
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
-fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
+pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     let n = walked.entries.len();
     let mut plan = ReadPlan {
         ids: Vec::with_capacity(n),
@@ -186,10 +191,12 @@ impl<'a> Baseline<'a> {
             return Ok(Baseline::PreRewind);
         }
         let Some(previous) = latest(store, session_id)? else { return Ok(Baseline::First) };
-        if !cache.entries.is_empty() {
+        let previous_root = previous.root.as_deref().and_then(ContentId::from_hex);
+        // After watched snapshots the cache describes an older one: measure against the tree.
+        if !cache.entries.is_empty() && previous_root.is_some_and(|r| cache.tree_ids.contains(&r)) {
             return Ok(Baseline::Cache(cache));
         }
-        Ok(Baseline::Tree(match previous.root.as_deref().and_then(ContentId::from_hex) {
+        Ok(Baseline::Tree(match previous_root {
             Some(root) => flatten(store, &root)?,
             None => BTreeMap::new(),
         }))
@@ -265,7 +272,7 @@ fn over_limit(walked: &Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits, p
 /// is compressed and encrypted while the next one is read, and stored by a writer thread.
 /// Files that vanished or became unreadable since the walk are left out with the reason.
 /// Returns the bytes stored.
-fn read_and_pack(
+pub(super) fn read_and_pack(
     store: &Store,
     root: &Path,
     walked: &Walk,
@@ -364,11 +371,11 @@ fn pack_batch(
 
 /// What phase 6 built: the root, the nested repositories, the tree nodes and symlink
 /// targets to store, and the stat cache to write (`None`: the old one still holds).
-struct Built {
-    root: ContentId,
-    nested: Vec<NestedRepo>,
-    pending: Vec<Sealed>,
-    cache: Option<Vec<u8>>,
+pub(super) struct Built {
+    pub(super) root: ContentId,
+    pub(super) nested: Vec<NestedRepo>,
+    pub(super) pending: Vec<Sealed>,
+    pub(super) cache: Option<Vec<u8>>,
 }
 
 /// Phase 6: builds the trees bottom-up, and the new stat cache unless the old one still
@@ -440,7 +447,7 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
 
 /// Phase 7: one transaction — the trees, the record, what the turns are told, and the new
 /// stat cache.
-fn commit(
+pub(super) fn commit(
     store: &Store,
     record: &mut SnapshotRecord,
     built: Option<Built>,

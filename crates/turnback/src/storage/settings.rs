@@ -57,7 +57,23 @@ pub struct SnapshotLimits {
     pub max_per_session: u64,
     /// …and at most this many stored bytes of them.
     pub max_session_bytes: u64,
+    /// Whether turns start the file watcher behind O(changes) snapshots.
+    pub watch: WatchMode,
+    /// The watcher exits after this many seconds without a snapshot asking it.
+    pub watch_idle_secs: u64,
 }
+
+/// `[snapshots] watch`: whether turns start the file watcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchMode {
+    /// Started by `turn begin` where the platform has file-system events (the default).
+    Auto,
+    /// Never started by turnback; snapshots walk the whole tree.
+    Off,
+}
+
+/// Default idle time after which the watcher exits: 30 minutes.
+pub const DEFAULT_WATCH_IDLE_SECS: u64 = 30 * 60;
 
 impl Default for SnapshotLimits {
     fn default() -> Self {
@@ -69,6 +85,8 @@ impl Default for SnapshotLimits {
             later_max_files: 20_000,
             max_per_session: 200,
             max_session_bytes: 2 * 1024 * MIB,
+            watch: if cfg!(any(target_os = "linux", target_os = "macos")) { WatchMode::Auto } else { WatchMode::Off },
+            watch_idle_secs: DEFAULT_WATCH_IDLE_SECS,
         }
     }
 }
@@ -123,6 +141,8 @@ struct FileSnapshots {
     later_max_files: Option<u64>,
     max_per_session: Option<u64>,
     max_session_size: Option<SizeValue>,
+    watch: Option<String>,
+    watch_idle_seconds: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -176,6 +196,11 @@ later-max-files = 20000
 # whole turns (start and end together) go first, and `turnback gc` reclaims the space.
 max-per-session = 200
 max-session-size = \"2 GiB\"
+# \"auto\": `turn begin` starts a file watcher (one per workspace, `turnback watch status`)
+# so that a snapshot reads only what changed; \"off\": every snapshot walks the whole tree.
+watch = \"auto\"
+# The watcher exits after this many seconds without a snapshot asking it.
+watch-idle-seconds = 1800
 
 [history]
 # A session's conversation history keeps at most this much; when an entry takes it over,
@@ -229,6 +254,18 @@ impl Settings {
         }
         if let Some(v) = &f.max_session_size {
             s.snapshots.max_session_bytes = v.bytes("max-session-size")?;
+        }
+        // `TURNBACK_WATCH` (auto|off) overrides the file: test harnesses and one-off runs.
+        let env_watch = std::env::var("TURNBACK_WATCH").ok();
+        if let Some(w) = env_watch.as_ref().or(f.watch.as_ref()) {
+            s.snapshots.watch = match w.as_str() {
+                "auto" => s.snapshots.watch,
+                "off" => WatchMode::Off,
+                other => return Err(Error::invalid(format!("watch: \"{other}\" is not \"auto\" or \"off\""))),
+            };
+        }
+        if let Some(n) = f.watch_idle_seconds {
+            s.snapshots.watch_idle_secs = n.max(1);
         }
         if let Some(v) = &file.history.max_session_size {
             s.history_max_session_bytes = v.bytes("history max-session-size")?.max(64 * 1024);

@@ -7,3 +7,4 @@ mod test_mutations;
 mod test_rollback_property;
 mod test_snapshot;
 mod test_store;
+mod test_watch_property;

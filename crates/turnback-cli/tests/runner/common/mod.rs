@@ -112,6 +112,8 @@ impl Env {
             .env("HOME", &self.home)
             // Never reach for a real OS keychain, even in a build with the feature.
             .env("TURNBACK_NO_KEYCHAIN", "1")
+            // No file watcher unless a test asks for one (`set_var("TURNBACK_WATCH", "auto")`).
+            .env("TURNBACK_WATCH", "off")
             .current_dir(&self.ws)
             .args(args);
         for (name, value) in &self.vars {
@@ -414,7 +416,8 @@ impl Env {
         cmd.env("TURNBACK_HOME", &self.store)
             .env("XDG_CONFIG_HOME", &self.conf)
             .env("HOME", &self.home)
-            .env("TURNBACK_NO_KEYCHAIN", "1");
+            .env("TURNBACK_NO_KEYCHAIN", "1")
+            .env("TURNBACK_WATCH", "off");
         for (name, value) in &self.vars {
             cmd.env(name, value);
         }

@@ -1,0 +1,159 @@
+//! The file watcher: `watch start|stop|status`, the start `turn begin` makes, snapshots
+//! taken from its changes agreeing with `snapshot --full`, a watcher killed with SIGKILL,
+//! idle exit, exit when the workspace is deleted, no cookie in a snapshot, and no path in
+//! plaintext under the store.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{Env, files_under, unique};
+
+fn watched_env() -> Env {
+    let mut env = Env::new();
+    env.set_var("TURNBACK_WATCH", "auto");
+    env.ok(&["init"], None);
+    env
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+fn running(env: &Env) -> bool {
+    env.json(&["watch", "status"])["running"] == true
+}
+
+fn alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+/// Takes a snapshot from the watcher's changes and one with `--full`: the same tree.
+fn both(env: &Env) -> (Value, Value) {
+    let watched = env.json(&["snapshot"]);
+    let full = env.json(&["snapshot", "--full"]);
+    assert_eq!(watched["root"], full["root"], "watched {watched}\nfull {full}");
+    assert!(full.get("watched").is_none(), "--full walks: {full}");
+    (watched, full)
+}
+
+#[test]
+fn start_status_stop_and_the_start_a_turn_begin_makes() {
+    let env = watched_env();
+    let status = env.json(&["watch", "status"]);
+    assert_eq!(status["running"], false, "{status}");
+    let human = env.ok(&["watch", "status"], None);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("no watcher is running"));
+    let started = env.json(&["watch", "start"]);
+    assert_eq!(started["running"], true, "{started}");
+    let pid = started["pid"].as_u64().expect("a pid");
+    assert!(alive(pid));
+    let again = env.json(&["watch", "start"]);
+    assert_eq!(again["pid"].as_u64(), Some(pid), "one watcher per workspace");
+    let human = String::from_utf8_lossy(&env.ok(&["watch", "status"], None).stdout).into_owned();
+    assert!(human.contains(&format!("watcher running (pid {pid})")), "{human}");
+    let stopped = env.json(&["watch", "stop"]);
+    assert_eq!(stopped["running"], true, "the state it stopped in: {stopped}");
+    wait_for("the watcher to exit", || !alive(pid));
+    assert_eq!(env.json(&["watch", "status"])["running"], false);
+    assert_eq!(env.json(&["watch", "stop"])["running"], false, "stopping none is no error");
+
+    // `turn begin` starts one (watch = "auto")…
+    env.ok(&["turn", "begin", "--prompt", "go"], None);
+    wait_for("turn begin to start a watcher", || running(&env));
+    env.ok(&["turn", "end"], None);
+    env.ok(&["watch", "stop"], None);
+    // …and not with watch = "off".
+    let mut off = Env::new();
+    off.set_var("TURNBACK_WATCH", "off");
+    off.ok(&["init"], None);
+    off.ok(&["turn", "begin", "--prompt", "go"], None);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!running(&off), "watch = off starts nothing");
+}
+
+#[test]
+fn watched_snapshots_agree_with_full_walks_and_leave_no_trace() {
+    let env = watched_env();
+    let canary = unique("canaryw");
+    std::fs::create_dir_all(env.ws.join(format!("dir-{canary}"))).unwrap();
+    std::fs::write(env.ws.join(format!("dir-{canary}/file-{canary}.txt")), "one").unwrap();
+    std::fs::write(env.ws.join("plain.txt"), "plain").unwrap();
+    env.ok(&["watch", "start"], None);
+    env.ok(&["snapshot"], None); // the first one with a mark walks everything
+    let (watched, _) = both(&env);
+    assert_eq!(watched["watched"], true, "{watched}");
+    std::fs::write(env.ws.join(format!("dir-{canary}/file-{canary}.txt")), "two").unwrap();
+    std::fs::rename(env.ws.join("plain.txt"), env.ws.join(format!("moved-{canary}.txt"))).unwrap();
+    env.ok(&["snapshot", "--full"], None); // --full still records a mark for the next one
+    std::fs::write(env.ws.join("late.txt"), "late").unwrap();
+    let (watched, _) = both(&env);
+    assert_eq!(watched["watched"], true, "{watched}");
+    assert_eq!(watched["readFiles"], 1, "only the changed file is read: {watched}");
+    // The cookie never stays, and never shows in a snapshot.
+    let names: Vec<String> =
+        std::fs::read_dir(&env.ws).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.contains(".watch.turnback-")), "{names:?}");
+    let diff = env.json(&["diff", watched["snapshotId"].as_str().unwrap(), "live"]);
+    assert_eq!(diff["changes"].as_array().map(Vec::len), Some(0), "{diff}");
+    // Paths travel over the socket only: nothing under the store holds the canary.
+    for file in files_under(&env.store).into_iter().filter(|f| f.is_file()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!bytes.windows(canary.len()).any(|w| w == canary.as_bytes()), "{} holds the canary", file.display());
+    }
+    env.ok(&["watch", "stop"], None);
+}
+
+#[test]
+fn a_killed_watcher_means_full_walks_until_a_new_one_has_a_mark() {
+    let env = watched_env();
+    std::fs::write(env.ws.join("a.txt"), "a").unwrap();
+    let pid = env.json(&["watch", "start"])["pid"].as_u64().unwrap();
+    env.ok(&["snapshot"], None);
+    assert_eq!(both(&env).0["watched"], true);
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+    wait_for("the watcher to die", || !alive(pid));
+    std::fs::write(env.ws.join("a.txt"), "changed while no watcher ran").unwrap();
+    let (after, _) = both(&env);
+    assert!(after.get("watched").is_none(), "no watcher, no watched snapshot: {after}");
+    let again = env.json(&["watch", "start"]);
+    assert_ne!(again["pid"].as_u64(), Some(pid), "a new watcher (the old socket was stale)");
+    let (first, _) = both(&env);
+    assert!(first.get("watched").is_none(), "a new epoch: walked first: {first}");
+    std::fs::write(env.ws.join("b.txt"), "b").unwrap();
+    let (next, _) = both(&env);
+    assert_eq!(next["watched"], true, "{next}");
+    env.ok(&["watch", "stop"], None);
+}
+
+#[test]
+fn the_watcher_exits_when_idle_and_when_its_workspace_is_deleted() {
+    let env = watched_env();
+    let settings = env.store.join("settings.toml");
+    let text =
+        std::fs::read_to_string(&settings).unwrap().replace("watch-idle-seconds = 1800", "watch-idle-seconds = 1");
+    std::fs::write(&settings, text).unwrap();
+    let pid = env.json(&["watch", "start"])["pid"].as_u64().unwrap();
+    assert_eq!(env.json(&["watch", "status"])["idleExitSecs"], 1);
+    wait_for("the idle watcher to exit", || !alive(pid));
+    assert!(!running(&env));
+
+    let other = env.root.join("doomed");
+    std::fs::create_dir(&other).unwrap();
+    let dir: &Path = &other;
+    std::fs::write(env.store.join("settings.toml"), "").unwrap(); // idle exit back to 30 min
+    let start = env.json(&["--workspace", dir.to_str().unwrap(), "watch", "start"]);
+    assert_eq!(start["idleExitSecs"], 1800);
+    let pid = start["pid"].as_u64().unwrap();
+    std::fs::remove_dir_all(&other).unwrap();
+    wait_for("the watcher of a deleted workspace to exit", || !alive(pid));
+}

@@ -1,0 +1,488 @@
+//! A watched snapshot: the session's previous tree, patched where the watcher saw changes,
+//! in O(changes × depth) instead of a walk of the whole tree.
+//!
+//! Invariants:
+//! - It is taken only when every one of these holds, else the full walk runs (and still
+//!   records the watcher's new mark, so the next one can be watched): the watcher answered
+//!   the sync with paths (same epoch, nothing lost since the previous mark); the session's
+//!   latest record is the one that mark belongs to, was not skipped, left nothing out and
+//!   skipped no path; `max-file-size` is what it was; it is not a pre-rewind snapshot and
+//!   `--full` was not asked for; the workspace's `.git/info/exclude` and root ignore files
+//!   did not change.
+//! - Only the directories on the paths from the root to a changed path are listed, with the
+//!   very walk a full snapshot uses ([`walk_scoped`]: same ignore files and exclusions); a
+//!   changed directory, or one whose `.gitignore`/`.ignore` changed, is walked whole.
+//! - What it reuses it checks: an unchanged file must still have the size and mode its old
+//!   node has, an unchanged entry of a listed directory must still be there, an unchanged
+//!   subdirectory must still be a directory. Anything that does not add up means a missed
+//!   event: the full walk runs instead. Changed files are read again (no stat cache is
+//!   loaded or written; see [`statcache`](crate::snapshot::statcache)).
+//! - Totals are the previous record's plus what changed; a change over the later-snapshot
+//!   limits, or a file over `max-file-size`, hands over to the full walk, which decides.
+
+use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
+
+use crate::base::time::{format_ms, now_ms};
+use crate::error::Result;
+use crate::fs::walk::{Kind, Walk, component_order, walk_scoped};
+use crate::snapshot::lookup::read_tree;
+use crate::snapshot::prune::prune;
+use crate::snapshot::statcache::StatCache;
+use crate::snapshot::take::{Built, classify, commit, read_and_pack};
+use crate::snapshot::tree::{self, Node, NodeKind};
+use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, list};
+use crate::storage::content::{ContentClass, ContentId};
+use crate::storage::object::{self, Sealed};
+use crate::storage::settings::WatchMode;
+use crate::storage::store::Store;
+use crate::watch::{self, Synced, WatchMark};
+
+/// Syncs with the workspace's watcher (before anything is stat-ed): what changed since the
+/// session's latest snapshot, if the watcher can say.
+pub(super) fn sync(store: &Store, source: Source<'_>) -> Result<(Synced, Option<SnapshotRecord>)> {
+    // `--full` still syncs: its mark lets the next snapshot be watched.
+    if store.settings().snapshots.watch == WatchMode::Off {
+        return Ok((Synced::None { why: "not watched".into() }, None));
+    }
+    let previous = list(store, source.session_id)?.pop();
+    let socket = match watch::socket_path(store.dir(), source.workspace_id) {
+        Ok(s) => s,
+        Err(e) => return Ok((Synced::None { why: e.message }, previous)),
+    };
+    let mark = previous.as_ref().and_then(|p| p.watch.as_ref());
+    Ok((watch::sync(&socket, mark), previous))
+}
+
+/// The mark a snapshot synced at `synced` records.
+pub(super) fn mark(store: &Store, synced: &Synced) -> Option<WatchMark> {
+    match synced {
+        Synced::Changed { epoch, seq, .. } | Synced::Walk { epoch, seq, .. } => Some(WatchMark {
+            epoch: epoch.clone(),
+            seq: *seq,
+            max_file_bytes: store.settings().snapshots.max_file_bytes,
+        }),
+        Synced::None { .. } => None,
+    }
+}
+
+/// The changed paths, if a watched snapshot may be taken on top of `previous`.
+pub(super) fn usable<'a>(
+    store: &Store,
+    synced: &'a Synced,
+    previous: Option<&SnapshotRecord>,
+    opts: &TakeOptions<'_>,
+) -> Option<&'a [Vec<u8>]> {
+    let Synced::Changed { epoch, paths, .. } = synced else { return None };
+    let previous = previous?;
+    let mark = previous.watch.as_ref()?;
+    let ok = mark.epoch == *epoch
+        && mark.max_file_bytes == store.settings().snapshots.max_file_bytes
+        && previous.root.is_some()
+        && previous.skipped.is_none()
+        && previous.left_out.is_empty()
+        && previous.skipped_paths.is_empty()
+        && !opts.full
+        && opts.kind != Some(SnapshotKind::PreRewind);
+    ok.then_some(paths.as_slice())
+}
+
+/// Takes a watched snapshot if [`usable`] and the patch adds up; `None`: walk everything.
+pub(super) fn take(
+    store: &Store,
+    source: Source<'_>,
+    opts: &TakeOptions<'_>,
+    hooks: &dyn Hooks,
+    synced: &Synced,
+    previous: Option<&SnapshotRecord>,
+    started: std::time::Instant,
+) -> Result<Option<SnapshotRecord>> {
+    let (Some(dirty), Some(previous)) = (usable(store, synced, previous, opts), previous) else { return Ok(None) };
+    let Some(patched) = patch(store, source, previous, dirty, opts)? else { return Ok(None) };
+    let mut record = SnapshotRecord {
+        snapshot_id: uuid::Uuid::now_v7().to_string(),
+        session_id: source.session_id.to_string(),
+        workspace_id: source.workspace_id.to_string(),
+        kind: opts.kind.unwrap_or(SnapshotKind::AdHoc),
+        root: None,
+        created_at: format_ms(now_ms()),
+        files: patched.files,
+        bytes: patched.bytes,
+        read_files: patched.read_files,
+        read_bytes: patched.read_bytes,
+        stored_bytes: patched.stored_bytes,
+        excluded: previous.excluded,
+        nested_repos: Vec::new(),
+        skipped_paths: Vec::new(),
+        left_out: Vec::new(),
+        skipped: None,
+        stat_cache_dropped: None,
+        duration_ms: started.elapsed().as_millis() as u64,
+        turn_id: opts.turn_id.map(str::to_string),
+        watch: mark(store, synced),
+        watched: true,
+    };
+    commit(store, &mut record, Some(patched.built), opts, hooks)?;
+    prune(store, source.session_id, hooks)?;
+    Ok(Some(record))
+}
+
+/// The patched tree, ready to commit: what it built, the record's new totals.
+pub(super) struct Patched {
+    pub built: Built,
+    pub files: u64,
+    pub bytes: u64,
+    pub read_files: u64,
+    pub read_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+/// Patches `previous`'s tree with what changed at `dirty`; `None` if anything does not add
+/// up (the caller walks the whole tree instead).
+pub(super) fn patch(
+    store: &Store,
+    source: Source<'_>,
+    previous: &SnapshotRecord,
+    dirty: &[Vec<u8>],
+    opts: &TakeOptions<'_>,
+) -> Result<Option<Patched>> {
+    let Some(old_root) = previous.root.as_deref().and_then(ContentId::from_hex) else { return Ok(None) };
+    let Some(scope) = Scope::of(dirty) else { return Ok(None) };
+    let enter = |rel: &[u8]| scope.enters(rel);
+    let walked = walk_scoped(source.root, store.protected_paths(), Some(&enter))?;
+    if !walked.skipped.is_empty() {
+        return Ok(None);
+    }
+    let mut old = OldTree { store, root: old_root, nodes: HashMap::new() };
+    let limits = store.settings().snapshots;
+
+    // The files to read: every changed one in a listed directory.
+    let mut by_dir: HashMap<&[u8], Vec<usize>> = HashMap::new();
+    let mut to_read = Vec::new();
+    let mut reused: HashMap<usize, ContentId> = HashMap::new();
+    for (i, e) in walked.entries.iter().enumerate() {
+        by_dir.entry(parent(&e.path)).or_default().push(i);
+        if e.kind != Kind::File {
+            continue;
+        }
+        if scope.changed(&e.path) {
+            if e.stat.size > limits.max_file_bytes {
+                return Ok(None);
+            }
+            to_read.push(e.clone());
+            continue;
+        }
+        match old.node(&e.path)? {
+            Some(Node { kind: NodeKind::File(id), mode, size, .. }) if mode == e.stat.mode && size == e.stat.size => {
+                reused.insert(i, id);
+            }
+            _ => return Ok(None), // a change the watcher did not report
+        }
+    }
+    // More to read than a later snapshot may add: the full walk decides (before reading).
+    let to_read_bytes: u64 = to_read.iter().map(|e| e.stat.size).sum();
+    if to_read.len() as u64 > limits.later_max_files || to_read_bytes > limits.later_max_bytes {
+        return Ok(None);
+    }
+    let reading = Walk { entries: to_read, ..Walk::default() };
+    let mut plan = classify(&reading, &StatCache::default());
+    let mut scratch = previous.clone();
+    scratch.left_out.clear();
+    scratch.skipped_paths.clear();
+    let stored = read_and_pack(store, source.root, &reading, &mut plan, opts, &mut scratch)?;
+    if !scratch.left_out.is_empty() || !scratch.skipped_paths.is_empty() || plan.ids.iter().any(Option::is_none) {
+        return Ok(None);
+    }
+    let read_ids: HashMap<&[u8], ContentId> =
+        reading.entries.iter().zip(&plan.ids).map(|(e, id)| (e.path.as_slice(), id.expect("checked"))).collect();
+
+    // What the change adds, against the limits of a later snapshot.
+    let (mut new_files, mut new_bytes) = (0u64, 0u64);
+    for e in &reading.entries {
+        let before = old.node(&e.path)?;
+        let same = matches!(&before, Some(Node { kind: NodeKind::File(id), size, .. })
+            if *id == read_ids[e.path.as_slice()] && *size == e.stat.size);
+        if !same {
+            new_files += 1;
+            new_bytes += e.stat.size;
+        }
+    }
+    if new_files > limits.later_max_files || new_bytes > limits.later_max_bytes {
+        return Ok(None);
+    }
+
+    // Rebuild the listed directories bottom-up.
+    let mut listed: Vec<&[u8]> =
+        std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
+    listed.sort_by(|a, b| depth(b).cmp(&depth(a)).then(a.cmp(b)));
+    let listed_set: HashSet<&[u8]> = listed.iter().copied().collect();
+    let unlisted: HashSet<&[u8]> = walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
+    let mut children: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+    for d in listed.iter().copied().filter(|d| !d.is_empty()).chain(unlisted.iter().copied()) {
+        children.entry(parent(d)).or_default().push(d);
+    }
+    let mut built: HashMap<&[u8], ContentId> = HashMap::new();
+    let mut pending: Vec<Sealed> = Vec::new();
+    let mut seen = HashSet::new();
+    let (mut files, mut bytes) = (previous.files as i128, previous.bytes as i128);
+    for dir in &listed {
+        let dir: &[u8] = dir;
+        let mut nodes = Vec::new();
+        for &i in by_dir.get(dir).map(Vec::as_slice).unwrap_or_default() {
+            let e = &walked.entries[i];
+            let name = name(&e.path).to_vec();
+            nodes.push(match &e.kind {
+                Kind::File => {
+                    files += 1;
+                    bytes += i128::from(e.stat.size);
+                    let id = reused.get(&i).copied().unwrap_or_else(|| read_ids[e.path.as_slice()]);
+                    Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
+                }
+                Kind::Symlink(target) => {
+                    let (id, sealed) = object::seal(store.keys(), target, ContentClass::SymlinkTarget, |_| false)?;
+                    pending.extend(sealed);
+                    Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
+                }
+                Kind::Gitlink(commit) => Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) },
+            });
+        }
+        for &child in children.get(dir).map(Vec::as_slice).unwrap_or_default() {
+            let id = if listed_set.contains(child) {
+                built.get(child).copied()
+            } else {
+                match old.node(child)? {
+                    Some(Node { kind: NodeKind::Tree(id), .. }) => Some(id),
+                    Some(_) => return Ok(None),
+                    None => None,
+                }
+            };
+            if let Some(id) = id {
+                nodes.push(Node { name: name(child).to_vec(), mode: 0, size: 0, kind: NodeKind::Tree(id) });
+            }
+        }
+        // What the old directory held and the new one does not: gone, if the watcher said so.
+        if let Some(before) = old.dir(dir)? {
+            let now: HashSet<&[u8]> = nodes.iter().map(|n| n.name.as_slice()).collect();
+            for n in before.iter() {
+                let path = join(dir, &n.name);
+                if let NodeKind::File(_) = n.kind {
+                    files -= 1;
+                    bytes -= i128::from(n.size);
+                }
+                let NodeKind::Tree(sub) = n.kind else {
+                    if !now.contains(n.name.as_slice()) && !scope.changed(&path) {
+                        return Ok(None);
+                    }
+                    continue;
+                };
+                if listed_set.contains(path.as_slice()) {
+                    continue; // counted when that directory was rebuilt
+                }
+                let kept = unlisted.contains(path.as_slice()) && now.contains(n.name.as_slice());
+                if kept {
+                    continue;
+                }
+                if !scope.enters(&path) {
+                    return Ok(None); // gone or replaced without an event
+                }
+                let (f, b) = old.totals(&sub)?;
+                files -= f;
+                bytes -= b;
+            }
+        }
+        if nodes.is_empty() && !dir.is_empty() {
+            continue;
+        }
+        let encoded = tree::encode(nodes);
+        let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
+            seen.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
+        })?;
+        seen.insert(id);
+        pending.extend(sealed);
+        built.insert(dir, id);
+    }
+    let root = built[&b""[..]];
+
+    // Nested repositories: those in reused subtrees stay, the listed ones are as found.
+    let mut nested: Vec<NestedRepo> = previous
+        .nested_repos
+        .iter()
+        .filter(|n| reused_subtree(n.path.as_bytes(), &listed_set, &unlisted))
+        .cloned()
+        .collect();
+    for e in &walked.entries {
+        if let Kind::Gitlink(commit) = &e.kind {
+            nested.push(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() });
+        }
+    }
+    nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
+    Ok(Some(Patched {
+        built: Built { root, nested, pending, cache: None },
+        files: u64::try_from(files).unwrap_or(0),
+        bytes: u64::try_from(bytes).unwrap_or(0),
+        read_files: reading.entries.len() as u64,
+        read_bytes: plan.read_bytes,
+        stored_bytes: stored,
+    }))
+}
+
+/// Whether `path` lies in a subdirectory reused whole (under an unlisted directory whose
+/// parent was listed).
+fn reused_subtree(path: &[u8], listed: &HashSet<&[u8]>, unlisted: &HashSet<&[u8]>) -> bool {
+    let mut dir = parent(path);
+    loop {
+        if unlisted.contains(dir) {
+            return dir != path;
+        }
+        if listed.contains(dir) || dir.is_empty() {
+            return false;
+        }
+        dir = parent(dir);
+    }
+}
+
+/// Which directories the partial walk enters: those on the way to a changed path, and
+/// everything under a changed path (a directory created, moved in, or whose ignore files
+/// changed is walked whole).
+struct Scope {
+    changed: HashSet<Vec<u8>>,
+    ancestors: HashSet<Vec<u8>>,
+}
+
+impl Scope {
+    /// `None` when the change is one only a full walk handles: the workspace's own
+    /// `.git/info/exclude`, or an ignore file at the root.
+    fn of(dirty: &[Vec<u8>]) -> Option<Self> {
+        let mut changed = HashSet::new();
+        for p in dirty {
+            if p.is_empty() || p == b".git" || p.starts_with(b".git/") {
+                return None;
+            }
+            let n = name(p);
+            if n == b".gitignore" || n == b".ignore" {
+                if parent(p).is_empty() {
+                    return None;
+                }
+                changed.insert(parent(p).to_vec());
+            }
+            changed.insert(p.clone());
+        }
+        let mut ancestors = HashSet::new();
+        for p in &changed {
+            let mut dir = parent(p);
+            while !dir.is_empty() && ancestors.insert(dir.to_vec()) {
+                dir = parent(dir);
+            }
+        }
+        Some(Scope { changed, ancestors })
+    }
+
+    /// Whether `path` or a directory above it changed.
+    fn changed(&self, path: &[u8]) -> bool {
+        let mut p = path;
+        loop {
+            if self.changed.contains(p) {
+                return true;
+            }
+            if p.is_empty() {
+                return false;
+            }
+            p = parent(p);
+            if p.is_empty() {
+                return false;
+            }
+        }
+    }
+
+    fn enters(&self, dir: &[u8]) -> bool {
+        self.ancestors.contains(dir) || self.changed(dir)
+    }
+}
+
+/// The previous snapshot's tree, read a directory at a time.
+struct OldTree<'a> {
+    store: &'a Store,
+    root: ContentId,
+    nodes: HashMap<ContentId, Rc<Vec<Node>>>,
+}
+
+impl OldTree<'_> {
+    fn tree(&mut self, id: &ContentId) -> Result<Rc<Vec<Node>>> {
+        if let Some(t) = self.nodes.get(id) {
+            return Ok(Rc::clone(t));
+        }
+        let t = Rc::new(read_tree(self.store, id)?);
+        self.nodes.insert(*id, Rc::clone(&t));
+        Ok(t)
+    }
+
+    /// The node at `path` (any kind), if the old tree has one.
+    fn node(&mut self, path: &[u8]) -> Result<Option<Node>> {
+        let mut dir = self.root;
+        let mut parts = path.split(|c| *c == b'/').peekable();
+        while let Some(part) = parts.next() {
+            let nodes = self.tree(&dir)?;
+            let Ok(i) = nodes.binary_search_by(|n| n.name.as_slice().cmp(part)) else { return Ok(None) };
+            if parts.peek().is_none() {
+                return Ok(Some(nodes[i].clone()));
+            }
+            match nodes[i].kind {
+                NodeKind::Tree(sub) => dir = sub,
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The entries of directory `path` in the old tree, if it had one.
+    fn dir(&mut self, path: &[u8]) -> Result<Option<Rc<Vec<Node>>>> {
+        if path.is_empty() {
+            let root = self.root;
+            return self.tree(&root).map(Some);
+        }
+        match self.node(path)? {
+            Some(Node { kind: NodeKind::Tree(id), .. }) => self.tree(&id).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Files and bytes under the subtree `id`.
+    fn totals(&mut self, id: &ContentId) -> Result<(i128, i128)> {
+        let (mut files, mut bytes) = (0, 0);
+        let mut stack = vec![*id];
+        while let Some(id) = stack.pop() {
+            for n in self.tree(&id)?.iter() {
+                match n.kind {
+                    NodeKind::Tree(sub) => stack.push(sub),
+                    NodeKind::File(_) => {
+                        files += 1;
+                        bytes += i128::from(n.size);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok((files, bytes))
+    }
+}
+
+fn parent(path: &[u8]) -> &[u8] {
+    path.iter().rposition(|c| *c == b'/').map_or(&b""[..], |i| &path[..i])
+}
+
+fn name(path: &[u8]) -> &[u8] {
+    path.rsplit(|c| *c == b'/').next().unwrap_or_default()
+}
+
+fn depth(path: &[u8]) -> usize {
+    if path.is_empty() { 0 } else { 1 + path.iter().filter(|c| **c == b'/').count() }
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut p = dir.to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}

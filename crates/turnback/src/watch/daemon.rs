@@ -1,0 +1,464 @@
+//! The watcher process: `notify` events in, a bounded dirty set, syncs answered over the
+//! socket (see [the module](crate::watch) for what a sync guarantees).
+//!
+//! Invariants:
+//! - One thread handles events in the order the platform delivers them; a sync's cookie is
+//!   answered only once that thread has handled its event, so every earlier event is in
+//!   the dirty set by then.
+//! - A directory that appears (created, moved in) is watched (recursively, and waited for)
+//!   before the next event is handled; it is dirty itself, so the next snapshot walks it
+//!   whole and finds whatever was made in it before its watch existed.
+//! - Events are counted between the platform's thread and ours; past [`MAX_QUEUED`] they
+//!   are dropped and the loss is recorded, in order, before the next one (memory bounded,
+//!   never a silent gap).
+//! - Paths under the workspace's own `.git` are not content (only `info/exclude` changes
+//!   the walk: it is passed on so the snapshot walks everything); inside a nested
+//!   repository's `.git` an event dirties the repository's directory (its commit is read
+//!   again); paths under the store and turnback's temporary files are dropped.
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use notify::{EventKind, RecursiveMode, Watcher};
+
+use crate::base::hex;
+use crate::error::{Error, ErrorCode, IoResultExt, Result};
+use crate::fs::files;
+use crate::fs::lock::NamedLock;
+use crate::watch::dirty::{Dirty, Since};
+use crate::watch::{STATUS, STOP, SYNC, Synced, WatchStatus, decode_request, encode_sync, relative};
+
+/// Events in flight between the platform's thread and the handling thread, at most.
+const MAX_QUEUED: usize = 65_536;
+/// How long a sync waits for its cookie's event.
+const COOKIE_WAIT: Duration = Duration::from_secs(10);
+/// The name every cookie starts with (then `.turnback-<32 hex>.tmp`: a temporary name).
+const COOKIE_STEM: &[u8] = b".watch.turnback-";
+
+/// What a watcher watches and where it answers.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    /// The workspace root (canonical).
+    pub root: PathBuf,
+    /// The socket to listen on.
+    pub socket: PathBuf,
+    /// The lock only a watcher of this workspace holds: (directory, name).
+    pub lock: (PathBuf, String),
+    /// Directories whose events are dropped (the store, when inside the workspace).
+    pub skip: Vec<PathBuf>,
+    /// Exit after this long without a sync.
+    pub idle: Duration,
+    /// Paths remembered at most.
+    pub max_dirty: usize,
+}
+
+struct State {
+    dirty: Dirty,
+    /// Cookies seen, by name, with their sequence number.
+    cookies: HashMap<Vec<u8>, u64>,
+    /// Why the watcher cannot vouch for anything (it then answers every sync with none).
+    problem: Option<String>,
+    /// Why it is exiting.
+    exit: Option<String>,
+    events: u64,
+    syncs: u64,
+    last_sync: Instant,
+    /// The ignore files above the root as the previous sync saw them (no event tells of
+    /// them: they are outside what is watched).
+    above: Vec<Option<(u64, i64, i64, u64)>>,
+}
+
+type Shared = Arc<(Mutex<State>, Condvar)>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State> {
+    shared.0.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+enum Msg {
+    Event(notify::Result<notify::Event>),
+    /// Events were dropped before this point.
+    Lost,
+}
+
+/// Runs the watcher until it is idle, told to stop, or its workspace or socket is gone.
+/// Returns at once (`Ok`) if another watcher holds the workspace's lock.
+///
+/// # Errors
+/// `io` if the workspace cannot be watched or the socket bound.
+pub(crate) fn run(cfg: &Config) -> Result<()> {
+    let Some(_only_one) = NamedLock::try_exclusive(&cfg.lock.0, &cfg.lock.1)? else { return Ok(()) };
+    let root = cfg.root.clone();
+    let root_id = root.metadata().map(|m| (m.dev(), m.ino())).context(&root)?;
+    let shared: Shared = Arc::new((
+        Mutex::new(State {
+            dirty: Dirty::new(cfg.max_dirty),
+            cookies: HashMap::new(),
+            problem: None,
+            exit: None,
+            events: 0,
+            syncs: 0,
+            last_sync: Instant::now(),
+            above: ignore_files_above(&root),
+        }),
+        Condvar::new(),
+    ));
+    let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (q, d) = (queued.clone(), dropped.clone());
+    let handler = move |event: notify::Result<notify::Event>| {
+        if q.load(Ordering::SeqCst) >= MAX_QUEUED {
+            d.store(true, Ordering::SeqCst);
+            return;
+        }
+        if d.swap(false, Ordering::SeqCst) {
+            q.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send(Msg::Lost);
+        }
+        q.fetch_add(1, Ordering::SeqCst);
+        let _ = tx.send(Msg::Event(event));
+    };
+    // Symlinks are recorded as links, never followed: nothing outside the tree is watched.
+    let config = notify::Config::default().with_follow_symlinks(false);
+    let mut watcher = notify::RecommendedWatcher::new(handler, config)
+        .map_err(|e| Error::new(ErrorCode::Io, format!("file-system events: {e}")))?;
+    watcher
+        .watch(&root, RecursiveMode::Recursive)
+        .map_err(|e| Error::new(ErrorCode::Io, format!("watching the workspace: {e}")))?;
+    let _ = std::fs::remove_file(&cfg.socket);
+    let listener = UnixListener::bind(&cfg.socket).context(&cfg.socket)?;
+    let started_at_ms = crate::base::time::now_ms();
+    let epoch = {
+        let mut bytes = [0u8; 16];
+        getrandom::fill(&mut bytes).map_err(|e| Error::new(ErrorCode::Io, format!("random source: {e}")))?;
+        hex::hex(&bytes)
+    };
+    std::thread::scope(|scope| -> Result<()> {
+        let handler = Handler { root: &root, skip: &cfg.skip, shared: &shared, queued: &queued };
+        scope.spawn(move || handler.handle_all(rx, &mut watcher));
+        scope.spawn(|| monitor(cfg, &root, root_id, &shared));
+        let answered = serve(cfg, &root, &listener, &shared, &epoch, started_at_ms);
+        let mut state = lock(&shared);
+        state.exit.get_or_insert_with(|| "stopped".into());
+        drop(state);
+        shared.1.notify_all();
+        let _ = std::fs::remove_file(&cfg.socket);
+        // The handling thread ends when the watcher (and so the event channel) is dropped:
+        // it owns the watcher and stops once it sees the exit.
+        let _ = UnixStream::connect(&cfg.socket);
+        answered
+    })
+}
+
+/// Checks twice a second whether to exit: idle too long, workspace root or socket gone.
+fn monitor(cfg: &Config, root: &Path, root_id: (u64, u64), shared: &Shared) {
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let why = {
+            let state = lock(shared);
+            if state.exit.is_some() {
+                return;
+            }
+            if state.last_sync.elapsed() > cfg.idle {
+                Some(format!("idle for {} s", cfg.idle.as_secs()))
+            } else if root.metadata().map(|m| (m.dev(), m.ino())).ok() != Some(root_id) {
+                Some("the workspace was deleted or moved".to_string())
+            } else if cfg.socket.symlink_metadata().is_err() {
+                Some("its socket was removed".to_string())
+            } else {
+                None
+            }
+        };
+        if let Some(why) = why {
+            lock(shared).exit = Some(why);
+            shared.1.notify_all();
+            // Wake the accept loop.
+            let _ = UnixStream::connect(&cfg.socket);
+            return;
+        }
+    }
+}
+
+/// Answers connections one at a time until told to exit.
+fn serve(
+    cfg: &Config,
+    root: &Path,
+    listener: &UnixListener,
+    shared: &Shared,
+    epoch: &str,
+    started_at_ms: i64,
+) -> Result<()> {
+    for stream in listener.incoming() {
+        if lock(shared).exit.is_some() {
+            return Ok(());
+        }
+        let Ok(mut stream) = stream else { continue };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
+        let mut bytes = Vec::new();
+        if std::io::Read::read_to_end(&mut stream, &mut bytes).is_err() {
+            continue;
+        }
+        let Some((kind, previous_epoch, previous_seq)) = decode_request(&bytes) else { continue };
+        let reply = match kind {
+            SYNC => encode_sync(&sync(root, shared, epoch, &previous_epoch, previous_seq)),
+            STATUS | STOP => {
+                let state = lock(shared);
+                let (dirty, _, _, overflows) = state.dirty.counts();
+                let status = WatchStatus {
+                    running: true,
+                    pid: Some(std::process::id()),
+                    problem: state.problem.clone(),
+                    dirty_paths: dirty as u64,
+                    events: state.events,
+                    overflows,
+                    syncs: state.syncs,
+                    started_at_ms: Some(started_at_ms),
+                    idle_exit_secs: cfg.idle.as_secs(),
+                };
+                serde_json::to_vec(&status).unwrap_or_default()
+            }
+            _ => continue,
+        };
+        let _ = std::io::Write::write_all(&mut stream, &reply);
+        drop(stream);
+        if kind == STOP {
+            lock(shared).exit = Some("told to stop".into());
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// One sync: a cookie through the event stream, then what changed since the previous mark.
+fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previous_seq: u64) -> Synced {
+    {
+        let mut state = lock(shared);
+        state.last_sync = Instant::now();
+        state.syncs += 1;
+        if let Some(problem) = &state.problem {
+            return Synced::None { why: problem.clone() };
+        }
+    }
+    let mut id = [0u8; 16];
+    if getrandom::fill(&mut id).is_err() {
+        return Synced::None { why: "no random source".into() };
+    }
+    let mut name = COOKIE_STEM.to_vec();
+    name.extend_from_slice(hex::hex(&id).as_bytes());
+    name.extend_from_slice(b".tmp");
+    debug_assert!(files::temp_phase(&name).is_some(), "a cookie is never recorded");
+    let path = root.join(std::ffi::OsStr::from_bytes(&name));
+    if let Err(e) = std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        return Synced::None { why: format!("cannot write the sync cookie in the workspace root: {e}") };
+    }
+    let deadline = Instant::now() + COOKIE_WAIT;
+    let mut state = lock(shared);
+    let seq = loop {
+        if let Some(seq) = state.cookies.remove(&name) {
+            break Some(seq);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || state.exit.is_some() {
+            break None;
+        }
+        state = shared.1.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
+    };
+    drop(state);
+    let _ = std::fs::remove_file(&path);
+    let Some(seq) = seq else {
+        return Synced::None { why: "the watcher did not see its sync cookie in time".into() };
+    };
+    let above = ignore_files_above(root);
+    let mut state = lock(shared);
+    if let Some(problem) = &state.problem {
+        return Synced::None { why: problem.clone() };
+    }
+    if above != state.above {
+        // An ignore file above the workspace changed: everything before is doubtful.
+        state.above = above;
+        state.dirty.lost();
+        let seq = state.dirty.tick();
+        return Synced::Walk {
+            epoch: epoch.to_string(),
+            seq,
+            why: "an ignore file above the workspace changed".into(),
+        };
+    }
+    let epoch = epoch.to_string();
+    if previous_epoch != epoch {
+        let why = if previous_epoch.is_empty() {
+            "the previous snapshot has no mark of this watcher"
+        } else {
+            "the watcher restarted since the previous snapshot"
+        };
+        return Synced::Walk { epoch, seq, why: why.into() };
+    }
+    match state.dirty.since(previous_seq) {
+        Since::Paths(paths) => Synced::Changed { epoch, seq, paths },
+        Since::Lost => Synced::Walk { epoch, seq, why: "the watcher lost track of events since then".into() },
+    }
+}
+
+/// The stat of every ignore file the walk reads above the root (`.gitignore`, `.ignore`,
+/// `.git/info/exclude` of each parent directory).
+fn ignore_files_above(root: &Path) -> Vec<Option<(u64, i64, i64, u64)>> {
+    let mut out = Vec::new();
+    for dir in root.ancestors().skip(1) {
+        for name in [".gitignore", ".ignore", ".git/info/exclude"] {
+            out.push(dir.join(name).metadata().ok().map(|m| {
+                (
+                    m.ino(),
+                    m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                    m.ctime_nsec() + m.ctime() * 1_000_000_000,
+                    m.size(),
+                )
+            }));
+        }
+    }
+    out
+}
+
+/// The thread that handles events in order.
+struct Handler<'a> {
+    root: &'a Path,
+    skip: &'a [PathBuf],
+    shared: &'a Shared,
+    queued: &'a AtomicUsize,
+}
+
+impl Handler<'_> {
+    fn handle_all(&self, rx: std::sync::mpsc::Receiver<Msg>, watcher: &mut notify::RecommendedWatcher) {
+        loop {
+            if lock(self.shared).exit.is_some() {
+                return;
+            }
+            let msg = match rx.recv_timeout(Duration::from_millis(500)) {
+                Ok(msg) => msg,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
+                Err(_) => return,
+            };
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            match msg {
+                Msg::Lost => {
+                    lock(self.shared).dirty.lost();
+                }
+                Msg::Event(Err(e)) => self.failed(&e),
+                Msg::Event(Ok(event)) => self.handle(&event, watcher),
+            }
+            self.shared.1.notify_all();
+        }
+    }
+
+    fn failed(&self, e: &notify::Error) {
+        let mut state = lock(self.shared);
+        state.dirty.lost();
+        if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) {
+            state.problem = Some(
+                "the system's limit on watched directories was reached (fs.inotify.max_user_watches); \
+                 snapshots walk the whole tree"
+                    .into(),
+            );
+        }
+    }
+
+    fn handle(&self, event: &notify::Event, watcher: &mut notify::RecommendedWatcher) {
+        if event.need_rescan() {
+            lock(self.shared).dirty.lost();
+            return;
+        }
+        if matches!(event.kind, EventKind::Access(_)) {
+            return;
+        }
+        let appeared = matches!(
+            event.kind,
+            EventKind::Create(_)
+                | EventKind::Modify(notify::event::ModifyKind::Name(
+                    notify::event::RenameMode::To | notify::event::RenameMode::Both | notify::event::RenameMode::Any
+                ))
+        );
+        for path in &event.paths {
+            self.touch(path);
+            if appeared && path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+                // Watched before anything later is handled (see the module invariants).
+                match watcher.watch(path, RecursiveMode::Recursive) {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind, notify::ErrorKind::PathNotFound) => {}
+                    Err(e) => self.failed(&e),
+                }
+            }
+        }
+    }
+
+    /// Records one path an event named.
+    fn touch(&self, path: &Path) {
+        let Some(rel) = relative(self.root, path) else { return };
+        let mut state = lock(self.shared);
+        state.events += 1;
+        if rel.is_empty() {
+            return; // the root itself: its deletion is the monitor's
+        }
+        if self.skip.iter().any(|s| path.starts_with(s)) {
+            return;
+        }
+        let name = rel.rsplit(|c| *c == b'/').next().unwrap_or_default();
+        if files::temp_phase(name).is_some() {
+            if name.starts_with(COOKIE_STEM) && !rel.contains(&b'/') {
+                let seq = state.dirty.tick();
+                state.cookies.insert(name.to_vec(), seq);
+            }
+            return;
+        }
+        if let Some(dirty) = content_path(rel) {
+            state.dirty.touch(dirty.to_vec());
+        }
+    }
+}
+
+/// The path a change at `rel` dirties: itself; for one inside a nested repository's `.git`,
+/// the repository's directory; for the workspace's own `.git`, nothing but `info/exclude`
+/// (which changes what the walk leaves out).
+fn content_path(rel: &[u8]) -> Option<&[u8]> {
+    let mut at = 0;
+    for comp in rel.split(|c| *c == b'/') {
+        if comp == b".git" {
+            if at == 0 {
+                let exclude = rel == b".git" || rel == b".git/info" || rel == b".git/info/exclude";
+                return exclude.then_some(rel);
+            }
+            return Some(&rel[..at - 1]);
+        }
+        at += comp.len() + 1;
+    }
+    Some(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn git_internals_dirty_the_repository_or_nothing() {
+        assert_eq!(content_path(b"src/a.rs"), Some(&b"src/a.rs"[..]));
+        assert_eq!(content_path(b"vendor/lib/.git/HEAD"), Some(&b"vendor/lib"[..]));
+        assert_eq!(content_path(b"vendor/lib/.git/refs/heads/main"), Some(&b"vendor/lib"[..]));
+        assert_eq!(content_path(b".git/index"), None);
+        assert_eq!(content_path(b".git/objects/ab/cdef"), None);
+        assert_eq!(content_path(b".git/info/exclude"), Some(&b".git/info/exclude"[..]));
+        assert_eq!(content_path(b".gitignore"), Some(&b".gitignore"[..]));
+    }
+
+    #[test]
+    fn cookies_are_temporary_names() {
+        let mut name = COOKIE_STEM.to_vec();
+        name.extend_from_slice(&[b'a'; 32]);
+        name.extend_from_slice(b".tmp");
+        assert!(files::temp_phase(&name).is_some());
+    }
+}
