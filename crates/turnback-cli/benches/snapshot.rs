@@ -1,14 +1,21 @@
-//! Benchmark: workspace snapshots, turnback against the shadow-git approach of today's
-//! agents (`../shared/bench/shadow-git-snapshot.sh`), side by side in one run.
+//! Benchmark: workspace snapshots, turnback against jj (Jujutsu) and the shadow-git
+//! approach of today's agents (`../shared/bench/shadow-git-snapshot.sh`), side by side in
+//! one run.
 //!
-//! Run: `cargo bench -p turnback-cli --bench snapshot` (a generated tree of `FILES`
-//! small files, default 100,000), or `BENCH_TREE=/path/to/linux-source-6.1 cargo bench …`
-//! for a real tree (`../shared/bench/get-linux-tree.sh DEST` fetches the Linux one).
-//! `RUNS` (default 5) sets the repetitions of the no-change and one-change rows; each
-//! row reports the median. Every run is a fresh process; peak memory is its max RSS.
-//! Targets (DESIGN.md §5): first ≤ 1/5 of shadow git, no-change and one change ≤ 1/2,
-//! store ≤ the repacked shadow repository, peak memory ≤ 256 MiB, and a rewind preview of
-//! the last turn ≤ 1 s (measured on turns that each change one file).
+//! Run: `cargo bench -p turnback-cli --bench snapshot` (a generated tree of `FILES` small
+//! files in directories of 100, default 100,000; `FILES=1000000` is the monorepo row), or
+//! `BENCH_TREE=/path/to/linux-source-6.1 cargo bench …` for a real tree
+//! (`../shared/bench/get-linux-tree.sh DEST` fetches the Linux one).
+//!
+//! jj runs when a `jj` binary is on PATH (or `JJ=/path/to/jj`; `cargo install jj-cli
+//! --version 0.45.1 --locked`, or `../shared/bench/get-jj.sh DEST`), in a non-colocated
+//! repository of a copy of the tree (`jj util snapshot`, big files allowed); otherwise its
+//! column says why it is missing. `SKIP_GIT=1` leaves out shadow git (minutes on a million
+//! files). turnback runs twice: walking the tree (`snapshot --full`, no watcher) and with
+//! its watcher running (`turnback watch start`), each in its own store.
+//!
+//! `RUNS` (default 5) sets the repetitions of the no-change and one-change rows; each row
+//! reports the median. Every run is a fresh process; peak memory is its max RSS.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -32,28 +39,114 @@ fn timed(mut cmd: Command, rss_file: &Path) -> Run {
     Run { seconds, max_rss_kib }
 }
 
-fn with_time(rss_file: &Path, program: &str) -> Command {
+fn with_time(rss_file: &Path, program: &Path) -> Command {
     let mut cmd = Command::new("/usr/bin/time");
     cmd.arg("-f").arg("%M").arg("-o").arg(rss_file).arg(program);
     cmd
 }
 
-fn turnback(dir: &Path, work: &Path) -> Run {
-    let rss = dir.join("rss-turnback");
-    let mut cmd = with_time(&rss, env!("CARGO_BIN_EXE_turnback"));
-    cmd.arg("snapshot")
-        .current_dir(work)
-        .env("TURNBACK_HOME", dir.join("store"))
-        .env("TURNBACK_KEY", KEY)
-        .env("TURNBACK_SESSION", "bench")
-        .env("HOME", dir)
-        .env_remove("TURNBACK_KEY_FILE");
-    timed(cmd, &rss)
+/// One turnback store snapshotting the tree: by walking it, or with its watcher.
+struct Turnback {
+    home: PathBuf,
+    work: PathBuf,
+    watched: bool,
+}
+
+impl Turnback {
+    fn new(dir: &Path, work: &Path, watched: bool) -> Self {
+        let home = dir.join(if watched { "store-watched" } else { "store" });
+        std::fs::create_dir_all(&home).unwrap();
+        // The real tree is over the default first-snapshot limit (1 GiB): raise it, as a
+        // user snapshotting such a tree would (the limits are settings).
+        std::fs::write(
+            home.join("settings.toml"),
+            format!(
+                "[snapshots]\nfirst-max-size = \"8 GiB\"\nfirst-max-files = 2000000\nlater-max-size = \"1 GiB\"\n\
+                 later-max-files = 200000\nwatch = \"{}\"\n",
+                if watched { "auto" } else { "off" }
+            ),
+        )
+        .unwrap();
+        Turnback { home, work: work.to_path_buf(), watched }
+    }
+
+    fn command(&self, program: Command) -> Command {
+        let mut cmd = program;
+        cmd.current_dir(&self.work)
+            .env("TURNBACK_HOME", &self.home)
+            .env("TURNBACK_KEY", KEY)
+            .env("TURNBACK_SESSION", "bench")
+            .env("HOME", self.home.parent().unwrap())
+            .env_remove("TURNBACK_KEY_FILE");
+        cmd
+    }
+
+    fn snapshot(&self) -> Run {
+        let rss = self.home.join("rss");
+        let mut cmd = self.command(with_time(&rss, Path::new(env!("CARGO_BIN_EXE_turnback"))));
+        cmd.arg("snapshot");
+        if !self.watched {
+            cmd.arg("--full");
+        }
+        timed(cmd, &rss)
+    }
+
+    fn run(&self, args: &[&str]) {
+        let mut cmd = self.command(Command::new(env!("CARGO_BIN_EXE_turnback")));
+        let out = cmd.args(args).output().expect("run turnback");
+        assert!(out.status.success(), "turnback {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+/// jj in a non-colocated repository of its own copy of the tree.
+struct Jj {
+    program: PathBuf,
+    work: PathBuf,
+}
+
+impl Jj {
+    fn find() -> Result<PathBuf, String> {
+        if let Some(p) = std::env::var_os("JJ") {
+            return Ok(PathBuf::from(p));
+        }
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|d| d.join("jj"))
+            .find(|p| p.is_file())
+            .ok_or_else(|| "no jj on PATH (cargo install jj-cli --version 0.45.1 --locked)".to_string())
+    }
+
+    fn new(program: PathBuf, dir: &Path, tree: &Path) -> Self {
+        let work = dir.join("jj-work");
+        let status = Command::new("cp").arg("-a").arg(tree).arg(&work).status().unwrap();
+        assert!(status.success(), "copy the tree for jj");
+        let jj = Jj { program, work };
+        let out = jj.command(Command::new(&jj.program)).args(["git", "init", "--no-colocate"]).output().unwrap();
+        assert!(out.status.success(), "jj git init: {}", String::from_utf8_lossy(&out.stderr));
+        jj
+    }
+
+    fn command(&self, program: Command) -> Command {
+        let mut cmd = program;
+        cmd.current_dir(&self.work)
+            .env("JJ_CONFIG", "/dev/null")
+            .env("JJ_USER", "bench")
+            .env("JJ_EMAIL", "bench@example.invalid")
+            .env("HOME", self.work.parent().unwrap());
+        cmd
+    }
+
+    fn snapshot(&self) -> Run {
+        let rss = self.work.parent().unwrap().join("rss-jj");
+        let mut cmd = self.command(with_time(&rss, &self.program));
+        cmd.args(["util", "snapshot", "--config", "snapshot.max-new-file-size=\"8GiB\""]);
+        timed(cmd, &rss)
+    }
 }
 
 fn shadow_git(dir: &Path, work: &Path, script: &Path) -> Run {
     let rss = dir.join("rss-git");
-    let mut cmd = with_time(&rss, "bash");
+    let mut cmd = with_time(&rss, Path::new("bash"));
     cmd.arg(script).arg(dir.join("shadow.git")).arg(work);
     timed(cmd, &rss)
 }
@@ -73,17 +166,19 @@ fn generate(root: &Path, files: usize) {
         seed
     };
     for i in 0..files {
-        let dir = root.join(format!("d{:03}/s{:02}", i / 1000, (i / 100) % 10));
+        let dir = root.join(format!("d{:03}/s{:02}", i / 10_000, (i / 100) % 100));
         if i % 100 == 0 {
             std::fs::create_dir_all(&dir).unwrap();
         }
-        let len = 200 + (next() % 2800) as usize;
+        // Small files, as a monorepo has many of (and `../shared/bench/make-tree.sh`
+        // writes): 80–140 bytes.
+        let len = 80 + (next() % 60) as usize;
         let mut text = String::with_capacity(len + 16);
         while text.len() < len {
             text.push_str(words[(next() % words.len() as u64) as usize]);
             text.push(if next() % 8 == 0 { '\n' } else { ' ' });
         }
-        std::fs::write(dir.join(format!("f{i:06}.c")), text).unwrap();
+        std::fs::write(dir.join(format!("f{i:07}.c")), text).unwrap();
     }
 }
 
@@ -109,123 +204,163 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// One tool's column: its rows, or why it did not run.
+#[derive(Default)]
+struct Column {
+    first: Option<f64>,
+    same: Vec<f64>,
+    one: Vec<f64>,
+    store: Option<u64>,
+    peak_first_kib: u64,
+    peak_incremental_kib: u64,
+    missing: Option<String>,
+}
+
+impl Column {
+    fn first(&mut self, r: Run) {
+        self.first = Some(r.seconds);
+        self.peak_first_kib = r.max_rss_kib;
+    }
+
+    fn incremental(&mut self, r: Run, changed: bool) {
+        self.peak_incremental_kib = self.peak_incremental_kib.max(r.max_rss_kib);
+        if changed { self.one.push(r.seconds) } else { self.same.push(r.seconds) }
+    }
+}
+
 fn main() {
     let runs: usize = std::env::var("RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
     let script = std::env::var_os("SHADOW_GIT_SCRIPT")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/shadow-git-snapshot.sh"));
-    assert!(script.exists(), "shadow-git script not found at {} (set SHADOW_GIT_SCRIPT)", script.display());
+    let skip_git = std::env::var_os("SKIP_GIT").is_some();
+    assert!(skip_git || script.exists(), "shadow-git script not found at {} (set SHADOW_GIT_SCRIPT)", script.display());
     let base = std::env::var_os("BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_TARGET_TMPDIR").into());
-    let tb_dir = tempfile::tempdir_in(&base).unwrap();
-    let git_dir = tempfile::tempdir_in(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
     let (work, label) = match std::env::var_os("BENCH_TREE") {
         Some(tree) => (PathBuf::from(&tree), format!("tree {}", Path::new(&tree).display())),
         None => {
             let files: usize = std::env::var("FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-            let work = tb_dir.path().join("work");
+            let work = dir.path().join("work");
             generate(&work, files);
-            (work, format!("generated tree of {files} files"))
+            (work, format!("generated tree of {files} files in directories of 100"))
         }
     };
-    // The real tree is over the default first-snapshot limit (1 GiB): raise it, as a user
-    // snapshotting such a tree would (the limits are settings).
-    let store = tb_dir.path().join("store");
-    std::fs::create_dir_all(&store).unwrap();
-    std::fs::write(
-        store.join("settings.toml"),
-        "[snapshots]\nfirst-max-size = \"8 GiB\"\nfirst-max-files = 1000000\nlater-max-size = \"1 GiB\"\nlater-max-files = 200000\n",
-    )
-    .unwrap();
-    // Warm the page cache once (metadata and contents) so neither tool pays for the first
-    // read from disk alone: whichever ran first would otherwise.
-    Command::new("du").arg("-s").arg(&work).stdout(Stdio::null()).status().unwrap();
-    warm(&work);
+    let jj = Jj::find().map(|program| Jj::new(program, dir.path(), &work));
+    // Warm the page cache once (metadata and contents) so no tool pays for the first read
+    // from disk alone: whichever ran first would otherwise.
+    for tree in std::iter::once(&work).chain(jj.as_ref().ok().map(|j| &j.work)) {
+        Command::new("du").arg("-s").arg(tree).stdout(Stdio::null()).status().unwrap();
+        warm(tree);
+    }
 
-    let first_tb = turnback(tb_dir.path(), &work);
-    let first_git = shadow_git(git_dir.path(), &work, &script);
-    let (mut same_tb, mut same_git, mut one_tb, mut one_git) = (vec![], vec![], vec![], vec![]);
-    let mut peak_tb = first_tb.max_rss_kib;
-    let mut peak_git = first_git.max_rss_kib;
+    let walked = Turnback::new(dir.path(), &work, false);
+    let watched = Turnback::new(dir.path(), &work, true);
+    let (mut tb, mut tbw, mut jjc, mut git) =
+        (Column::default(), Column::default(), Column::default(), Column::default());
+    tb.first(walked.snapshot());
+    tb.store = Some(du(&walked.home));
+    // The watched store's first snapshot is not a row (it is the same walk); the watcher
+    // then covers everything after it.
+    watched.run(&["watch", "start"]);
+    watched.snapshot();
+    match &jj {
+        Ok(j) => {
+            jjc.first(j.snapshot());
+            jjc.store = Some(du(&j.work.join(".jj")));
+        }
+        Err(why) => jjc.missing = Some(why.clone()),
+    }
+    if skip_git {
+        git.missing = Some("SKIP_GIT set".into());
+    } else {
+        git.first(shadow_git(dir.path(), &work, &script));
+    }
+
     let changed = find_a_file(&work);
     let original = std::fs::read(&changed).unwrap();
+    let jj_changed = jj.as_ref().ok().map(|j| j.work.join(changed.strip_prefix(&work).unwrap()));
     for i in 0..runs {
-        let r = turnback(tb_dir.path(), &work);
-        peak_tb = peak_tb.max(r.max_rss_kib);
-        same_tb.push(r.seconds);
-        let r = shadow_git(git_dir.path(), &work, &script);
-        peak_git = peak_git.max(r.max_rss_kib);
-        same_git.push(r.seconds);
-        let mut bytes = original.clone();
-        bytes.extend_from_slice(format!("// change {i}\n").as_bytes());
-        std::fs::write(&changed, &bytes).unwrap();
-        let r = turnback(tb_dir.path(), &work);
-        peak_tb = peak_tb.max(r.max_rss_kib);
-        one_tb.push(r.seconds);
-        let r = shadow_git(git_dir.path(), &work, &script);
-        peak_git = peak_git.max(r.max_rss_kib);
-        one_git.push(r.seconds);
+        for changed_now in [false, true] {
+            if changed_now {
+                let mut bytes = original.clone();
+                bytes.extend_from_slice(format!("// change {i}\n").as_bytes());
+                std::fs::write(&changed, &bytes).unwrap();
+                if let Some(c) = &jj_changed {
+                    std::fs::write(c, &bytes).unwrap();
+                }
+            }
+            tb.incremental(walked.snapshot(), changed_now);
+            tbw.incremental(watched.snapshot(), changed_now);
+            if let Ok(j) = &jj {
+                jjc.incremental(j.snapshot(), changed_now);
+            }
+            if !skip_git {
+                git.incremental(shadow_git(dir.path(), &work, &script), changed_now);
+            }
+        }
     }
     // Rewind preview of the last turn: a turn that changes one file, then the preview.
-    let tb = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_turnback"))
-            .args(args)
-            .current_dir(&work)
-            .env("TURNBACK_HOME", tb_dir.path().join("store"))
-            .env("TURNBACK_KEY", KEY)
-            .env("TURNBACK_SESSION", "bench")
-            .env("HOME", tb_dir.path())
-            .output()
-            .expect("run turnback");
-        assert!(out.status.success(), "turnback {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
     let mut rewind = Vec::new();
     for i in 0..runs {
-        tb(&["turn", "begin", "--new", "--prompt", "bench"]);
+        walked.run(&["turn", "begin", "--new", "--prompt", "bench"]);
         let mut bytes = original.clone();
         bytes.extend_from_slice(format!("// turn {i}\n").as_bytes());
         std::fs::write(&changed, &bytes).unwrap();
-        tb(&["turn", "end"]);
+        walked.run(&["turn", "end"]);
         let start = Instant::now();
-        tb(&["rewind", "--to", &(i + 1).to_string()]);
+        walked.run(&["rewind", "--to", &(i + 1).to_string()]);
         rewind.push(start.elapsed().as_secs_f64());
     }
     std::fs::write(&changed, &original).unwrap();
-    let store_tb = du(&tb_dir.path().join("store"));
-    let repack = Command::new("git")
-        .arg(format!("--git-dir={}", git_dir.path().join("shadow.git").display()))
-        .args(["repack", "-a", "-d", "-q"])
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .status()
-        .unwrap();
-    assert!(repack.success());
-    let store_git = du(&git_dir.path().join("shadow.git"));
+    watched.run(&["watch", "stop"]);
+    if !skip_git {
+        let repack = Command::new("git")
+            .arg(format!("--git-dir={}", dir.path().join("shadow.git").display()))
+            .args(["repack", "-a", "-d", "-q"])
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .status()
+            .unwrap();
+        assert!(repack.success());
+        git.store = Some(du(&dir.path().join("shadow.git")));
+    }
 
+    report(&label, runs, &[("turnback", &tb), ("tb watcher", &tbw), ("jj", &jjc), ("shadow git", &git)]);
+    println!("{:<30} {:>11.3}s  (target <= 1 s)", "rewind preview, last turn", median(rewind));
+}
+
+/// Prints the table: one column per tool, then turnback's ratios to jj and shadow git.
+fn report(label: &str, runs: usize, columns: &[(&str, &Column)]) {
     println!("snapshot benchmark, {label}, {runs} runs per repeated row (medians; fresh process each)");
-    println!("{:<28} {:>12} {:>12} {:>8} {:>8}", "", "turnback", "shadow git", "ratio", "target");
-    let row = |name: &str, a: f64, b: f64, target: &str| {
-        println!("{name:<28} {:>11.3}s {:>11.3}s {:>8.2} {:>8}", a, b, a / b, target);
+    for (name, c) in columns {
+        if let Some(why) = &c.missing {
+            println!("  {name}: not run ({why})");
+        }
+    }
+    print!("{:<30}", "");
+    columns.iter().for_each(|(name, _)| print!(" {name:>11}"));
+    println!(" {:>9} {:>9} {:>9}", "tb/jj", "watch/jj", "tb/git");
+    let [tb, tbw, jj, git] = [0, 1, 2, 3].map(|i| columns[i].1);
+    let seconds = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |s| format!("{s:.3}s"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".to_string(),
     };
-    row("first snapshot", first_tb.seconds, first_git.seconds, "<= 0.20");
-    row("no-change snapshot", median(same_tb), median(same_git), "<= 0.50");
-    row("one changed file", median(one_tb), median(one_git), "<= 0.50");
-    println!(
-        "{:<28} {:>10.1}MB {:>10.1}MB {:>8.2} {:>8}",
-        "store size (git repacked)",
-        store_tb as f64 / 1e6,
-        store_git as f64 / 1e6,
-        store_tb as f64 / store_git as f64,
-        "<= 1.00"
-    );
-    println!("{:<28} {:>11.3}s {:>12} {:>8} {:>8}", "rewind preview, last turn", median(rewind), "", "", "<= 1s");
-    println!(
-        "{:<28} {:>9.1}MiB {:>9.1}MiB {:>8} {:>8}",
-        "peak memory (max RSS)",
-        peak_tb as f64 / 1024.0,
-        peak_git as f64 / 1024.0,
-        "",
-        "<= 256"
-    );
+    let med = |v: &Vec<f64>| (!v.is_empty()).then(|| median(v.clone()));
+    let line = |name: &str, get: &dyn Fn(&Column) -> Option<f64>, fmt: &dyn Fn(Option<f64>) -> String| {
+        print!("{name:<30}");
+        columns.iter().for_each(|(_, c)| print!(" {:>11}", fmt(get(c))));
+        println!(" {:>9} {:>9} {:>9}", ratio(get(tb), get(jj)), ratio(get(tbw), get(jj)), ratio(get(tb), get(git)));
+    };
+    line("first snapshot", &|c| c.first, &seconds);
+    line("no-change snapshot", &|c| med(&c.same), &seconds);
+    line("one changed file", &|c| med(&c.one), &seconds);
+    let mb = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |b| format!("{:.1}MB", b / 1e6));
+    line("store after (git repacked)", &|c| c.store.map(|b| b as f64), &mb);
+    let mib = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |k| format!("{:.1}MiB", k / 1024.0));
+    line("peak memory, first", &|c| (c.peak_first_kib > 0).then_some(c.peak_first_kib as f64), &mib);
+    line("peak memory, incremental", &|c| (c.peak_incremental_kib > 0).then_some(c.peak_incremental_kib as f64), &mib);
 }
 
 fn find_a_file(root: &Path) -> PathBuf {
