@@ -157,3 +157,21 @@ fn the_watcher_exits_when_idle_and_when_its_workspace_is_deleted() {
     std::fs::remove_dir_all(&other).unwrap();
     wait_for("the watcher of a deleted workspace to exit", || !alive(pid));
 }
+
+#[test]
+fn a_watcher_flooded_past_its_bound_forgets_and_the_next_snapshot_walks() {
+    let mut env = watched_env();
+    env.set_var("TURNBACK_WATCH_MAX_DIRTY", "3");
+    env.ok(&["watch", "start"], None);
+    env.ok(&["snapshot"], None);
+    for i in 0..10 {
+        std::fs::write(env.ws.join(format!("flood-{i}.txt")), format!("{i}")).unwrap();
+    }
+    let (flooded, _) = both(&env);
+    assert!(flooded.get("watched").is_none(), "past the bound: a full walk: {flooded}");
+    assert!(env.json(&["watch", "status"])["overflows"].as_u64().unwrap() >= 1);
+    std::fs::write(env.ws.join("flood-0.txt"), "after").unwrap();
+    let (next, _) = both(&env);
+    assert_eq!(next["watched"], true, "the walk's mark is after the overflow: {next}");
+    env.ok(&["watch", "stop"], None);
+}
