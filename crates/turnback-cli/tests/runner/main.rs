@@ -15,6 +15,7 @@ mod test_importers;
 mod test_integrations;
 mod test_integrity;
 mod test_keys;
+mod test_large_files;
 mod test_repository;
 mod test_rewind;
 mod test_rollback;

@@ -271,3 +271,76 @@ fn write_into_new_directories_killed_mid_write_leaves_no_empty_directories() {
     assert_eq!(env.read(NEW_FILE), None);
     assert!(!env.ws.join("made").exists(), "directories made by the interrupted write are still there");
 }
+
+/// A path with what it held before a turn and after it (`None`: absent).
+type BeforeAfter = (String, Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// A turn that adds, deletes and changes files across directories, for the batched writes
+/// of a rewind: each path it touched with what it held before and after.
+fn many_file_turn(env: &Env) -> Vec<BeforeAfter> {
+    let mut paths = Vec::new();
+    for i in 0..12 {
+        let (kept, gone, changed) =
+            (format!("k{}/kept{i}.txt", i % 3), format!("g/gone{i}.txt"), format!("c/c{i}.txt"));
+        let old = format!("before {i}\n").into_bytes();
+        env.write(&kept, &old);
+        env.write(&gone, &old);
+        env.write(&changed, &old);
+        paths.push((gone, Some(old.clone()), None));
+        paths.push((changed, Some(old), Some(format!("changed {i}\n").into_bytes())));
+        paths.push((format!("new/n{}/made{i}.txt", i % 4), None, Some(format!("made {i}\n").into_bytes())));
+    }
+    env.ok(&["turn", "begin", "--prompt", "many files"], None);
+    for (path, _, after) in &paths {
+        match after {
+            Some(bytes) => env.write(path, bytes),
+            None => std::fs::remove_file(env.ws.join(path)).unwrap(),
+        }
+    }
+    env.ok(&["turn", "end"], None);
+    paths
+}
+
+/// A rewind killed inside its batched writes — with temporary files synced and some
+/// swapped in, or with every write made and no directory synced yet — leaves each path
+/// wholly as the turn left it or as the rewind puts it; reconcile removes every temporary
+/// file, the store verifies clean, and running the rewind again finishes it.
+#[test]
+fn a_rewind_killed_in_its_batched_writes_is_settled_by_reconcile_and_finished_by_running_it_again() {
+    for failpoint in ["write-temp-synced", "rewind-written"] {
+        let env = Env::new();
+        env.ok(&["init"], None);
+        let paths = many_file_turn(&env);
+        env.kill_at_failpoint(&["rewind", "--to", "1", "--apply"], None, failpoint);
+        env.ok(&["reconcile"], None);
+        let leftovers: Vec<_> =
+            files_under(&env.ws).into_iter().filter(|p| p.to_string_lossy().contains(".turnback-")).collect();
+        assert_eq!(leftovers, Vec::<std::path::PathBuf>::new(), "temporary files left after reconcile at {failpoint}");
+        let mut rewound = 0;
+        for (path, before, after) in &paths {
+            let now = env.read(path);
+            assert!(
+                now == *before || now == *after,
+                "killed at {failpoint}: {path} must be wholly before or after, holds {now:?}"
+            );
+            rewound += usize::from(now == *before);
+        }
+        if failpoint == "rewind-written" {
+            assert_eq!(rewound, paths.len(), "every write was made before {failpoint}");
+        }
+        let killed = env.all_checkpoints();
+        assert_eq!(killed.len(), 1, "the rewind's own checkpoint: {killed:#?}");
+        // Committed with its pre-images before the first write: a complete checkpoint that
+        // takes back whatever the killed rewind wrote.
+        assert_eq!(str_at(&killed[0], "/stageState"), "committed", "{:#}", killed[0]);
+        assert_eq!(str_at(&killed[0], "/coverageState"), "fully-protected", "{:#}", killed[0]);
+        env.assert_verify_clean();
+
+        let done = env.json(&["rewind", "--to", "1", "--apply"]);
+        assert_eq!(done["plan"]["resultType"], "full", "{done:#}");
+        for (path, before, _) in &paths {
+            assert_eq!(env.read(path), *before, "{path} after the rewind ran again (killed at {failpoint})");
+        }
+        env.assert_verify_clean();
+    }
+}

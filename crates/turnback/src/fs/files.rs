@@ -7,7 +7,11 @@
 //!   The final component is read with `O_NOFOLLOW` and a symlink there is refused too.
 //! - A replacement is atomic: the new bytes go to a temporary file in the same directory,
 //!   which is fsynced, given the old file's mode, renamed over the target, and then the
-//!   directory is fsynced. A crash leaves the old file or the new one, never a mix, plus at
+//!   directory is fsynced. A batch of replacements ([`Parent::stage`],
+//!   [`Parent::seal_staged`], [`Parent::swap_synced`], [`Parent::remove_if_unsynced`])
+//!   writes all its temporary files, makes them durable with one sync of the file system
+//!   ([`FileSystem::sync`]) before any takes its swapping name, and syncs once more after
+//!   the swaps, before the batch counts as done. A crash leaves the old file or the new one, never a mix, plus at
 //!   most one temporary file whose name is derived from the checkpoint id
 //!   ([`temp_name`]) so reconcile can find and remove it.
 //! - A temporary file's name says how far its write got ([`TempPhase`]): bytes are written
@@ -23,6 +27,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use rustix::io::Errno;
@@ -135,7 +140,7 @@ pub enum Observed {
 /// An open handle on the directory that holds a target, reached without symlinks.
 #[derive(Debug)]
 pub struct Parent {
-    fd: OwnedFd,
+    fd: Arc<OwnedFd>,
     name: OsString,
     shown: PathBuf,
     /// Directories created on the way (relative paths, outermost first).
@@ -177,7 +182,7 @@ pub fn open_parent(root: &Path, rel: &RelPath, create: bool) -> Result<Parent> {
             Err(e) => return Err(classify(e, &shown)),
         };
     }
-    Ok(Parent { fd, name: name.to_os_string(), shown, created_dirs })
+    Ok(Parent { fd: Arc::new(fd), name: name.to_os_string(), shown, created_dirs })
 }
 
 fn classify(e: Errno, shown: &Path) -> Error {
@@ -291,6 +296,63 @@ impl Parent {
     ) -> Result<(Swap, Option<FileIdentity>)> {
         let file = self.write_temp(temp, bytes, mode)?;
         failpoint::hit("write-temp-synced");
+        let swapped = self.swap_synced(temp, expect);
+        let synced = self.sync();
+        let swap = swapped?;
+        synced?;
+        let identity = match swap {
+            Swap::Done => Some(FileIdentity::of(&rustix::fs::fstat(&file).context(&self.shown)?)),
+            Swap::Changed => None,
+        };
+        Ok((swap, identity))
+    }
+
+    /// The target `rel` beside this one: the same directory handle, another name. `rel`
+    /// must be in the same directory.
+    pub fn sibling(&self, rel: &RelPath) -> Parent {
+        let name = rel.components().last().expect("a RelPath has at least one component").to_os_string();
+        let shown = self.shown.with_file_name(&name);
+        Parent { fd: Arc::clone(&self.fd), name, shown, created_dirs: Vec::new() }
+    }
+
+    /// Removes the target if it is an empty directory (one that took a file's place);
+    /// true if it did.
+    pub fn clear_empty_dir(&self) -> bool {
+        let is_dir = rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+        is_dir && rustix::fs::unlinkat(&self.fd, &self.name, AtFlags::REMOVEDIR).is_ok()
+    }
+
+    /// Writes `bytes` under the writing name of `temp` without syncing them: the first
+    /// step of a batched [`swap_in`](Self::swap_in), whose files are all written before
+    /// one sync of the file system ([`FileSystem::sync`]) makes them durable together.
+    /// [`Parent::seal_staged`] then gives the file the name `temp`;
+    /// [`Parent::discard_staged`] removes it. On error nothing is left.
+    pub fn stage(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+        self.write_new(&writing_name(temp), bytes, mode, false).map(drop)
+    }
+
+    /// Renames a staged file, complete and made durable by a sync of the file system since
+    /// it was written, to `temp` itself (its swapping name). On error nothing is left.
+    pub fn seal_staged(&self, temp: &OsStr) -> Result<()> {
+        let writing = writing_name(temp);
+        if let Err(e) = rustix::fs::renameat(&self.fd, &writing, &self.fd, temp) {
+            let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
+            return Err(e).context(&self.shown);
+        }
+        Ok(())
+    }
+
+    /// Removes a staged file that is not to be swapped in after all.
+    pub fn discard_staged(&self, temp: &OsStr) {
+        let _ = rustix::fs::unlinkat(&self.fd, writing_name(temp), AtFlags::empty());
+    }
+
+    /// The compare-and-swap of [`swap_in`](Self::swap_in) once its complete, durable file
+    /// is at `temp`, without syncing the directory: the caller syncs it ([`Parent::sync`],
+    /// [`FileSystem::sync`]) before it records that the write was made. `temp` is gone after it
+    /// (or names a displaced file it could not put back, as the error says).
+    pub fn swap_synced(&self, temp: &OsStr, expect: &Expect<'_>) -> Result<Swap> {
         let result = match expect {
             Expect::Absent => match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
                 Ok(()) => {
@@ -352,19 +414,26 @@ impl Parent {
             }
         };
         let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
-        rustix::fs::fsync(&self.fd).context(&self.shown)?;
-        let swap = result?;
-        let identity = match swap {
-            Swap::Done => Some(FileIdentity::of(&rustix::fs::fstat(&file).context(&self.shown)?)),
-            Swap::Changed => None,
-        };
-        Ok((swap, identity))
+        result
+    }
+
+    /// Syncs the directory itself (the names in it).
+    pub fn sync(&self) -> Result<()> {
+        rustix::fs::fsync(&self.fd).context(&self.shown)
     }
 
     /// Removes the target only if it is what `matches` accepts: it is first moved aside
     /// to `temp` (atomically), checked there, and then deleted — or moved back untouched.
     /// An already absent target counts as removed.
     pub fn remove_if(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
+        let result = self.remove_if_unsynced(temp, matches)?;
+        self.sync()?;
+        Ok(result)
+    }
+
+    /// [`remove_if`](Self::remove_if) without syncing the directory: the caller syncs it
+    /// ([`Parent::sync`], [`FileSystem::sync`]) before it records that the file was removed.
+    pub fn remove_if_unsynced(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
         match rustix::fs::renameat(&self.fd, &self.name, &self.fd, temp) {
             Ok(()) => {}
             Err(Errno::NOENT) => return Ok(Swap::Done),
@@ -395,7 +464,6 @@ impl Parent {
             }
             Swap::Changed
         };
-        rustix::fs::fsync(&self.fd).context(&self.shown)?;
         Ok(result)
     }
 
@@ -406,7 +474,7 @@ impl Parent {
     fn write_temp(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
         let writing = writing_name(temp);
         let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
-        let file = self.write_new(&writing, bytes, mode)?;
+        let file = self.write_new(&writing, bytes, mode, true)?;
         if let Err(e) = rustix::fs::renameat(&self.fd, &writing, &self.fd, temp) {
             let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
             return Err(e).context(&self.shown);
@@ -414,20 +482,28 @@ impl Parent {
         Ok(file)
     }
 
-    /// Creates `name` (replacing a stale one) with `bytes` and syncs it; removes it again
-    /// if anything fails, so a failed write (a full disk, say) leaves nothing behind.
-    fn write_new(&self, name: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
+    /// Creates `name` (replacing a stale one) with `bytes` and, with `sync`, syncs it;
+    /// removes it again if anything fails, so a failed write (a full disk, say) leaves
+    /// nothing behind.
+    fn write_new(&self, name: &OsStr, bytes: &[u8], mode: Option<u32>, sync: bool) -> Result<File> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
-        let create_mode = if mode.is_some() { 0o600 } else { 0o666 };
-        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(create_mode)).context(&self.shown)?;
+        let create_mode = Mode::from_raw_mode(if mode.is_some() { 0o600 } else { 0o666 });
+        let fd = match rustix::fs::openat(&self.fd, name, flags, create_mode) {
+            // A stale one (a crash's): replaced.
+            Err(Errno::EXIST) => {
+                let _ = rustix::fs::unlinkat(&self.fd, name, AtFlags::empty());
+                rustix::fs::openat(&self.fd, name, flags, create_mode)
+            }
+            opened => opened,
+        }
+        .context(&self.shown)?;
         let mut file = File::from(fd);
         let written = (|| {
             write_in_steps(&mut file, bytes).context(&self.shown)?;
             if let Some(mode) = mode {
                 rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
             }
-            file.sync_all().context(&self.shown)
+            if sync { file.sync_all().context(&self.shown) } else { Ok(()) }
         })();
         if let Err(e) = written {
             drop(file);
@@ -469,7 +545,7 @@ impl Parent {
     /// renamed straight over the target.
     pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
         let writing = writing_name(temp);
-        let file = self.write_new(&writing, bytes, mode)?;
+        let file = self.write_new(&writing, bytes, mode, true)?;
         failpoint::hit("write-temp-synced");
         if let Err(e) = rustix::fs::renameat(&self.fd, &writing, &self.fd, &self.name) {
             let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
@@ -489,6 +565,33 @@ impl Parent {
             Err(Errno::NOENT) => Ok(false),
             Err(e) => Err(e).context(&self.shown),
         }
+    }
+}
+
+/// The file system a workspace is on, for one sync of everything written to it
+/// (`syncfs`): a batch of writes made durable together, not file by file.
+#[derive(Debug)]
+pub struct FileSystem {
+    fd: OwnedFd,
+    shown: PathBuf,
+}
+
+impl FileSystem {
+    /// The file system of the directory `root` (opened now: [`sync`](Self::sync) reports
+    /// every write-back failure on it from now on).
+    pub fn of(root: &Path) -> Result<Self> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(root, flags, Mode::empty()).context(root)?;
+        Ok(FileSystem { fd, shown: root.to_path_buf() })
+    }
+
+    /// Writes everything written to the file system so far (file contents and names) to
+    /// stable storage and waits for it, as an fsync of each file and directory would.
+    ///
+    /// # Errors
+    /// `io` if any write-back failed.
+    pub fn sync(&self) -> Result<()> {
+        rustix::fs::syncfs(&self.fd).context(&self.shown)
     }
 }
 

@@ -151,8 +151,7 @@ fn materialise(store: &Store, dir: &Path, state: &SnapshotRecord) -> Result<(u64
         let target = dir.join(OsStr::from_bytes(&path));
         match &node.kind {
             NodeKind::File(id) => {
-                let bytes = store.read_object(id)?.1;
-                write_new(&target, &bytes, node.mode)?;
+                write_new(store, &target, id, node.mode)?;
                 files_written += 1;
             }
             NodeKind::Symlink(id) => {
@@ -195,8 +194,12 @@ fn prepare_dir(dir: &Path) -> Result<()> {
     }
 }
 
-fn write_new(target: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::io::Write;
+/// Writes object `id` into the new file `target` as its pieces are read and verified
+/// (memory does not grow with the file's size); runs of zeros become holes, which read
+/// back as zeros in a new file. A file whose content fails verification is removed, so
+/// nothing unverified stays.
+fn write_new(store: &Store, target: &Path, id: &ContentId, mode: u32) -> Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     if let Some(p) = target.parent() {
         std::fs::create_dir_all(p).context(p)?;
@@ -207,7 +210,28 @@ fn write_new(target: &Path, bytes: &[u8], mode: u32) -> Result<()> {
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(target)
         .context(target)?;
-    f.write_all(bytes).context(target)?;
-    f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).context(target)?;
-    f.sync_all().context(target)
+    let written = (|| {
+        let mut len = 0u64;
+        store.read_object_to(id, &mut |piece| {
+            len += piece.len() as u64;
+            if is_zeros(piece) {
+                f.seek(SeekFrom::Current(piece.len() as i64)).map(|_| ()).context(target)
+            } else {
+                f.write_all(piece).context(target)
+            }
+        })?;
+        f.set_len(len).context(target)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).context(target)?;
+        f.sync_all().context(target)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(target);
+    }
+    written
+}
+
+/// Whether `bytes` are all zeros (compared a page at a time, as memory is).
+fn is_zeros(bytes: &[u8]) -> bool {
+    const PAGE: [u8; 4096] = [0; 4096];
+    bytes.chunks(PAGE.len()).all(|c| c == &PAGE[..c.len()])
 }

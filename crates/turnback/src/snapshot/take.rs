@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
@@ -34,6 +34,11 @@ use crate::watch::WatchMark;
 
 /// Bytes of file content read and sealed per batch (bounds memory).
 const BATCH_BYTES: u64 = 16 * 1024 * 1024;
+/// Files larger than this are read, hashed and packed in pieces ([`stream_file`]), not
+/// whole: memory does not grow with the size of any file.
+const STREAM_FROM: u64 = 8 * 1024 * 1024;
+/// Blocks of a streamed file sealed and sent to the writer together.
+const STREAM_BLOCKS: usize = 8;
 
 /// How to take a snapshot.
 #[derive(Clone, Copy, Default)]
@@ -296,7 +301,8 @@ pub(super) fn read_and_pack(
         let reading = (|| -> Result<()> {
             let mut previous: Option<Packer> = None;
             let mut done_bytes = 0u64;
-            let to_read = plan.to_read.clone();
+            let (large, to_read): (Vec<usize>, Vec<usize>) =
+                plan.to_read.iter().partition(|&&i| walked.entries[i].stat.size > STREAM_FROM);
             for batch in batches(&to_read, &walked.entries) {
                 cancelled(opts)?;
                 if let Some(progress) = opts.progress {
@@ -323,6 +329,18 @@ pub(super) fn read_and_pack(
             if let Some(last) = previous {
                 let _ = tx.send(last.seal(store.keys())?);
             }
+            for i in large {
+                cancelled(opts)?;
+                if let Some(progress) = opts.progress {
+                    progress(done_bytes, plan.read_bytes);
+                }
+                done_bytes += walked.entries[i].stat.size;
+                let streamed = stream_file(store, root, &walked.entries[i], max_file, &tx, &mut packed, opts);
+                if streamed.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
+                    return streamed.map(|_| ());
+                }
+                record_read(walked, plan, i, streamed, record);
+            }
             Ok(())
         })();
         drop(tx);
@@ -345,28 +363,102 @@ fn pack_batch(
     let mut in_store = object::exist_each(store.kv(), &read_ids)?.into_iter();
     let mut packer = Packer::default();
     for (i, result) in read {
-        match result {
-            Ok((id, bytes, stat)) => {
-                // `packed`: an earlier batch may still be on its way to the store.
-                if !in_store.next().unwrap_or(false) && packed.insert(id) {
-                    packer.add(id, ContentClass::of(&bytes), &bytes);
-                }
-                plan.ids[i] = Some(id);
-                plan.stat_after[i] = Some(stat);
+        let result = result.map(|(id, bytes, stat)| {
+            // `packed`: an earlier batch may still be on its way to the store.
+            if !in_store.next().unwrap_or(false) && packed.insert(id) {
+                packer.add(id, ContentClass::of(&bytes), &bytes);
             }
-            Err(e) => {
-                let path = String::from_utf8_lossy(&walked.entries[i].path).into_owned();
-                // Grown over max-file-size since the walk: left out like one found so.
-                if let (ErrorCode::OverCap, Some(size)) = (e.code, e.details.as_ref().and_then(|d| d["size"].as_u64()))
-                {
-                    record.left_out.push(LeftOut { path, size, reason: e.message });
-                } else {
-                    record.skipped_paths.push(Skipped { path, reason: e.message });
-                }
+            (id, stat)
+        });
+        record_read(walked, plan, i, result, record);
+    }
+    Ok(packer)
+}
+
+/// Records what reading entry `i` found: its id and stat, or why it is left out.
+fn record_read(
+    walked: &Walk,
+    plan: &mut ReadPlan,
+    i: usize,
+    result: Result<(ContentId, walk::Stat)>,
+    record: &mut SnapshotRecord,
+) {
+    match result {
+        Ok((id, stat)) => {
+            plan.ids[i] = Some(id);
+            plan.stat_after[i] = Some(stat);
+        }
+        Err(e) => {
+            let path = String::from_utf8_lossy(&walked.entries[i].path).into_owned();
+            // Grown over max-file-size since the walk: left out like one found so.
+            if let (ErrorCode::OverCap, Some(size)) = (e.code, e.details.as_ref().and_then(|d| d["size"].as_u64())) {
+                record.left_out.push(LeftOut { path, size, reason: e.message });
+            } else {
+                record.skipped_paths.push(Skipped { path, reason: e.message });
             }
         }
     }
-    Ok(packer)
+}
+
+/// Reads one large file in pieces, hashing and packing each as it comes
+/// ([`Packer::stream`]): its blocks go to the writer `tx` a few at a time, its index entry
+/// last — or, if the store holds the content already, a deletion of the blocks it sent.
+/// Memory holds a few blocks whatever the file's size. A file that ends before the size
+/// it had when opened changed while it was read: it is left out (its blocks deleted).
+fn stream_file(
+    store: &Store,
+    root: &Path,
+    e: &Entry,
+    max_file: u64,
+    tx: &std::sync::mpsc::SyncSender<SealedPack>,
+    packed: &mut HashSet<ContentId>,
+    opts: &TakeOptions<'_>,
+) -> Result<(ContentId, walk::Stat)> {
+    let (mut file, meta, path) = open_to_read(root, e, max_file)?;
+    let keys = store.keys();
+    let size = meta.len();
+    let mut mac = keys.content_id_streaming(size);
+    let mut streamed = Packer::stream();
+    let mut buf = vec![0u8; crate::storage::pack::BLOCK_LEN];
+    let mut class = None;
+    let mut done = 0u64;
+    let read = (|| -> Result<()> {
+        while done < size {
+            let want = (size - done).min(buf.len() as u64) as usize;
+            let n = match file.read(&mut buf[..want]) {
+                Ok(0) => return Err(Error::new(ErrorCode::Io, "changed while it was read (it got shorter)")),
+                Ok(n) => n,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(err) => return Err(Error::new(ErrorCode::Io, format!("{}: {err}", path.display()))),
+            };
+            class.get_or_insert_with(|| ContentClass::of(&buf[..n]));
+            mac.update(&buf[..n]);
+            streamed.push(&buf[..n]);
+            done += n as u64;
+            if streamed.full_blocks() >= STREAM_BLOCKS {
+                cancelled(opts)?;
+                tx.send(streamed.seal_full(keys)?).map_err(|_| writer_stopped())?;
+            }
+        }
+        Ok(())
+    })();
+    let id = match read.map(|()| mac.finish()) {
+        Ok(Some(id)) => ContentId(id),
+        Ok(None) => unreachable!("exactly `size` bytes were fed"),
+        Err(err) => {
+            let _ = tx.send(streamed.abandon());
+            return Err(err);
+        }
+    };
+    let known = packed.contains(&id) || object::exists(store.kv(), &id)?;
+    packed.insert(id);
+    let class = class.unwrap_or(ContentClass::FileContent);
+    tx.send(streamed.finish(keys, id, class, known)?).map_err(|_| writer_stopped())?;
+    Ok((id, walk::Stat::of(&meta)))
+}
+
+fn writer_stopped() -> Error {
+    Error::new(ErrorCode::Io, "the snapshot's writer stopped")
 }
 
 /// What phase 6 built: the root, the nested repositories, the tree nodes and symlink
@@ -512,25 +604,7 @@ type ReadFile = (ContentId, Vec<u8>, walk::Stat);
 /// A file grown over `max_file` since the walk is not read (`over-cap`, its size in the
 /// error's details).
 fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result<ReadFile> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(&path)
-        .map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
-    let meta = file.metadata().map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
-    if !meta.is_file() {
-        return Err(Error::new(ErrorCode::Io, "no longer a regular file"));
-    }
-    if meta.len() > max_file {
-        let why = format!(
-            "grew larger than a snapshot keeps of one file while it was taken ({} > {}, max-file-size)",
-            format_size(meta.len()),
-            format_size(max_file)
-        );
-        return Err(Error::new(ErrorCode::OverCap, why).with_details(serde_json::json!({ "size": meta.len() })));
-    }
+    let (mut file, meta, path) = open_to_read(root, e, max_file)?;
     // Exactly the size fstat gave (what the stat cache records with it): a file that grew
     // meanwhile has a new size and is read again next time; one that shrank ends early.
     // (`read_to_end` would stat and seek again and read once more to see the end.)
@@ -547,6 +621,32 @@ fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result
     bytes.truncate(filled);
     let id = ContentId(store.keys().content_id(&bytes));
     Ok((id, bytes, walk::Stat::of(&meta)))
+}
+
+/// Opens one file to read without following a symlink, checks it is still a regular file
+/// within `max_file` (`over-cap`, its size in the error's details, if it grew over it),
+/// and returns it with its stat and its path.
+fn open_to_read(root: &Path, e: &Entry, max_file: u64) -> Result<(std::fs::File, std::fs::Metadata, PathBuf)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(&path)
+        .map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    let meta = file.metadata().map_err(|err| Error::new(ErrorCode::Io, format!("{}: {err}", path.display())))?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorCode::Io, "no longer a regular file"));
+    }
+    if meta.len() > max_file {
+        let why = format!(
+            "grew larger than a snapshot keeps of one file while it was taken ({} > {}, max-file-size)",
+            format_size(meta.len()),
+            format_size(max_file)
+        );
+        return Err(Error::new(ErrorCode::OverCap, why).with_details(serde_json::json!({ "size": meta.len() })));
+    }
+    Ok((file, meta, path))
 }
 
 /// Builds directory nodes bottom-up from entries in component order.

@@ -65,6 +65,19 @@ impl SecretKey {
         SecretKey(out)
     }
 
+    /// [`mac`](Self::mac) of `parts` followed by one more part of `len` bytes, fed in
+    /// pieces ([`StreamingMac::update`]): the same value as `mac` of all the parts, without
+    /// holding the last one whole.
+    pub fn mac_streaming(&self, parts: &[&[u8]], len: u64) -> StreamingMac {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        for p in parts {
+            mac.update(&(p.len() as u64).to_le_bytes());
+            mac.update(p);
+        }
+        mac.update(&len.to_le_bytes());
+        StreamingMac { mac, left: len }
+    }
+
     /// HMAC-SHA-256 of `parts` (each length-prefixed, so part boundaries are unambiguous).
     pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes any key length");
@@ -73,6 +86,33 @@ impl SecretKey {
             mac.update(p);
         }
         mac.finalize().into_bytes().into()
+    }
+}
+
+/// A [`SecretKey::mac`] whose last part arrives in pieces; its length was given first.
+#[derive(Clone)]
+pub struct StreamingMac {
+    mac: Hmac<Sha256>,
+    left: u64,
+}
+
+impl fmt::Debug for StreamingMac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StreamingMac").field("left", &self.left).finish_non_exhaustive()
+    }
+}
+
+impl StreamingMac {
+    /// Feeds the next piece of the last part.
+    pub fn update(&mut self, piece: &[u8]) {
+        self.left = self.left.wrapping_sub(piece.len() as u64);
+        self.mac.update(piece);
+    }
+
+    /// The MAC, if exactly the announced length was fed (else the value would not be the
+    /// MAC of what was fed).
+    pub fn finish(self) -> Option<[u8; 32]> {
+        (self.left == 0).then(|| self.mac.finalize().into_bytes().into())
     }
 }
 
@@ -268,5 +308,19 @@ mod tests {
     fn mac_parts_are_unambiguous() {
         let k = SecretKey([1u8; 32]);
         assert_ne!(k.mac(&[b"ab", b"c"]), k.mac(&[b"a", b"bc"]));
+    }
+
+    #[test]
+    fn a_mac_fed_in_pieces_equals_the_mac_of_the_whole_and_needs_every_byte() {
+        let k = SecretKey([2u8; 32]);
+        let whole: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut streaming = k.mac_streaming(&[b"content"], whole.len() as u64);
+        for piece in whole.chunks(999) {
+            streaming.update(piece);
+        }
+        assert_eq!(streaming.finish(), Some(k.mac(&[b"content", &whole])));
+        let mut short = k.mac_streaming(&[b"content"], whole.len() as u64);
+        short.update(&whole[..9_999]);
+        assert_eq!(short.finish(), None, "fewer bytes than announced make no MAC");
     }
 }

@@ -451,6 +451,12 @@ impl KeyRing {
         self.content_id.mac(&[b"content", bytes])
     }
 
+    /// The keyed content id of `len` bytes fed in pieces: the same id as
+    /// [`content_id`](Self::content_id) of them all.
+    pub fn content_id_streaming(&self, len: u64) -> crypto::StreamingMac {
+        self.content_id.mac_streaming(&[b"content"], len)
+    }
+
     /// A keyed lookup id for a secret name such as a workspace path.
     pub fn lookup_id(&self, domain: &str, name: &[u8]) -> [u8; 32] {
         self.lookup_id.mac(&[domain.as_bytes(), name])

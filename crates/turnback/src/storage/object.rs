@@ -141,6 +141,29 @@ pub(crate) fn get(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Res
     }
 }
 
+/// Reads and verifies the object `id`, handing its bytes to `out` in pieces (a packed
+/// object streams in a few blocks' memory, whatever its size; one stored on its own is
+/// decrypted whole, as it is stored). Verified only once every piece went out: on an
+/// error, the caller throws away what `out` was given.
+///
+/// # Errors
+/// `not-found` if absent; `corrupt` if it does not verify; whatever `out` returns.
+pub(crate) fn get_to(
+    keys: &KeyRing,
+    kv: &dyn KeyValueStore,
+    id: &ContentId,
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<ObjectHeader> {
+    match kv.get(schema::OBJECTS, &id.0)? {
+        Some(value) => {
+            let (header, bytes) = decode(keys, id, &value)?;
+            out(&bytes)?;
+            Ok(header)
+        }
+        None => pack::read_to(keys, kv, id, out)?.ok_or_else(|| Error::not_found(format!("object {}", id.to_hex()))),
+    }
+}
+
 /// The header of object `id`, without decrypting it.
 pub(crate) fn header(kv: &dyn KeyValueStore, id: &ContentId) -> Result<Option<ObjectHeader>> {
     match kv.get(schema::OBJECTS, &id.0)? {

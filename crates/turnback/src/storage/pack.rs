@@ -14,7 +14,13 @@
 //!   altered index entry fails the digest check, both as `corrupt`.
 //! - Blocks and the index entries that point into them are written in one transaction; a
 //!   crash before it commits leaves nothing, after it leaves unreferenced entries at worst,
-//!   which `gc` removes. Blocks are immutable: a block id names the same plaintext forever
+//!   which `gc` removes. The one exception is an object packed as it is read
+//!   ([`Streamed`]: a large file, whose id is known only at its end): its own blocks are
+//!   stored as they fill, its index entry last; until then they are unreferenced blocks,
+//!   which `gc` (never running while a snapshot writes) removes after a crash, and which
+//!   are deleted again if the content turns out to be stored already.
+//! - Reading an object of any size can be done in a few blocks' memory ([`read_to`]): the
+//!   keyed digest is computed as the pieces go out, and checked at the end. Blocks are immutable: a block id names the same plaintext forever
 //!   (key rotation re-seals it under the same id, `gc` copies live objects to new blocks and
 //!   deletes the old), so decrypted blocks may be cached by id.
 
@@ -116,10 +122,83 @@ pub(crate) struct Packer {
     added: HashSet<ContentId>,
 }
 
-/// Blocks and index entries ready to be written in one transaction.
+/// Blocks and index entries ready to be written in one transaction (and blocks of a
+/// streamed object found stored already, to delete).
 pub(crate) struct SealedPack {
     blocks: Vec<(BlockId, Vec<u8>)>,
     entries: Vec<(ContentId, Vec<u8>)>,
+    discard: Vec<BlockId>,
+}
+
+/// One object packed as it is read, in pieces, into blocks of its own
+/// ([`Packer::stream`]): its id is known only at the end, so its blocks are sealed and
+/// stored as they fill ([`Streamed::seal_full`]) and its index entry goes last
+/// ([`Streamed::finish`]). Memory holds at most the blocks not yet sealed.
+pub(crate) struct Streamed {
+    full: Vec<(BlockId, Vec<u8>)>,
+    open: Option<(BlockId, Vec<u8>)>,
+    pieces: Vec<Piece>,
+    size: u64,
+}
+
+impl Streamed {
+    /// Appends the next bytes of the object.
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let (block, buf) = self.open.get_or_insert_with(|| (new_block_id(), Vec::with_capacity(BLOCK_LEN)));
+            let take = bytes.len().min(BLOCK_LEN - buf.len());
+            match self.pieces.last_mut() {
+                Some(p) if p.block == *block => p.len += take as u32,
+                _ => self.pieces.push(Piece { block: *block, offset: buf.len() as u32, len: take as u32 }),
+            }
+            buf.extend_from_slice(&bytes[..take]);
+            bytes = &bytes[take..];
+            self.size += take as u64;
+            if buf.len() == BLOCK_LEN {
+                self.full.push(self.open.take().expect("open block"));
+            }
+        }
+    }
+
+    /// How many full blocks wait to be sealed.
+    pub fn full_blocks(&self) -> usize {
+        self.full.len()
+    }
+
+    /// Compresses and encrypts the full blocks (on the thread pool), to be stored now:
+    /// until [`finish`](Self::finish)'s entry is stored they are unreferenced, which `gc`
+    /// (that never runs while a snapshot writes) would remove.
+    pub fn seal_full(&mut self, keys: &KeyRing) -> Result<SealedPack> {
+        let blocks = seal_blocks(keys, std::mem::take(&mut self.full))?;
+        Ok(SealedPack { blocks, entries: Vec::new(), discard: Vec::new() })
+    }
+
+    /// The rest of the object's blocks and its index entry under `id` — or, if `known`
+    /// (the store holds the content already), a pack that deletes the blocks stored so far.
+    pub fn finish(mut self, keys: &KeyRing, id: ContentId, class: ContentClass, known: bool) -> Result<SealedPack> {
+        if known {
+            return Ok(self.abandon());
+        }
+        self.full.extend(self.open.take());
+        let blocks = seal_blocks(keys, self.full)?;
+        let entry = Location { class, size: self.size, pieces: self.pieces }.encode();
+        Ok(SealedPack { blocks, entries: vec![(id, entry)], discard: Vec::new() })
+    }
+
+    /// A pack that deletes every block of the object sealed so far (it is abandoned).
+    pub fn abandon(self) -> SealedPack {
+        let unsealed: HashSet<BlockId> = self.full.iter().map(|b| b.0).chain(self.open.as_ref().map(|b| b.0)).collect();
+        let mut discard: Vec<BlockId> = self.pieces.iter().map(|p| p.block).collect();
+        discard.retain(|b| !unsealed.contains(b));
+        SealedPack { blocks: Vec::new(), entries: Vec::new(), discard }
+    }
+}
+
+/// Compresses and encrypts `plain` blocks on the thread pool.
+fn seal_blocks(keys: &KeyRing, plain: Vec<(BlockId, Vec<u8>)>) -> Result<Vec<(BlockId, Vec<u8>)>> {
+    let version = keys.current_version();
+    let key = keys.data_key(version)?;
+    plain.into_par_iter().map(|(id, plain)| Ok((id, encode_block(key, &id, version, &plain)?))).collect()
 }
 
 impl Packer {
@@ -151,18 +230,17 @@ impl Packer {
         self.entries.push((id, Location { class, size: bytes.len() as u64, pieces }));
     }
 
+    /// Starts an object to be packed as it is read ([`Streamed`]), in blocks of its own.
+    pub fn stream() -> Streamed {
+        Streamed { full: Vec::new(), open: None, pieces: Vec::new(), size: 0 }
+    }
+
     /// Compresses and encrypts every block on the thread pool.
     pub fn seal(mut self, keys: &KeyRing) -> Result<SealedPack> {
         self.full.extend(self.open.take());
-        let version = keys.current_version();
-        let key = keys.data_key(version)?;
-        let blocks = self
-            .full
-            .into_par_iter()
-            .map(|(id, plain)| Ok((id, encode_block(key, &id, version, &plain)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let blocks = seal_blocks(keys, self.full)?;
         let entries = self.entries.into_iter().map(|(id, loc)| (id, loc.encode())).collect();
-        Ok(SealedPack { blocks, entries })
+        Ok(SealedPack { blocks, entries, discard: Vec::new() })
     }
 }
 
@@ -170,6 +248,9 @@ impl SealedPack {
     /// Writes the blocks and index entries inside `txn`; returns the bytes written.
     pub fn store(&self, txn: &mut dyn Txn) -> Result<u64> {
         let mut written = 0;
+        for id in &self.discard {
+            txn.delete(schema::BLOCKS, id)?;
+        }
         for (id, value) in &self.blocks {
             txn.put(schema::BLOCKS, id, value)?;
             written += value.len() as u64;
@@ -298,6 +379,52 @@ pub(crate) fn read(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Re
         return Err(Error::corrupt("packed object", "digest mismatch"));
     }
     Ok(Some((ObjectHeader { key_version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }, bytes)))
+}
+
+/// Reads and verifies the packed object `id` piece by piece, handing each piece to `out`
+/// as its block is decrypted; `None` if it is not packed. Memory holds a few blocks,
+/// whatever the object's size. The keyed digest and size are checked only once every
+/// piece went out: on an error the caller must throw away what `out` was given (a restore
+/// writes into a temporary file and removes it).
+///
+/// # Errors
+/// `corrupt` if a block is missing or does not authenticate, or the bytes do not match the
+/// id's digest and the recorded size; whatever `out` returns.
+pub(crate) fn read_to(
+    keys: &KeyRing,
+    kv: &dyn KeyValueStore,
+    id: &ContentId,
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<Option<ObjectHeader>> {
+    let Some(mut loc) = locate(kv, id)? else { return Ok(None) };
+    // `gc` may have moved the object since: look again before the first byte goes out.
+    if !blocks_present(kv, &loc)? {
+        loc = locate(kv, id)?
+            .filter(|moved| *moved != loc)
+            .ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?;
+    }
+    let mut mac = keys.content_id_streaming(loc.size);
+    let mut first_version = None;
+    for p in &loc.pieces {
+        let (version, plain) =
+            block(keys, kv, &p.block)?.ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?;
+        first_version.get_or_insert(version);
+        let (start, end) = (p.offset as usize, p.offset as usize + p.len as usize);
+        let slice = plain.get(start..end).ok_or_else(|| Error::corrupt("packed object", "piece outside its block"))?;
+        mac.update(slice);
+        out(slice)?;
+    }
+    if mac.finish() != Some(id.0) {
+        return Err(Error::corrupt("packed object", "digest mismatch"));
+    }
+    let key_version = first_version.unwrap_or_else(|| keys.current_version());
+    Ok(Some(ObjectHeader { key_version, schema: OBJECT_SCHEMA, class: loc.class, size: loc.size }))
+}
+
+/// Whether every block `loc` points into is in the store.
+fn blocks_present(kv: &dyn KeyValueStore, loc: &Location) -> Result<bool> {
+    let ids: Vec<&[u8]> = loc.pieces.iter().map(|p| p.block.as_slice()).collect();
+    Ok(kv.contains_each(schema::BLOCKS, &ids)?.into_iter().all(|present| present))
 }
 
 /// The bytes of `loc`'s pieces and the key version of its first block; `None` if one of
@@ -567,7 +694,8 @@ pub(crate) fn verify(keys: &KeyRing, kv: &dyn KeyValueStore, deep: bool) -> Resu
             (Some(_), Some(loc)) if !loc.pieces.iter().all(|p| blocks.contains(&p.block)) => {
                 Err(Error::corrupt("packed object", MISSING_BLOCK))
             }
-            (Some(id), Some(_)) if deep => read(keys, kv, &id).map(|_| ()),
+            // Streamed: an object of any size is checked in a few blocks' memory.
+            (Some(id), Some(_)) if deep => read_to(keys, kv, &id, &mut |_| Ok(())).map(|_| ()),
             _ => Ok(()),
         };
         if let Err(e) = checked {
@@ -627,6 +755,70 @@ mod tests {
         }
         assert_eq!(locate(&kv, &ids[1]).unwrap().unwrap().pieces.len(), 3, "spans three blocks");
         assert_eq!(block_count(&kv), 3, "small objects share blocks");
+    }
+
+    fn store_pack(kv: &dyn KeyValueStore, sealed: &SealedPack) {
+        let mut txn = kv.begin().unwrap();
+        sealed.store(&mut *txn).unwrap();
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn an_object_packed_as_it_is_read_reads_back_whole_and_in_pieces() {
+        let kv = MemoryKv::new();
+        let keys = keys(&kv);
+        let big: Vec<u8> = (0..(BLOCK_LEN * 3 + BLOCK_LEN / 2)).map(|i| (i % 249) as u8).collect();
+        let mut streamed = Packer::stream();
+        let mut mac = keys.content_id_streaming(big.len() as u64);
+        for (k, piece) in big.chunks(300_001).enumerate() {
+            streamed.push(piece);
+            mac.update(piece);
+            if k % 3 == 2 {
+                store_pack(&kv, &streamed.seal_full(&keys).unwrap());
+            }
+        }
+        let id = ContentId(mac.finish().unwrap());
+        assert_eq!(id.0, keys.content_id(&big), "the streamed id is the id of the whole");
+        store_pack(&kv, &streamed.finish(&keys, id, ContentClass::BinaryBlob, false).unwrap());
+        assert_eq!(locate(&kv, &id).unwrap().unwrap().pieces.len(), 4, "one piece per block of its own");
+        assert_eq!(read(&keys, &kv, &id).unwrap().unwrap().1, big);
+        let mut out = Vec::new();
+        let header = read_to(&keys, &kv, &id, &mut |p| {
+            assert!(p.len() <= BLOCK_LEN);
+            out.extend_from_slice(p);
+            Ok(())
+        })
+        .unwrap()
+        .unwrap();
+        assert_eq!((out == big, header.size), (true, big.len() as u64));
+    }
+
+    #[test]
+    fn a_streamed_object_the_store_holds_already_leaves_none_of_its_blocks() {
+        let kv = MemoryKv::new();
+        let keys = keys(&kv);
+        let big = vec![7u8; BLOCK_LEN * 2 + 10];
+        let ids = pack(&keys, &kv, &[&big]);
+        let before = block_count(&kv);
+        let mut streamed = Packer::stream();
+        streamed.push(&big);
+        store_pack(&kv, &streamed.seal_full(&keys).unwrap());
+        assert_eq!(block_count(&kv), before + 2, "full blocks are stored as they fill");
+        store_pack(&kv, &streamed.finish(&keys, ids[0], ContentClass::BinaryBlob, true).unwrap());
+        assert_eq!(block_count(&kv), before, "found stored already: its blocks are deleted again");
+        assert_eq!(read(&keys, &kv, &ids[0]).unwrap().unwrap().1, big);
+    }
+
+    #[test]
+    fn a_streamed_read_of_altered_content_ends_in_corrupt() {
+        let kv = MemoryKv::new();
+        let keys = keys(&kv);
+        let ids = pack(&keys, &kv, &[b"first object", b"second object"]);
+        let mut txn = kv.begin().unwrap();
+        let other = txn.get(schema::PACKED, &ids[1].0).unwrap().unwrap();
+        txn.put(schema::PACKED, &ids[0].0, &other).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(read_to(&keys, &kv, &ids[0], &mut |_| Ok(())).unwrap_err().code, ErrorCode::Corrupt);
     }
 
     #[test]

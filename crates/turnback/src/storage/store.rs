@@ -269,6 +269,16 @@ impl Store {
         object::get(&self.keys, self.kv(), id)
     }
 
+    /// Reads and verifies object `id` in pieces handed to `out` ([`object::get_to`]): memory
+    /// does not grow with its size. On an error, throw away what `out` was given.
+    pub(crate) fn read_object_to(
+        &self,
+        id: &ContentId,
+        out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<crate::storage::content::ObjectHeader> {
+        object::get_to(&self.keys, self.kv(), id, out)
+    }
+
     /// Adds a data-key version for new writes; with `reencrypt`, rewrites everything under it.
     ///
     /// Interruption at any point loses nothing: each object and record is rewritten in its

@@ -391,3 +391,52 @@ fn deleting_a_session_and_collecting_garbage_frees_its_blocks() {
     assert!(env.keys_in("blocks").is_empty(), "no block outlives what it held");
     assert!(env.keys_in("packed").is_empty());
 }
+
+/// How many packed blocks the store holds.
+fn blocks(env: &Env) -> usize {
+    let mut n = 0;
+    env.store
+        .kv()
+        .scan_keys(crate::storage::schema::BLOCKS, b"", &mut |_| {
+            n += 1;
+            Ok(true)
+        })
+        .unwrap();
+    n
+}
+
+#[test]
+fn a_file_larger_than_a_batch_is_packed_as_it_is_read_and_reads_back_exactly() {
+    let env = Env::new();
+    // 20 MiB that do not compress away, plus a NUL so it is classed binary.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut big: Vec<u8> = (0..20 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    big[0] = 0;
+    std::fs::write(env.path("big.bin"), &big).unwrap();
+    write(&env, "small.txt", "small\n");
+    let first = take(&env);
+    let kinds = paths(&env, &first);
+    let NodeKind::File(id) = kinds["big.bin"] else { panic!("big.bin is a file: {kinds:?}") };
+    let (header, bytes) = env.store.read_object(&id).unwrap();
+    assert!(bytes == big, "the file reads back exactly");
+    assert_eq!(header.class, crate::storage::content::ContentClass::BinaryBlob);
+    assert_eq!(id.0, env.store.keys().content_id(&big), "the streamed id is the id of the whole file");
+    let stored = blocks(&env);
+    assert!(stored >= 20, "the file's own blocks: {stored}");
+
+    // Touched, not changed: read again, and its second copy's blocks deleted again.
+    let f = std::fs::File::options().write(true).open(env.path("big.bin")).unwrap();
+    f.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(60)).unwrap();
+    drop(f);
+    let second = take(&env);
+    assert!(second.read_bytes >= 20 << 20, "the touched file was read again: {second:?}");
+    assert_eq!(paths(&env, &second)["big.bin"], NodeKind::File(id));
+    assert_eq!(blocks(&env), stored, "no block of the second reading stays");
+}

@@ -13,11 +13,14 @@
 //!    (`rollback-committed`, `rewind-committed`): rolling that checkpoint back undoes the
 //!    undo, whatever happens next;
 //! 6. write each path with a compare-and-swap against the state the plan saw
-//!    (`rollback-before-swap`, `rewind-before-swap`); a path that moved meanwhile, or that something now stands in
-//!    the way of, is left as it is and handed back to the plan to re-classify — one
-//!    refused path never stops the others; an I/O failure (a full disk) stops the undo:
-//!    the journal records `OperationFailed` and the error says what was written and how
-//!    to take it back;
+//!    (`rollback-before-swap`, `rewind-before-swap` before the first), batched
+//!    ([`batch`](crate::undo::batch): removals first, then the new files, written and
+//!    synced together, each swapped in; `rollback-written`, `rewind-written` once all are
+//!    made; then every directory touched synced once); a path that moved meanwhile, or
+//!    that something now stands in the way of, is left as it is and handed back to the
+//!    plan to re-classify — one refused path never stops the others; an I/O failure (a
+//!    full disk) stops the undo: the journal records `OperationFailed` and the error says
+//!    what was written and how to take it back;
 //! 7. write the journal's terminal event (`OperationFailed` if nothing was written);
 //! 8. let the plan finish, still under the lock, with what happened (write the side files
 //!    of the caller's choices, cut a rewind's history) — also when nothing was to be
@@ -32,15 +35,15 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::base::failpoint;
-use crate::base::hex::hex;
 use crate::checkpoint::{self, PlannedWrite};
 use crate::error::{Error, ErrorCode, Result};
-use crate::fs::files::{self, Current, Expect, FileIdentity, Swap};
+use crate::fs::files::Swap;
 use crate::fs::lock;
-use crate::fs::relpath::RelPath;
 use crate::session::Session;
 use crate::session::workspace::Workspace;
 use crate::storage::store::Store;
+use crate::undo::batch;
+pub(crate) use crate::undo::batch::{Expected, Intended, Write};
 
 /// What an undo did, in aggregate: the one outcome type of rollbacks and rewinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -65,39 +68,6 @@ impl ResultType {
             _ => ResultType::Partial,
         }
     }
-}
-
-/// What must be at a path for its write to go ahead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Expected {
-    /// Nothing.
-    Absent,
-    /// A regular file with this keyed digest (and, when known, this inode).
-    File { digest: String, inode: Option<u64> },
-}
-
-/// What a path is to hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Intended {
-    /// A file with these bytes and permission bits.
-    File { bytes: Vec<u8>, mode: Option<u32> },
-    /// Nothing.
-    Absent,
-}
-
-/// One path an undo writes.
-#[derive(Debug, Clone)]
-pub(crate) struct Write {
-    pub path: RelPath,
-    pub expected: Expected,
-    /// What is there, with its real bytes (kept in the undo's checkpoint).
-    pub current: Current,
-    pub intended: Intended,
-    /// Missing parent directories are made (a file coming back where none is).
-    pub make_parents: bool,
-    /// An empty directory standing at the path gives way (one the undone turns put where
-    /// the file was).
-    pub clear_empty_dir: bool,
 }
 
 /// Why a write was not made.
@@ -133,8 +103,9 @@ pub(crate) struct Target<'a> {
     pub store: &'a Store,
     pub workspace: &'a Workspace,
     pub session: &'a Session,
-    /// Hit once the undo's checkpoint is committed, and before each write.
-    pub failpoints: [&'static str; 2],
+    /// Hit once the undo's checkpoint is committed, before the first write, and once
+    /// every write was made (before the directories are synced).
+    pub failpoints: [&'static str; 3],
 }
 
 /// Applies the plan `make` makes under the workspace lock (see the module docs). With
@@ -166,20 +137,33 @@ pub(crate) fn apply<P: Plan>(
     }
     let id = record(target, &writes)?;
     failpoint::hit(target.failpoints[0]);
-    let mut made = 0;
-    for (index, write) in writes.iter().enumerate() {
-        failpoint::hit(target.failpoints[1]);
-        let refused = match swap(target, write, &id) {
-            Ok(Swap::Done) => None,
-            Ok(Swap::Changed) => Some(Refused::Moved),
-            Err(e) if is_obstacle(e.code) => Some(Refused::Obstacle(e.code, e.message)),
+    failpoint::hit(target.failpoints[1]);
+    let outcomes =
+        match batch::write_all(target.store.keys(), &target.workspace.root, &writes, &id, target.failpoints[2]) {
+            Ok(outcomes) => outcomes,
             Err(e) => {
                 checkpoint::finish(target.store, &id, true)?;
-                return Err(stopped(e, made, writes.len(), &id));
+                return Err(unsynced(e, writes.len(), &id));
             }
         };
-        made += usize::from(refused.is_none());
+    let made = outcomes.iter().filter(|o| matches!(o, Some(Ok(Swap::Done)))).count();
+    let mut failure = None;
+    for (index, outcome) in outcomes.into_iter().enumerate() {
+        let refused = match outcome {
+            Some(Ok(Swap::Done)) => None,
+            Some(Ok(Swap::Changed)) => Some(Refused::Moved),
+            Some(Err(e)) if batch::is_obstacle(e.code) => Some(Refused::Obstacle(e.code, e.message)),
+            Some(Err(e)) => {
+                failure.get_or_insert(e);
+                continue;
+            }
+            None => continue,
+        };
         plan.written(&target.workspace.root, index, refused);
+    }
+    if let Some(e) = failure {
+        checkpoint::finish(target.store, &id, true)?;
+        return Err(stopped(e, made, writes.len(), &id));
     }
     checkpoint::finish(target.store, &id, made == 0)?;
     plan.finish()?;
@@ -197,14 +181,6 @@ fn stale(expected: &str, now: &str) -> Error {
     .with_details(serde_json::json!({ "expectedPlanId": expected, "currentPlanId": now }))
 }
 
-/// Errors that leave one path alone rather than stopping the undo: something about that
-/// path stands in the way. An I/O failure (a full disk, a read-only or failing device) is
-/// not one: it is no conflict with anyone's work and no choice resolves it, so it stops the
-/// undo and is reported as what it is.
-fn is_obstacle(code: ErrorCode) -> bool {
-    matches!(code, ErrorCode::PathRejected | ErrorCode::NotFound | ErrorCode::Inaccessible)
-}
-
 /// The error of an undo that a failed write stopped, after `made` of `total` writes: the
 /// failure itself (its code, message and cause kept), what was written, and how to take
 /// that back.
@@ -216,6 +192,16 @@ fn stopped(mut e: Error, made: usize, total: usize, checkpoint_id: &str) -> Erro
     };
     e.message = format!("{}; the undo stopped there: {after}", e.message);
     e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "written": made, "paths": total }))
+}
+
+/// The error of an undo whose writes were made but whose directories could not all be
+/// synced: a power cut could still take some of them back.
+fn unsynced(mut e: Error, total: usize, checkpoint_id: &str) -> Error {
+    e.message = format!(
+        "{}; the undo's writes were made but not all are durable: `turnback rollback {checkpoint_id}` takes them back",
+        e.message
+    );
+    e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "paths": total }))
 }
 
 /// Step 5: the undo's own checkpoint, committed before any write.
@@ -234,41 +220,6 @@ fn record(target: Target<'_>, writes: &[Write]) -> Result<String> {
     let round = crate::undo::round_reader(target.store, target.session);
     let origin = crate::undo::undo_origin(target.session, target.workspace, &round);
     Ok(checkpoint::record_before_writes(target.store, origin, &target.workspace.root, planned)?.checkpoint_id)
-}
-
-/// Step 6 for one path: a compare-and-swap against `write.expected`.
-fn swap(target: Target<'_>, write: &Write, checkpoint_id: &str) -> Result<Swap> {
-    let root = &target.workspace.root;
-    let keys = target.store.keys();
-    let temp = files::temp_name(&write.path, checkpoint_id);
-    let matcher = |bytes: &[u8], identity: &FileIdentity| match &write.expected {
-        Expected::File { digest, inode } => {
-            *digest == hex(&keys.content_id(bytes)) && inode.is_none_or(|ino| ino == identity.inode)
-        }
-        Expected::Absent => false,
-    };
-    match &write.intended {
-        Intended::File { bytes, mode } => {
-            if write.clear_empty_dir {
-                let _ = files::remove_empty_dir(root, &write.path);
-            }
-            let parent = match files::open_parent(root, &write.path, write.make_parents) {
-                Ok(parent) => parent,
-                Err(e) if e.code == ErrorCode::NotFound => return Ok(Swap::Changed),
-                Err(e) => return Err(e),
-            };
-            let expect = match write.expected {
-                Expected::Absent => Expect::Absent,
-                Expected::File { .. } => Expect::File(&matcher),
-            };
-            parent.swap_in(&temp, bytes, *mode, &expect).map(|(swapped, _)| swapped)
-        }
-        Intended::Absent => match files::open_parent(root, &write.path, false) {
-            Ok(parent) => parent.remove_if(&temp, &matcher),
-            Err(e) if e.code == ErrorCode::NotFound => Ok(Swap::Done),
-            Err(e) => Err(e),
-        },
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The undo layer: taking work back without overwriting anyone else's — the per-edit
 //! rollback planner, the per-turn rewind planner, and the safe choices' patches.
 
+mod batch;
 pub(crate) mod guarded;
 pub mod patch;
 pub mod rewind;

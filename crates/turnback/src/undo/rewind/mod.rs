@@ -467,8 +467,12 @@ pub fn apply(
     force: &BTreeSet<String>,
     plan_id: Option<&str>,
 ) -> Result<Rewound> {
-    let target =
-        guarded::Target { store, workspace: ws, session, failpoints: ["rewind-committed", "rewind-before-swap"] };
+    let target = guarded::Target {
+        store,
+        workspace: ws,
+        session,
+        failpoints: ["rewind-committed", "rewind-before-swap", "rewind-written"],
+    };
     let make = || {
         let plan = plan(store, ws, session, to, force)?;
         Ok(Rewinding { store, session, to, plan, writes: Vec::new(), cut: (None, 0) })

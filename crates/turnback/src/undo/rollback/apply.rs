@@ -48,7 +48,7 @@ pub fn apply(
 }
 
 /// The failpoints of a rollback's writes.
-const FAILPOINTS: [&str; 2] = ["rollback-committed", "rollback-before-swap"];
+const FAILPOINTS: [&str; 3] = ["rollback-committed", "rollback-before-swap", "rollback-written"];
 
 /// A rollback being applied: its records, its analysis (re-classified as paths move) and
 /// what was done so far.

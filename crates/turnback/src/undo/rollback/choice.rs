@@ -181,7 +181,7 @@ pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
 }
 
 /// A resolution's writes share a rollback's failpoints.
-const FAILPOINTS: [&str; 2] = ["rollback-committed", "rollback-before-swap"];
+const FAILPOINTS: [&str; 3] = ["rollback-committed", "rollback-before-swap", "rollback-written"];
 
 /// A resolution being applied: the one write of the merged file.
 struct Resolving {
