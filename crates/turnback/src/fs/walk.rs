@@ -237,7 +237,13 @@ struct Visitors<'a> {
 
 impl<'s> ignore::ParallelVisitorBuilder<'s> for Visitors<'s> {
     fn build(&mut self) -> Box<dyn ignore::ParallelVisitor + 's> {
-        Box::new(Visitor { root: self.root, found: self.found, scope: self.scope, local: Walk::default(), parent: None })
+        Box::new(Visitor {
+            root: self.root,
+            found: self.found,
+            scope: self.scope,
+            local: Walk::default(),
+            parent: None,
+        })
     }
 }
 
