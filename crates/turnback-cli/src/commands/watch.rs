@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 
 use turnback::{Error, ErrorCode, Result, StartWatcher, WatchStatus};
 
@@ -16,13 +17,15 @@ use crate::output::Outcome;
 pub struct DetachedWatcher {
     exe: PathBuf,
     store: PathBuf,
+    /// How the last one started exited, once it has, if it failed.
+    failed: Arc<Mutex<Option<String>>>,
 }
 
 impl DetachedWatcher {
     /// The watcher is this executable, on the same store.
     pub fn new(store: &Path) -> Result<Self> {
         let exe = std::env::current_exe().map_err(|e| Error::new(ErrorCode::Io, format!("own executable: {e}")))?;
-        Ok(DetachedWatcher { exe, store: store.to_path_buf() })
+        Ok(DetachedWatcher { exe, store: store.to_path_buf(), failed: Arc::default() })
     }
 }
 
@@ -40,8 +43,19 @@ impl StartWatcher for DetachedWatcher {
             .spawn()
             .map_err(|e| Error::new(ErrorCode::Io, format!("start the watcher: {e}")))?;
         // Reaped when it exits, whether or not this process outlives it (the MCP server does).
-        std::thread::spawn(move || child.wait());
+        let failed = Arc::clone(&self.failed);
+        std::thread::spawn(move || {
+            if let Ok(status) = child.wait()
+                && !status.success()
+            {
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(status.to_string());
+            }
+        });
         Ok(())
+    }
+
+    fn failed(&self) -> Option<String> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 

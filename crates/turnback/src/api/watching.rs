@@ -53,6 +53,9 @@ impl Turnback {
             if status.running {
                 return Ok(status);
             }
+            if let Some(why) = starter.failed() {
+                return Err(Error::new(ErrorCode::Io, format!("the watcher exited at once ({why})")));
+            }
         }
         Err(Error::new(ErrorCode::Io, "the watcher did not start (see `turnback watch run` for its error)"))
     }

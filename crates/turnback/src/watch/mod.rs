@@ -118,6 +118,12 @@ pub trait StartWatcher {
     /// # Errors
     /// `io` if it cannot be started.
     fn start(&self, workspace: &Path) -> Result<()>;
+
+    /// Why the watcher started last has already exited, if it failed (so `watch start`
+    /// need not wait for an answer that will not come).
+    fn failed(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Socket addresses hold at most this many bytes (`sun_path` is 108 on Linux, 104 on macOS).
