@@ -4,7 +4,8 @@
 //! directories of 100; `RUNS`, default 5, rounds; each row reports the median). A round:
 //! one turn creates the files, `rewind --to` that turn `--apply` deletes them (row 1);
 //! then a turn deletes them again after they were put back, and rewinding it restores them
-//! (row 2). Every command is a fresh process on the store's real disk. Target (DESIGN.md
+//! (row 2). Every command is a fresh process, in the system's temporary directory
+//! (`BENCH_DIR` moves it: not inside a repository that ignores it). Target (DESIGN.md
 //! §5): each ≤ 3 s for 10,000 files.
 
 use std::path::Path;
@@ -26,7 +27,13 @@ fn turnback(dir: &Path, work: &Path, args: &[&str]) -> f64 {
         .output()
         .expect("run turnback");
     let seconds = start.elapsed().as_secs_f64();
-    assert!(out.status.success(), "turnback {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "turnback {args:?} ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     seconds
 }
 
@@ -72,9 +79,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let files: usize = std::env::var("FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
     let runs: usize = std::env::var("RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-    let base = std::env::var_os("BENCH_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_TARGET_TMPDIR").into());
+    // Outside this repository: under it, `target/` is ignored, and a rewind never deletes
+    // what the target snapshot could not see.
+    let base = std::env::var_os("BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let (mut deleting, mut restoring) = (Vec::new(), Vec::new());
     for round in 0..runs {
         let dir = tempfile::tempdir_in(&base).unwrap();
