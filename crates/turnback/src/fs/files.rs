@@ -591,7 +591,14 @@ impl FileSystem {
     /// # Errors
     /// `io` if any write-back failed.
     pub fn sync(&self) -> Result<()> {
-        rustix::fs::syncfs(&self.fd).context(&self.shown)
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        return rustix::fs::syncfs(&self.fd).context(&self.shown);
+        // Elsewhere there is no per-file-system sync: everything is flushed.
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        {
+            rustix::fs::sync();
+            Ok(())
+        }
     }
 }
 
