@@ -11,6 +11,7 @@ mod test_crash;
 mod test_entry_points;
 mod test_fuzz_mcp;
 mod test_history;
+mod test_remote;
 mod test_importers;
 mod test_integrations;
 mod test_integrity;

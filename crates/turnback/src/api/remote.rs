@@ -120,7 +120,7 @@ impl Turnback {
     /// # Errors
     /// As [`remote::push`](crate::remote::push): `not-found`, `key-mismatch`, `corrupt`,
     /// `concurrent-update` (run it again), `io`.
-    pub fn push(&self, name: Option<&str>, which: &SessionChoice, progress: &PushProgress) -> Result<PushReports> {
+    pub fn push(&self, name: Option<&str>, which: &SessionChoice, progress: &PushProgress<'_>) -> Result<PushReports> {
         let config = remote::get(&self.store, name)?;
         let ids = match which {
             SessionChoice::Current => vec![self.current_session_id()?],
@@ -140,7 +140,7 @@ impl Turnback {
     /// # Errors
     /// As [`remote::pull`](crate::remote::pull): `not-found`, `corrupt`, `key-mismatch`,
     /// `io`.
-    pub fn pull(&self, name: Option<&str>, which: &SessionChoice, progress: &PullProgress) -> Result<PullReports> {
+    pub fn pull(&self, name: Option<&str>, which: &SessionChoice, progress: &PullProgress<'_>) -> Result<PullReports> {
         let config = remote::get(&self.store, name)?;
         let ids = match which {
             SessionChoice::Current => vec![self.requested_session.clone().ok_or_else(|| {

@@ -56,8 +56,8 @@ pub struct PullReport {
     pub bytes_downloaded: u64,
 }
 
-/// Told the packs downloaded so far and to download in all.
-pub type PullProgress = dyn Fn(u64, u64) + Sync;
+/// Told the bytes downloaded so far and to download in all.
+pub type PullProgress<'a> = dyn Fn(u64, u64) + Sync + 'a;
 
 /// Opens the bucket and checks its format object.
 ///
@@ -80,9 +80,7 @@ pub(crate) fn open_checked(config: &RemoteConfig, keys: &RemoteKeys) -> Result<B
 fn fetch_records(bucket: &Bucket, keys: &RemoteKeys, session: &str, entries: &[TurnEntry]) -> Result<HashMap<String, TurnRecord>> {
     let names: Vec<String> = entries.iter().map(|t| format!("t/{}", t.record)).collect();
     let mut by_record: HashMap<String, TurnRecord> = HashMap::new();
-    let mut bytes = 0u64;
     bucket.get_each(&names, &mut |name, sealed| {
-        bytes += sealed.len() as u64;
         let plain = keys.open(name, &sealed)?;
         let id = name.trim_start_matches("t/");
         if keys.record_id(&plain) != id {
@@ -96,7 +94,6 @@ fn fetch_records(bucket: &Bucket, keys: &RemoteKeys, session: &str, entries: &[T
         by_record.insert(id.to_string(), record);
         Ok(())
     })?;
-    let _ = bytes;
     let mut out = HashMap::new();
     for t in entries {
         let record = by_record.get(&t.record).ok_or_else(|| Error::not_found(format!("remote turn record t/{}", t.record)))?;
@@ -152,7 +149,7 @@ pub(crate) fn pull(
     config: &RemoteConfig,
     session_id: &str,
     workspace: &Workspace,
-    progress: &PullProgress,
+    progress: &PullProgress<'_>,
 ) -> Result<PullReport> {
     session::validate_id(session_id)?;
     let keys = RemoteKeys::new(store.keys());
@@ -171,15 +168,15 @@ pub(crate) fn pull(
     // Content first, verified, under the shared objects lock (a local gc waits).
     let _objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
     let pack_names: Vec<String> = merged.packs.iter().map(|id| pack::pack_name(id)).collect();
-    let total = pack_names.len() as u64;
-    let (mut stored, mut got, mut bytes) = (0u64, 0u64, 0u64);
+    let sizes: HashMap<String, u64> = bucket.list("p/")?.into_iter().map(|l| (l.name, l.size)).collect();
+    let total: u64 = pack_names.iter().filter_map(|n| sizes.get(n)).sum();
+    let (mut stored, mut bytes) = (0u64, 0u64);
     progress(0, total);
     bucket.get_each(&pack_names, &mut |name, sealed| {
         bytes += sealed.len() as u64;
         let plain = keys.open(name, &sealed)?;
         stored += store_pack(store, &keys, name, &plain)?;
-        got += 1;
-        progress(got, total);
+        progress(bytes, total);
         Ok(())
     })?;
 
@@ -211,7 +208,7 @@ pub(crate) fn pull(
         turns_added,
         objects: ids.len() as u64,
         objects_stored: stored,
-        packs_downloaded: total,
+        packs_downloaded: pack_names.len() as u64,
         bytes_downloaded: bytes,
     })
 }

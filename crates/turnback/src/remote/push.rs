@@ -62,7 +62,7 @@ pub struct PushReport {
 }
 
 /// Told the bytes of content processed so far and to process in all.
-pub type PushProgress = dyn Fn(u64, u64) + Sync;
+pub type PushProgress<'a> = dyn Fn(u64, u64) + Sync + 'a;
 
 /// Makes sure the bucket holds a format object of this master key.
 ///
@@ -196,7 +196,7 @@ pub(crate) fn push(
     store: &Store,
     config: &RemoteConfig,
     session_id: &str,
-    progress: &PushProgress,
+    progress: &PushProgress<'_>,
 ) -> Result<PushReport> {
     let session = Session::get(store, session_id)?.ok_or_else(|| Error::not_found(format!("session {session_id}")))?;
     let keys = RemoteKeys::new(store.keys());
