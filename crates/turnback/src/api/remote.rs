@@ -177,6 +177,15 @@ impl Turnback {
         remote::gc::gc(&self.store, &config, i64::try_from(grace.as_millis()).unwrap_or(i64::MAX))
     }
 
+    /// The remote `[remote] auto-push` in the store's `settings.toml` names, if any: the
+    /// command line pushes the session there in the background at each turn end.
+    ///
+    /// # Errors
+    /// `invalid-argument` for a malformed settings file.
+    pub fn auto_push_remote(&self) -> Result<Option<String>> {
+        crate::storage::settings::auto_push(&self.store.dir().join("settings.toml"))
+    }
+
     /// The master key of the store `options` opens, checked against it, in the form
     /// `TURNBACK_KEY` and key files hold: one line of base64. Hand it over like any
     /// secret; with it, another machine reads what this one pushed.
