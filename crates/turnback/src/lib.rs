@@ -60,9 +60,10 @@ pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
     Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, CompareRequest,
     CompareSide, Comparison, Deleted, DiffReport, DiffRequest, DuReport, Encryption, FileText, ForkPoint, GcReport,
-    InitReport, InitSettings, Inspection, KeyImport, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice, InspectionProblem, KeyStatus, KeyVersion, Mutation, MutationReport,
-    ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList,
-    TurnSummary, Turnback, VerifyCounts, VerifyReport, read_json_input,
+    InitReport, InitSettings, Inspection, InspectionProblem, KeyImport, KeyStatus, KeyVersion, Mutation,
+    MutationReport, ObjectUsage, Options, Problem, Progress, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList,
+    RemoteSessionList, SessionChoice, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary,
+    Turnback, VerifyCounts, VerifyReport, read_json_input,
 };
 pub use base::quote::{escape_controls, quote_name};
 pub use base::time::{format_ms, now_ms};

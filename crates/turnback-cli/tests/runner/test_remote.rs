@@ -85,7 +85,8 @@ fn push_then_pull_into_a_second_store_gives_the_same_diff_history_and_fork() {
 
     let (fa, fb) = (a.root.join("fork-a"), b.root.join("fork-b"));
     for (env, dir) in [(&a, &fa), (&b, &fb)] {
-        let f = env.json(&["session", "fork", "--from", "agent-1", "--after-turn", "1", "--into", dir.to_str().unwrap()]);
+        let f =
+            env.json(&["session", "fork", "--from", "agent-1", "--after-turn", "1", "--into", dir.to_str().unwrap()]);
         assert_eq!(f["turns"], 1);
     }
     let forked = tree(&fa);
@@ -114,7 +115,10 @@ fn an_incremental_push_uploads_the_changed_file_and_small_records() {
     // The file, and the directory nodes above it: root, src, src/m7.
     assert_eq!(second["objectsUploaded"], 4, "{second:#}");
     assert_eq!(second["recordsUploaded"], 1, "only the new turn's record: {second:#}");
-    assert!(second["bytesUploaded"].as_u64().unwrap() * 10 < first["bytesUploaded"].as_u64().unwrap(), "{first:#} {second:#}");
+    assert!(
+        second["bytesUploaded"].as_u64().unwrap() * 10 < first["bytesUploaded"].as_u64().unwrap(),
+        "{first:#} {second:#}"
+    );
 }
 
 /// Pulls `session` from `prefix` into a fresh store; returns the store's env and the
@@ -148,7 +152,8 @@ fn a_push_killed_at_random_points_twenty_times_then_completes() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let delay = Duration::from_millis(seed % 900);
-        let mut child = a.command(&["--session", "k", "push", "team"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child =
+            a.command(&["--session", "k", "push", "team"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
         std::thread::sleep(delay);
         if child.try_wait().unwrap().is_none() {
             killed_midway += 1;
@@ -162,11 +167,18 @@ fn a_push_killed_at_random_points_twenty_times_then_completes() {
                 b.assert_verify_clean();
                 assert_eq!(v["pulled"][0]["turns"], 1, "round {round}: {v:#}");
             }
-            _ => assert_eq!(v["error"]["code"], "not-found", "round {round}: only `nothing pushed yet` may fail: {v:#}"),
+            _ => {
+                assert_eq!(v["error"]["code"], "not-found", "round {round}: only `nothing pushed yet` may fail: {v:#}")
+            }
         }
         if round % 5 == 4 {
             // New turns between kills, so later pushes have new work too.
-            turn(&a, "k", &format!("round {round}"), &[(&format!("r{round}.txt"), Some(&format!("{seed:x}").repeat(100)))]);
+            turn(
+                &a,
+                "k",
+                &format!("round {round}"),
+                &[(&format!("r{round}.txt"), Some(&format!("{seed:x}").repeat(100)))],
+            );
         }
     }
     assert!(killed_midway >= 5, "only {killed_midway} of 20 kills landed during a push");
@@ -237,7 +249,8 @@ fn two_stores_pushing_the_same_session_concurrently_lose_no_turn() {
     let (c, code, v) = pull_fresh(&garage, &prefix, "shared");
     assert_eq!(code, Some(0), "{v:#}");
     let turns = c.json(&["--session", "shared", "turns"]);
-    let previews: Vec<&str> = turns["turns"].as_array().unwrap().iter().map(|t| t["preview"].as_str().unwrap()).collect();
+    let previews: Vec<&str> =
+        turns["turns"].as_array().unwrap().iter().map(|t| t["preview"].as_str().unwrap()).collect();
     assert_eq!(previews.len(), 7, "{previews:?}");
     for round in 0..3 {
         for who in ["a", "b"] {
@@ -312,7 +325,10 @@ fn no_canary_from_contents_names_prompts_or_history_in_any_object_of_the_bucket(
         &a,
         &session,
         &format!("prompt {canary}"),
-        &[(&format!("dir-{canary}/file-{canary}.txt"), Some(&format!("content {canary}\n"))), ("plain.txt", Some(&canary))],
+        &[
+            (&format!("dir-{canary}/file-{canary}.txt"), Some(&format!("content {canary}\n"))),
+            ("plain.txt", Some(&canary)),
+        ],
     );
     a.ok(&["--session", &session, "push", "team"], None);
     let objects = garage.objects(&prefix);

@@ -31,8 +31,8 @@ pub use compare::{CompareRequest, CompareSide, Comparison, ForkPoint};
 pub use maintenance::{
     Deleted, DuReport, GcReport, KeyStatus, KeyVersion, ObjectUsage, Problem, SessionUsage, VerifyCounts, VerifyReport,
 };
-pub use remote::{KeyImport, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
 pub use mutation::{CheckpointSummary, FileText, Mutation, MutationReport};
+pub use remote::{KeyImport, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
 pub use sessions::{Appended, SessionInfo, SessionList};
 pub use turns::{DiffReport, DiffRequest, ShellRecorded, TurnList, TurnSummary};
 pub use undo::{ArtifactView, CheckpointList, CheckpointView, Encryption, Inspection, InspectionProblem};

@@ -142,13 +142,14 @@ impl Turnback {
     /// `io`.
     pub fn pull(&self, name: Option<&str>, which: &SessionChoice, progress: &PullProgress<'_>) -> Result<PullReports> {
         let config = remote::get(&self.store, name)?;
-        let ids = match which {
-            SessionChoice::Current => vec![self.requested_session.clone().ok_or_else(|| {
-                Error::invalid("name the session to pull (--session ID) or pull them all (--all)")
-            })?],
-            SessionChoice::One(id) => vec![id.clone()],
-            SessionChoice::All => remote::gc::sessions(&self.store, &config)?.into_iter().map(|s| s.id).collect(),
-        };
+        let ids =
+            match which {
+                SessionChoice::Current => vec![self.requested_session.clone().ok_or_else(|| {
+                    Error::invalid("name the session to pull (--session ID) or pull them all (--all)")
+                })?],
+                SessionChoice::One(id) => vec![id.clone()],
+                SessionChoice::All => remote::gc::sessions(&self.store, &config)?.into_iter().map(|s| s.id).collect(),
+            };
         let workspace = self.workspace()?.clone();
         let mut pulled = Vec::new();
         for id in ids {

@@ -145,7 +145,11 @@ impl Bucket {
     }
 
     fn path(&self, name: &str) -> ObjectPath {
-        if self.prefix.is_empty() { ObjectPath::from(name) } else { ObjectPath::from(format!("{}/{name}", self.prefix)) }
+        if self.prefix.is_empty() {
+            ObjectPath::from(name)
+        } else {
+            ObjectPath::from(format!("{}/{name}", self.prefix))
+        }
     }
 
     fn name_of(&self, path: &ObjectPath) -> String {

@@ -18,12 +18,12 @@ use serde::Serialize;
 
 use crate::base::time::now_ms;
 use crate::error::Result;
+use crate::remote::RemoteConfig;
 use crate::remote::manifest;
 use crate::remote::pack;
 use crate::remote::pull::open_checked;
 use crate::remote::push::read_manifests_checked;
 use crate::remote::seal::{self, RemoteKeys};
-use crate::remote::RemoteConfig;
 use crate::storage::store::Store;
 
 /// What `gc --remote` did.

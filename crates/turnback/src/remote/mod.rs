@@ -175,7 +175,9 @@ pub(crate) fn get(store: &Store, name: Option<&str>) -> Result<RemoteConfig> {
     match name {
         Some(name) => {
             validate_name(name)?;
-            store.get_record(schema::REMOTES, &key_of(store, name))?.ok_or_else(|| Error::not_found(format!("remote {name}")))
+            store
+                .get_record(schema::REMOTES, &key_of(store, name))?
+                .ok_or_else(|| Error::not_found(format!("remote {name}")))
         }
         None => {
             let mut all = list(store)?;

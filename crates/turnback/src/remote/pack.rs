@@ -116,7 +116,7 @@ pub(crate) fn encode_index(ids: &[ContentId]) -> Vec<u8> {
 /// # Errors
 /// `corrupt` if its length is not a multiple of 32.
 pub(crate) fn decode_index(plain: &[u8]) -> Result<Vec<ContentId>> {
-    if plain.len() % 32 != 0 {
+    if !plain.len().is_multiple_of(32) {
         return Err(Error::corrupt("remote pack index", "malformed"));
     }
     Ok(plain.chunks_exact(32).filter_map(ContentId::try_from_slice).collect())

@@ -77,7 +77,12 @@ pub(crate) fn open_checked(config: &RemoteConfig, keys: &RemoteKeys) -> Result<B
 }
 
 /// Reads and verifies the turn records `entries` name.
-fn fetch_records(bucket: &Bucket, keys: &RemoteKeys, session: &str, entries: &[TurnEntry]) -> Result<HashMap<String, TurnRecord>> {
+fn fetch_records(
+    bucket: &Bucket,
+    keys: &RemoteKeys,
+    session: &str,
+    entries: &[TurnEntry],
+) -> Result<HashMap<String, TurnRecord>> {
     let names: Vec<String> = entries.iter().map(|t| format!("t/{}", t.record)).collect();
     let mut by_record: HashMap<String, TurnRecord> = HashMap::new();
     bucket.get_each(&names, &mut |name, sealed| {
@@ -96,7 +101,8 @@ fn fetch_records(bucket: &Bucket, keys: &RemoteKeys, session: &str, entries: &[T
     })?;
     let mut out = HashMap::new();
     for t in entries {
-        let record = by_record.get(&t.record).ok_or_else(|| Error::not_found(format!("remote turn record t/{}", t.record)))?;
+        let record =
+            by_record.get(&t.record).ok_or_else(|| Error::not_found(format!("remote turn record t/{}", t.record)))?;
         if record.turn.turn_id != t.turn_id {
             return Err(Error::corrupt(format!("remote turn record t/{}", t.record), "it holds another turn"));
         }
@@ -215,7 +221,7 @@ pub(crate) fn pull(
 
 /// One turn of the merge: the local one as it is, or a remote one to add.
 enum Side {
-    Local(turn::Turn),
+    Local(Box<turn::Turn>),
     Remote(String),
 }
 
@@ -238,7 +244,7 @@ fn write_records(
             index: t.index,
             started_at: t.started_at.clone(),
             rank: (u8::MAX, String::new()),
-            item: Side::Local(t.clone()),
+            item: Side::Local(Box::new(t.clone())),
         })
         .collect();
     candidates.extend(entries.iter().filter(|t| !local_ids.contains(&t.turn_id)).map(|t| Candidate {
@@ -282,7 +288,7 @@ fn write_records(
         match side {
             Side::Local(t) => {
                 if t.index != index {
-                    turn::put(store, &mut *txn, &turn::Turn { index, ..t })?;
+                    turn::put(store, &mut *txn, &turn::Turn { index, ..*t })?;
                 }
             }
             Side::Remote(id) => {

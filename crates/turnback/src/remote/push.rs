@@ -206,7 +206,8 @@ pub(crate) fn push(
 
     // What the bucket holds.
     let manifests = read_manifests(&bucket, &keys, None)?;
-    let named_packs: HashSet<String> = manifests.values().flatten().flat_map(|(_, m)| m.packs.iter().cloned()).collect();
+    let named_packs: HashSet<String> =
+        manifests.values().flatten().flat_map(|(_, m)| m.packs.iter().cloned()).collect();
     let own: Vec<(String, Manifest)> = manifests.get(&session_key).cloned().unwrap_or_default();
     let remote: Option<Merged> = if own.is_empty() { None } else { Some(manifest::merge(own)?) };
     let now = now_ms();

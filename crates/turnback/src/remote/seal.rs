@@ -118,8 +118,8 @@ mod tests {
 
     fn keys(byte: u8) -> RemoteKeys {
         let kv = MemoryKv::new();
-        let ring = KeyRing::open_with(&kv, SecretKey([byte; 32]), KeySource::Env, &crate::storage::digest::init_in)
-            .unwrap();
+        let ring =
+            KeyRing::open_with(&kv, SecretKey([byte; 32]), KeySource::Env, &crate::storage::digest::init_in).unwrap();
         RemoteKeys::new(&ring)
     }
 

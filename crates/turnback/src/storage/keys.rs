@@ -278,7 +278,9 @@ pub fn import_master_key(config: &KeyConfig, text: &str) -> Result<(PathBuf, boo
     let (path, owner_only_dir) = match (&config.key_file, &config.default_file) {
         (Some(p), _) => (p.clone(), false),
         (None, Some(p)) => (p.clone(), true),
-        (None, None) => return Err(Error::invalid("no TURNBACK_KEY_FILE and no config directory to import the key into")),
+        (None, None) => {
+            return Err(Error::invalid("no TURNBACK_KEY_FILE and no config directory to import the key into"));
+        }
     };
     if fs::symlink_metadata(&path).is_ok() {
         let there = load_or_create_file(&path, false, owner_only_dir)?;
