@@ -118,7 +118,7 @@ impl Turnback {
     /// lacks; `progress` is told the content bytes processed and to process.
     ///
     /// # Errors
-    /// As [`remote::push`](crate::remote::push): `not-found`, `key-mismatch`, `corrupt`,
+    /// `not-found` for an unknown session; `key-mismatch`, `corrupt`,
     /// `concurrent-update` (run it again), `io`.
     pub fn push(&self, name: Option<&str>, which: &SessionChoice, progress: &PushProgress<'_>) -> Result<PushReports> {
         let config = remote::get(&self.store, name)?;
@@ -138,7 +138,7 @@ impl Turnback {
     /// handle's workspace. Never writes into a workspace.
     ///
     /// # Errors
-    /// As [`remote::pull`](crate::remote::pull): `not-found`, `corrupt`, `key-mismatch`,
+    /// `not-found` (no such session there, or an object it needs is gone), `corrupt`, `key-mismatch`,
     /// `io`.
     pub fn pull(&self, name: Option<&str>, which: &SessionChoice, progress: &PullProgress<'_>) -> Result<PullReports> {
         let config = remote::get(&self.store, name)?;

@@ -25,7 +25,7 @@ use crate::remote::seal::{self, RemoteKeys};
 use crate::remote::{RemoteConfig, TurnRecord};
 use crate::session::history::{self, Selection};
 use crate::session::{Session, turn};
-use crate::snapshot::{self, tree::NodeKind};
+use crate::snapshot::{self, SnapshotRecord, tree::NodeKind};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object;
 use crate::storage::store::Store;
@@ -133,7 +133,9 @@ fn turn_records(store: &Store, session: &str) -> Result<(Vec<TurnRecord>, Vec<Co
             match snapshot::get(store, id) {
                 Ok(s) => {
                     roots.extend(s.root.as_deref().and_then(ContentId::from_hex));
-                    snapshots.push(s);
+                    // A workspace id is one store's own: the record says nothing of it, so
+                    // the same turn pushed from two stores is one record.
+                    snapshots.push(SnapshotRecord { workspace_id: String::new(), ..s });
                 }
                 // A pruned snapshot is gone here too; its turn still travels.
                 Err(e) if e.code == ErrorCode::NotFound => {}
