@@ -345,3 +345,24 @@ fn no_canary_from_contents_names_prompts_or_history_in_any_object_of_the_bucket(
         assert!(!bytes.windows(needle.len()).any(|w| w == needle), "the canary is in {}", file.display());
     }
 }
+
+#[test]
+fn auto_push_sends_the_session_at_each_turn_end_in_the_background() {
+    let Some(garage) = garage::start("auto_push") else { return };
+    let a = connected(&garage, &unique("auto/"));
+    let settings = a.store.join("settings.toml");
+    let mut text = std::fs::read_to_string(&settings).unwrap();
+    text.push_str("\n[remote]\nauto-push = \"team\"\n");
+    std::fs::write(&settings, text).unwrap();
+    turn(&a, "auto", "one", &[("x.txt", Some("x\n"))]);
+    turn(&a, "auto", "two", &[("y.txt", Some("y\n"))]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = a.json(&["session", "list", "--remote", "team"]);
+        if listed["sessions"][0]["turns"] == 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no auto-push arrived: {listed:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
