@@ -14,7 +14,8 @@ tree=${1:?usage: scripts/bench-push.sh TREE [TURNBACK] [GARAGE]}
 cd "$(dirname "$0")/.."
 tb=$(realpath "${2:-target/release/turnback}")
 garage=${3:-$(command -v garage)}
-work=$(mktemp -d)
+# Hard links need one file system: WORK_DIR (default: $TMPDIR or /tmp) must be on the tree's.
+work=$(mktemp -d "${WORK_DIR:-${TMPDIR:-/tmp}}/bench-push.XXXXXX")
 trap 'kill "${gpid:-0}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -34,16 +35,16 @@ api_bind_addr = "127.0.0.1:$s3"
 root_domain = ".s3.garage.localhost"
 TOML
 chmod 600 "$work/garage.toml"
-g() { "$garage" -c "$work/garage.toml" "$@"; }
-RUST_LOG=warn "$garage" -c "$work/garage.toml" server > "$work/garage.log" 2>&1 & gpid=$!
-for _ in $(seq 150); do g node id -q > "$work/node" 2>/dev/null && break; sleep 0.2; done
-g layout assign -z dc1 -c 10G "$(cut -d@ -f1 < "$work/node")" > /dev/null
-g layout apply --version 1 > /dev/null
-for _ in $(seq 50); do g key create bench > "$work/key" 2>/dev/null && break; sleep 0.2; done
-g bucket create bench > /dev/null
-g bucket allow --read --write --owner bench --key bench > /dev/null
-export AWS_ACCESS_KEY_ID=$(sed -n 's/^ *Key ID: *//p' "$work/key" | head -1)
-export AWS_SECRET_ACCESS_KEY=$(sed -n 's/^ *Secret key: *//p' "$work/key" | head -1)
+export AWS_ACCESS_KEY_ID="GK$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export AWS_SECRET_ACCESS_KEY="$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+GARAGE_DEFAULT_ACCESS_KEY=$AWS_ACCESS_KEY_ID GARAGE_DEFAULT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY \
+  GARAGE_DEFAULT_BUCKET=bench RUST_LOG=warn \
+  "$garage" -c "$work/garage.toml" server --single-node --default-bucket > "$work/garage.log" 2>&1 & gpid=$!
+for _ in $(seq 300); do
+  curl -s -o /dev/null "http://127.0.0.1:$s3/" && break
+  sleep 0.2
+done
+sleep 1
 
 export TURNBACK_HOME="$work/store" TURNBACK_KEY=$(head -c 32 /dev/urandom | base64)
 cp -al "$tree" "$work/ws"

@@ -26,7 +26,6 @@ pub const BUCKET: &str = "turnback-test";
 pub struct Garage {
     dir: tempfile::TempDir,
     child: Child,
-    binary: PathBuf,
     /// The S3 endpoint (`http://127.0.0.1:PORT`).
     pub endpoint: String,
     /// The access key id.
@@ -76,29 +75,44 @@ pub fn start(test: &str) -> Option<Garage> {
     Some(Garage::start(binary))
 }
 
+/// `n` hex digits derived from a fresh unique string.
+fn hex_digits(n: usize) -> String {
+    let mut out = String::new();
+    while out.len() < n {
+        out.extend(unique("").bytes().rev().map(|b| format!("{:x}", b % 16)));
+    }
+    out.truncate(n);
+    out
+}
+
 impl Garage {
+    /// `garage server --single-node --default-bucket`: one node, its layout made, one
+    /// access key and one bucket it may use, from `GARAGE_DEFAULT_*`.
     fn start(binary: PathBuf) -> Self {
         let dir = tempfile::tempdir().expect("garage directory");
         let (rpc, s3) = (free_port(), free_port());
-        let secret: String = unique("").bytes().map(|b| format!("{:02x}", b)).collect::<String>();
-        let rpc_secret = format!("{:0<64}", &secret[..secret.len().min(64)]);
         let config = format!(
             "metadata_dir = \"{meta}\"\ndata_dir = \"{data}\"\ndb_engine = \"lmdb\"\nreplication_factor = 1\n\
              compression_level = \"none\"\nrpc_bind_addr = \"127.0.0.1:{rpc}\"\nrpc_public_addr = \"127.0.0.1:{rpc}\"\n\
-             rpc_secret = \"{rpc_secret}\"\n\n[s3_api]\ns3_region = \"{REGION}\"\napi_bind_addr = \"127.0.0.1:{s3}\"\n\
+             rpc_secret = \"{secret}\"\n\n[s3_api]\ns3_region = \"{REGION}\"\napi_bind_addr = \"127.0.0.1:{s3}\"\n\
              root_domain = \".s3.garage.localhost\"\n",
             meta = dir.path().join("meta").display(),
             data = dir.path().join("data").display(),
+            secret = hex_digits(64),
         );
         let config_path = dir.path().join("garage.toml");
         std::fs::write(&config_path, config).expect("write garage.toml");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&config_path, std::fs::Permissions::from_mode(0o600)).expect("chmod garage.toml");
+        let (key_id, secret) = (format!("GK{}", hex_digits(24)), hex_digits(64));
         let log = std::fs::File::create(dir.path().join("garage.log")).expect("garage log");
         let child = Command::new(&binary)
             .arg("-c")
             .arg(&config_path)
-            .arg("server")
+            .args(["server", "--single-node", "--default-bucket"])
+            .env("GARAGE_DEFAULT_ACCESS_KEY", &key_id)
+            .env("GARAGE_DEFAULT_SECRET_KEY", &secret)
+            .env("GARAGE_DEFAULT_BUCKET", BUCKET)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
@@ -106,87 +120,37 @@ impl Garage {
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()));
         let endpoint = format!("http://127.0.0.1:{s3}");
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let mut garage = Garage {
-            dir,
-            child,
-            binary,
-            endpoint: endpoint.clone(),
-            key_id: String::new(),
-            secret: String::new(),
-            client: AmazonS3Builder::new()
-                .with_bucket_name(BUCKET)
-                .with_endpoint(&endpoint)
-                .with_allow_http(true)
-                .with_region(REGION)
-                .with_access_key_id("none")
-                .with_secret_access_key("none")
-                .build()
-                .expect("client"),
-            runtime,
-        };
-        let node = garage.admin_retrying(&["node", "id", "-q"]);
-        let node = node.trim().split('@').next().expect("node id").to_string();
-        garage.admin(&["layout", "assign", "-z", "dc1", "-c", "1G", &node]);
-        garage.admin(&["layout", "apply", "--version", "1"]);
-        let key = garage.admin_retrying(&["key", "create", "turnback-test"]);
-        let field = |name: &str| {
-            key.lines()
-                .find_map(|l| l.trim().strip_prefix(name).map(|v| v.trim_start_matches(':').trim().to_string()))
-                .unwrap_or_else(|| panic!("no {name} in `garage key create` output: {key}"))
-        };
-        garage.key_id = field("Key ID");
-        garage.secret = field("Secret key");
-        garage.admin_retrying(&["bucket", "create", BUCKET]);
-        garage.admin(&["bucket", "allow", "--read", "--write", "--owner", BUCKET, "--key", "turnback-test"]);
-        garage.client = AmazonS3Builder::new()
+        let client = AmazonS3Builder::new()
             .with_bucket_name(BUCKET)
             .with_endpoint(&endpoint)
             .with_allow_http(true)
             .with_region(REGION)
-            .with_access_key_id(&garage.key_id)
-            .with_secret_access_key(&garage.secret)
+            .with_access_key_id(&key_id)
+            .with_secret_access_key(&secret)
             .build()
             .expect("client");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let mut garage = Garage { dir, child, endpoint, key_id, secret, client, runtime };
+        // Ready once the bucket lists.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed: Result<Vec<_>, _> = garage.runtime.block_on(garage.client.list(None).try_collect());
+            match listed {
+                Ok(_) => break,
+                Err(e) => {
+                    if let Ok(Some(status)) = garage.child.try_wait() {
+                        panic!("garage exited ({status}): {}", garage.log());
+                    }
+                    assert!(Instant::now() < deadline, "garage not ready after 60 s ({e}): {}", garage.log());
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
         garage
     }
 
-    fn admin_command(&self, args: &[&str]) -> std::process::Output {
-        Command::new(&self.binary)
-            .arg("-c")
-            .arg(self.dir.path().join("garage.toml"))
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .output()
-            .expect("run garage")
-    }
-
-    /// Runs `garage ARGS` against this server, asserting success; returns stdout.
-    fn admin(&self, args: &[&str]) -> String {
-        let out = self.admin_command(args);
-        assert!(
-            out.status.success(),
-            "garage {args:?} failed: {}\n{}\nserver log: {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            std::fs::read_to_string(self.dir.path().join("garage.log")).unwrap_or_default()
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// [`admin`](Self::admin), retried for 30 s while the server starts.
-    fn admin_retrying(&self, args: &[&str]) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = self.admin_command(args);
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).into_owned();
-            }
-            if Instant::now() > deadline {
-                return self.admin(args);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("garage.log")).unwrap_or_default()
     }
 
     /// Garage's own files (metadata and data blocks, stored uncompressed).
