@@ -235,7 +235,16 @@ pub(crate) fn push(
     let (records, roots) = turn_records(store, session_id)?;
     let objects = reachable(store, &roots)?;
     let mut packs: HashSet<String> = objects.iter().filter_map(|(id, _)| held.get(id).cloned()).collect();
-    let missing: Vec<ContentId> = objects.iter().filter(|(id, _)| !held.contains_key(id)).map(|(id, _)| *id).collect();
+    let mut missing: Vec<ContentId> =
+        objects.iter().filter(|(id, _)| !held.contains_key(id)).map(|(id, _)| *id).collect();
+    // Read in the order the local store packed them: each local block is decrypted once.
+    let mut order = HashMap::new();
+    for id in &missing {
+        let at =
+            crate::storage::pack::locate(store.kv(), id)?.and_then(|l| l.pieces.first().map(|p| (p.block, p.offset)));
+        order.insert(*id, at);
+    }
+    missing.sort_by_key(|id| order[id]);
     let total: u64 = missing
         .iter()
         .map(|id| object::header(store.kv(), id).map(|h| h.map_or(0, |h| h.size)))
