@@ -105,8 +105,18 @@ fn push_then_pull_into_a_second_store_gives_the_same_diff_history_and_fork() {
 fn an_incremental_push_uploads_the_changed_file_and_small_records() {
     let Some(garage) = garage::start("incremental_push") else { return };
     let a = connected(&garage, &unique("inc/"));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..60 {
-        a.write(&format!("src/m{i}/file{i}.rs"), format!("pub fn f{i}() {{ {} }}\n", "x".repeat(2000 + i)));
+        // Content that does not compress away: the first push is mostly these bytes.
+        let body: String = (0..250)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                format!("{seed:016x}")
+            })
+            .collect();
+        a.write(&format!("src/m{i}/file{i}.rs"), format!("// {body}\npub fn f{i}() {{}}\n"));
     }
     turn(&a, "s", "first", &[("src/new.rs", Some("fn a() {}\n"))]);
     let first = a.json(&["--session", "s", "push", "team"])["pushed"][0].clone();
