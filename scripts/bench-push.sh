@@ -72,7 +72,8 @@ PY
 }
 measure "first push"
 # One changed file, replaced by rename so the original tree keeps its bytes.
-changed=$(find . -name '*.c' -size +4k | sort | head -1)
+find . -name '*.c' -size +4k | sort > "$work/candidates"
+changed=$(head -n 1 "$work/candidates")
 cp "$changed" "$changed.new" && printf '/* changed */\n' >> "$changed.new" && mv "$changed.new" "$changed"
 "$tb" --session bench turn begin --prompt "one change" --wait-ms 600000 > /dev/null
 "$tb" --session bench turn end > /dev/null
