@@ -65,7 +65,7 @@ measure() {
 import json, sys
 label, start, end, path = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 r = json.load(open(path))["pushed"][0]
-print(f"{label}: {end - start:.2f} s, {r['bytesUploaded'] / 1e6:.2f} MB uploaded "
+print(f"{label}: {end - start:.2f} s, {r['bytesUploaded']} bytes ({r['bytesUploaded'] / 1e6:.2f} MB) uploaded "
       f"({r['objectsUploaded']} of {r['objects']} objects in {r['packsUploaded']} packs, "
       f"{r['recordsUploaded']} turn records)")
 PY
