@@ -264,10 +264,19 @@ pub enum Command {
     ///
     /// Example: turnback reconcile
     Reconcile,
-    /// Evict checkpoints past retention and reclaim unreferenced space.
+    /// Evict checkpoints past retention and reclaim unreferenced space; with --remote,
+    /// remove from a remote what no manifest names (after a grace period).
     ///
-    /// Example: turnback gc
-    Gc,
+    /// Example: turnback gc   or   turnback gc --remote team
+    Gc {
+        /// Collect on this remote instead of the local store.
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+        /// With --remote: keep unnamed objects younger than this many seconds (a push may
+        /// be about to name them) [default: 3600].
+        #[arg(long, value_name = "SECS", requires = "remote")]
+        grace_secs: Option<u64>,
+    },
     /// Show store usage by kind.
     ///
     /// Example: turnback du --json
@@ -275,6 +284,32 @@ pub enum Command {
     /// The master key and data keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// S3-compatible remotes sessions are pushed to and pulled from (credentials from the
+    /// AWS environment variables or ~/.aws/credentials, never stored).
+    #[command(subcommand)]
+    Remote(RemoteCommand),
+    /// Upload a session (--session, default the workspace's latest; --all: every session
+    /// of the store) to a remote: only what it lacks, encrypted.
+    ///
+    /// Example: turnback push team --session agent-42
+    Push {
+        /// The remote (default: the only one configured).
+        name: Option<String>,
+        /// Push every session of the store.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Bring a session (--session ID, or --all) from a remote into the store, verified;
+    /// a new session joins the workspace. Never writes workspace files.
+    ///
+    /// Example: turnback pull team --session agent-42
+    Pull {
+        /// The remote (default: the only one configured).
+        name: Option<String>,
+        /// Pull every session the remote holds.
+        #[arg(long)]
+        all: bool,
+    },
     /// The file watcher behind O(changes) snapshots (one per workspace, in the background).
     #[command(subcommand)]
     Watch(WatchCommand),
@@ -298,6 +333,36 @@ pub enum WatchCommand {
     /// Internal: be the watcher (started detached by `watch start` and `turn begin`).
     #[command(hide = true)]
     Run,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RemoteCommand {
+    /// Add a remote.
+    ///
+    /// Example: turnback remote add team s3://agents-bucket/turnback --endpoint http://127.0.0.1:3900 --region garage
+    Add {
+        /// Its name.
+        name: String,
+        /// s3://BUCKET/PREFIX
+        url: String,
+        /// The S3 endpoint (MinIO, Garage, R2, Ceph...) [default: AWS].
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// The region [default: $AWS_REGION, else $AWS_DEFAULT_REGION].
+        #[arg(long, value_name = "R")]
+        region: Option<String>,
+    },
+    /// The configured remotes.
+    ///
+    /// Example: turnback remote list
+    List,
+    /// Forget a remote (its bucket is not touched).
+    ///
+    /// Example: turnback remote remove team
+    Remove {
+        /// Its name.
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -389,10 +454,14 @@ pub enum SessionCommand {
         #[arg(long)]
         id: Option<String>,
     },
-    /// The workspace's sessions.
+    /// The workspace's sessions; with --remote, the sessions a remote holds.
     ///
-    /// Example: turnback session list
-    List,
+    /// Example: turnback session list   or   turnback session list --remote team
+    List {
+        /// List this remote's sessions instead.
+        #[arg(long, value_name = "NAME")]
+        remote: Option<String>,
+    },
     /// One session: turns, snapshots, checkpoints.
     ///
     /// Example: turnback session show
@@ -572,5 +641,18 @@ pub enum KeyCommand {
         /// Re-encrypt everything under the new version (safe to interrupt and re-run).
         #[arg(long)]
         reencrypt: bool,
+    },
+    /// Print the master key (one line of base64, as TURNBACK_KEY holds it), checked
+    /// against the store: another machine with it reads what this one pushed.
+    ///
+    /// Example: turnback key export > team.key
+    Export,
+    /// Write a master key printed by `key export` (from FILE, or stdin) into this
+    /// machine's key file ($TURNBACK_KEY_FILE, else ~/.config/turnback/master.key).
+    ///
+    /// Example: turnback key import team.key
+    Import {
+        /// The file holding the key [default: stdin].
+        file: Option<PathBuf>,
     },
 }

@@ -147,6 +147,7 @@ pub fn short(id: &str) -> &str {
 /// A one-line progress bar on stderr for snapshots that take more than a moment; only on
 /// a terminal (never in pipes, logs or `--json` consumers' stderr captures), no colours.
 pub struct Progress {
+    label: &'static str,
     started: std::time::Instant,
     terminal: bool,
     shown: std::sync::atomic::AtomicBool,
@@ -154,8 +155,14 @@ pub struct Progress {
 
 impl Progress {
     pub fn new() -> Self {
+        Progress::labelled("snapshot")
+    }
+
+    /// A bar whose line starts with `label` (`push`, `pull`).
+    pub fn labelled(label: &'static str) -> Self {
         use std::io::IsTerminal;
         Progress {
+            label,
             started: std::time::Instant::now(),
             terminal: std::io::stderr().is_terminal(),
             shown: std::sync::atomic::AtomicBool::new(false),
@@ -178,7 +185,8 @@ impl Progress {
         let width = 30;
         let filled = (done.min(total) * width / total) as usize;
         err(&format!(
-            "\rsnapshot [{}{}] {} of {}   ",
+            "\r{} [{}{}] {} of {}   ",
+            self.label,
             "#".repeat(filled),
             " ".repeat(width as usize - filled),
             turnback::format_size(done),

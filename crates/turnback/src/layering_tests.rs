@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 /// The layers, bottom first. A module may use modules of its own layer or of layers
 /// before it in this list.
 const LAYERS: &[&str] =
-    &["base", "error", "fs", "watch", "storage", "checkpoint", "snapshot", "session", "undo", "api", "agent"];
+    &["base", "error", "fs", "watch", "storage", "checkpoint", "snapshot", "session", "undo", "remote", "api", "agent"];
 
 /// One library source file as a module: `checkpoint/mod.rs` is `checkpoint`,
 /// `checkpoint/artifact.rs` is `checkpoint::artifact`.

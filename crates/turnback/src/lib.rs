@@ -40,7 +40,7 @@
 //! ```
 //!
 //! The library's layers, bottom first (each imports only those below it): `base`, `fs`,
-//! `watch`, `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `api` and `agent`;
+//! `watch`, `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `remote`, `api` and `agent`;
 //! `docs/architecture.md` describes each and the way a hook event travels through them.
 #![deny(missing_docs)]
 
@@ -50,6 +50,7 @@ mod base;
 mod checkpoint;
 mod error;
 mod fs;
+mod remote;
 mod session;
 mod snapshot;
 mod storage;
@@ -60,9 +61,10 @@ pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
 pub use api::{
     Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, CompareRequest,
     CompareSide, Comparison, Deleted, DiffReport, DiffRequest, DuReport, Encryption, FileText, ForkPoint, GcReport,
-    InitReport, InitSettings, Inspection, InspectionProblem, KeyStatus, KeyVersion, Mutation, MutationReport,
-    ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList,
-    TurnSummary, Turnback, VerifyCounts, VerifyReport, read_json_input,
+    InitReport, InitSettings, Inspection, InspectionProblem, KeyImport, KeyStatus, KeyVersion, Mutation,
+    MutationReport, ObjectUsage, Options, Problem, Progress, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList,
+    RemoteSessionList, SessionChoice, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary,
+    Turnback, VerifyCounts, VerifyReport, read_json_input,
 };
 pub use base::quote::{escape_controls, quote_name};
 pub use base::time::{format_ms, now_ms};
@@ -78,6 +80,10 @@ pub use error::{Error, ErrorCode, Result};
 pub use fs::files::FileIdentity;
 pub use fs::relpath::RelPath;
 pub use fs::walk::Skipped;
+pub use remote::RemoteConfig;
+pub use remote::gc::{RemoteGcReport, RemoteSession};
+pub use remote::pull::{PullProgress, PullReport};
+pub use remote::push::{PushProgress, PushReport};
 pub use session::Session;
 pub use session::begin::{BeginRequest, Begun, RunningSnapshot, StartSnapshot};
 pub use session::fork::Forked;

@@ -16,6 +16,7 @@ mod test_integrations;
 mod test_integrity;
 mod test_keys;
 mod test_large_files;
+mod test_remote;
 mod test_repository;
 mod test_rewind;
 mod test_rollback;

@@ -22,6 +22,7 @@ mod calls;
 mod compare;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;
+mod remote;
 mod sessions;
 mod turns;
 mod undo;
@@ -32,6 +33,7 @@ pub use maintenance::{
     Deleted, DuReport, GcReport, KeyStatus, KeyVersion, ObjectUsage, Problem, SessionUsage, VerifyCounts, VerifyReport,
 };
 pub use mutation::{CheckpointSummary, FileText, Mutation, MutationReport};
+pub use remote::{KeyImport, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
 pub use sessions::{Appended, SessionInfo, SessionList};
 pub use turns::{DiffReport, DiffRequest, ShellRecorded, TurnList, TurnSummary};
 pub use undo::{ArtifactView, CheckpointList, CheckpointView, Encryption, Inspection, InspectionProblem};

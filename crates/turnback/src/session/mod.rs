@@ -257,6 +257,18 @@ impl Session {
 }
 
 impl Session {
+    /// Every session in the store, by id.
+    pub fn all(store: &Store) -> Result<Vec<Session>> {
+        let mut out = Vec::new();
+        store.kv().scan(schema::SESSIONS, b"", &mut |k, v| {
+            out.push(store.open_record(schema::SESSIONS, k, v)?);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+}
+
+impl Session {
     /// Removes the record of session `id` and its place in its workspace's list, inside
     /// `txn` (the rest of a session goes with [`Turnback::delete_session`]
     /// (crate::Turnback::delete_session), which calls every owner).
@@ -287,6 +299,14 @@ impl Session {
         session.prompt_round = round;
         put_in(store, txn, &session)
     }
+}
+
+/// Writes, inside `txn`, a session that arrived from another store (a pull) with its place
+/// in its workspace's list, as the workspace's newest.
+pub(crate) fn adopt_in(store: &Store, txn: &mut dyn Txn, session: &Session) -> Result<()> {
+    put_in(store, txn, session)?;
+    let index = format!("{}/{:016}/{}", session.workspace_id, now_ms(), session.id);
+    txn.put(schema::WORKSPACE_SESSIONS, index.as_bytes(), b"")
 }
 
 /// Writes `session` inside `txn`.

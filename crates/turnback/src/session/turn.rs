@@ -180,6 +180,13 @@ pub(crate) fn put(store: &Store, txn: &mut dyn Txn, turn: &Turn) -> Result<()> {
     digest::put(store.keys(), txn, schema::TURNS_BY_SESSION, index_key.as_bytes(), key)
 }
 
+/// Removes, inside `txn`, the index row that places a turn of `session` at `index` (a
+/// pull moving a turn up to make room for another machine's turn; [`put`] places it anew).
+pub(crate) fn unindex_in(store: &Store, txn: &mut dyn Txn, session: &str, index: u64) -> Result<()> {
+    let index_key = format!("{session}/{index:010}");
+    digest::delete(store.keys(), txn, schema::TURNS_BY_SESSION, index_key.as_bytes()).map(drop)
+}
+
 fn get_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<Turn>> {
     match txn.get(schema::TURNS, id.as_bytes())? {
         Some(v) => store.open_record(schema::TURNS, id.as_bytes(), &v).map(Some),

@@ -253,6 +253,75 @@ fn create_key_file(path: &Path) -> Result<SecretKey> {
     }
 }
 
+/// The master key `config` finds, in the form `TURNBACK_KEY` and key files hold (for
+/// `turnback key export`). Creates none.
+///
+/// # Errors
+/// `key-unavailable` if there is none.
+pub fn export_master_key(config: &KeyConfig) -> Result<String> {
+    Ok(encode_key(&find_master_key(config, false)?.0))
+}
+
+/// Writes the master key `text` (base64, as `key export` prints it) where `config` looks
+/// for a key file (`TURNBACK_KEY_FILE`, else the default key file), owner-only. Writing
+/// the key that is there already changes nothing; returns the file and whether it wrote.
+///
+/// # Errors
+/// `key-unavailable` if `text` is not a key; `invalid-argument` if `TURNBACK_KEY` is set
+/// (it is the key) or there is no key file location; `already-exists` if another key is
+/// there (it is never replaced).
+pub fn import_master_key(config: &KeyConfig, text: &str) -> Result<(PathBuf, bool)> {
+    let key = decode_key(text, "the imported key")?;
+    if config.env_key.is_some() {
+        return Err(Error::invalid("TURNBACK_KEY is set, and it is the key: unset it to import one into a key file"));
+    }
+    let (path, owner_only_dir) = match (&config.key_file, &config.default_file) {
+        (Some(p), _) => (p.clone(), false),
+        (None, Some(p)) => (p.clone(), true),
+        (None, None) => {
+            return Err(Error::invalid("no TURNBACK_KEY_FILE and no config directory to import the key into"));
+        }
+    };
+    if fs::symlink_metadata(&path).is_ok() {
+        let there = load_or_create_file(&path, false, owner_only_dir)?;
+        if there == key {
+            return Ok((path, false));
+        }
+        return Err(Error::new(
+            ErrorCode::AlreadyExists,
+            format!("{} holds another master key; it is never replaced (move it aside first)", path.display()),
+        ));
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
+        if owner_only_dir {
+            check_owner_only(dir, &fs::metadata(dir).context(dir)?, "key directory")?;
+        }
+    }
+    let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
+    let written = (|| {
+        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(format!("{}\n", encode_key(&key)).as_bytes())?;
+        f.sync_all()
+    })();
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written.context(&path)?;
+    let linked = fs::hard_link(&tmp, &path);
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {
+            if let Some(dir) = path.parent() {
+                fs::File::open(dir).and_then(|d| d.sync_all()).context(dir)?;
+            }
+            Ok((path, true))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => import_master_key(config, text),
+        Err(e) => Err(e).context(&path),
+    }
+}
+
 #[cfg(feature = "keychain")]
 mod keychain {
     use super::*;

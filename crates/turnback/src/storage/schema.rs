@@ -112,6 +112,9 @@ tables! {
     IMPORTED_TURNS = "imported-turns" in "session/import/", sealed;
     /// Pending user-authored resolutions of rollback conflicts.
     RESOLUTIONS = "resolutions" in "undo/rollback/", sealed;
+    /// Configured remotes (bucket, prefix, endpoint, region; no credentials), by keyed id
+    /// of their name.
+    REMOTES = "remotes" in "remote/", sealed;
     /// Tool calls by the agent's own key (its tool-use id): seen, pending or done.
     EXTERNAL_OPERATIONS = "external-operations" in "api/calls.rs";
 }

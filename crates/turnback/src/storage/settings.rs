@@ -123,6 +123,31 @@ struct File {
     snapshots: FileSnapshots,
     #[serde(default)]
     history: FileHistory,
+    #[serde(default)]
+    remote: FileRemote,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct FileRemote {
+    auto_push: Option<String>,
+}
+
+/// `[remote] auto-push` of the settings file `path`: the remote every turn end pushes the
+/// session to in the background (none: no automatic push).
+///
+/// # Errors
+/// As [`Settings::load`].
+pub fn auto_push(path: &Path) -> Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let file: File =
+                toml::from_str(&text).map_err(|e| Error::invalid(format!("{}: {}", path.display(), e.message())))?;
+            Ok(file.remote.auto_push.filter(|n| !n.is_empty()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).context(path),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -141,7 +141,15 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
         seen(&tb, agent, &ws.id, &t.name);
     }
     for event in &t.events {
-        match tb.record_event(event, Some(cancel)) {
+        let recorded = tb.record_event(event, Some(cancel));
+        // At each turn end, the session goes to the auto-push remote (if one is set), in
+        // the background.
+        if let (turnback::AgentEvent::Stopped { .. }, Ok(r)) = (event, &recorded)
+            && let Some(t) = &r.turn
+        {
+            crate::commands::remote::auto_push(&tb, &t.session_id);
+        }
+        match recorded {
             // A file outside the workspace (a plan in ~/.claude/plans, a scratch file in
             // /tmp), in .git, or in the store: not the workspace's to checkpoint, and not a
             // failure of the hook.

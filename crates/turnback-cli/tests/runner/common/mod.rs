@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub mod garage;
+
 use base64::Engine;
 use serde_json::Value;
 
