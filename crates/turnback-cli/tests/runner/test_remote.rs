@@ -141,6 +141,9 @@ fn pull_fresh(garage: &Garage, prefix: &str, session: &str) -> (Env, Option<i32>
     (b, out.status.code(), v)
 }
 
+/// The steps of a push a kill test stops it at (`TURNBACK_FAILPOINT`).
+const STEPS: [&str; 3] = ["remote-push-packs-uploaded", "remote-push-records-uploaded", "remote-push-before-manifest"];
+
 #[test]
 fn a_push_killed_at_random_points_twenty_times_then_completes() {
     let Some(garage) = garage::start("killed_push") else { return };
@@ -161,10 +164,24 @@ fn a_push_killed_at_random_points_twenty_times_then_completes() {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
-        let delay = Duration::from_millis(seed % 700);
-        let mut child =
-            a.command(&["--session", "k", "push", "team"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-        std::thread::sleep(delay);
+        // The first push after new work (rounds 0, 5, 10, 15) is killed where it stands at
+        // one of its steps, in turn, so kills land mid-push however fast this machine
+        // pushes; the others after a random delay, wherever the push is then.
+        let mut cmd = a.command(&["--session", "k", "push", "team"]);
+        let step = (round % 5 == 0).then(|| STEPS[(round as usize / 5) % STEPS.len()]);
+        if let Some(step) = step {
+            cmd.env("TURNBACK_FAILPOINT", step);
+        }
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        match step {
+            // Returns at the failpoint's line, or at the end of a push that never reached it.
+            Some(_) => {
+                let mut line = String::new();
+                let _ =
+                    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stderr.take().unwrap()), &mut line);
+            }
+            None => std::thread::sleep(Duration::from_millis(seed % 700)),
+        }
         if child.try_wait().unwrap().is_none() {
             killed_midway += 1;
         }
@@ -192,7 +209,7 @@ fn a_push_killed_at_random_points_twenty_times_then_completes() {
             );
         }
     }
-    assert!(killed_midway >= 3, "only {killed_midway} of 20 kills landed during a push");
+    assert!(killed_midway >= 4, "only {killed_midway} of 20 kills landed during a push");
     a.ok(&["--session", "k", "push", "team"], None);
     let (b, code, v) = pull_fresh(&garage, &prefix, "k");
     assert_eq!(code, Some(0), "{v:#}");

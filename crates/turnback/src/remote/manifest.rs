@@ -87,13 +87,7 @@ pub(crate) fn merge(manifests: Vec<(String, Manifest)>) -> Result<Merged> {
     for (name, m) in manifests {
         names.push(name);
         packs.extend(m.packs);
-        candidates.extend(m.turns.into_iter().map(|t| Candidate {
-            turn_id: t.turn_id.clone(),
-            index: t.index,
-            started_at: t.started_at.clone(),
-            rank: (u8::from(t.ended), t.record.clone()),
-            item: t,
-        }));
+        candidates.extend(m.turns.into_iter().map(Candidate::of));
     }
     let turns: Vec<TurnEntry> =
         merge_turns(candidates).into_iter().map(|(index, t)| TurnEntry { index, ..t }).collect();
@@ -111,6 +105,19 @@ pub(crate) struct Candidate<T> {
     /// one; the local store's own over a remote's).
     pub rank: (u8, String),
     pub item: T,
+}
+
+impl Candidate<TurnEntry> {
+    /// A manifest's turn, ranked: an ended version over a running one.
+    pub(crate) fn of(t: TurnEntry) -> Self {
+        Candidate {
+            turn_id: t.turn_id.clone(),
+            index: t.index,
+            started_at: t.started_at.clone(),
+            rank: (u8::from(t.ended), t.record.clone()),
+            item: t,
+        }
+    }
 }
 
 /// The one decision on turn order: one version per turn id (the greatest rank), ordered

@@ -337,27 +337,12 @@ pub(crate) fn push(
 
     // Last, the manifest: the merge of the remote's and ours, once every pack it names is
     // still there.
-    let mut candidates: Vec<Candidate<TurnEntry>> = local_entries
-        .into_iter()
-        .map(|t| Candidate {
-            turn_id: t.turn_id.clone(),
-            index: t.index,
-            started_at: t.started_at.clone(),
-            rank: (u8::from(t.ended), t.record.clone()),
-            item: t,
-        })
-        .collect();
+    let mut candidates: Vec<Candidate<TurnEntry>> = local_entries.into_iter().map(Candidate::of).collect();
     let mut replaces = Vec::new();
     if let Some(r) = remote {
         packs.extend(r.packs);
         replaces = r.names;
-        candidates.extend(r.turns.into_iter().map(|t| Candidate {
-            turn_id: t.turn_id.clone(),
-            index: t.index,
-            started_at: t.started_at.clone(),
-            rank: (u8::from(t.ended), t.record.clone()),
-            item: t,
-        }));
+        candidates.extend(r.turns.into_iter().map(Candidate::of));
     }
     let turns: Vec<TurnEntry> =
         manifest::merge_turns(candidates).into_iter().map(|(index, t)| TurnEntry { index, ..t }).collect();

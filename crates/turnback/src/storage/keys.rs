@@ -227,18 +227,23 @@ fn load_or_create_file(path: &Path, may_create: bool, owner_only_dir: bool) -> R
 
 fn create_key_file(path: &Path) -> Result<SecretKey> {
     let key = SecretKey::random()?;
+    if link_new_key_file(path, &key)? { Ok(key) } else { load_or_create_file(path, false, false) }
+}
+
+/// Writes `key` to `path` unless a file is there: a synced 0600 temporary file hard-linked
+/// into place (the link fails if another process made the file first; then `false`, its
+/// key unchecked here), then the directory synced. Failures name `path`.
+fn link_new_key_file(path: &Path, key: &SecretKey) -> Result<bool> {
     let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
-    // Failures name the key file being made, not the temporary name it is written under.
     let written = (|| {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        f.write_all(format!("{}\n", encode_key(&key)).as_bytes())?;
+        f.write_all(format!("{}\n", encode_key(key)).as_bytes())?;
         f.sync_all()
     })();
     if written.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     written.context(path)?;
-    // hard_link fails if another process created the key first: then theirs wins.
     let linked = fs::hard_link(&tmp, path);
     let _ = fs::remove_file(&tmp);
     match linked {
@@ -246,9 +251,9 @@ fn create_key_file(path: &Path) -> Result<SecretKey> {
             if let Some(dir) = path.parent() {
                 fs::File::open(dir).and_then(|d| d.sync_all()).context(dir)?;
             }
-            Ok(key)
+            Ok(true)
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => load_or_create_file(path, false, false),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
         Err(e) => Err(e).context(path),
     }
 }
@@ -298,28 +303,7 @@ pub fn import_master_key(config: &KeyConfig, text: &str) -> Result<(PathBuf, boo
             check_owner_only(dir, &fs::metadata(dir).context(dir)?, "key directory")?;
         }
     }
-    let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4().simple()));
-    let written = (|| {
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        f.write_all(format!("{}\n", encode_key(&key)).as_bytes())?;
-        f.sync_all()
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written.context(&path)?;
-    let linked = fs::hard_link(&tmp, &path);
-    let _ = fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => {
-            if let Some(dir) = path.parent() {
-                fs::File::open(dir).and_then(|d| d.sync_all()).context(dir)?;
-            }
-            Ok((path, true))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => import_master_key(config, text),
-        Err(e) => Err(e).context(&path),
-    }
+    if link_new_key_file(&path, &key)? { Ok((path, true)) } else { import_master_key(config, text) }
 }
 
 #[cfg(feature = "keychain")]
