@@ -268,13 +268,35 @@ pub(crate) fn get_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Optio
 
 /// The snapshots of `session`, oldest first.
 pub fn list(store: &Store, session: &str) -> Result<Vec<SnapshotRecord>> {
+    ids(store, session)?.iter().map(|id| get(store, id)).collect()
+}
+
+/// The ids of `session`'s snapshots, oldest first (ids are time-ordered; keys only, nothing
+/// opened).
+fn ids(store: &Store, session: &str) -> Result<Vec<String>> {
     let prefix = format!("{session}/");
     let mut ids = Vec::new();
     store.kv().scan_keys(schema::SNAPSHOTS_BY_SESSION, prefix.as_bytes(), &mut |k| {
         ids.push(String::from_utf8_lossy(&k[prefix.len()..]).into_owned());
         Ok(true)
     })?;
-    ids.iter().map(|id| get(store, id)).collect()
+    Ok(ids)
+}
+
+/// The newest snapshot of `session` that `wanted` accepts, opening records newest first
+/// and only until one is accepted (a snapshot runs this twice; a session has thousands).
+pub(crate) fn newest(
+    store: &Store,
+    session: &str,
+    wanted: impl Fn(&SnapshotRecord) -> bool,
+) -> Result<Option<SnapshotRecord>> {
+    for id in ids(store, session)?.iter().rev() {
+        let record = get(store, id)?;
+        if wanted(&record) {
+            return Ok(Some(record));
+        }
+    }
+    Ok(None)
 }
 
 /// Every snapshot in the store, oldest first per session.
@@ -289,5 +311,5 @@ pub fn all(store: &Store) -> Result<Vec<SnapshotRecord>> {
 
 /// The latest snapshot of `session` that was not skipped.
 pub fn latest(store: &Store, session: &str) -> Result<Option<SnapshotRecord>> {
-    Ok(list(store, session)?.into_iter().rev().find(|s| s.root.is_some()))
+    newest(store, session, |s| s.root.is_some())
 }

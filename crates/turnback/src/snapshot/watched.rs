@@ -31,7 +31,7 @@ use crate::snapshot::prune::prune;
 use crate::snapshot::statcache::StatCache;
 use crate::snapshot::take::{Built, classify, commit, read_and_pack};
 use crate::snapshot::tree::{self, Node, NodeKind};
-use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, list};
+use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, newest};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object::{self, Sealed};
 use crate::storage::settings::WatchMode;
@@ -45,7 +45,7 @@ pub(super) fn sync(store: &Store, source: Source<'_>) -> Result<(Synced, Option<
     if store.settings().snapshots.watch == WatchMode::Off {
         return Ok((Synced::None { why: "not watched".into() }, None));
     }
-    let previous = list(store, source.session_id)?.pop();
+    let previous = newest(store, source.session_id, |_| true)?;
     let socket = match watch::socket_path(store.dir(), source.workspace_id) {
         Ok(s) => s,
         Err(e) => return Ok((Synced::None { why: e.message }, previous)),

@@ -809,15 +809,20 @@ mod tests {
         assert_eq!(read(&keys, &kv, &ids[0]).unwrap().unwrap().1, big);
     }
 
+    /// Points `from`'s index entry at `to`'s bytes (a tampered index).
+    fn point_entry_at(kv: &MemoryKv, from: ContentId, to: ContentId) {
+        let mut txn = kv.begin().unwrap();
+        let other = txn.get(schema::PACKED, &to.0).unwrap().unwrap();
+        txn.put(schema::PACKED, &from.0, &other).unwrap();
+        txn.commit().unwrap();
+    }
+
     #[test]
     fn a_streamed_read_of_altered_content_ends_in_corrupt() {
         let kv = MemoryKv::new();
         let keys = keys(&kv);
         let ids = pack(&keys, &kv, &[b"first object", b"second object"]);
-        let mut txn = kv.begin().unwrap();
-        let other = txn.get(schema::PACKED, &ids[1].0).unwrap().unwrap();
-        txn.put(schema::PACKED, &ids[0].0, &other).unwrap();
-        txn.commit().unwrap();
+        point_entry_at(&kv, ids[0], ids[1]);
         assert_eq!(read_to(&keys, &kv, &ids[0], &mut |_| Ok(())).unwrap_err().code, ErrorCode::Corrupt);
     }
 
@@ -870,10 +875,7 @@ mod tests {
         let keys = keys(&kv);
         let ids = pack(&keys, &kv, &[b"first object", b"second object"]);
         // An index entry pointed at another object's bytes.
-        let mut txn = kv.begin().unwrap();
-        let other = txn.get(schema::PACKED, &ids[1].0).unwrap().unwrap();
-        txn.put(schema::PACKED, &ids[0].0, &other).unwrap();
-        txn.commit().unwrap();
+        point_entry_at(&kv, ids[0], ids[1]);
         assert_eq!(read(&keys, &kv, &ids[0]).unwrap_err().code, ErrorCode::Corrupt);
         // One flipped byte in a block.
         let block = locate(&kv, &ids[1]).unwrap().unwrap().pieces[0].block;
