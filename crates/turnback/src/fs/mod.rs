@@ -6,4 +6,5 @@ pub mod files;
 pub mod handles;
 pub mod lock;
 pub mod relpath;
+pub mod rules;
 pub mod walk;

@@ -2,17 +2,21 @@
 //! following a symlink, never entering a `.git` directory.
 //!
 //! Invariants:
-//! - `.gitignore`, `.ignore` and `.git/info/exclude` of the workspace (and of parent
-//!   directories up to the filesystem root, as git would for a subdirectory of a repository)
-//!   are honoured; the user's global git configuration is not.
+//! - The ignore rules of [`rules`](crate::fs::rules) are honoured (`.gitignore`, `.ignore`,
+//!   `.git/info/exclude`, and those of the directories above the workspace); the user's
+//!   global git configuration is not. The walk finds exactly what the `ignore` crate's own
+//!   walker found with the same options (held to it on random trees by a test).
 //! - The unconditional exclusions of DESIGN.md §2.10 ([`excluded`]) are applied after the
 //!   ignore rules and cannot be undone by them: no negation, no tracked status (turnback
 //!   never reads a git index) brings a secret or a dependency folder back.
 //! - A directory holding `.git` (other than the workspace root) is a nested repository:
 //!   it is recorded as a pointer to its checked-out commit, read from `HEAD`, loose refs or
 //!   `packed-refs` without running git, and never descended into.
-//! - Symlinks are recorded as links (their target), never followed.
+//! - Symlinks are recorded as links (their target), never followed; every directory is
+//!   opened relative to its parent with `O_NOFOLLOW`, so a directory swapped for a symlink
+//!   mid-walk is not entered.
 //! - turnback's own temporary files ([`files::temp_phase`]) are never recorded.
+//! - Entries come out in component order ([`component_order`]) without a sort of the whole.
 
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
@@ -20,12 +24,14 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use ignore::{WalkBuilder, WalkState};
+use rayon::prelude::*;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use crate::error::Result;
+use crate::error::{IoResultExt, Result};
 use crate::fs::files;
+use crate::fs::rules::{self, Rules};
 
 /// What a walked path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,179 +181,312 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 /// the same rules with the same ignore files, so what it finds in a directory it lists is
 /// exactly what a full walk finds there.
 ///
+/// Each directory is opened once, relative to its parent and without following a symlink;
+/// its listing gives the names and types, and each file is stat-ed relative to it
+/// (`fstatat`: one component for the kernel to resolve). Subdirectories are walked in
+/// parallel (rayon), and each directory's findings come back in component order, so the
+/// walk needs no sort.
+///
 /// # Errors
 /// `io` if `root` cannot be read.
 pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<Scope<'_>>) -> Result<Walk> {
-    let found = Mutex::new(Walk::default());
-    let mut builder = WalkBuilder::new(root);
-    builder
-        .hidden(false)
-        .follow_links(false)
-        .git_global(false)
-        .git_ignore(true)
-        .git_exclude(true)
-        .ignore(true)
-        .parents(true)
-        .require_git(false)
-        .threads(std::thread::available_parallelism().map_or(2, |n| n.get()).min(8));
-    let skip: Vec<Vec<u8>> = skip_dirs
-        .iter()
-        .map(|d| d.canonicalize().unwrap_or_else(|_| d.clone()).as_os_str().as_bytes().to_vec())
-        .collect();
-    let excluded_count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counter = excluded_count.clone();
-    builder.filter_entry(move |e| {
-        if e.depth() == 0 {
-            return true;
-        }
-        // Byte comparisons: this runs for every path of the tree.
-        let path = e.path().as_os_str().as_bytes();
-        let name = e.file_name().as_bytes();
-        let parent = path[..path.len() - name.len()]
-            .strip_suffix(b"/")
-            .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
-        // turnback's own temporary files are never content (and never counted).
-        if files::temp_phase(name).is_some() {
-            return false;
-        }
-        let out = excluded(name, parent) || skip.iter().any(|s| path == s.as_slice());
-        // `.git` itself is not counted: it is never part of a workspace's content.
-        if out && e.file_name() != ".git" {
-            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        !out
-    });
+    let root = root.canonicalize().context(root)?;
     let root_bytes = root.as_os_str().as_bytes();
-    let root_bytes = root_bytes.strip_suffix(b"/").unwrap_or(root_bytes);
-    builder.build_parallel().visit(&mut Visitors { root: root_bytes, found: &found, scope });
-    let mut walk = found.into_inner().unwrap_or_else(|p| p.into_inner());
-    walk.excluded = excluded_count.load(std::sync::atomic::Ordering::Relaxed);
-    // Paths are unique, so an unstable sort orders them all the same.
-    walk.entries.sort_unstable_by(|a, b| component_order(&a.path, &b.path));
+    let skip = skip_dirs
+        .iter()
+        .filter_map(|d| {
+            let d = d.canonicalize().unwrap_or_else(|_| d.clone());
+            d.as_os_str().as_bytes().strip_prefix(root_bytes)?.strip_prefix(b"/").map(<[u8]>::to_vec)
+        })
+        .collect();
+    let walker = Walker {
+        root: &root,
+        root_name: root.file_name().map(OsStrExt::as_bytes),
+        skip,
+        scope,
+        excluded: AtomicU64::new(0),
+        notes: Mutex::new(Walk::default()),
+    };
+    let fd = open_dir(rustix::fs::CWD, root.as_os_str()).context(&root)?;
+    let mut above = Vec::new();
+    let rules = Rules::above(&root, &mut above);
+    walker.note_problems(above);
+    let found = walker.dir(&fd, b"", &rules);
+    let mut walk = walker.notes.into_inner().unwrap_or_else(|p| p.into_inner());
+    walk.entries.reserve(found.count);
+    found.flatten_into(&mut walk.entries);
+    walk.excluded = walker.excluded.into_inner();
     walk.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(walk)
 }
 
-/// Makes one [`Visitor`] per walker thread.
-struct Visitors<'a> {
-    root: &'a [u8],
-    found: &'a Mutex<Walk>,
+/// What one walk shares between its threads.
+struct Walker<'a> {
+    /// Absolute and canonical.
+    root: &'a Path,
+    /// The root's own name: the parent name of its top-level entries.
+    root_name: Option<&'a [u8]>,
+    /// Directories never entered (relative to the root).
+    skip: Vec<Vec<u8>>,
     scope: Option<Scope<'a>>,
+    excluded: AtomicU64,
+    /// What is rare (skipped paths, a partial walk's directories), shared under a lock.
+    notes: Mutex<Walk>,
 }
 
-impl<'s> ignore::ParallelVisitorBuilder<'s> for Visitors<'s> {
-    fn build(&mut self) -> Box<dyn ignore::ParallelVisitor + 's> {
-        Box::new(Visitor {
-            root: self.root,
-            found: self.found,
-            scope: self.scope,
-            local: Walk::default(),
-            parent: None,
-        })
-    }
+/// One directory's findings in component order: its files and links, and in between, what
+/// its subdirectories found.
+#[derive(Default)]
+struct Found {
+    items: Vec<Item>,
+    /// Entries here and below.
+    count: usize,
 }
 
-/// One walker thread's findings, kept to itself and handed over once when it is done (no
-/// lock per path), and the directory it last stat-ed in: siblings are visited together, so
-/// each path is stat-ed relative to its open parent (`fstatat`), one component for the
-/// kernel to resolve instead of the whole path.
-struct Visitor<'a> {
-    root: &'a [u8],
-    found: &'a Mutex<Walk>,
-    scope: Option<Scope<'a>>,
-    local: Walk,
-    parent: Option<(Vec<u8>, OwnedFd)>,
+enum Item {
+    Entry(Entry),
+    Dir(Found),
 }
 
-impl Drop for Visitor<'_> {
-    fn drop(&mut self) {
-        let mut found = self.found.lock().unwrap_or_else(|p| p.into_inner());
-        found.entries.append(&mut self.local.entries);
-        found.skipped.append(&mut self.local.skipped);
-        found.dirs.listed.append(&mut self.local.dirs.listed);
-        found.dirs.unlisted.append(&mut self.local.dirs.unlisted);
-    }
-}
-
-impl ignore::ParallelVisitor for Visitor<'_> {
-    fn visit(&mut self, result: std::result::Result<ignore::DirEntry, ignore::Error>) -> WalkState {
-        match result {
-            Ok(entry) => self.visit_entry(&entry),
-            Err(e) => {
-                // Unreadable paths are skipped with a reason, never a failed snapshot.
-                self.local.skipped.push(Skipped { path: String::new(), reason: e.to_string() });
-                WalkState::Continue
+impl Found {
+    fn flatten_into(self, out: &mut Vec<Entry>) {
+        for item in self.items {
+            match item {
+                Item::Entry(e) => out.push(e),
+                Item::Dir(found) => found.flatten_into(out),
             }
         }
     }
 }
 
-impl Visitor<'_> {
-    /// The open directory `dir` (the last one, or opened now).
-    fn parent_fd(&mut self, dir: &[u8]) -> Option<&OwnedFd> {
-        if self.parent.as_ref().is_none_or(|(open, _)| open.as_slice() != dir) {
-            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            self.parent =
-                rustix::fs::open(OsStr::from_bytes(dir), flags, Mode::empty()).ok().map(|fd| (dir.to_vec(), fd));
-        }
-        self.parent.as_ref().map(|(_, fd)| fd)
+/// One name of a directory's listing.
+struct Listed {
+    /// The name, and a `/` after a directory's: a directory's entries follow it, so it
+    /// sorts (in component order) as its name and a separator.
+    key: Vec<u8>,
+    file_type: FileType,
+}
+
+impl Listed {
+    fn name(&self) -> &[u8] {
+        if self.file_type == FileType::Directory { &self.key[..self.key.len() - 1] } else { &self.key }
+    }
+}
+
+fn open_dir(parent: impl rustix::fd::AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    rustix::fs::openat(parent, name, flags, Mode::empty())
+}
+
+/// Calls `add` with each name and type in open directory `fd`, read in large batches
+/// (`getdents64` into one buffer, no allocation per name).
+#[cfg(target_os = "linux")]
+fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io::Result<()> {
+    let mut buf = Vec::with_capacity(32 * 1024);
+    let mut dir = rustix::fs::RawDir::new(fd, buf.spare_capacity_mut());
+    while let Some(entry) = dir.next() {
+        let entry = entry?;
+        add(entry.file_name().to_bytes(), entry.file_type());
+    }
+    Ok(())
+}
+
+/// Calls `add` with each name and type in open directory `fd` (read through a duplicate
+/// of it, which the listing consumes).
+#[cfg(not(target_os = "linux"))]
+fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io::Result<()> {
+    let listing = fd.try_clone().map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))?;
+    let mut dir = rustix::fs::Dir::new(listing)?;
+    while let Some(entry) = dir.read() {
+        let entry = entry?;
+        add(entry.file_name().to_bytes(), entry.file_type());
+    }
+    Ok(())
+}
+
+/// `parent/name`, or `name` at the root.
+fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(parent.len() + name.len() + 1);
+    if !parent.is_empty() {
+        path.extend_from_slice(parent);
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
+impl Walker<'_> {
+    fn note_skipped(&self, rel: &[u8], reason: String) {
+        let path = String::from_utf8_lossy(rel).into_owned();
+        self.notes.lock().unwrap_or_else(|p| p.into_inner()).skipped.push(Skipped { path, reason });
     }
 
-    /// Records one path the walk met: a file or symlink as an entry, a directory holding
-    /// `.git` as a nested repository (not descended into), anything unreadable as skipped.
-    fn visit_entry(&mut self, entry: &ignore::DirEntry) -> WalkState {
-        if entry.depth() == 0 {
-            return WalkState::Continue;
+    /// Notes ignore files that could not be read whole or hold invalid rules.
+    fn note_problems(&self, problems: Vec<rules::Problem>) {
+        for p in problems {
+            self.note_skipped(p.path.as_os_str().as_bytes(), p.reason);
         }
-        let full = entry.path().as_os_str().as_bytes();
-        let Some(rel) = full.strip_prefix(self.root).and_then(|r| r.strip_prefix(b"/")) else {
-            return WalkState::Continue;
-        };
-        let name = entry.file_name().as_bytes();
-        let dir = &full[..full.len() - name.len() - 1];
-        let Some(parent) = self.parent_fd(dir) else { return WalkState::Continue };
-        let Ok(st) = rustix::fs::statat(parent, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
-            return WalkState::Continue; // gone since it was listed
-        };
-        let stat = Stat::of_raw(&st);
-        let file_type = FileType::from_raw_mode(st.st_mode);
-        let record = match file_type {
-            FileType::Directory => {
-                let mut git = name.to_vec();
-                git.extend_from_slice(b"/.git");
-                // Followed, as `Path::exists` would: a `.git` symlink marks a repository too.
-                if rustix::fs::statat(parent, OsStr::from_bytes(&git), AtFlags::empty()).is_err() {
-                    let Some(scope) = self.scope else { return WalkState::Continue };
-                    let enter = scope(rel);
-                    let dirs = if enter { &mut self.local.dirs.listed } else { &mut self.local.dirs.unlisted };
-                    dirs.push(rel.to_vec());
-                    return if enter { WalkState::Continue } else { WalkState::Skip };
-                }
-                match nested_commit(entry.path()) {
-                    Ok(commit) => {
-                        self.local.entries.push(Entry { path: rel.to_vec(), kind: Kind::Gitlink(commit), stat })
-                    }
-                    Err(reason) => {
-                        self.local.skipped.push(Skipped { path: String::from_utf8_lossy(rel).into_owned(), reason })
-                    }
-                }
-                return WalkState::Skip;
-            }
-            FileType::Symlink => match rustix::fs::readlinkat(parent, OsStr::from_bytes(name), Vec::new()) {
-                Ok(target) => Entry { path: rel.to_vec(), kind: Kind::Symlink(target.into_bytes()), stat },
-                // Gone or changed since it was listed: left out, with the reason.
-                Err(e) => {
-                    let reason = std::io::Error::from(e).to_string();
-                    self.local.skipped.push(Skipped { path: String::from_utf8_lossy(rel).into_owned(), reason });
-                    return WalkState::Continue;
-                }
-            },
-            FileType::RegularFile => Entry { path: rel.to_vec(), kind: Kind::File, stat },
-            _ => return WalkState::Continue, // sockets, fifos, devices
-        };
-        self.local.entries.push(record);
-        WalkState::Continue
     }
+
+    /// The names in open directory `fd` (without `.` and `..`) in component order, and
+    /// which ignore-related names are among them; `None` (noted) if it cannot be read.
+    fn list(&self, fd: &OwnedFd, rel: &[u8]) -> Option<(Vec<Listed>, rules::Found)> {
+        let (mut names, mut found) = (Vec::new(), rules::Found::default());
+        let mut add = |name: &[u8], file_type: FileType| {
+            if name == b"." || name == b".." {
+                return;
+            }
+            found.note(name);
+            let mut key = Vec::with_capacity(name.len() + 1);
+            key.extend_from_slice(name);
+            if file_type == FileType::Directory {
+                key.push(b'/');
+            }
+            names.push(Listed { key, file_type });
+        };
+        if let Err(e) = read_names(fd, &mut add) {
+            self.note_skipped(rel, std::io::Error::from(e).to_string());
+            return None;
+        }
+        names.sort_unstable_by(|a, b| component_order(&a.key, &b.key));
+        Some((names, found))
+    }
+
+    /// Walks directory `rel` (open as `fd`; `rules` are those of its parent): its findings in
+    /// component order.
+    fn dir(&self, fd: &OwnedFd, rel: &[u8], rules: &Rules) -> Found {
+        let Some((names, found)) = self.list(fd, rel) else { return Found::default() };
+        let mut notes = Vec::new();
+        let abs = if rel.is_empty() { self.root.to_path_buf() } else { self.root.join(OsStr::from_bytes(rel)) };
+        let rules = rules.enter(&abs, rel, found, &mut notes);
+        self.note_problems(notes);
+        let parent_name = if rel.is_empty() { self.root_name } else { rel.rsplit(|c| *c == b'/').next() };
+        let mut items = Vec::with_capacity(names.len());
+        let mut subdirs = Vec::new();
+        for listed in &names {
+            let name = listed.name();
+            let path = join(rel, name);
+            // A type the listing does not give is stat-ed first: the rules ask whether it
+            // is a directory.
+            let mut stat = None;
+            let mut file_type = listed.file_type;
+            if file_type == FileType::Unknown {
+                let Ok(st) = rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
+                    continue; // gone since it was listed
+                };
+                file_type = FileType::from_raw_mode(st.st_mode);
+                stat = Some(st);
+            }
+            let is_dir = file_type == FileType::Directory;
+            if rules.ignored(&path, is_dir) {
+                continue;
+            }
+            // turnback's own temporary files are never content (and never counted).
+            if files::temp_phase(name).is_some() {
+                continue;
+            }
+            if excluded(name, parent_name) || self.skip.contains(&path) {
+                // `.git` itself is not counted: it is never part of a workspace's content.
+                if name != b".git" {
+                    self.excluded.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            if is_dir {
+                match self.nested(fd, name, &path) {
+                    Nested::No => {}
+                    Nested::Yes(entry) => {
+                        items.push(Item::Entry(entry));
+                        continue;
+                    }
+                    Nested::Unreadable => continue,
+                }
+                if let Some(scope) = self.scope {
+                    let enter = scope(&path);
+                    let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+                    let dirs = if enter { &mut notes.dirs.listed } else { &mut notes.dirs.unlisted };
+                    dirs.push(path.clone());
+                    if !enter {
+                        continue;
+                    }
+                }
+                subdirs.push((items.len(), path));
+                items.push(Item::Dir(Found::default()));
+                continue;
+            }
+            let stat = match stat {
+                Some(st) => st,
+                None => match rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
+                    Ok(st) => st,
+                    Err(_) => continue, // gone since it was listed
+                },
+            };
+            let kind = match FileType::from_raw_mode(stat.st_mode) {
+                FileType::RegularFile => Kind::File,
+                FileType::Symlink => match rustix::fs::readlinkat(fd, OsStr::from_bytes(name), Vec::new()) {
+                    Ok(target) => Kind::Symlink(target.into_bytes()),
+                    // Gone or changed since it was listed: left out, with the reason.
+                    Err(e) => {
+                        self.note_skipped(&path, std::io::Error::from(e).to_string());
+                        continue;
+                    }
+                },
+                // Sockets, fifos, devices; or replaced by a directory since it was listed.
+                _ => continue,
+            };
+            items.push(Item::Entry(Entry { path, kind, stat: Stat::of_raw(&stat) }));
+        }
+        let walked: Vec<(usize, Found)> = subdirs
+            .into_par_iter()
+            .map(|(at, path)| {
+                let name = &path[path.iter().rposition(|c| *c == b'/').map_or(0, |i| i + 1)..];
+                let found = match open_dir(fd, OsStr::from_bytes(name)) {
+                    Ok(child) => self.dir(&child, &path, &rules),
+                    Err(e) => {
+                        self.note_skipped(&path, std::io::Error::from(e).to_string());
+                        Found::default()
+                    }
+                };
+                (at, found)
+            })
+            .collect();
+        let mut count = items.len() - walked.len();
+        for (at, found) in walked {
+            count += found.count;
+            items[at] = Item::Dir(found);
+        }
+        Found { items, count }
+    }
+
+    /// Whether directory `name` (at `path`) holds `.git`, and if so the entry pointing at
+    /// its checked-out commit (noted if that cannot be read).
+    fn nested(&self, fd: &OwnedFd, name: &[u8], path: &[u8]) -> Nested {
+        let mut git = name.to_vec();
+        git.extend_from_slice(b"/.git");
+        // Followed, as `Path::exists` would: a `.git` symlink marks a repository too.
+        if rustix::fs::statat(fd, OsStr::from_bytes(&git), AtFlags::empty()).is_err() {
+            return Nested::No;
+        }
+        let Ok(stat) = rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
+            return Nested::Unreadable; // gone since it was listed
+        };
+        match nested_commit(&self.root.join(OsStr::from_bytes(path))) {
+            Ok(commit) => {
+                Nested::Yes(Entry { path: path.to_vec(), kind: Kind::Gitlink(commit), stat: Stat::of_raw(&stat) })
+            }
+            Err(reason) => {
+                self.note_skipped(path, reason);
+                Nested::Unreadable
+            }
+        }
+    }
+}
+
+/// Whether a directory is a nested repository (never entered either way).
+enum Nested {
+    No,
+    Yes(Entry),
+    Unreadable,
 }
 
 /// Orders paths component by component (so a directory's entries are contiguous): the
@@ -503,6 +642,224 @@ mod tests {
             for b in &paths {
                 assert_eq!(component_order(a, b), reference(a, b), "{a:?} {b:?}");
             }
+        }
+    }
+
+    /// What the `ignore` crate's own walker finds with the options turnback walked with
+    /// before it had its own walker: the reference [`walk`] is held to. Each path with its
+    /// kind, and the count of excluded paths.
+    fn reference_walk(root: &Path) -> (Vec<(Vec<u8>, String)>, u64) {
+        use std::sync::{Arc, Mutex};
+        let found = Arc::new(Mutex::new(Vec::new()));
+        let excluded_count = Arc::new(AtomicU64::new(0));
+        let (nested, counter) = (found.clone(), excluded_count.clone());
+        let root_bytes = root.as_os_str().as_bytes().to_vec();
+        let mut builder = ignore::WalkBuilder::new(root);
+        builder
+            .hidden(false)
+            .follow_links(false)
+            .git_global(false)
+            .git_ignore(true)
+            .git_exclude(true)
+            .ignore(true)
+            .parents(true)
+            .require_git(false);
+        builder.filter_entry(move |e| {
+            if e.depth() == 0 {
+                return true;
+            }
+            let path = e.path().as_os_str().as_bytes();
+            let name = e.file_name().as_bytes();
+            let parent = path[..path.len() - name.len()]
+                .strip_suffix(b"/")
+                .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
+            if files::temp_phase(name).is_some() {
+                return false;
+            }
+            if excluded(name, parent) {
+                if name != b".git" {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                return false;
+            }
+            if e.file_type().is_some_and(|t| t.is_dir()) && e.path().join(".git").exists() {
+                if let Ok(commit) = nested_commit(e.path()) {
+                    let rel = path[root_bytes.len() + 1..].to_vec();
+                    nested.lock().unwrap().push((rel, format!("repo {commit}")));
+                }
+                return false;
+            }
+            true
+        });
+        let mut all: Vec<(Vec<u8>, String)> = Vec::new();
+        for e in builder.build().flatten() {
+            if e.depth() == 0 {
+                continue;
+            }
+            let rel = e.path().as_os_str().as_bytes()[root.as_os_str().len() + 1..].to_vec();
+            let t = e.file_type().unwrap();
+            if t.is_file() {
+                all.push((rel, "file".into()));
+            } else if t.is_symlink() {
+                let target = std::fs::read_link(e.path()).unwrap();
+                all.push((rel, format!("link {}", target.display())));
+            }
+        }
+        all.extend(found.lock().unwrap().drain(..));
+        all.sort_by(|a, b| component_order(&a.0, &b.0));
+        (all, excluded_count.load(Ordering::Relaxed))
+    }
+
+    fn kinds(walk: &Walk) -> Vec<(Vec<u8>, String)> {
+        walk.entries
+            .iter()
+            .map(|e| {
+                let kind = match &e.kind {
+                    Kind::File => "file".to_string(),
+                    Kind::Symlink(t) => format!("link {}", String::from_utf8_lossy(t)),
+                    Kind::Gitlink(c) => format!("repo {c}"),
+                };
+                (e.path.clone(), kind)
+            })
+            .collect()
+    }
+
+    /// A random workspace: nested directories of files and symlinks named so that ignore
+    /// rules, exclusions and component order all have something to decide; `.gitignore` and
+    /// `.ignore` files of random rules (negations, anchors, directory-only and `**` rules,
+    /// comments, escapes, trailing spaces, CRLF, a BOM) at any depth and in the directory
+    /// above the workspace; the repository's `info/exclude`; nested repositories, one
+    /// without a commit.
+    fn random_tree(base: &Path, seed: u64) -> std::path::PathBuf {
+        const NAMES: &[&str] = &[
+            "a",
+            "b",
+            "c.txt",
+            "d.log",
+            "e.o",
+            "build",
+            "keep.log",
+            "x",
+            "y.c",
+            "sub",
+            ".hidden",
+            "node_modules",
+            ".env",
+            "Foo",
+            "a.b",
+            "a-c",
+            "deep",
+            "a b",
+            "z.key",
+        ];
+        const RULES: &[&str] = &[
+            "*.log",
+            "!keep.log",
+            "build/",
+            "/x",
+            "sub/**/y.c",
+            "**/deep",
+            "a",
+            "!a",
+            "*.o",
+            "d*",
+            "sub/",
+            "!sub/",
+            "/sub/a",
+            "Foo/",
+            "# comment",
+            "\\#x",
+            "a.b ",
+            "y.c\r",
+            "*",
+            "!*.c",
+            "!*/",
+            "deep/**",
+            "**/b",
+            "a/",
+            "[ab]",
+            "c.tx?",
+            "!/Foo",
+            "**",
+            "!.hidden",
+            "*.txt",
+        ];
+        // Above the workspace: rules that name paths inside it from there.
+        const OUTER: &[&str] = &["ws/a", "ws/sub/", "/ws/b", "ws/**/deep", "!ws/x", "*.txt", "ws/Foo/a", "x"];
+        let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let rules = |next: &mut dyn FnMut(usize) -> usize, pool: &[&str]| {
+            let mut text = if next(6) == 0 { "\u{feff}".to_string() } else { String::new() };
+            for _ in 0..1 + next(4) {
+                text.push_str(pool[next(pool.len())]);
+                text.push_str(if next(5) == 0 { "\r\n" } else { "\n" });
+            }
+            text
+        };
+        if next(3) == 0 {
+            std::fs::write(base.join(".gitignore"), rules(&mut next, OUTER)).unwrap();
+        }
+        if next(4) == 0 {
+            std::fs::write(base.join(".ignore"), rules(&mut next, OUTER)).unwrap();
+        }
+        let ws = base.join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        if next(2) == 0 {
+            std::fs::create_dir_all(ws.join(".git/info")).unwrap();
+            std::fs::write(ws.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+            std::fs::write(ws.join(".git/info/exclude"), rules(&mut next, RULES)).unwrap();
+        }
+        let mut dirs = vec![(ws.clone(), 0)];
+        while let Some((dir, depth)) = dirs.pop() {
+            if next(3) == 0 {
+                std::fs::write(dir.join(".gitignore"), rules(&mut next, RULES)).unwrap();
+            }
+            if next(6) == 0 {
+                std::fs::write(dir.join(".ignore"), rules(&mut next, RULES)).unwrap();
+            }
+            for _ in 0..next(7) {
+                let path = dir.join(NAMES[next(NAMES.len())]);
+                if path.symlink_metadata().is_ok() {
+                    continue;
+                }
+                match next(10) {
+                    0..=3 if depth < 4 => {
+                        std::fs::create_dir(&path).unwrap();
+                        dirs.push((path, depth + 1));
+                    }
+                    4 => std::os::unix::fs::symlink(NAMES[next(NAMES.len())], &path).unwrap(),
+                    5 if depth > 0 => {
+                        std::fs::create_dir_all(path.join(".git/refs/heads")).unwrap();
+                        std::fs::write(path.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+                        if next(3) != 0 {
+                            std::fs::write(path.join(".git/refs/heads/main"), format!("{:040x}\n", next(1 << 30)))
+                                .unwrap();
+                        }
+                        std::fs::write(path.join("inside"), b"never walked").unwrap();
+                    }
+                    _ => std::fs::write(&path, b"x").unwrap(),
+                }
+            }
+        }
+        ws
+    }
+
+    #[test]
+    fn the_walk_finds_what_the_ignore_crates_walker_finds_on_random_trees() {
+        for seed in 0..300 {
+            let base = tempfile::tempdir().unwrap();
+            let ws = random_tree(base.path(), seed);
+            let (expected, excluded) = reference_walk(&ws);
+            let walked = walk(&ws, &[]).unwrap();
+            assert_eq!(kinds(&walked), expected, "seed {seed}");
+            assert_eq!(walked.excluded, excluded, "seed {seed}: excluded count");
+            let order: Vec<&[u8]> = walked.entries.iter().map(|e| e.path.as_slice()).collect();
+            assert!(order.is_sorted_by(|a, b| component_order(a, b).is_lt()), "seed {seed}: component order");
         }
     }
 
