@@ -33,7 +33,7 @@ use crate::storage::store::Store;
 use crate::watch::WatchMark;
 
 /// Bytes of file content read and sealed per batch (bounds memory).
-const BATCH_BYTES: u64 = 16 * 1024 * 1024;
+const BATCH_BYTES: u64 = 8 * 1024 * 1024;
 /// Files larger than this are read, hashed and packed in pieces ([`stream_file`]), not
 /// whole: memory does not grow with the size of any file.
 const STREAM_FROM: u64 = 8 * 1024 * 1024;
@@ -311,11 +311,11 @@ pub(super) fn read_and_pack(
                 done_bytes += batch.iter().map(|&i| walked.entries[i].stat.size).sum::<u64>();
                 let (sealed, read) = rayon::join(
                     || previous.take().map(|p| p.seal(store.keys())).transpose(),
-                    || -> Vec<(usize, Result<ReadFile>)> {
-                        batch
-                            .par_iter()
-                            .map(|&i| (i, read_and_hash(store, root, &walked.entries[i], max_file)))
-                            .collect()
+                    || {
+                        read_batch(store, root, walked, batch, max_file).map(|read| {
+                            let packer = pack_batch(&read, &mut packed);
+                            (read, packer)
+                        })
                     },
                 );
                 if let Some(sealed) = sealed?
@@ -323,7 +323,10 @@ pub(super) fn read_and_pack(
                 {
                     return Ok(()); // the writer failed; its error is reported below
                 }
-                let packer = pack_batch(store, walked, plan, read, &mut packed, record)?;
+                let (read, packer) = read?;
+                for (i, result) in read.files {
+                    record_read(walked, plan, i, result.map(|(id, _, stat)| (id, stat)), record);
+                }
                 previous = Some(packer).filter(|p| !p.is_empty());
             }
             if let Some(last) = previous {
@@ -350,29 +353,38 @@ pub(super) fn read_and_pack(
     })
 }
 
-/// Records what one batch read and adds the content the store lacks to a packer.
-fn pack_batch(
-    store: &Store,
-    walked: &Walk,
-    plan: &mut ReadPlan,
-    read: Vec<(usize, Result<ReadFile>)>,
-    packed: &mut HashSet<ContentId>,
-    record: &mut SnapshotRecord,
-) -> Result<Packer> {
-    let read_ids: Vec<ContentId> = read.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
-    let mut in_store = object::exist_each(store.kv(), &read_ids)?.into_iter();
+/// One batch as read: each entry's file (or why not), and per file read, whether the store
+/// held its content when the batch was read.
+struct ReadBatch {
+    files: Vec<(usize, Result<ReadFile>)>,
+    in_store: Vec<bool>,
+}
+
+/// Reads and hashes the files of `batch` on the thread pool, then asks the store which of
+/// their contents it holds — through a read snapshot, not the store's connection: the
+/// writer holds that while it commits the previous batch (an fsync), and reading must not
+/// wait for it. What this snapshot wrote meanwhile is in [`pack_batch`]'s `packed`; what
+/// another writer did, [`SealedPack::store`] tolerates.
+fn read_batch(store: &Store, root: &Path, walked: &Walk, batch: &[usize], max_file: u64) -> Result<ReadBatch> {
+    let files: Vec<(usize, Result<ReadFile>)> =
+        batch.par_iter().map(|&i| (i, read_and_hash(store, root, &walked.entries[i], max_file))).collect();
+    let ids: Vec<ContentId> = files.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
+    let in_store = object::exist_each(&*store.kv().read_snapshot()?, &ids)?;
+    Ok(ReadBatch { files, in_store })
+}
+
+/// Adds the content of one batch the store lacks to a packer (on the pool, beside the
+/// sealing of the previous batch).
+fn pack_batch(read: &ReadBatch, packed: &mut HashSet<ContentId>) -> Packer {
     let mut packer = Packer::default();
-    for (i, result) in read {
-        let result = result.map(|(id, bytes, stat)| {
-            // `packed`: an earlier batch may still be on its way to the store.
-            if !in_store.next().unwrap_or(false) && packed.insert(id) {
-                packer.add(id, ContentClass::of(&bytes), &bytes);
-            }
-            (id, stat)
-        });
-        record_read(walked, plan, i, result, record);
+    let files = read.files.iter().filter_map(|(_, r)| r.as_ref().ok());
+    for ((id, bytes, _), in_store) in files.zip(&read.in_store) {
+        // `packed`: an earlier batch may still be on its way to the store.
+        if !in_store && packed.insert(*id) {
+            packer.add(*id, ContentClass::of(bytes), bytes);
+        }
     }
-    Ok(packer)
+    packer
 }
 
 /// Records what reading entry `i` found: its id and stat, or why it is left out.
