@@ -51,10 +51,11 @@ pub struct Stat {
     pub mode: u32,
     /// Size in bytes.
     pub size: u64,
-    /// Modification time, ns.
-    pub mtime_ns: i128,
-    /// Status change time, ns.
-    pub ctime_ns: i128,
+    /// Modification time, ns since the epoch (saturating: past ±292 years it stays at the
+    /// bound, and the status change time, which no one sets, still tells a change).
+    pub mtime_ns: i64,
+    /// Status change time, ns since the epoch.
+    pub ctime_ns: i64,
     /// Device.
     pub device: u64,
     /// Inode.
@@ -67,8 +68,8 @@ impl Stat {
         Stat {
             mode: m.mode(),
             size: m.size(),
-            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
-            ctime_ns: i128::from(m.ctime()) * 1_000_000_000 + i128::from(m.ctime_nsec()),
+            mtime_ns: nanos(m.mtime(), m.mtime_nsec()),
+            ctime_ns: nanos(m.ctime(), m.ctime_nsec()),
             device: m.dev(),
             inode: m.ino(),
         }
@@ -78,7 +79,7 @@ impl Stat {
     /// for the same file (the field types differ between platforms, hence the casts).
     #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
     fn of_raw(st: &rustix::fs::Stat) -> Self {
-        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        let ns = nanos;
         Stat {
             mode: st.st_mode as u32,
             size: st.st_size as u64,
@@ -88,6 +89,11 @@ impl Stat {
             inode: st.st_ino as u64,
         }
     }
+}
+
+/// Seconds and nanoseconds as nanoseconds, saturating at the bounds of `i64`.
+fn nanos(seconds: i64, nanos: i64) -> i64 {
+    seconds.saturating_mul(1_000_000_000).saturating_add(nanos)
 }
 
 /// One recorded path.

@@ -28,6 +28,8 @@ use crate::storage::schema;
 use crate::storage::store::Store;
 
 const SCHEMA: u16 = 1;
+/// Encoded bytes of one entry's columns: mode, size, mtime, ctime, device, inode, id.
+const ENTRY_COLUMNS: usize = 4 + 8 + 16 + 16 + 8 + 8 + 32;
 /// Entries in component order (the walk's).
 const MAGIC: &[u8; 4] = b"TBS4";
 /// Entries in byte order (before 2026-12): read, put in component order, rewritten.
@@ -67,7 +69,7 @@ impl StatCache {
 
     /// Whether `stat` proves the file cached as `c` unchanged since it was read.
     pub fn clean(&self, c: &Cached, stat: &Stat) -> bool {
-        c.stat == *stat && stat.mtime_ns + RACY_MARGIN_NS < self.taken_at_ns
+        c.stat == *stat && i128::from(stat.mtime_ns) + RACY_MARGIN_NS < self.taken_at_ns
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
@@ -124,42 +126,65 @@ impl StatCache {
         }
     }
 
-    /// The sealed value to store for `session` ([`put_in`]).
-    pub(crate) fn seal(&self, store: &Store, session: &str) -> Result<Vec<u8>> {
-        store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &self.encode(), 1)
-    }
-
-    /// In component order, then column by column (each path as the length it shares with
-    /// the previous one plus the rest; then every mode, size, mtime, ctime, device, inode,
-    /// id), so that similar bytes sit together and compress: about a third of the row
-    /// layout.
+    /// Its encoding ([`encode`]).
+    #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        let sorted = &self.entries;
-        let mut out = Vec::with_capacity(24 + sorted.len() * 100);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.taken_at_ns.to_le_bytes());
-        varint::put(&mut out, sorted.len() as u64);
-        let mut previous: &[u8] = &[];
-        for (path, _) in sorted {
-            let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
-            varint::put(&mut out, shared as u64);
-            varint::put(&mut out, (path.len() - shared) as u64);
-            out.extend_from_slice(&path[shared..]);
-            previous = path;
-        }
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.size.to_le_bytes()));
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.mtime_ns.to_le_bytes()));
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.ctime_ns.to_le_bytes()));
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.device.to_le_bytes()));
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
-        sorted.iter().for_each(|(_, c)| out.extend_from_slice(&c.id.0));
-        varint::put(&mut out, self.tree_ids.len() as u64);
-        for id in &self.tree_ids {
-            out.extend_from_slice(&id.0);
-        }
-        out
+        encode(self.taken_at_ns, &|| self.entries.iter().map(|(p, c)| (p.as_slice(), *c)), &self.tree_ids)
     }
+}
+
+/// The entries of a cache to write, in component order, as often as they are asked for:
+/// borrowed from the walk, so a cache is written without copying its paths.
+pub(crate) type Entries<'e, I> = dyn Fn() -> I + 'e;
+
+/// The sealed value to store for `session` ([`put_in`]): a cache of `entries` taken at
+/// `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids`.
+pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
+    store: &Store,
+    session: &str,
+    taken_at_ns: i128,
+    entries: &Entries<'_, I>,
+    tree_ids: &[ContentId],
+) -> Result<Vec<u8>> {
+    let encoded = encode(taken_at_ns, entries, tree_ids);
+    store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &encoded, 1)
+}
+
+/// In component order, then column by column (each path as the length it shares with the
+/// previous one plus the rest; then every mode, size, mtime, ctime, device, inode, id), so
+/// that similar bytes sit together and compress: about a third of the row layout.
+fn encode<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
+    taken_at_ns: i128,
+    sorted: &Entries<'_, I>,
+    tree_ids: &[ContentId],
+) -> Vec<u8> {
+    // At most: the header, two varints and the path per entry, the columns, the trees.
+    let (count, paths) = sorted().fold((0, 0), |(n, bytes), (p, _)| (n + 1, bytes + p.len() + 2 * 10));
+    let mut out = Vec::with_capacity(4 + 16 + 2 * 10 + paths + count * ENTRY_COLUMNS + tree_ids.len() * 32);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&taken_at_ns.to_le_bytes());
+    varint::put(&mut out, count as u64);
+    let mut previous: &[u8] = &[];
+    for (path, _) in sorted() {
+        let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
+        varint::put(&mut out, shared as u64);
+        varint::put(&mut out, (path.len() - shared) as u64);
+        out.extend_from_slice(&path[shared..]);
+        previous = path;
+    }
+    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
+    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.size.to_le_bytes()));
+    // Times are kept as 16 bytes (the layout predates the 8-byte fields in memory).
+    sorted().for_each(|(_, c)| out.extend_from_slice(&i128::from(c.stat.mtime_ns).to_le_bytes()));
+    sorted().for_each(|(_, c)| out.extend_from_slice(&i128::from(c.stat.ctime_ns).to_le_bytes()));
+    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.device.to_le_bytes()));
+    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
+    sorted().for_each(|(_, c)| out.extend_from_slice(&c.id.0));
+    varint::put(&mut out, tree_ids.len() as u64);
+    for id in tree_ids {
+        out.extend_from_slice(&id.0);
+    }
+    out
 }
 
 /// The content and tree ids every session's stat cache names (a cache that does not
@@ -228,8 +253,8 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
         let stat = Stat {
             mode: u32::from_le_bytes(nth(modes, i)),
             size: u64::from_le_bytes(nth(sizes, i)),
-            mtime_ns: i128::from_le_bytes(nth(mtimes, i)),
-            ctime_ns: i128::from_le_bytes(nth(ctimes, i)),
+            mtime_ns: i64::try_from(i128::from_le_bytes(nth(mtimes, i))).map_err(|_| bad())?,
+            ctime_ns: i64::try_from(i128::from_le_bytes(nth(ctimes, i))).map_err(|_| bad())?,
             device: u64::from_le_bytes(nth(devices, i)),
             inode: u64::from_le_bytes(nth(inodes, i)),
         };
@@ -264,7 +289,7 @@ fn nth<const N: usize>(column: &[u8], i: usize) -> [u8; N] {
 mod tests {
     use super::*;
 
-    fn stat(mtime_ns: i128) -> Stat {
+    fn stat(mtime_ns: i64) -> Stat {
         Stat { mode: 0o100644, size: 3, mtime_ns, ctime_ns: mtime_ns, device: 1, inode: 9 }
     }
 
@@ -286,7 +311,7 @@ mod tests {
     fn shared_prefixes_round_trip_and_any_truncation_is_malformed_not_a_panic() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
         for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
-            cache.entries.push((p.as_bytes().to_vec(), Cached { stat: stat(i as i128), id: ContentId([i as u8; 32]) }));
+            cache.entries.push((p.as_bytes().to_vec(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }));
         }
         let bytes = cache.encode();
         let back = decode(&bytes).unwrap();

@@ -9,7 +9,7 @@
 //! its last phase; a cancelled or failed snapshot leaves only unreferenced content, which
 //! `gc` removes.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -88,9 +88,16 @@ pub(super) fn take(
 ) -> Result<SnapshotRecord> {
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
-    let mut walked = walk::walk(source.root, store.protected_paths())?;
+    // The stat cache is decrypted and decoded while the tree is walked.
+    let (walked, loaded) = std::thread::scope(|scope| {
+        let cache = scope.spawn(|| StatCache::load_or_drop(store, source.session_id));
+        let walked = walk::walk(source.root, store.protected_paths());
+        let loaded = cache.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "stat cache loader panicked")));
+        (walked, loaded)
+    });
+    let mut walked = walked?;
     crate::base::failpoint::hit("snapshot-walked");
-    let (cache, stat_cache_dropped) = StatCache::load_or_drop(store, source.session_id)?;
+    let (mut cache, stat_cache_dropped) = loaded?;
     let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
     let limits: SnapshotLimits = store.settings().snapshots;
     let baseline = Baseline::of(store, source.session_id, kind, &cache)?;
@@ -122,9 +129,18 @@ pub(super) fn take(
     if record.skipped.is_none() {
         record.stored_bytes += read_and_pack(store, source.root, &walked, &mut plan, opts, &mut record)?;
     }
+    drop(baseline);
     let built = match record.skipped {
         Some(_) => None,
-        None => Some(build_trees(store, &walked, &plan, &cache, taken_at_ns, source.session_id)?),
+        None => {
+            let unchanged = cache_still_holds(&walked, &plan, &cache, taken_at_ns);
+            // Everything the old cache vouched for is in the plan by now: its entries are let
+            // go before the new cache is written (a large tree's peak memory is there).
+            let previous_trees = std::mem::take(&mut cache.tree_ids);
+            drop(cache);
+            let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
+            Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
+        }
     };
     record.duration_ms = started.elapsed().as_millis() as u64;
     commit(store, &mut record, built, opts, hooks)?;
@@ -136,8 +152,9 @@ pub(super) fn take(
 pub(super) struct ReadPlan {
     /// Per walked entry, its content id once known (from the cache, or after reading).
     pub(super) ids: Vec<Option<ContentId>>,
-    /// Per walked entry, its stat as read (a file that changed while it was read).
-    stat_after: Vec<Option<walk::Stat>>,
+    /// By walked entry, the stat of each file read, as read (it may have changed since the
+    /// walk); only the files read, so after a small change a handful.
+    stat_after: HashMap<usize, walk::Stat>,
     /// Per walked entry, the index of its stat cache entry (one merge of the two lists).
     cached: Vec<Option<usize>>,
     /// Entries (indices) to read.
@@ -153,7 +170,7 @@ pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     let n = walked.entries.len();
     let mut plan = ReadPlan {
         ids: Vec::with_capacity(n),
-        stat_after: vec![None; n],
+        stat_after: HashMap::new(),
         cached: cache.align(walked.entries.iter().map(|e| e.path.as_slice())),
         to_read: Vec::new(),
         files: 0,
@@ -398,7 +415,7 @@ fn record_read(
     match result {
         Ok((id, stat)) => {
             plan.ids[i] = Some(id);
-            plan.stat_after[i] = Some(stat);
+            plan.stat_after.insert(i, stat);
         }
         Err(e) => {
             let path = String::from_utf8_lossy(&walked.entries[i].path).into_owned();
@@ -482,19 +499,19 @@ pub(super) struct Built {
     pub(super) cache: Option<Vec<u8>>,
 }
 
+/// What phase 6 knows of the old stat cache: whether it still holds
+/// ([`cache_still_holds`]), the directory nodes of the snapshot it describes, and when
+/// this snapshot's walk began.
+struct CacheUpdate {
+    unchanged: bool,
+    previous_trees: Vec<ContentId>,
+    taken_at_ns: i128,
+}
+
 /// Phase 6: builds the trees bottom-up, and the new stat cache unless the old one still
 /// describes this snapshot.
-fn build_trees(
-    store: &Store,
-    walked: &Walk,
-    plan: &ReadPlan,
-    cache: &StatCache,
-    taken_at_ns: i128,
-    session_id: &str,
-) -> Result<Built> {
-    let unchanged_cache = cache_still_holds(walked, plan, cache, taken_at_ns);
-    let mut new_cache = StatCache { taken_at_ns, ..StatCache::default() };
-    let mut builder = TreeBuilder { previous: cache.tree_ids.iter().copied().collect(), ..TreeBuilder::default() };
+fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate, session_id: &str) -> Result<Built> {
+    let mut builder = TreeBuilder { previous: cache.previous_trees.into_iter().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();
     for (i, e) in walked.entries.iter().enumerate() {
         let name = e.path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
@@ -502,10 +519,6 @@ fn build_trees(
         let node = match &e.kind {
             Kind::File => {
                 let Some(id) = plan.ids[i] else { continue };
-                let stat = plan.stat_after[i].unwrap_or(e.stat);
-                if !unchanged_cache {
-                    new_cache.entries.push((e.path.clone(), Cached { stat, id }));
-                }
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
             }
             Kind::Symlink(target) => {
@@ -522,12 +535,18 @@ fn build_trees(
     }
     let root = builder.finish(store)?;
     let pending = std::mem::take(&mut builder.pending);
-    let unchanged_cache = unchanged_cache && builder.seen.iter().all(|id| builder.previous.contains(id));
+    let unchanged_cache = cache.unchanged && builder.seen.iter().all(|id| builder.previous.contains(id));
     let cache = if unchanged_cache {
         None
     } else {
-        new_cache.tree_ids = builder.seen.iter().copied().collect();
-        Some(new_cache.seal(store, session_id)?)
+        let tree_ids: Vec<ContentId> = builder.seen.iter().copied().collect();
+        let files = || {
+            walked.entries.iter().zip(&plan.ids).enumerate().filter_map(|(i, (e, id))| {
+                let id = id.filter(|_| e.kind == Kind::File)?;
+                Some((e.path.as_slice(), Cached { stat: plan.stat_after.get(&i).copied().unwrap_or(e.stat), id }))
+            })
+        };
+        Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids)?)
     };
     Ok(Built { root, nested, pending, cache })
 }
@@ -541,10 +560,11 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
     !cache.outdated
         && plan.files as usize == cache.entries.len()
         && walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File).all(|(i, e)| {
-            let stat = plan.stat_after[i].unwrap_or(e.stat);
+            let stat = plan.stat_after.get(&i).copied().unwrap_or(e.stat);
             let cached = plan.cached[i].map(|c| &cache.entries[c].1);
             let same = plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat));
-            let would_settle = plan.stat_after[i].is_some() && stat.mtime_ns + statcache::RACY_MARGIN_NS < taken_at_ns;
+            let would_settle =
+                plan.stat_after.contains_key(&i) && i128::from(stat.mtime_ns) + statcache::RACY_MARGIN_NS < taken_at_ns;
             same && !would_settle
         })
 }
