@@ -440,3 +440,42 @@ fn a_file_larger_than_a_batch_is_packed_as_it_is_read_and_reads_back_exactly() {
     assert_eq!(paths(&env, &second)["big.bin"], NodeKind::File(id));
     assert_eq!(blocks(&env), stored, "no block of the second reading stays");
 }
+
+#[test]
+fn content_is_packed_once_across_batches_and_sessions() {
+    let env = Env::new();
+    // 5 MiB that do not compress away, three times: the first two share a read batch
+    // (8 MiB), the third is in the next one, read while the first may still be on its way
+    // to the store.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..5 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    for name in ["a.bin", "b.bin", "c.bin"] {
+        std::fs::write(env.path(name), &noise).unwrap();
+    }
+    write(&env, "other.txt", "other\n");
+    let first = take(&env);
+    assert_eq!(first.read_files, 4);
+    assert_eq!(env.keys_in("packed").len(), 2, "one index entry per distinct content");
+    assert!(
+        first.stored_bytes < (5 << 20) + (1 << 20),
+        "the noise is stored once, not three times: {} bytes",
+        first.stored_bytes
+    );
+    // Another session of the same workspace reads everything (it has no stat cache of its
+    // own) and finds every content and tree stored already.
+    let other = crate::session::Session::resolve(&env.store, &env.ws, Some("other-session")).unwrap();
+    let opts = snapshot::TakeOptions { kind: Some(SnapshotKind::AdHoc), ..Default::default() };
+    let hooks = crate::session::turn::Hooks::new(&env.store);
+    let second = snapshot::take(&env.store, crate::session::turn::source(&env.ws, &other), &opts, &hooks).unwrap();
+    assert_eq!(second.read_files, 4);
+    assert_eq!(second.stored_bytes, 0, "nothing stored twice");
+    assert_eq!(second.root, first.root);
+    assert_eq!(env.keys_in("packed").len(), 2);
+}
