@@ -370,77 +370,15 @@ impl Walker<'_> {
         let mut items = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
         for listed in &names {
-            let name = listed.name();
-            let path = join(rel, name);
-            // A type the listing does not give is stat-ed first: the rules ask whether it
-            // is a directory.
-            let mut stat = None;
-            let mut file_type = listed.file_type;
-            if file_type == FileType::Unknown {
-                let Ok(st) = rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
-                    continue; // gone since it was listed
-                };
-                file_type = FileType::from_raw_mode(st.st_mode);
-                stat = Some(st);
-            }
-            let is_dir = file_type == FileType::Directory;
-            if rules.ignored(&path, is_dir) {
-                continue;
-            }
-            // turnback's own temporary files are never content (and never counted).
-            if files::temp_phase(name).is_some() {
-                continue;
-            }
-            if excluded(name, parent_name) || self.skip.contains(&path) {
-                // `.git` itself is not counted: it is never part of a workspace's content.
-                if name != b".git" {
-                    self.excluded.fetch_add(1, Ordering::Relaxed);
+            let path = join(rel, listed.name());
+            match self.visit(fd, listed, path, &rules, parent_name) {
+                Visit::Skip => {}
+                Visit::Record(entry) => items.push(Item::Entry(entry)),
+                Visit::Enter(path) => {
+                    subdirs.push((items.len(), path));
+                    items.push(Item::Dir(Found::default()));
                 }
-                continue;
             }
-            if is_dir {
-                match self.nested(fd, name, &path) {
-                    Nested::No => {}
-                    Nested::Yes(entry) => {
-                        items.push(Item::Entry(entry));
-                        continue;
-                    }
-                    Nested::Unreadable => continue,
-                }
-                if let Some(scope) = self.scope {
-                    let enter = scope(&path);
-                    let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
-                    let dirs = if enter { &mut notes.dirs.listed } else { &mut notes.dirs.unlisted };
-                    dirs.push(path.clone());
-                    if !enter {
-                        continue;
-                    }
-                }
-                subdirs.push((items.len(), path));
-                items.push(Item::Dir(Found::default()));
-                continue;
-            }
-            let stat = match stat {
-                Some(st) => st,
-                None => match rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) {
-                    Ok(st) => st,
-                    Err(_) => continue, // gone since it was listed
-                },
-            };
-            let kind = match FileType::from_raw_mode(stat.st_mode) {
-                FileType::RegularFile => Kind::File,
-                FileType::Symlink => match rustix::fs::readlinkat(fd, OsStr::from_bytes(name), Vec::new()) {
-                    Ok(target) => Kind::Symlink(target.into_bytes()),
-                    // Gone or changed since it was listed: left out, with the reason.
-                    Err(e) => {
-                        self.note_skipped(&path, std::io::Error::from(e).to_string());
-                        continue;
-                    }
-                },
-                // Sockets, fifos, devices; or replaced by a directory since it was listed.
-                _ => continue,
-            };
-            items.push(Item::Entry(Entry { path, kind, stat: Stat::of_raw(&stat) }));
         }
         let walked: Vec<(usize, Found)> = subdirs
             .into_par_iter()
@@ -462,6 +400,72 @@ impl Walker<'_> {
             items[at] = Item::Dir(found);
         }
         Found { items, count }
+    }
+
+    /// The one decision about a listed name at `path` in open directory `fd`: left out
+    /// (ignored, turnback's own temporary file, excluded — counted —, gone, or of a kind
+    /// not recorded), recorded (a file, a symlink, a nested repository), or a directory to
+    /// enter (in a partial walk, only if the scope takes it).
+    fn visit(&self, fd: &OwnedFd, listed: &Listed, path: Vec<u8>, rules: &Rules, parent: Option<&[u8]>) -> Visit {
+        let name = listed.name();
+        // A type the listing does not give is stat-ed first: the rules ask whether it is a
+        // directory.
+        let mut stat = None;
+        let mut file_type = listed.file_type;
+        if file_type == FileType::Unknown {
+            let Ok(st) = rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
+                return Visit::Skip; // gone since it was listed
+            };
+            file_type = FileType::from_raw_mode(st.st_mode);
+            stat = Some(st);
+        }
+        let is_dir = file_type == FileType::Directory;
+        // The ignore rules first, then turnback's own temporary files (never counted), then
+        // the exclusions (counted, but `.git` itself, which is never content).
+        if rules.ignored(&path, is_dir) || files::temp_phase(name).is_some() {
+            return Visit::Skip;
+        }
+        if excluded(name, parent) || self.skip.contains(&path) {
+            if name != b".git" {
+                self.excluded.fetch_add(1, Ordering::Relaxed);
+            }
+            return Visit::Skip;
+        }
+        if is_dir {
+            return match self.nested(fd, name, &path) {
+                Nested::Yes(entry) => Visit::Record(entry),
+                Nested::Unreadable => Visit::Skip,
+                Nested::No => match self.scope {
+                    None => Visit::Enter(path),
+                    Some(scope) => {
+                        let enter = scope(&path);
+                        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+                        let dirs = if enter { &mut notes.dirs.listed } else { &mut notes.dirs.unlisted };
+                        dirs.push(path.clone());
+                        if enter { Visit::Enter(path) } else { Visit::Skip }
+                    }
+                },
+            };
+        }
+        let stat =
+            match stat.map_or_else(|| rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW), Ok) {
+                Ok(st) => st,
+                Err(_) => return Visit::Skip, // gone since it was listed
+            };
+        let kind = match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => Kind::File,
+            FileType::Symlink => match rustix::fs::readlinkat(fd, OsStr::from_bytes(name), Vec::new()) {
+                Ok(target) => Kind::Symlink(target.into_bytes()),
+                // Gone or changed since it was listed: left out, with the reason.
+                Err(e) => {
+                    self.note_skipped(&path, std::io::Error::from(e).to_string());
+                    return Visit::Skip;
+                }
+            },
+            // Sockets, fifos, devices; or replaced by a directory since it was listed.
+            _ => return Visit::Skip,
+        };
+        Visit::Record(Entry { path, kind, stat: Stat::of_raw(&stat) })
     }
 
     /// Whether directory `name` (at `path`) holds `.git`, and if so the entry pointing at
@@ -486,6 +490,14 @@ impl Walker<'_> {
             }
         }
     }
+}
+
+/// What a walk does with one listed name ([`Walker::visit`]).
+enum Visit {
+    Skip,
+    Record(Entry),
+    /// A directory to walk, at this path.
+    Enter(Vec<u8>),
 }
 
 /// Whether a directory is a nested repository (never entered either way).
