@@ -392,6 +392,19 @@ fn deleting_a_session_and_collecting_garbage_frees_its_blocks() {
     assert!(env.keys_in("packed").is_empty());
 }
 
+/// `len` bytes of xorshift noise from `seed`: content that does not compress away.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 /// How many packed blocks the store holds.
 fn blocks(env: &Env) -> usize {
     let mut n = 0;
@@ -409,15 +422,7 @@ fn blocks(env: &Env) -> usize {
 fn a_file_larger_than_a_batch_is_packed_as_it_is_read_and_reads_back_exactly() {
     let env = Env::new();
     // 20 MiB that do not compress away, plus a NUL so it is classed binary.
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    let mut big: Vec<u8> = (0..20 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect();
+    let mut big = noise(20 << 20, 0x2545_f491_4f6c_dd1d);
     big[0] = 0;
     std::fs::write(env.path("big.bin"), &big).unwrap();
     write(&env, "small.txt", "small\n");
@@ -447,15 +452,7 @@ fn content_is_packed_once_across_batches_and_sessions() {
     // 5 MiB that do not compress away, three times: the first two share a read batch
     // (8 MiB), the third is in the next one, read while the first may still be on its way
     // to the store.
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let noise: Vec<u8> = (0..5 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect();
+    let noise = noise(5 << 20, 0x9e37_79b9_7f4a_7c15);
     for name in ["a.bin", "b.bin", "c.bin"] {
         std::fs::write(env.path(name), &noise).unwrap();
     }
