@@ -59,7 +59,7 @@ pub struct Problem {
 
 /// Which ignore-related names a directory's listing holds.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Found {
+pub struct Markers {
     /// `.ignore`.
     pub ignore: bool,
     /// `.gitignore`.
@@ -68,7 +68,7 @@ pub struct Found {
     pub git: bool,
 }
 
-impl Found {
+impl Markers {
     /// Notes `name` if it is one of the names looked for.
     pub fn note(&mut self, name: &[u8]) {
         match name {
@@ -94,20 +94,26 @@ impl Rules {
                 prefix.remove(0);
             }
             prefix.push(b'/');
-            let found = Found { ignore: true, gitignore: true, git: true };
+            let found = Markers { ignore: true, gitignore: true, git: true };
             rules = rules.with(dir, Base::Above(prefix), found, notes);
         }
         rules
     }
 
-    /// The rules inside directory `rel` of the workspace (`dir` is its absolute path), given
-    /// what its listing holds; problems reading its ignore files are added to `notes`.
-    pub fn enter(&self, dir: &Path, rel: &[u8], found: Found, notes: &mut Vec<Problem>) -> Rules {
+    /// The rules inside directory `rel` of the workspace at `root` (absolute), given what its
+    /// listing holds; problems reading its ignore files are added to `notes`. A directory
+    /// with none of the names (nearly all of them) shares its parent's rules, and nothing is
+    /// read or built for it.
+    pub fn enter(&self, root: &Path, rel: &[u8], found: Markers, notes: &mut Vec<Problem>) -> Rules {
+        if !(found.ignore || found.gitignore || found.git) {
+            return self.clone();
+        }
+        let dir = if rel.is_empty() { root.to_path_buf() } else { root.join(OsStr::from_bytes(rel)) };
         let strip = if rel.is_empty() { 0 } else { rel.len() + 1 };
-        self.clone().with(dir, Base::Inside(strip), found, notes)
+        self.clone().with(&dir, Base::Inside(strip), found, notes)
     }
 
-    fn with(self, dir: &Path, base: Base, found: Found, notes: &mut Vec<Problem>) -> Rules {
+    fn with(self, dir: &Path, base: Base, found: Markers, notes: &mut Vec<Problem>) -> Rules {
         let exclude = if found.git { git_common_dir(dir).map(|git| (git, "info/exclude")) } else { None };
         let files = [
             matcher(dir, found.ignore.then(|| (dir.to_path_buf(), ".ignore")), notes),
@@ -154,19 +160,18 @@ impl Rules {
     }
 }
 
-/// The matcher of one ignore file (`name` under `from`), rooted at `dir`; empty if there
-/// is none. A file that cannot be read whole, or a line that is not a valid glob, is
+/// The matcher of one ignore file (`name` under `from`), rooted at `dir`; empty (nothing
+/// built) if there is none. A file that cannot be read whole, or a line that is not a valid glob, is
 /// noted; the lines that are valid still count.
 fn matcher(dir: &Path, file: Option<(PathBuf, &str)>, notes: &mut Vec<Problem>) -> Gitignore {
+    let Some((from, name)) = file else { return Gitignore::empty() };
     let mut builder = GitignoreBuilder::new(dir);
-    if let Some((from, name)) = file {
-        let path = from.join(name);
-        // Followed, as git reads it: an ignore file may be a symlink.
-        if path.exists()
-            && let Some(e) = builder.add(&path)
-        {
-            notes.push(Problem { path, reason: e.to_string() });
-        }
+    let path = from.join(name);
+    // Followed, as git reads it: an ignore file may be a symlink.
+    if path.exists()
+        && let Some(e) = builder.add(&path)
+    {
+        notes.push(Problem { path, reason: e.to_string() });
     }
     builder.build().unwrap_or_else(|e| {
         notes.push(Problem { path: dir.to_path_buf(), reason: e.to_string() });

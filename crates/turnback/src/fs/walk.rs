@@ -79,12 +79,11 @@ impl Stat {
     /// for the same file (the field types differ between platforms, hence the casts).
     #[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
     fn of_raw(st: &rustix::fs::Stat) -> Self {
-        let ns = nanos;
         Stat {
             mode: st.st_mode as u32,
             size: st.st_size as u64,
-            mtime_ns: ns(st.st_mtime as i64, st.st_mtime_nsec as i64),
-            ctime_ns: ns(st.st_ctime as i64, st.st_ctime_nsec as i64),
+            mtime_ns: nanos(st.st_mtime as i64, st.st_mtime_nsec as i64),
+            ctime_ns: nanos(st.st_ctime as i64, st.st_ctime_nsec as i64),
             device: st.st_dev as u64,
             inode: st.st_ino as u64,
         }
@@ -336,8 +335,8 @@ impl Walker<'_> {
 
     /// The names in open directory `fd` (without `.` and `..`) in component order, and
     /// which ignore-related names are among them; `None` (noted) if it cannot be read.
-    fn list(&self, fd: &OwnedFd, rel: &[u8]) -> Option<(Vec<Listed>, rules::Found)> {
-        let (mut names, mut found) = (Vec::new(), rules::Found::default());
+    fn list(&self, fd: &OwnedFd, rel: &[u8]) -> Option<(Vec<Listed>, rules::Markers)> {
+        let (mut names, mut found) = (Vec::new(), rules::Markers::default());
         let mut add = |name: &[u8], file_type: FileType| {
             if name == b"." || name == b".." {
                 return;
@@ -363,8 +362,7 @@ impl Walker<'_> {
     fn dir(&self, fd: &OwnedFd, rel: &[u8], rules: &Rules) -> Found {
         let Some((names, found)) = self.list(fd, rel) else { return Found::default() };
         let mut notes = Vec::new();
-        let abs = if rel.is_empty() { self.root.to_path_buf() } else { self.root.join(OsStr::from_bytes(rel)) };
-        let rules = rules.enter(&abs, rel, found, &mut notes);
+        let rules = rules.enter(self.root, rel, found, &mut notes);
         self.note_problems(notes);
         let parent_name = if rel.is_empty() { self.root_name } else { rel.rsplit(|c| *c == b'/').next() };
         let mut items = Vec::with_capacity(names.len());

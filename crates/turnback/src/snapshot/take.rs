@@ -164,6 +164,14 @@ pub(super) struct ReadPlan {
     pub(super) read_bytes: u64,
 }
 
+impl ReadPlan {
+    /// The stat to cache for walked entry `i` (`e`): as read, if it was read; as walked
+    /// otherwise.
+    fn stat_of(&self, i: usize, e: &Entry) -> walk::Stat {
+        self.stat_after.get(&i).copied().unwrap_or(e.stat)
+    }
+}
+
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
 pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
@@ -320,7 +328,9 @@ pub(super) fn read_and_pack(
             let mut done_bytes = 0u64;
             let (large, to_read): (Vec<usize>, Vec<usize>) =
                 plan.to_read.iter().partition(|&&i| walked.entries[i].stat.size > STREAM_FROM);
-            for batch in batches(&to_read, &walked.entries) {
+            for (n, batch) in batches(&to_read, &walked.entries).into_iter().enumerate() {
+                // The writer has work from the second batch on.
+                let writing = n > 0;
                 cancelled(opts)?;
                 if let Some(progress) = opts.progress {
                     progress(done_bytes, plan.read_bytes);
@@ -329,7 +339,7 @@ pub(super) fn read_and_pack(
                 let (sealed, read) = rayon::join(
                     || previous.take().map(|p| p.seal(store.keys())).transpose(),
                     || {
-                        read_batch(store, root, walked, batch, max_file).map(|read| {
+                        read_batch(store, root, walked, batch, max_file, writing).map(|read| {
                             let packer = pack_batch(&read, &mut packed);
                             (read, packer)
                         })
@@ -378,15 +388,28 @@ struct ReadBatch {
 }
 
 /// Reads and hashes the files of `batch` on the thread pool, then asks the store which of
-/// their contents it holds — through a read snapshot, not the store's connection: the
-/// writer holds that while it commits the previous batch (an fsync), and reading must not
-/// wait for it. What this snapshot wrote meanwhile is in [`pack_batch`]'s `packed`; what
-/// another writer did, [`SealedPack::store`] tolerates.
-fn read_batch(store: &Store, root: &Path, walked: &Walk, batch: &[usize], max_file: u64) -> Result<ReadBatch> {
+/// their contents it holds. After the first batch (`writing`), through a read snapshot,
+/// not the store's connection: the writer holds that while it commits the previous batch
+/// (an fsync), and reading must not wait for it. (The first batch, all a small change
+/// reads, has no writer to wait for and opens no second connection.) What this snapshot
+/// wrote meanwhile is in [`pack_batch`]'s `packed`; what another writer did,
+/// [`SealedPack::store`] tolerates.
+fn read_batch(
+    store: &Store,
+    root: &Path,
+    walked: &Walk,
+    batch: &[usize],
+    max_file: u64,
+    writing: bool,
+) -> Result<ReadBatch> {
     let files: Vec<(usize, Result<ReadFile>)> =
         batch.par_iter().map(|&i| (i, read_and_hash(store, root, &walked.entries[i], max_file))).collect();
     let ids: Vec<ContentId> = files.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
-    let in_store = object::exist_each(&*store.kv().read_snapshot()?, &ids)?;
+    let in_store = if writing {
+        object::exist_each(&*store.kv().read_snapshot()?, &ids)?
+    } else {
+        object::exist_each(store.kv(), &ids)?
+    };
     Ok(ReadBatch { files, in_store })
 }
 
@@ -543,7 +566,7 @@ fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate
         let files = || {
             walked.entries.iter().zip(&plan.ids).enumerate().filter_map(|(i, (e, id))| {
                 let id = id.filter(|_| e.kind == Kind::File)?;
-                Some((e.path.as_slice(), Cached { stat: plan.stat_after.get(&i).copied().unwrap_or(e.stat), id }))
+                Some((e.path.as_slice(), Cached { stat: plan.stat_of(i, e), id }))
             })
         };
         Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids)?)
@@ -560,7 +583,7 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
     !cache.outdated
         && plan.files as usize == cache.entries.len()
         && walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File).all(|(i, e)| {
-            let stat = plan.stat_after.get(&i).copied().unwrap_or(e.stat);
+            let stat = plan.stat_of(i, e);
             let cached = plan.cached[i].map(|c| &cache.entries[c].1);
             let same = plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat));
             let would_settle =
