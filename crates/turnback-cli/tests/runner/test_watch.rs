@@ -1,9 +1,10 @@
 //! The file watcher: `watch start|stop|status`, the start `turn begin` makes, snapshots
 //! taken from its changes agreeing with `snapshot --full`, a watcher killed with SIGKILL,
-//! idle exit, exit when the workspace is deleted, no cookie in a snapshot, and no path in
-//! plaintext under the store.
+//! idle exit, exit when the workspace (with or without its store) or the socket is
+//! deleted, no cookie in a snapshot, and no path in plaintext under the store.
 
-use std::path::Path;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -174,4 +175,34 @@ fn a_watcher_flooded_past_its_bound_forgets_and_the_next_snapshot_walks() {
     let (next, _) = both(&env);
     assert_eq!(next["watched"], true, "the walk's mark is after the overflow: {next}");
     env.ok(&["watch", "stop"], None);
+}
+
+/// A test harness's temporary directory, or a user's `rm -rf` of a project that keeps its
+/// store inside: the socket goes with the workspace, so nothing can connect to wake the
+/// watcher; it must still notice and exit. Likewise when only its socket is removed.
+#[test]
+fn the_watcher_exits_when_its_store_goes_with_its_workspace_or_its_socket_is_removed() {
+    let env = watched_env();
+    let doomed = env.root.join("doomed-with-store");
+    let (work, store) = (doomed.join("work"), doomed.join("store"));
+    std::fs::create_dir_all(&work).unwrap();
+    let at = |args: &[&str]| {
+        let mut all = vec!["--store", store.to_str().unwrap(), "--workspace", work.to_str().unwrap()];
+        all.extend_from_slice(args);
+        env.json(&all)
+    };
+    at(&["init"]);
+    let pid = at(&["watch", "start"])["pid"].as_u64().unwrap();
+    assert!(alive(pid));
+    std::fs::remove_dir_all(&doomed).unwrap();
+    wait_for("the watcher whose store went with its workspace to exit", || !alive(pid));
+
+    let pid = env.json(&["watch", "start"])["pid"].as_u64().unwrap();
+    let sockets: Vec<PathBuf> = files_under(&env.store)
+        .into_iter()
+        .filter(|f| f.symlink_metadata().is_ok_and(|m| m.file_type().is_socket()))
+        .collect();
+    assert_eq!(sockets.len(), 1, "one watcher, one socket: {sockets:?}");
+    std::fs::remove_file(&sockets[0]).unwrap();
+    wait_for("the watcher whose socket was removed to exit", || !alive(pid));
 }

@@ -36,6 +36,8 @@ use crate::watch::{STATUS, STOP, SYNC, Synced, WatchStatus, decode_request, enco
 
 /// Events in flight between the platform's thread and the handling thread, at most.
 const MAX_QUEUED: usize = 65_536;
+/// How often the threads that wait (for events, connections, the clock) look for an exit.
+const EXIT_CHECK: Duration = Duration::from_millis(500);
 /// How long a sync waits for its cookie's event.
 const COOKIE_WAIT: Duration = Duration::from_secs(10);
 /// The name every cookie starts with (then `.turnback-<32 hex>.tmp`: a temporary name).
@@ -149,9 +151,8 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         drop(state);
         shared.1.notify_all();
         let _ = std::fs::remove_file(&cfg.socket);
-        // The handling thread ends when the watcher (and so the event channel) is dropped:
-        // it owns the watcher and stops once it sees the exit.
-        let _ = UnixStream::connect(&cfg.socket);
+        // The handling and monitoring threads see the exit within `EXIT_CHECK`; the
+        // handling thread owns the watcher and drops it as it ends.
         answered
     })
 }
@@ -159,7 +160,7 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
 /// Checks twice a second whether to exit: idle too long, workspace root or socket gone.
 fn monitor(cfg: &Config, root: &Path, root_id: (u64, u64), shared: &Shared) {
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(EXIT_CHECK);
         let why = {
             let state = lock(shared);
             if state.exit.is_some() {
@@ -178,8 +179,6 @@ fn monitor(cfg: &Config, root: &Path, root_id: (u64, u64), shared: &Shared) {
         if let Some(why) = why {
             lock(shared).exit = Some(why);
             shared.1.notify_all();
-            // Wake the accept loop.
-            let _ = UnixStream::connect(&cfg.socket);
             return;
         }
     }
@@ -194,11 +193,12 @@ fn serve(
     epoch: &str,
     started_at_ms: i64,
 ) -> Result<()> {
-    for stream in listener.incoming() {
+    listener.set_nonblocking(true).context(&cfg.socket)?;
+    loop {
         if lock(shared).exit.is_some() {
             return Ok(());
         }
-        let Ok(mut stream) = stream else { continue };
+        let Some(mut stream) = accept(listener, EXIT_CHECK) else { continue };
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let _ = stream.set_write_timeout(Some(Duration::from_secs(30)));
         let mut bytes = Vec::new();
@@ -233,7 +233,22 @@ fn serve(
             return Ok(());
         }
     }
-    Ok(())
+}
+
+/// The next connection, if one arrives within `wait`. The accept loop never blocks longer,
+/// so it sees an exit even when nothing can connect to wake it (the socket's directory
+/// deleted with the store).
+fn accept(listener: &UnixListener, wait: Duration) -> Option<UnixStream> {
+    let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: wait.as_nanos().min(999_999_999) as _ };
+    let mut fds = [rustix::event::PollFd::new(listener, rustix::event::PollFlags::IN)];
+    match rustix::event::poll(&mut fds, Some(&timeout)) {
+        Ok(0) | Err(_) => return None,
+        Ok(_) => {}
+    }
+    // Accepted sockets inherit the listener's non-blocking flag on some platforms.
+    let (stream, _) = listener.accept().ok()?;
+    stream.set_nonblocking(false).ok()?;
+    Some(stream)
 }
 
 /// One sync: a cookie through the event stream, then what changed since the previous mark.
@@ -339,7 +354,7 @@ impl Handler<'_> {
             if lock(self.shared).exit.is_some() {
                 return;
             }
-            let msg = match rx.recv_timeout(Duration::from_millis(500)) {
+            let msg = match rx.recv_timeout(EXIT_CHECK) {
                 Ok(msg) => msg,
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(_) => return,
