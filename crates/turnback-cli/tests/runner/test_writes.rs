@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::common::{Env, str_at};
+use crate::common::{Env, files_under, str_at};
 
 /// Bytes that do not compress, so the store holds as much as the file.
 fn noise(len: usize, seed: u64) -> Vec<u8> {
@@ -88,6 +88,13 @@ impl FullDisk {
     fn free(&self) {
         std::fs::remove_file(self.at.join("filler.bin")).unwrap();
     }
+
+    /// Gives `bytes` of the filler back: room for some writes, not for all.
+    fn free_some(&self, bytes: u64) {
+        let filler = std::fs::OpenOptions::new().write(true).open(self.at.join("filler.bin")).unwrap();
+        let len = filler.metadata().unwrap().len();
+        filler.set_len(len.saturating_sub(bytes)).unwrap();
+    }
 }
 
 impl Drop for FullDisk {
@@ -157,6 +164,52 @@ fn disk_full_during_rewind_apply_is_an_io_failure_and_leaves_no_temp_file() {
     let done = env.json(&["rewind", "--to", "1", "--apply"]);
     assert_eq!(done["plan"]["resultType"], "full", "{done:#}");
     assert_eq!(env.read("big.txt").unwrap(), original);
+    env.assert_verify_clean();
+}
+
+/// A rewind's files go in chunks, each synced while the next is written. One that runs out
+/// of space in its second chunk — 128 small files in 128 directories (a chunk's most),
+/// then two of 200 KiB where there is room for the first chunk only — stops: every path is
+/// absent or whole, no temporary file stays anywhere in the workspace, and with room
+/// again the rewind finishes.
+#[test]
+fn disk_full_in_a_later_chunk_of_a_rewind_leaves_every_path_whole_and_no_temp_file() {
+    let env = Env::new();
+    let Some(disk) = FullDisk::mount(&env) else { return };
+    let mut paths: Vec<(String, Vec<u8>)> =
+        (0..128).map(|i| (format!("d{i:03}/small.txt"), format!("small file {i}\n").into_bytes())).collect();
+    paths.push(("e000/big.bin".into(), noise(200 << 10, 21)));
+    paths.push(("e001/big.bin".into(), noise(200 << 10, 23)));
+    for (path, bytes) in &paths {
+        env.write(path, bytes);
+    }
+    env.ok(&["init"], None);
+    env.ok(&["turn", "begin", "--prompt", "delete everything"], None);
+    for (path, _) in &paths {
+        std::fs::remove_dir_all(env.ws.join(path).parent().unwrap()).unwrap();
+    }
+    env.ok(&["turn", "end"], None);
+    disk.fill();
+    disk.free_some(600 << 10);
+
+    let failure = env.fail(&["rewind", "--to", "1", "--apply"], None);
+    assert_eq!(failure.code, "disk-full", "{:#}", failure.doc);
+    assert!(failure.message.contains("big.bin"), "the second chunk ran out: {}", failure.message);
+    let leftovers: Vec<PathBuf> =
+        files_under(&env.ws).into_iter().filter(|p| p.to_string_lossy().contains(".turnback-")).collect();
+    assert_eq!(leftovers, Vec::<PathBuf>::new(), "no temporary file stays in the workspace");
+    for (path, bytes) in &paths {
+        if let Some(now) = env.read(path) {
+            assert_eq!(now, *bytes, "{path} is whole or absent");
+        }
+    }
+
+    disk.free();
+    let done = env.json(&["rewind", "--to", "1", "--apply"]);
+    assert_eq!(done["plan"]["resultType"], "full", "{done:#}");
+    for (path, bytes) in &paths {
+        assert_eq!(env.read(path).as_ref(), Some(bytes), "{path} after the rewind ran again");
+    }
     env.assert_verify_clean();
 }
 

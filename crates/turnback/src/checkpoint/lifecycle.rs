@@ -6,6 +6,8 @@
 //! Invariants: each step is one transaction; a record only ever moves forward
 //! (`staging` → `staged` → `committed`); committing a committed record changes nothing.
 
+use std::collections::HashMap;
+
 use crate::base::time::{format_ms, now_ms};
 use crate::checkpoint::artifact::{self, ImageRole};
 use crate::checkpoint::journal::{self, JournalEvent};
@@ -347,10 +349,15 @@ pub(crate) fn record_before_writes(
     let unknown = FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 };
     let mut targets = Vec::with_capacity(writes.len());
     let mut posts = Vec::with_capacity(writes.len());
+    // Asked once per directory: a restore of thousands of files has a few hundred.
+    let mut missing: HashMap<Vec<u8>, Vec<RelPath>> = HashMap::new();
     for w in writes {
         let effect = EffectKind::infer(matches!(w.current, Current::File { .. }), w.intended.is_some());
         let planned_dirs = match &w.intended {
-            Some(_) => files::missing_parents(root, &w.path).unwrap_or_default(),
+            Some(_) => missing
+                .entry(w.path.dir().to_vec())
+                .or_insert_with(|| files::missing_parents(root, &w.path).unwrap_or_default())
+                .clone(),
             None => Vec::new(),
         };
         posts.push(PostState {

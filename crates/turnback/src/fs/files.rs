@@ -10,13 +10,15 @@
 //!   directory is fsynced. A batch of replacements ([`Parent::stage`],
 //!   [`Parent::seal_staged`], [`Parent::swap_synced`], [`Parent::remove_if_unsynced`])
 //!   writes all its temporary files, makes them durable with one sync of the file system
-//!   ([`FileSystem::sync`]) before any takes its swapping name, and syncs once more after
-//!   the swaps, before the batch counts as done. A crash leaves the old file or the new one, never a mix, plus at
-//!   most one temporary file whose name is derived from the checkpoint id
+//!   ([`FileSystem::sync`]) before any takes its swapping name (or, for a create, its
+//!   target's name: [`Parent::create_staged`]), and syncs once more after the swaps,
+//!   before the batch counts as done. A crash leaves the old file or the new one, never a
+//!   mix, plus at most one temporary file whose name is derived from the checkpoint id
 //!   ([`temp_name`]) so reconcile can find and remove it.
 //! - A temporary file's name says how far its write got ([`TempPhase`]): bytes are written
-//!   under the *writing* name, and only a complete, synced file is renamed to the
-//!   *swapping* name from which it is swapped in. A file under a writing name is therefore
+//!   under the *writing* name, and only a complete, synced file leaves it — renamed to the
+//!   *swapping* name from which it is swapped in, or, where nothing is to be displaced,
+//!   straight to the target's name with no-replace. A file under a writing name is therefore
 //!   always turnback's own, whatever it holds; only one under a swapping name can hold
 //!   content a swap displaced. Every error path removes the temporary file it made (a
 //!   displaced file excepted: that is someone's content).
@@ -341,6 +343,32 @@ impl Parent {
             return Err(e).context(&self.shown);
         }
         Ok(())
+    }
+
+    /// Puts a staged file, complete and made durable by a sync of the file system since it
+    /// was written, at the target only if nothing is there: the compare-and-swap of a
+    /// create, made by renaming it from its writing name with no-replace (one name change
+    /// instead of three). Nothing can be displaced, so no swapping name is needed: a crash
+    /// leaves the staged file (turnback's own, removed by reconcile) or the new one.
+    /// Where the file system has no no-replace rename, it is sealed and linked in
+    /// ([`Parent::seal_staged`], [`Parent::swap_synced`]). Without syncing the directory;
+    /// the staged file is gone after it.
+    pub fn create_staged(&self, temp: &OsStr) -> Result<Swap> {
+        let writing = writing_name(temp);
+        let flags = rustix::fs::RenameFlags::NOREPLACE;
+        let result = match rustix::fs::renameat_with(&self.fd, &writing, &self.fd, &self.name, flags) {
+            Ok(()) => {
+                failpoint::hit("write-renamed");
+                return Ok(Swap::Done);
+            }
+            Err(Errno::EXIST) => Ok(Swap::Changed),
+            Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
+                return self.seal_staged(temp).and_then(|()| self.swap_synced(temp, &Expect::Absent));
+            }
+            Err(e) => Err(e).context(&self.shown),
+        };
+        let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
+        result
     }
 
     /// Removes a staged file that is not to be swapped in after all.
@@ -728,6 +756,26 @@ mod tests {
         assert_eq!(std::fs::read(&f).unwrap(), b"new");
         assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o751);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_staged_create_takes_the_name_only_if_nothing_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let (free, taken) = (RelPath::new("free.txt").unwrap(), RelPath::new("taken.txt").unwrap());
+        let free_parent = open_parent(dir.path(), &free, false).unwrap();
+        let taken_parent = open_parent(dir.path(), &taken, false).unwrap();
+        free_parent.stage(&temp_name(&free, "c-1"), b"restored", Some(0o640)).unwrap();
+        taken_parent.stage(&temp_name(&taken, "c-1"), b"restored", None).unwrap();
+        // Someone writes the second path after the plan saw it absent.
+        std::fs::write(dir.path().join("taken.txt"), "theirs").unwrap();
+        assert_eq!(free_parent.create_staged(&temp_name(&free, "c-1")).unwrap(), Swap::Done);
+        assert_eq!(taken_parent.create_staged(&temp_name(&taken, "c-1")).unwrap(), Swap::Changed);
+        assert_eq!(std::fs::read(dir.path().join("free.txt")).unwrap(), b"restored");
+        assert_eq!(std::fs::metadata(dir.path().join("free.txt")).unwrap().permissions().mode() & 0o7777, 0o640);
+        assert_eq!(std::fs::read(dir.path().join("taken.txt")).unwrap(), b"theirs", "never overwritten");
+        let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["free.txt", "taken.txt"], "no temporary file is left");
     }
 
     #[test]

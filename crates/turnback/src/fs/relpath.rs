@@ -66,6 +66,12 @@ impl RelPath {
     pub fn components(&self) -> impl Iterator<Item = &OsStr> {
         self.0.split(|b| *b == b'/').map(OsStr::from_bytes)
     }
+
+    /// The directory that holds it, as bytes: what precedes the last `/` (`""` for a name
+    /// in the workspace root).
+    pub fn dir(&self) -> &[u8] {
+        self.0.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &self.0[..at])
+    }
 }
 
 #[cfg(feature = "json-schema")]
@@ -177,6 +183,12 @@ mod tests {
 
     fn resolve_in(root: &str, path: &str, cwd: &str, protected: &[PathBuf]) -> Result<RelPath> {
         resolve(Path::new(root), Path::new(path), Path::new(cwd), protected)
+    }
+
+    #[test]
+    fn a_paths_dir_is_what_precedes_its_last_slash() {
+        assert_eq!(RelPath::new("a.txt").unwrap().dir(), b"");
+        assert_eq!(RelPath::new("d/e/f.txt").unwrap().dir(), b"d/e");
     }
 
     #[test]

@@ -8,12 +8,15 @@
 //! 2. files to put in place go in chunks (at most [`CHUNK_FILES`] files in
 //!    [`CHUNK_DIRS`] directories, one handle per directory): every temporary file of a
 //!    chunk is written under its writing name, then one sync of the file system makes them
-//!    all durable, then each takes its swapping name and is swapped in with the usual
-//!    compare-and-swap (failpoint `write-temp-synced` before each swap);
+//!    all durable (while the next chunk is being written), then each takes its swapping
+//!    name and is swapped in with the usual compare-and-swap — or, for a path that is to
+//!    be created, takes the path's name with a no-replace rename — (failpoint
+//!    `write-temp-synced` before each swap);
 //! 3. the failpoint `…-written`: every write made, nothing of step 2's names synced yet;
 //! 4. one more sync of the file system makes every name durable.
 //!
-//! The writing and checking of steps 1 and 2 run on a few threads.
+//! Step 1 runs on [`REMOVING_THREADS`] threads (removals wait on the device), step 2 on
+//! one per core (creating files is CPU work in the kernel).
 //!
 //! Invariants: each file's replacement stays atomic (a temporary file is complete and
 //! durable before it takes its swapping name, and only a swapping-named file is ever
@@ -42,8 +45,12 @@ use crate::storage::keys::KeyRing;
 const CHUNK_FILES: usize = 1024;
 /// Directories a chunk holds open, at most (one handle each).
 const CHUNK_DIRS: usize = 128;
-/// Threads writing, reading back and checking files.
-const THREADS: usize = 4;
+/// Threads writing files, at most (see [`writing_threads`]).
+const WRITING_THREADS: usize = 4;
+/// Threads removing files. A removal mostly waits: for the file's blocks to be freed
+/// (with online discard, a request to the device per file) and its bytes read back for
+/// the check, so many wait at once.
+const REMOVING_THREADS: usize = 16;
 
 /// What must be at a path for its write to go ahead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,109 +103,188 @@ pub(crate) fn write_all(
     written: &str,
 ) -> Result<Vec<Outcome>> {
     let fs = FileSystem::of(root)?;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(THREADS)
-        .thread_name(|i| format!("turnback-write-{i}"))
-        .build()
-        .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start the writing threads: {e}")))?;
-    let stop = AtomicBool::new(false);
+    let batch = Batch { keys, root, writes, checkpoint_id, stop: AtomicBool::new(false) };
     let mut outcomes: Vec<Outcome> = (0..writes.len()).map(|_| None).collect();
     let (removals, puts): (Vec<usize>, Vec<usize>) =
         (0..writes.len()).partition(|&i| matches!(writes[i].intended, Intended::Absent));
-    pool.install(|| -> Result<()> {
-        let removed: Vec<(usize, Result<Swap>)> = removals
-            .par_iter()
-            .filter(|_| !stop.load(Ordering::SeqCst))
-            .map(|&i| {
-                let w = &writes[i];
-                let temp = files::temp_name(&w.path, checkpoint_id);
-                let r = match files::open_parent(root, &w.path, false) {
-                    Ok(parent) => parent.remove_if_unsynced(&temp, &matcher(keys, &w.expected)),
-                    Err(e) if e.code == ErrorCode::NotFound => Ok(Swap::Done),
-                    Err(e) => Err(e),
-                };
-                note_stop(&stop, &r);
-                (i, r)
-            })
-            .collect();
-        for (i, r) in removed {
+    if !removals.is_empty() {
+        for (i, r) in pool(REMOVING_THREADS)?.install(|| batch.remove(&removals)) {
             outcomes[i] = Some(r);
         }
-        for chunk in chunks(writes, &puts) {
-            if stop.load(Ordering::SeqCst) {
-                break;
-            }
-            // One handle per directory (made if missing, in order), shared by its files.
-            let mut dirs: HashMap<(&[u8], bool), Result<Option<Parent>>> = HashMap::new();
-            let parents: Vec<(usize, Result<Option<Parent>>)> = chunk
-                .iter()
-                .map(|&i| {
-                    let w = &writes[i];
-                    let dir = dir_of(w.path.as_bytes());
-                    let opened = dirs.entry((dir, w.make_parents)).or_insert_with(|| open(root, w));
-                    let parent = match opened {
-                        Ok(Some(p)) => Ok(Some(p.sibling(&w.path))),
-                        Ok(None) => Ok(None),
-                        Err(e) => Err(Error::new(e.code, e.message.clone())),
-                    };
-                    (i, parent)
-                })
-                .collect();
-            // Every temporary file of the chunk written, none synced.
-            let staged: Vec<(usize, Result<Option<Parent>>)> = parents
-                .into_par_iter()
-                .map(|(i, parent)| {
-                    let r = parent.and_then(|p| match p {
-                        Some(p) => stage(&p, &writes[i], checkpoint_id).map(|()| Some(p)),
-                        None => Ok(None),
-                    });
-                    note_stop(&stop, &r);
-                    (i, r)
-                })
-                .collect();
-            // All durable at once, or none is swapped in.
-            let synced = fs.sync();
-            if synced.is_err() {
-                stop.store(true, Ordering::SeqCst);
-            }
-            // Then each named complete and swapped in.
-            let done: Vec<(usize, Outcome)> = staged
-                .into_par_iter()
-                .map(|(i, r)| {
-                    let w = &writes[i];
-                    let temp = files::temp_name(&w.path, checkpoint_id);
-                    let parent = match r {
-                        Ok(Some(parent)) => parent,
-                        Ok(None) => return (i, Some(Ok(Swap::Changed))),
-                        Err(e) => return (i, Some(Err(e))),
-                    };
-                    if stop.load(Ordering::SeqCst) {
-                        parent.discard_staged(&temp);
-                        return (i, None);
-                    }
-                    let m = matcher(keys, &w.expected);
-                    let expect = match w.expected {
-                        Expected::Absent => Expect::Absent,
-                        Expected::File { .. } => Expect::File(&m),
-                    };
-                    let r = parent.seal_staged(&temp).and_then(|()| {
-                        failpoint::hit("write-temp-synced");
-                        parent.swap_synced(&temp, &expect)
-                    });
-                    note_stop(&stop, &r);
-                    (i, Some(r))
-                })
-                .collect();
-            for (i, r) in done {
-                outcomes[i] = r;
-            }
-            synced?;
-        }
-        Ok(())
-    })?;
+    }
+    if !puts.is_empty() {
+        pool(writing_threads())?.install(|| batch.put(&fs, &puts, &mut outcomes))?;
+    }
     failpoint::hit(written);
     fs.sync()?;
     Ok(outcomes)
+}
+
+/// Threads writing and swapping in files: one per core, at most [`WRITING_THREADS`].
+/// Creating files is the kernel's work under each directory's lock, so threads past the
+/// cores only contend.
+fn writing_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, WRITING_THREADS)
+}
+
+/// A pool of `threads` threads for one step of the batch.
+fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("turnback-write-{i}"))
+        .build()
+        .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start the writing threads: {e}")))
+}
+
+/// A write's staged temporary file: its directory's handle, `None` if the directory is
+/// gone (the target moved), or why it could not be staged.
+type Staged = (usize, Result<Option<Parent>>);
+
+/// One undo's writes, and whether an I/O failure stopped them.
+struct Batch<'a> {
+    keys: &'a KeyRing,
+    root: &'a std::path::Path,
+    writes: &'a [Write],
+    checkpoint_id: &'a str,
+    stop: AtomicBool,
+}
+
+impl Batch<'_> {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Step 1: every removal, each a compare-and-swap, in parallel.
+    fn remove(&self, removals: &[usize]) -> Vec<(usize, Result<Swap>)> {
+        removals
+            .par_iter()
+            .filter(|_| !self.stopped())
+            .map(|&i| {
+                let w = &self.writes[i];
+                let temp = files::temp_name(&w.path, self.checkpoint_id);
+                let r = match files::open_parent(self.root, &w.path, false) {
+                    Ok(parent) => parent.remove_if_unsynced(&temp, &matcher(self.keys, &w.expected)),
+                    Err(e) if e.code == ErrorCode::NotFound => Ok(Swap::Done),
+                    Err(e) => Err(e),
+                };
+                note_stop(&self.stop, &r);
+                (i, r)
+            })
+            .collect()
+    }
+
+    /// Step 2: the chunks of `puts`, each staged, synced (while the next is staged: the
+    /// disk's wait hides the writing) and swapped in.
+    fn put(&self, fs: &FileSystem, puts: &[usize], outcomes: &mut [Outcome]) -> Result<()> {
+        let mut synced_next: Option<Vec<Staged>> = None;
+        for chunk in chunks(self.writes, puts) {
+            if self.stopped() {
+                break;
+            }
+            let (sync, staged) = match synced_next.take() {
+                None => (None, self.stage(chunk)),
+                Some(previous) => {
+                    let (synced, staged) = rayon::join(|| fs.sync(), || self.stage(chunk));
+                    (Some((previous, synced)), staged)
+                }
+            };
+            if let Some((previous, synced)) = sync
+                && let Err(e) = self.swap(previous, synced, outcomes)
+            {
+                self.discard(staged);
+                return Err(e);
+            }
+            synced_next = Some(staged);
+        }
+        match synced_next {
+            Some(last) => self.swap(last, fs.sync(), outcomes),
+            None => Ok(()),
+        }
+    }
+
+    /// Step 2's first half for one chunk: every temporary file written under its writing
+    /// name, none synced. One handle per directory (made if missing, in order), shared by
+    /// its files.
+    fn stage(&self, chunk: &[usize]) -> Vec<Staged> {
+        let mut dirs: HashMap<(&[u8], bool), Result<Option<Parent>>> = HashMap::new();
+        let parents: Vec<Staged> = chunk
+            .iter()
+            .map(|&i| {
+                let w = &self.writes[i];
+                let opened = dirs.entry((w.path.dir(), w.make_parents)).or_insert_with(|| open(self.root, w));
+                let parent = match opened {
+                    Ok(Some(p)) => Ok(Some(p.sibling(&w.path))),
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(Error::new(e.code, e.message.clone())),
+                };
+                (i, parent)
+            })
+            .collect();
+        parents
+            .into_par_iter()
+            .map(|(i, parent)| {
+                let r = parent.and_then(|p| match p {
+                    Some(p) => stage(&p, &self.writes[i], self.checkpoint_id).map(|()| Some(p)),
+                    None => Ok(None),
+                });
+                note_stop(&self.stop, &r);
+                (i, r)
+            })
+            .collect()
+    }
+
+    /// Step 2's second half for one chunk, once `synced` made it durable: each file swapped
+    /// in with its compare-and-swap — or, if the sync failed or the batch stopped, every
+    /// staged file removed.
+    fn swap(&self, staged: Vec<Staged>, synced: Result<()>, outcomes: &mut [Outcome]) -> Result<()> {
+        if synced.is_err() {
+            self.stop.store(true, Ordering::SeqCst);
+        }
+        let done: Vec<(usize, Outcome)> = staged
+            .into_par_iter()
+            .map(|(i, r)| {
+                let w = &self.writes[i];
+                let temp = files::temp_name(&w.path, self.checkpoint_id);
+                let parent = match r {
+                    Ok(Some(parent)) => parent,
+                    Ok(None) => return (i, Some(Ok(Swap::Changed))),
+                    Err(e) => return (i, Some(Err(e))),
+                };
+                if self.stopped() {
+                    parent.discard_staged(&temp);
+                    return (i, None);
+                }
+                let r = match &w.expected {
+                    Expected::Absent => {
+                        failpoint::hit("write-temp-synced");
+                        parent.create_staged(&temp)
+                    }
+                    Expected::File { .. } => {
+                        let m = matcher(self.keys, &w.expected);
+                        parent.seal_staged(&temp).and_then(|()| {
+                            failpoint::hit("write-temp-synced");
+                            parent.swap_synced(&temp, &Expect::File(&m))
+                        })
+                    }
+                };
+                note_stop(&self.stop, &r);
+                (i, Some(r))
+            })
+            .collect();
+        for (i, r) in done {
+            outcomes[i] = r;
+        }
+        synced
+    }
+
+    /// Removes the staged files of a chunk that will not be swapped in.
+    fn discard(&self, staged: Vec<Staged>) {
+        for (i, r) in staged {
+            if let Ok(Some(parent)) = r {
+                parent.discard_staged(&files::temp_name(&self.writes[i].path, self.checkpoint_id));
+            }
+        }
+    }
 }
 
 /// The writes of `puts`, cut into chunks of at most [`CHUNK_FILES`] files in at most
@@ -207,7 +293,7 @@ fn chunks<'a>(writes: &[Write], puts: &'a [usize]) -> Vec<&'a [usize]> {
     let mut out = Vec::new();
     let (mut start, mut dirs) = (0, std::collections::HashSet::new());
     for (k, &i) in puts.iter().enumerate() {
-        let dir = dir_of(writes[i].path.as_bytes());
+        let dir = writes[i].path.dir();
         if k - start == CHUNK_FILES || (!dirs.contains(dir) && dirs.len() == CHUNK_DIRS) {
             out.push(&puts[start..k]);
             start = k;
@@ -254,11 +340,6 @@ fn stage(parent: &Parent, w: &Write, checkpoint_id: &str) -> Result<()> {
     parent.stage(&files::temp_name(&w.path, checkpoint_id), bytes, *mode)
 }
 
-/// The directory part of a relative path (`""` for the root).
-fn dir_of(path: &[u8]) -> &[u8] {
-    path.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &path[..at])
-}
-
 /// Sets `stop` on an I/O failure (not on an obstacle: that leaves one path alone).
 fn note_stop<T>(stop: &AtomicBool, r: &Result<T>) {
     if r.as_ref().is_err_and(|e| !is_obstacle(e.code)) {
@@ -271,15 +352,4 @@ fn note_stop<T>(stop: &AtomicBool, r: &Result<T>) {
 /// I/O failure (a full disk, a failing device) is not one: it stops the undo.
 pub(crate) fn is_obstacle(code: ErrorCode) -> bool {
     matches!(code, ErrorCode::PathRejected | ErrorCode::NotFound | ErrorCode::Inaccessible)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dir_of_a_path_is_what_precedes_its_last_slash() {
-        assert_eq!(dir_of(b"a.txt"), b"");
-        assert_eq!(dir_of(b"d/e/f.txt"), b"d/e");
-    }
 }
