@@ -19,9 +19,11 @@
 //! one per core (creating files is CPU work in the kernel).
 //!
 //! Invariants: each file's replacement stays atomic (a temporary file is complete and
-//! durable before it takes its swapping name, and only a swapping-named file is ever
-//! swapped in) and guarded (the compare-and-swaps of [`files::Parent::swap_synced`] and
-//! [`files::Parent::remove_if_unsynced`], unchanged); the caller records the undo as done
+//! durable before it takes its swapping name or, for a create, the path's name; only a
+//! swapping-named file is ever swapped with another) and guarded (the compare-and-swaps
+//! of [`files::Parent::swap_synced`], [`files::Parent::create_staged`] and
+//! [`files::Parent::remove_if_unsynced`]); a chunk is swapped in only after a sync that
+//! began once its last file was written. The caller records the undo as done
 //! only after step 4, so the journal never says a write happened that a power cut could
 //! still take back. A crash anywhere leaves each path old or new, plus temporary files
 //! named by the undo's checkpoint id, which `reconcile` settles as it settles one. An I/O
@@ -176,12 +178,12 @@ impl Batch<'_> {
     /// Step 2: the chunks of `puts`, each staged, synced (while the next is staged: the
     /// disk's wait hides the writing) and swapped in.
     fn put(&self, fs: &FileSystem, puts: &[usize], outcomes: &mut [Outcome]) -> Result<()> {
-        let mut synced_next: Option<Vec<Staged>> = None;
+        let mut unsynced: Option<Vec<Staged>> = None;
         for chunk in chunks(self.writes, puts) {
             if self.stopped() {
                 break;
             }
-            let (sync, staged) = match synced_next.take() {
+            let (sync, staged) = match unsynced.take() {
                 None => (None, self.stage(chunk)),
                 Some(previous) => {
                     let (synced, staged) = rayon::join(|| fs.sync(), || self.stage(chunk));
@@ -194,9 +196,9 @@ impl Batch<'_> {
                 self.discard(staged);
                 return Err(e);
             }
-            synced_next = Some(staged);
+            unsynced = Some(staged);
         }
-        match synced_next {
+        match unsynced {
             Some(last) => self.swap(last, fs.sync(), outcomes),
             None => Ok(()),
         }
