@@ -1,12 +1,14 @@
-//! Benchmark: applying a rewind that deletes, then one that restores, many small files.
+//! Benchmark: applying a rewind that deletes, then one that restores, many small files;
+//! and a fork that writes them into a new directory.
 //!
 //! Run: `cargo bench -p turnback-cli --bench rewind` (`FILES`, default 10,000, in
 //! directories of 100; `RUNS`, default 5, rounds; each row reports the median). A round:
 //! one turn creates the files, `rewind --to` that turn `--apply` deletes them (row 1);
 //! then a turn deletes them again after they were put back, and rewinding it restores them
-//! (row 2). Every command is a fresh process, in the system's temporary directory
-//! (`BENCH_DIR` moves it: not inside a repository that ignores it). Target (DESIGN.md
-//! §5): each ≤ 3 s for 10,000 files.
+//! (row 2); before the first rewind, `session fork --into` writes the turn's files into a
+//! new directory (row 3). Every command is a fresh process, in the system's temporary
+//! directory (`BENCH_DIR` moves it: not inside a repository that ignores it). Target
+//! (DESIGN.md §5): each ≤ 3 s for 10,000 files.
 
 use std::path::Path;
 use std::process::Command;
@@ -82,7 +84,7 @@ fn main() {
     // Outside this repository: under it, `target/` is ignored, and a rewind never deletes
     // what the target snapshot could not see.
     let base = std::env::var_os("BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
-    let (mut deleting, mut restoring) = (Vec::new(), Vec::new());
+    let (mut deleting, mut restoring, mut forking) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..runs {
         let dir = tempfile::tempdir_in(&base).unwrap();
         let work = dir.path().join("work");
@@ -96,6 +98,18 @@ fn main() {
         tb(&["turn", "begin", "--prompt", "create the files"]);
         write_files(&work, files, round);
         tb(&["turn", "end"]);
+        let into = dir.path().join("fork");
+        forking.push(tb(&[
+            "session",
+            "fork",
+            "--from",
+            "bench",
+            "--after-turn",
+            "1",
+            "--into",
+            into.to_str().unwrap(),
+        ]));
+        assert_eq!(count_files(&into), files, "the fork wrote every file");
         deleting.push(tb(&["rewind", "--to", "1", "--apply"]));
         assert_eq!(count_files(&work), 0, "the rewind deleted every file");
         write_files(&work, files, round);
@@ -117,6 +131,8 @@ fn main() {
         median(restoring.clone()),
         "<= 3s"
     );
+    println!("{:<44} {:>9.3}s {:>8}", "fork --into: the files a turn made, written", median(forking.clone()), "<= 3s");
     println!("all rounds, deleting: {deleting:.3?}");
     println!("all rounds, restoring: {restoring:.3?}");
+    println!("all rounds, fork --into: {forking:.3?}");
 }

@@ -91,3 +91,39 @@ fn a_fork_carries_turns_through_t_materialises_files_and_outlives_its_parent() {
     let f = env.fail(&["session", "fork", "--from", "child", "--into", into.to_str().unwrap()], None);
     assert_eq!(f.code, "already-exists", "never materialises into a non-empty directory");
 }
+
+/// `fork --into` makes the directories first and then writes the files in parallel: every
+/// file of a deep tree arrives byte for byte with its mode, symlinks as links (one to a
+/// directory among them, made while files are written beside it), and the count agrees.
+#[test]
+fn a_fork_into_writes_every_file_of_a_deep_tree_with_its_bytes_modes_and_links() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    let mut files = Vec::new();
+    for i in 0..300 {
+        let path = format!("d{}/e{}/f{}/file{i}.txt", i % 3, i % 7, i % 11);
+        let bytes = format!("file {i}\n").repeat(1 + i * 37 % 500);
+        env.write(&path, &bytes);
+        files.push((path, bytes));
+    }
+    env.write("bin/run.sh", "#!/bin/sh\necho run\n");
+    std::fs::set_permissions(env.ws.join("bin/run.sh"), std::fs::Permissions::from_mode(0o751)).unwrap();
+    std::os::unix::fs::symlink("d1/e1", env.ws.join("a-link-to-a-dir")).unwrap();
+    std::os::unix::fs::symlink("../bin/run.sh", env.ws.join("d0/run")).unwrap();
+    env.ok(&["session", "new", "--id", "deep"], None);
+    env.ok(&["--session", "deep", "turn", "begin", "--prompt", "a deep tree"], None);
+    env.ok(&["--session", "deep", "turn", "end"], None);
+
+    let into = env.root.join("deep-fork");
+    let forked = env.json(&["session", "fork", "--from", "deep", "--into", into.to_str().unwrap()]);
+    assert_eq!(forked["filesWritten"], 300 + 3, "300 files, the script and two links: {forked}");
+    for (path, bytes) in &files {
+        assert_eq!(std::fs::read_to_string(into.join(path)).unwrap(), *bytes, "{path}");
+    }
+    let script = into.join("bin/run.sh");
+    assert_eq!(std::fs::read_to_string(&script).unwrap(), "#!/bin/sh\necho run\n");
+    assert_eq!(std::fs::metadata(&script).unwrap().permissions().mode() & 0o7777, 0o751);
+    assert_eq!(std::fs::read_link(into.join("a-link-to-a-dir")).unwrap(), std::path::Path::new("d1/e1"));
+    assert_eq!(std::fs::read_link(into.join("d0/run")).unwrap(), std::path::Path::new("../bin/run.sh"));
+    assert!(std::fs::symlink_metadata(into.join("a-link-to-a-dir")).unwrap().file_type().is_symlink());
+}

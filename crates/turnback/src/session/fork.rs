@@ -5,19 +5,24 @@
 //! Invariants: the fork holds its own copies of the turn and snapshot records (pointing at
 //! the same content-addressed trees), so it outlives its parent: deleting the parent and
 //! running `gc` leaves everything the fork reaches. Materialising writes only into a new or
-//! empty directory, never follows a symlink, and records nested repositories as skipped.
+//! empty directory, never follows a symlink, records nested repositories as skipped, and
+//! reports success only after one sync of the file system made every file and name it
+//! wrote durable.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
+use crate::fs::files::FileSystem;
 use crate::session::Session;
 use crate::session::turn::{self, Turn};
 use crate::session::workspace::Workspace;
-use crate::snapshot::tree::NodeKind;
+use crate::snapshot::tree::{Node, NodeKind};
 use crate::snapshot::{self, SnapshotRecord};
 use crate::storage::content::ContentId;
 use crate::storage::store::Store;
@@ -144,30 +149,55 @@ fn copy_records(
 /// Writes the files of snapshot `state` into the new directory `dir` (never through a
 /// symlink); nested repositories are named, not written. Returns how many files were
 /// written, and what was not.
+///
+/// The directories are made first, in order; the files are then written in parallel (one
+/// thread per core, each reading its pieces from the store as it writes them) and made
+/// durable together by one sync of the file system, not one sync per file. On the first
+/// failure the others stop and the error is returned.
 fn materialise(store: &Store, dir: &Path, state: &SnapshotRecord) -> Result<(u64, Vec<String>)> {
-    let (mut files_written, mut not_written) = (0, Vec::new());
     let root = state.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| Error::not_found("a tree"))?;
-    for (path, node) in snapshot::flatten(store, &root)? {
-        let target = dir.join(OsStr::from_bytes(&path));
+    let nodes: Vec<(Vec<u8>, Node)> = snapshot::flatten(store, &root)?.into_iter().collect();
+    let mut not_written = Vec::new();
+    let mut made: Option<&[u8]> = None;
+    for (path, node) in &nodes {
         match &node.kind {
-            NodeKind::File(id) => {
-                write_new(store, &target, id, node.mode)?;
-                files_written += 1;
-            }
-            NodeKind::Symlink(id) => {
-                let link = store.read_object(id)?.1;
-                if let Some(p) = target.parent() {
-                    std::fs::create_dir_all(p).context(p)?;
+            NodeKind::File(_) | NodeKind::Symlink(_) => {
+                let parent = path.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &path[..at]);
+                if made != Some(parent) {
+                    let at = dir.join(OsStr::from_bytes(parent));
+                    std::fs::create_dir_all(&at).context(&at)?;
+                    made = Some(parent);
                 }
-                std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target).context(&target)?;
-                files_written += 1;
             }
             NodeKind::Gitlink(commit) => {
-                not_written.push(format!("{} (nested repository at {commit})", String::from_utf8_lossy(&path)));
+                not_written.push(format!("{} (nested repository at {commit})", String::from_utf8_lossy(path)));
             }
             NodeKind::Tree(_) => {}
         }
     }
+    let stop = AtomicBool::new(false);
+    let written: Result<u64> = nodes
+        .par_iter()
+        .map(|(path, node)| {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(0);
+            }
+            let target = dir.join(OsStr::from_bytes(path));
+            let r = match &node.kind {
+                NodeKind::File(id) => write_new(store, &target, id, node.mode).map(|()| 1),
+                NodeKind::Symlink(id) => store.read_object(id).and_then(|(_, link)| {
+                    std::os::unix::fs::symlink(OsStr::from_bytes(&link), &target).context(&target).map(|()| 1)
+                }),
+                NodeKind::Gitlink(_) | NodeKind::Tree(_) => Ok(0),
+            };
+            if r.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            r
+        })
+        .sum();
+    let files_written = written?;
+    FileSystem::of(dir)?.sync()?;
     Ok((files_written, not_written))
 }
 
@@ -194,16 +224,14 @@ fn prepare_dir(dir: &Path) -> Result<()> {
     }
 }
 
-/// Writes object `id` into the new file `target` as its pieces are read and verified
-/// (memory does not grow with the file's size); runs of zeros become holes, which read
-/// back as zeros in a new file. A file whose content fails verification is removed, so
-/// nothing unverified stays.
+/// Writes object `id` into the new file `target` (its directory made already) as its
+/// pieces are read and verified (memory does not grow with the file's size); runs of zeros
+/// become holes, which read back as zeros in a new file. Not synced: the caller syncs the
+/// file system once. A file whose content fails verification is removed, so nothing
+/// unverified stays.
 fn write_new(store: &Store, target: &Path, id: &ContentId, mode: u32) -> Result<()> {
     use std::io::{Seek, SeekFrom, Write};
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    if let Some(p) = target.parent() {
-        std::fs::create_dir_all(p).context(p)?;
-    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -221,8 +249,7 @@ fn write_new(store: &Store, target: &Path, id: &ContentId, mode: u32) -> Result<
             }
         })?;
         f.set_len(len).context(target)?;
-        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).context(target)?;
-        f.sync_all().context(target)
+        f.set_permissions(std::fs::Permissions::from_mode(mode & 0o7777)).context(target)
     })();
     if written.is_err() {
         let _ = std::fs::remove_file(target);
