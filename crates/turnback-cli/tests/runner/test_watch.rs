@@ -194,15 +194,18 @@ fn the_watcher_exits_when_its_store_goes_with_its_workspace_or_its_socket_is_rem
     at(&["init"]);
     let pid = at(&["watch", "start"])["pid"].as_u64().unwrap();
     assert!(alive(pid));
+    assert_eq!(sockets_under(&store).len(), 1, "the socket lives in the store, so it goes with it");
     std::fs::remove_dir_all(&doomed).unwrap();
     wait_for("the watcher whose store went with its workspace to exit", || !alive(pid));
 
     let pid = env.json(&["watch", "start"])["pid"].as_u64().unwrap();
-    let sockets: Vec<PathBuf> = files_under(&env.store)
-        .into_iter()
-        .filter(|f| f.symlink_metadata().is_ok_and(|m| m.file_type().is_socket()))
-        .collect();
+    let sockets = sockets_under(&env.store);
     assert_eq!(sockets.len(), 1, "one watcher, one socket: {sockets:?}");
     std::fs::remove_file(&sockets[0]).unwrap();
     wait_for("the watcher whose socket was removed to exit", || !alive(pid));
+}
+
+/// The Unix sockets under `dir` (a watcher's, when its store's path is short enough).
+fn sockets_under(dir: &Path) -> Vec<PathBuf> {
+    files_under(dir).into_iter().filter(|f| f.symlink_metadata().is_ok_and(|m| m.file_type().is_socket())).collect()
 }

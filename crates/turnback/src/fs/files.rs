@@ -13,8 +13,8 @@
 //!   ([`FileSystem::sync`]) before any takes its swapping name (or, for a create, its
 //!   target's name: [`Parent::create_staged`]), and syncs once more after the swaps,
 //!   before the batch counts as done. A crash leaves the old file or the new one, never a
-//!   mix, plus at most one temporary file whose name is derived from the checkpoint id
-//!   ([`temp_name`]) so reconcile can find and remove it.
+//!   mix, plus at most one temporary file per path, whose name is derived from the
+//!   checkpoint id ([`temp_name`]) so reconcile can find and remove it.
 //! - A temporary file's name says how far its write got ([`TempPhase`]): bytes are written
 //!   under the *writing* name, and only a complete, synced file leaves it — renamed to the
 //!   *swapping* name from which it is swapped in, or, where nothing is to be displaced,

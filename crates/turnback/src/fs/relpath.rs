@@ -67,11 +67,16 @@ impl RelPath {
         self.0.split(|b| *b == b'/').map(OsStr::from_bytes)
     }
 
-    /// The directory that holds it, as bytes: what precedes the last `/` (`""` for a name
-    /// in the workspace root).
+    /// The directory that holds it, as bytes ([`dir_of`]).
     pub fn dir(&self) -> &[u8] {
-        self.0.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &self.0[..at])
+        dir_of(&self.0)
     }
+}
+
+/// The directory part of a relative `/`-separated path: what precedes the last `/` (`""`
+/// for a name in the workspace root).
+pub fn dir_of(path: &[u8]) -> &[u8] {
+    path.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &path[..at])
 }
 
 #[cfg(feature = "json-schema")]

@@ -19,6 +19,7 @@ use serde::Serialize;
 
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::fs::files::FileSystem;
+use crate::fs::relpath::dir_of;
 use crate::session::Session;
 use crate::session::turn::{self, Turn};
 use crate::session::workspace::Workspace;
@@ -157,12 +158,14 @@ fn copy_records(
 fn materialise(store: &Store, dir: &Path, state: &SnapshotRecord) -> Result<(u64, Vec<String>)> {
     let root = state.root.as_deref().and_then(ContentId::from_hex).ok_or_else(|| Error::not_found("a tree"))?;
     let nodes: Vec<(Vec<u8>, Node)> = snapshot::flatten(store, &root)?.into_iter().collect();
+    // Opened before anything is written: its sync reports every write-back failure since.
+    let fs = FileSystem::of(dir)?;
     let mut not_written = Vec::new();
     let mut made: Option<&[u8]> = None;
     for (path, node) in &nodes {
         match &node.kind {
             NodeKind::File(_) | NodeKind::Symlink(_) => {
-                let parent = path.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &path[..at]);
+                let parent = dir_of(path);
                 if made != Some(parent) {
                     let at = dir.join(OsStr::from_bytes(parent));
                     std::fs::create_dir_all(&at).context(&at)?;
@@ -197,7 +200,7 @@ fn materialise(store: &Store, dir: &Path, state: &SnapshotRecord) -> Result<(u64
         })
         .sum();
     let files_written = written?;
-    FileSystem::of(dir)?.sync()?;
+    fs.sync()?;
     Ok((files_written, not_written))
 }
 

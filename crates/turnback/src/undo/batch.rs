@@ -8,15 +8,15 @@
 //! 2. files to put in place go in chunks (at most [`CHUNK_FILES`] files in
 //!    [`CHUNK_DIRS`] directories, one handle per directory): every temporary file of a
 //!    chunk is written under its writing name, then one sync of the file system makes them
-//!    all durable (while the next chunk is being written), then each takes its swapping
+//!    all durable (on its own thread, while the next chunk is being written), then each takes its swapping
 //!    name and is swapped in with the usual compare-and-swap — or, for a path that is to
 //!    be created, takes the path's name with a no-replace rename — (failpoint
 //!    `write-temp-synced` before each swap);
-//! 3. the failpoint `…-written`: every write made, nothing of step 2's names synced yet;
+//! 3. the failpoint `…-written`: every write made, the last chunk's names not synced yet;
 //! 4. one more sync of the file system makes every name durable.
 //!
 //! Step 1 runs on [`REMOVING_THREADS`] threads (removals wait on the device), step 2 on
-//! one per core (creating files is CPU work in the kernel).
+//! one per core, at most [`WRITING_THREADS`] (creating files is CPU work in the kernel).
 //!
 //! Invariants: each file's replacement stays atomic (a temporary file is complete and
 //! durable before it takes its swapping name or, for a create, the path's name; only a
@@ -27,7 +27,8 @@
 //! only after step 4, so the journal never says a write happened that a power cut could
 //! still take back. A crash anywhere leaves each path old or new, plus temporary files
 //! named by the undo's checkpoint id, which `reconcile` settles as it settles one. An I/O
-//! failure stops what has not started: staged temporary files are removed, the writes made
+//! failure stops what has not started — the chunk waiting for its sync included, though
+//! it is written: staged temporary files are removed, the writes made
 //! so far are synced and counted.
 
 use std::collections::HashMap;
@@ -51,7 +52,7 @@ const CHUNK_DIRS: usize = 128;
 const WRITING_THREADS: usize = 4;
 /// Threads removing files. A removal mostly waits: for the file's blocks to be freed
 /// (with online discard, a request to the device per file) and its bytes read back for
-/// the check, so many wait at once.
+/// the check, so many wait at once (each holding one file's bytes while it checks them).
 const REMOVING_THREADS: usize = 16;
 
 /// What must be at a path for its write to go ahead.
@@ -109,13 +110,16 @@ pub(crate) fn write_all(
     let mut outcomes: Vec<Outcome> = (0..writes.len()).map(|_| None).collect();
     let (removals, puts): (Vec<usize>, Vec<usize>) =
         (0..writes.len()).partition(|&i| matches!(writes[i].intended, Intended::Absent));
-    if !removals.is_empty() {
-        for (i, r) in pool(REMOVING_THREADS)?.install(|| batch.remove(&removals)) {
+    // Both pools exist before anything is written: failing to start threads changes nothing.
+    let removing = if removals.is_empty() { None } else { Some(pool("remove", REMOVING_THREADS)?) };
+    let writing = if puts.is_empty() { None } else { Some(pool("write", writing_threads())?) };
+    if let Some(removing) = removing {
+        for (i, r) in removing.install(|| batch.remove(&removals)) {
             outcomes[i] = Some(r);
         }
     }
-    if !puts.is_empty() {
-        pool(writing_threads())?.install(|| batch.put(&fs, &puts, &mut outcomes))?;
+    if let Some(writing) = writing {
+        writing.install(|| batch.put(&fs, &puts, &mut outcomes))?;
     }
     failpoint::hit(written);
     fs.sync()?;
@@ -129,17 +133,18 @@ fn writing_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, WRITING_THREADS)
 }
 
-/// A pool of `threads` threads for one step of the batch.
-fn pool(threads: usize) -> Result<rayon::ThreadPool> {
+/// A pool of `threads` threads, named for what they do, for one step of the batch.
+fn pool(does: &'static str, threads: usize) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .thread_name(|i| format!("turnback-write-{i}"))
+        .thread_name(move |i| format!("turnback-{does}-{i}"))
         .build()
         .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start the writing threads: {e}")))
 }
 
-/// A write's staged temporary file: its directory's handle, `None` if the directory is
-/// gone (the target moved), or why it could not be staged.
+/// A write (by index) and its directory's handle — `None` if the directory is gone (the
+/// target moved) — or why the directory could not be opened; once staged, or why the
+/// temporary file could not be written.
 type Staged = (usize, Result<Option<Parent>>);
 
 /// One undo's writes, and whether an I/O failure stopped them.
@@ -175,8 +180,8 @@ impl Batch<'_> {
             .collect()
     }
 
-    /// Step 2: the chunks of `puts`, each staged, synced (while the next is staged: the
-    /// disk's wait hides the writing) and swapped in.
+    /// Step 2: the chunks of `puts`, each staged, synced (on its own thread while the next
+    /// is staged: the disk's wait hides the writing) and swapped in.
     fn put(&self, fs: &FileSystem, puts: &[usize], outcomes: &mut [Outcome]) -> Result<()> {
         let mut unsynced: Option<Vec<Staged>> = None;
         for chunk in chunks(self.writes, puts) {
@@ -186,7 +191,12 @@ impl Batch<'_> {
             let (sync, staged) = match unsynced.take() {
                 None => (None, self.stage(chunk)),
                 Some(previous) => {
-                    let (synced, staged) = rayon::join(|| fs.sync(), || self.stage(chunk));
+                    let (synced, staged) = std::thread::scope(|scope| {
+                        let syncing = scope.spawn(|| fs.sync());
+                        let staged = self.stage(chunk);
+                        let synced = syncing.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "sync panicked")));
+                        (synced, staged)
+                    });
                     (Some((previous, synced)), staged)
                 }
             };
@@ -209,7 +219,7 @@ impl Batch<'_> {
     /// its files.
     fn stage(&self, chunk: &[usize]) -> Vec<Staged> {
         let mut dirs: HashMap<(&[u8], bool), Result<Option<Parent>>> = HashMap::new();
-        let parents: Vec<Staged> = chunk
+        let opened: Vec<Staged> = chunk
             .iter()
             .map(|&i| {
                 let w = &self.writes[i];
@@ -222,11 +232,11 @@ impl Batch<'_> {
                 (i, parent)
             })
             .collect();
-        parents
+        opened
             .into_par_iter()
             .map(|(i, parent)| {
                 let r = parent.and_then(|p| match p {
-                    Some(p) => stage(&p, &self.writes[i], self.checkpoint_id).map(|()| Some(p)),
+                    Some(p) => stage_write(&p, &self.writes[i], self.checkpoint_id).map(|()| Some(p)),
                     None => Ok(None),
                 });
                 note_stop(&self.stop, &r);
@@ -332,7 +342,7 @@ fn open(root: &std::path::Path, w: &Write) -> Result<Option<Parent>> {
 
 /// Stages write `w`'s temporary file in `parent`, an empty directory standing at the
 /// target cleared first if the write asks.
-fn stage(parent: &Parent, w: &Write, checkpoint_id: &str) -> Result<()> {
+fn stage_write(parent: &Parent, w: &Write, checkpoint_id: &str) -> Result<()> {
     let Intended::File { bytes, mode } = &w.intended else {
         return Err(Error::invalid("a removal is not staged"));
     };

@@ -157,7 +157,7 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
     })
 }
 
-/// Checks twice a second whether to exit: idle too long, workspace root or socket gone.
+/// Checks every [`EXIT_CHECK`] whether to exit: idle too long, workspace root or socket gone.
 fn monitor(cfg: &Config, root: &Path, root_id: (u64, u64), shared: &Shared) {
     loop {
         std::thread::sleep(EXIT_CHECK);
@@ -239,7 +239,7 @@ fn serve(
 /// so it sees an exit even when nothing can connect to wake it (the socket's directory
 /// deleted with the store).
 fn accept(listener: &UnixListener, wait: Duration) -> Option<UnixStream> {
-    let timeout = rustix::event::Timespec { tv_sec: 0, tv_nsec: wait.as_nanos().min(999_999_999) as _ };
+    let timeout = rustix::event::Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ };
     let mut fds = [rustix::event::PollFd::new(listener, rustix::event::PollFlags::IN)];
     match rustix::event::poll(&mut fds, Some(&timeout)) {
         Ok(0) | Err(_) => return None,
