@@ -67,7 +67,8 @@ impl RelPath {
         self.0.split(|b| *b == b'/').map(OsStr::from_bytes)
     }
 
-    /// The directory that holds it, as bytes ([`dir_of`]).
+    /// The directory that holds it, as bytes: what precedes the last `/` (`""` for a name
+    /// in the workspace root).
     pub fn dir(&self) -> &[u8] {
         dir_of(&self.0)
     }
