@@ -80,6 +80,22 @@ pub fn dir_of(path: &[u8]) -> &[u8] {
     path.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &path[..at])
 }
 
+/// The last component of a relative `/`-separated path: what follows the last `/`.
+pub fn name_of(path: &[u8]) -> &[u8] {
+    path.iter().rposition(|c| *c == b'/').map_or(path, |at| &path[at + 1..])
+}
+
+/// `dir/name`, or `name` in the workspace root (`dir` empty).
+pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
+    if !dir.is_empty() {
+        path.extend_from_slice(dir);
+        path.push(b'/');
+    }
+    path.extend_from_slice(name);
+    path
+}
+
 #[cfg(feature = "json-schema")]
 impl schemars::JsonSchema for RelPath {
     fn schema_name() -> std::borrow::Cow<'static, str> {
@@ -192,9 +208,13 @@ mod tests {
     }
 
     #[test]
-    fn a_paths_dir_is_what_precedes_its_last_slash() {
+    fn a_paths_dir_is_what_precedes_its_last_slash_and_join_puts_them_back() {
         assert_eq!(RelPath::new("a.txt").unwrap().dir(), b"");
         assert_eq!(RelPath::new("d/e/f.txt").unwrap().dir(), b"d/e");
+        assert_eq!(name_of(b"d/e/f.txt"), b"f.txt");
+        assert_eq!(name_of(b"a.txt"), b"a.txt");
+        assert_eq!(join(b"", b"a.txt"), b"a.txt");
+        assert_eq!(join(dir_of(b"d/e/f.txt"), name_of(b"d/e/f.txt")), b"d/e/f.txt");
     }
 
     #[test]

@@ -114,10 +114,10 @@ impl Rules {
     }
 
     fn with(self, dir: &Path, base: Base, found: Markers, notes: &mut Vec<Problem>) -> Rules {
-        let exclude = if found.git { git_common_dir(dir).map(|git| (git, "info/exclude")) } else { None };
+        let exclude = if found.git { git_common_dir(dir).map(|git| git.join("info/exclude")) } else { None };
         let files = [
-            matcher(dir, found.ignore.then(|| (dir.to_path_buf(), ".ignore")), notes),
-            matcher(dir, found.gitignore.then(|| (dir.to_path_buf(), ".gitignore")), notes),
+            matcher(dir, found.ignore.then(|| dir.join(".ignore")), notes),
+            matcher(dir, found.gitignore.then(|| dir.join(".gitignore")), notes),
             matcher(dir, exclude, notes),
         ];
         if files.iter().all(Gitignore::is_empty) {
@@ -160,13 +160,12 @@ impl Rules {
     }
 }
 
-/// The matcher of one ignore file (`name` under `from`), rooted at `dir`; empty (nothing
-/// built) if there is none. A file that cannot be read whole, or a line that is not a valid glob, is
+/// The matcher of the ignore file at `path`, rooted at `dir`; empty (nothing built) if
+/// there is none. A file that cannot be read whole, or a line that is not a valid glob, is
 /// noted; the lines that are valid still count.
-fn matcher(dir: &Path, file: Option<(PathBuf, &str)>, notes: &mut Vec<Problem>) -> Gitignore {
-    let Some((from, name)) = file else { return Gitignore::empty() };
+fn matcher(dir: &Path, path: Option<PathBuf>, notes: &mut Vec<Problem>) -> Gitignore {
+    let Some(path) = path else { return Gitignore::empty() };
     let mut builder = GitignoreBuilder::new(dir);
-    let path = from.join(name);
     // Followed, as git reads it: an ignore file may be a symlink.
     if path.exists()
         && let Some(e) = builder.add(&path)

@@ -31,6 +31,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use crate::error::{IoResultExt, Result};
 use crate::fs::files;
+use crate::fs::relpath::{join, name_of};
 use crate::fs::rules::{self, Rules};
 
 /// What a walked path is.
@@ -264,17 +265,20 @@ impl Found {
     }
 }
 
-/// One name of a directory's listing.
+/// One name of a directory's listing, as the path it names (one allocation per name).
 struct Listed {
-    /// The name, and a `/` after a directory's: a directory's entries follow it, so it
-    /// sorts (in component order) as its name and a separator.
-    key: Vec<u8>,
+    /// The directory's path, `/`, and the name (just the name in the root).
+    path: Vec<u8>,
+    /// Where the name starts in `path`.
+    name_at: usize,
     file_type: FileType,
 }
 
 impl Listed {
+    /// The name. Names hold no `/`, which component order ranks lowest, so sorting a
+    /// listing by name puts each directory where its entries belong among its siblings'.
     fn name(&self) -> &[u8] {
-        if self.file_type == FileType::Directory { &self.key[..self.key.len() - 1] } else { &self.key }
+        &self.path[self.name_at..]
     }
 }
 
@@ -309,17 +313,6 @@ fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io:
     Ok(())
 }
 
-/// `parent/name`, or `name` at the root.
-fn join(parent: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut path = Vec::with_capacity(parent.len() + name.len() + 1);
-    if !parent.is_empty() {
-        path.extend_from_slice(parent);
-        path.push(b'/');
-    }
-    path.extend_from_slice(name);
-    path
-}
-
 impl Walker<'_> {
     fn note_skipped(&self, rel: &[u8], reason: String) {
         let path = String::from_utf8_lossy(rel).into_owned();
@@ -342,18 +335,14 @@ impl Walker<'_> {
                 return;
             }
             found.note(name);
-            let mut key = Vec::with_capacity(name.len() + 1);
-            key.extend_from_slice(name);
-            if file_type == FileType::Directory {
-                key.push(b'/');
-            }
-            names.push(Listed { key, file_type });
+            let path = join(rel, name);
+            names.push(Listed { name_at: path.len() - name.len(), path, file_type });
         };
         if let Err(e) = read_names(fd, &mut add) {
             self.note_skipped(rel, std::io::Error::from(e).to_string());
             return None;
         }
-        names.sort_unstable_by(|a, b| component_order(&a.key, &b.key));
+        names.sort_unstable_by(|a, b| component_order(a.name(), b.name()));
         Some((names, found))
     }
 
@@ -364,12 +353,11 @@ impl Walker<'_> {
         let mut notes = Vec::new();
         let rules = rules.enter(self.root, rel, found, &mut notes);
         self.note_problems(notes);
-        let parent_name = if rel.is_empty() { self.root_name } else { rel.rsplit(|c| *c == b'/').next() };
+        let parent_name = if rel.is_empty() { self.root_name } else { Some(name_of(rel)) };
         let mut items = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
-        for listed in &names {
-            let path = join(rel, listed.name());
-            match self.visit(fd, listed, path, &rules, parent_name) {
+        for listed in names {
+            match self.visit(fd, listed, &rules, parent_name) {
                 Visit::Skip => {}
                 Visit::Record(entry) => items.push(Item::Entry(entry)),
                 Visit::Enter(path) => {
@@ -381,8 +369,7 @@ impl Walker<'_> {
         let walked: Vec<(usize, Found)> = subdirs
             .into_par_iter()
             .map(|(at, path)| {
-                let name = &path[path.iter().rposition(|c| *c == b'/').map_or(0, |i| i + 1)..];
-                let found = match open_dir(fd, OsStr::from_bytes(name)) {
+                let found = match open_dir(fd, OsStr::from_bytes(name_of(&path))) {
                     Ok(child) => self.dir(&child, &path, &rules),
                     Err(e) => {
                         self.note_skipped(&path, std::io::Error::from(e).to_string());
@@ -400,16 +387,17 @@ impl Walker<'_> {
         Found { items, count }
     }
 
-    /// The one decision about a listed name at `path` in open directory `fd`: left out
+    /// The one decision about a listed name in open directory `fd`: left out
     /// (ignored, turnback's own temporary file, excluded — counted —, gone, or of a kind
     /// not recorded), recorded (a file, a symlink, a nested repository), or a directory to
     /// enter (in a partial walk, only if the scope takes it).
-    fn visit(&self, fd: &OwnedFd, listed: &Listed, path: Vec<u8>, rules: &Rules, parent: Option<&[u8]>) -> Visit {
-        let name = listed.name();
+    fn visit(&self, fd: &OwnedFd, listed: Listed, rules: &Rules, parent: Option<&[u8]>) -> Visit {
+        let Listed { path, name_at, file_type: listed_type } = listed;
+        let name = &path[name_at..];
         // A type the listing does not give is stat-ed first: the rules ask whether it is a
         // directory.
         let mut stat = None;
-        let mut file_type = listed.file_type;
+        let mut file_type = listed_type;
         if file_type == FileType::Unknown {
             let Ok(st) = rustix::fs::statat(fd, OsStr::from_bytes(name), AtFlags::SYMLINK_NOFOLLOW) else {
                 return Visit::Skip; // gone since it was listed
@@ -877,6 +865,27 @@ mod tests {
             let order: Vec<&[u8]> = walked.entries.iter().map(|e| e.path.as_slice()).collect();
             assert!(order.is_sorted_by(|a, b| component_order(a, b).is_lt()), "seed {seed}: component order");
         }
+    }
+
+    /// A linked worktree's `.git` is a file naming its git directory, whose `commondir`
+    /// leads to the main repository's: `info/exclude` is read from there, as git does.
+    #[test]
+    fn a_worktree_reads_info_exclude_from_its_main_repository() {
+        let base = tempfile::tempdir().unwrap();
+        let main_git = base.path().join("main/.git");
+        let linked = main_git.join("worktrees/wt");
+        std::fs::create_dir_all(main_git.join("info")).unwrap();
+        std::fs::create_dir_all(&linked).unwrap();
+        std::fs::write(main_git.join("info/exclude"), "secret.txt\n").unwrap();
+        std::fs::write(linked.join("commondir"), "../..\n").unwrap();
+        let wt = base.path().join("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", linked.display())).unwrap();
+        std::fs::write(wt.join("secret.txt"), "excluded").unwrap();
+        std::fs::write(wt.join("kept.txt"), "kept").unwrap();
+        let walked = walk(&wt, &[]).unwrap();
+        let paths: Vec<&[u8]> = walked.entries.iter().map(|e| e.path.as_slice()).collect();
+        assert_eq!(paths, [&b"kept.txt"[..]], "info/exclude of the main repository applies");
     }
 
     #[test]

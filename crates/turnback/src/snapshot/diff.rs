@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::base::quote::quote_name;
 use crate::error::Result;
+use crate::fs::relpath::join;
 use crate::snapshot;
 use crate::snapshot::tree::{Node, NodeKind};
 use crate::storage::content::{ContentClass, ContentId};
@@ -90,16 +91,6 @@ pub(crate) fn raw(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec
     compare(store, Vec::new(), Some(*from), Some(*to), &mut out)?;
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
-}
-
-fn join(prefix: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut path = Vec::with_capacity(prefix.len() + 1 + name.len());
-    path.extend_from_slice(prefix);
-    if !prefix.is_empty() {
-        path.push(b'/');
-    }
-    path.extend_from_slice(name);
-    path
 }
 
 fn compare(

@@ -37,6 +37,13 @@ const MAGIC_BYTE_ORDER: &[u8; 4] = b"TBS3";
 /// How much older than the walk a file's mtime must be to be trusted unread.
 pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
 
+/// Whether a file last modified at `stat`'s mtime was settled when the snapshot stamped
+/// `taken_at_ns` began: modified more than [`RACY_MARGIN_NS`] before it, so a cached stat
+/// can vouch for its content.
+pub fn settled(stat: &Stat, taken_at_ns: i128) -> bool {
+    i128::from(stat.mtime_ns) + RACY_MARGIN_NS < taken_at_ns
+}
+
 /// One cached file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cached {
@@ -69,7 +76,7 @@ impl StatCache {
 
     /// Whether `stat` proves the file cached as `c` unchanged since it was read.
     pub fn clean(&self, c: &Cached, stat: &Stat) -> bool {
-        c.stat == *stat && i128::from(stat.mtime_ns) + RACY_MARGIN_NS < self.taken_at_ns
+        c.stat == *stat && settled(stat, self.taken_at_ns)
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
@@ -224,9 +231,9 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
     let mut rest = rest;
     let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
     let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-    // Every entry needs at least 2 + 4 + 8 + 16 + 16 + 8 + 8 + 32 bytes: a count the
+    // Every entry needs at least its path's 2-byte length and its columns: a count the
     // bytes cannot hold is malformed, not an allocation to attempt.
-    if count > rest.len() / 94 {
+    if count > rest.len() / (2 + ENTRY_COLUMNS) {
         return Err(bad());
     }
     let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count);

@@ -19,6 +19,7 @@ use rayon::prelude::*;
 
 use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::relpath::{dir_of, name_of};
 use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::prune::prune;
@@ -537,8 +538,7 @@ fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate
     let mut builder = TreeBuilder { previous: cache.previous_trees.into_iter().collect(), ..TreeBuilder::default() };
     let mut nested = Vec::new();
     for (i, e) in walked.entries.iter().enumerate() {
-        let name = e.path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
-        let dir = &e.path[..e.path.len() - name.len()].strip_suffix(b"/").unwrap_or_default();
+        let (dir, name) = (dir_of(&e.path), name_of(&e.path).to_vec());
         let node = match &e.kind {
             Kind::File => {
                 let Some(id) = plan.ids[i] else { continue };
@@ -586,8 +586,7 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
             let stat = plan.stat_of(i, e);
             let cached = plan.cached[i].map(|c| &cache.entries[c].1);
             let same = plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat));
-            let would_settle =
-                plan.stat_after.contains_key(&i) && i128::from(stat.mtime_ns) + statcache::RACY_MARGIN_NS < taken_at_ns;
+            let would_settle = plan.stat_after.contains_key(&i) && statcache::settled(&stat, taken_at_ns);
             same && !would_settle
         })
 }
@@ -747,7 +746,7 @@ impl TreeBuilder {
     fn close(&mut self, store: &Store) -> Result<()> {
         let (path, nodes) = self.stack.pop().expect("non-empty");
         let id = self.seal(store, nodes)?;
-        let name = path.rsplit(|c| *c == b'/').next().unwrap_or_default().to_vec();
+        let name = name_of(&path).to_vec();
         self.stack.last_mut().expect("a parent").1.push(Node { name, mode: 0, size: 0, kind: NodeKind::Tree(id) });
         Ok(())
     }

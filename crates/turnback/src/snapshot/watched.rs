@@ -25,6 +25,7 @@ use std::rc::Rc;
 
 use crate::base::time::{format_ms, now_ms};
 use crate::error::Result;
+use crate::fs::relpath::{dir_of, join, name_of};
 use crate::fs::walk::{Kind, Walk, component_order, walk_scoped};
 use crate::snapshot::lookup::read_tree;
 use crate::snapshot::prune::prune;
@@ -161,7 +162,7 @@ pub(super) fn patch(
     let mut to_read = Vec::new();
     let mut reused: HashMap<usize, ContentId> = HashMap::new();
     for (i, e) in walked.entries.iter().enumerate() {
-        by_dir.entry(parent(&e.path)).or_default().push(i);
+        by_dir.entry(dir_of(&e.path)).or_default().push(i);
         if e.kind != Kind::File {
             continue;
         }
@@ -219,7 +220,7 @@ pub(super) fn patch(
     let unlisted: HashSet<&[u8]> = walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
     let mut children: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
     for d in listed.iter().copied().filter(|d| !d.is_empty()).chain(unlisted.iter().copied()) {
-        children.entry(parent(d)).or_default().push(d);
+        children.entry(dir_of(d)).or_default().push(d);
     }
     let mut built: HashMap<&[u8], ContentId> = HashMap::new();
     let mut pending: Vec<Sealed> = Vec::new();
@@ -230,7 +231,7 @@ pub(super) fn patch(
         let mut nodes = Vec::new();
         for &i in by_dir.get(dir).map(Vec::as_slice).unwrap_or_default() {
             let e = &walked.entries[i];
-            let name = name(&e.path).to_vec();
+            let name = name_of(&e.path).to_vec();
             nodes.push(match &e.kind {
                 Kind::File => {
                     files += 1;
@@ -257,7 +258,7 @@ pub(super) fn patch(
                 }
             };
             if let Some(id) = id {
-                nodes.push(Node { name: name(child).to_vec(), mode: 0, size: 0, kind: NodeKind::Tree(id) });
+                nodes.push(Node { name: name_of(child).to_vec(), mode: 0, size: 0, kind: NodeKind::Tree(id) });
             }
         }
         // What the old directory held and the new one does not: gone, if the watcher said so.
@@ -329,7 +330,7 @@ pub(super) fn patch(
 /// Whether `path` lies in a subdirectory reused whole (under an unlisted directory whose
 /// parent was listed).
 fn reused_subtree(path: &[u8], listed: &HashSet<&[u8]>, unlisted: &HashSet<&[u8]>) -> bool {
-    let mut dir = parent(path);
+    let mut dir = dir_of(path);
     loop {
         if unlisted.contains(dir) {
             return dir != path;
@@ -337,7 +338,7 @@ fn reused_subtree(path: &[u8], listed: &HashSet<&[u8]>, unlisted: &HashSet<&[u8]
         if listed.contains(dir) || dir.is_empty() {
             return false;
         }
-        dir = parent(dir);
+        dir = dir_of(dir);
     }
 }
 
@@ -358,20 +359,20 @@ impl Scope {
             if p.is_empty() || p == b".git" || p.starts_with(b".git/") {
                 return None;
             }
-            let n = name(p);
+            let n = name_of(p);
             if n == b".gitignore" || n == b".ignore" {
-                if parent(p).is_empty() {
+                if dir_of(p).is_empty() {
                     return None;
                 }
-                changed.insert(parent(p).to_vec());
+                changed.insert(dir_of(p).to_vec());
             }
             changed.insert(p.clone());
         }
         let mut ancestors = HashSet::new();
         for p in &changed {
-            let mut dir = parent(p);
+            let mut dir = dir_of(p);
             while !dir.is_empty() && ancestors.insert(dir.to_vec()) {
-                dir = parent(dir);
+                dir = dir_of(dir);
             }
         }
         Some(Scope { changed, ancestors })
@@ -387,7 +388,7 @@ impl Scope {
             if p.is_empty() {
                 return false;
             }
-            p = parent(p);
+            p = dir_of(p);
             if p.is_empty() {
                 return false;
             }
@@ -466,23 +467,6 @@ impl OldTree<'_> {
     }
 }
 
-fn parent(path: &[u8]) -> &[u8] {
-    path.iter().rposition(|c| *c == b'/').map_or(&b""[..], |i| &path[..i])
-}
-
-fn name(path: &[u8]) -> &[u8] {
-    path.rsplit(|c| *c == b'/').next().unwrap_or_default()
-}
-
 fn depth(path: &[u8]) -> usize {
     if path.is_empty() { 0 } else { 1 + path.iter().filter(|c| **c == b'/').count() }
-}
-
-fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
-    let mut p = dir.to_vec();
-    if !p.is_empty() {
-        p.push(b'/');
-    }
-    p.extend_from_slice(name);
-    p
 }

@@ -139,7 +139,7 @@ fn pool(does: &'static str, threads: usize) -> Result<rayon::ThreadPool> {
         .num_threads(threads)
         .thread_name(move |i| format!("turnback-{does}-{i}"))
         .build()
-        .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start the writing threads: {e}")))
+        .map_err(|e| Error::new(ErrorCode::Io, format!("cannot start the {does} threads: {e}")))
 }
 
 /// A write (by index) and its directory's handle — `None` if the directory is gone (the
@@ -183,34 +183,29 @@ impl Batch<'_> {
     /// Step 2: the chunks of `puts`, each staged, synced (on its own thread while the next
     /// is staged: the disk's wait hides the writing) and swapped in.
     fn put(&self, fs: &FileSystem, puts: &[usize], outcomes: &mut [Outcome]) -> Result<()> {
-        let mut unsynced: Option<Vec<Staged>> = None;
+        let (mut result, mut unsynced) = (Ok(()), None);
         for chunk in chunks(self.writes, puts) {
             if self.stopped() {
                 break;
             }
-            let (sync, staged) = match unsynced.take() {
-                None => (None, self.stage(chunk)),
+            let staged = match unsynced.take() {
+                None => self.stage(chunk),
                 Some(previous) => {
                     let (synced, staged) = std::thread::scope(|scope| {
                         let syncing = scope.spawn(|| fs.sync());
                         let staged = self.stage(chunk);
-                        let synced = syncing.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "sync panicked")));
-                        (synced, staged)
+                        (syncing.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "sync panicked"))), staged)
                     });
-                    (Some((previous, synced)), staged)
+                    result = self.swap(previous, synced, outcomes);
+                    staged
                 }
             };
-            if let Some((previous, synced)) = sync
-                && let Err(e) = self.swap(previous, synced, outcomes)
-            {
-                self.discard(staged);
-                return Err(e);
-            }
             unsynced = Some(staged);
         }
+        // The last chunk staged: synced and swapped in — or, if the batch stopped, discarded.
         match unsynced {
-            Some(last) => self.swap(last, fs.sync(), outcomes),
-            None => Ok(()),
+            Some(last) => result.and(self.swap(last, fs.sync(), outcomes)),
+            None => result,
         }
     }
 
@@ -287,15 +282,6 @@ impl Batch<'_> {
             outcomes[i] = r;
         }
         synced
-    }
-
-    /// Removes the staged files of a chunk that will not be swapped in.
-    fn discard(&self, staged: Vec<Staged>) {
-        for (i, r) in staged {
-            if let Ok(Some(parent)) = r {
-                parent.discard_staged(&files::temp_name(&self.writes[i].path, self.checkpoint_id));
-            }
-        }
     }
 }
 
