@@ -1,16 +1,16 @@
-//! The watcher process: `notify` events in, a bounded dirty set, syncs answered over the
+//! The watcher process: file-system events in (from a [`Source`]), a bounded dirty set, syncs answered over the
 //! socket (see [the module](crate::watch) for what a sync guarantees).
 //!
 //! Invariants:
 //! - One thread handles events in the order the platform delivers them; a sync's cookie is
 //!   answered only once that thread has handled its event, so every earlier event is in
 //!   the dirty set by then.
-//! - A directory that appears (created, moved in) is watched (recursively, and waited for)
-//!   before the next event is handled; it is dirty itself, so the next snapshot walks it
-//!   whole and finds whatever was made in it before its watch existed.
-//! - Events are counted between the platform's thread and ours; past [`MAX_QUEUED`] they
-//!   are dropped and the loss is recorded, in order, before the next one (memory bounded,
-//!   never a silent gap).
+//! - A directory that appears (created, moved in) is watched by the event source before
+//!   the next event is handled (see [`Source`]); it is dirty itself, so the next snapshot
+//!   walks it whole and finds whatever was made in it before its watch existed.
+//! - What the source loses (its queue overflowed) is recorded, in order, as a loss; what
+//!   it can no longer see (a watch it cannot add) makes the watcher vouch for nothing.
+//! - Of the workspace's own `.git` only `.git` and `.git/info` are watched.
 //! - Paths under the workspace's own `.git` are not content (only `info/exclude` changes
 //!   the walk: it is passed on so the snapshot walks everything); inside a nested
 //!   repository's `.git` an event dirties the repository's directory (its commit is read
@@ -21,21 +21,18 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-use notify::{EventKind, RecursiveMode, Watcher};
 
 use crate::base::hex;
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::fs::files;
 use crate::fs::lock::NamedLock;
 use crate::watch::dirty::{Dirty, Since};
-use crate::watch::{STATUS, STOP, SYNC, Synced, WatchStatus, decode_request, encode_sync, relative};
+use crate::watch::{
+    STATUS, STOP, SYNC, Seen, Source, Synced, WatchStatus, decode_request, encode_sync, relative, source,
+};
 
-/// Events in flight between the platform's thread and the handling thread, at most.
-const MAX_QUEUED: usize = 65_536;
 /// How often the threads that wait (for events, connections, the clock) look for an exit.
 const EXIT_CHECK: Duration = Duration::from_millis(500);
 /// How long a sync waits for its cookie's event.
@@ -82,12 +79,6 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State> {
     shared.0.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-enum Msg {
-    Event(notify::Result<notify::Event>),
-    /// Events were dropped before this point.
-    Lost,
-}
-
 /// Runs the watcher until it is idle, told to stop, or its workspace or socket is gone.
 /// Returns at once (`Ok`) if another watcher holds the workspace's lock.
 ///
@@ -110,29 +101,10 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         }),
         Condvar::new(),
     ));
-    let (tx, rx) = std::sync::mpsc::channel::<Msg>();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let dropped = Arc::new(AtomicBool::new(false));
-    let (q, d) = (queued.clone(), dropped.clone());
-    let handler = move |event: notify::Result<notify::Event>| {
-        if q.load(Ordering::SeqCst) >= MAX_QUEUED {
-            d.store(true, Ordering::SeqCst);
-            return;
-        }
-        if d.swap(false, Ordering::SeqCst) {
-            q.fetch_add(1, Ordering::SeqCst);
-            let _ = tx.send(Msg::Lost);
-        }
-        q.fetch_add(1, Ordering::SeqCst);
-        let _ = tx.send(Msg::Event(event));
+    let events = {
+        let (root, skip) = (root.clone(), cfg.skip.clone());
+        source(&root.clone(), move |dir| watched_dir(&root, &skip, dir))?
     };
-    // Symlinks are recorded as links, never followed: nothing outside the tree is watched.
-    let config = notify::Config::default().with_follow_symlinks(false);
-    let mut watcher = notify::RecommendedWatcher::new(handler, config)
-        .map_err(|e| Error::new(ErrorCode::Io, format!("file-system events: {e}")))?;
-    watcher
-        .watch(&root, RecursiveMode::Recursive)
-        .map_err(|e| Error::new(ErrorCode::Io, format!("watching the workspace: {e}")))?;
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).context(&cfg.socket)?;
     let started_at_ms = crate::base::time::now_ms();
@@ -142,8 +114,8 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         hex::hex(&bytes)
     };
     std::thread::scope(|scope| -> Result<()> {
-        let handler = Handler { root: &root, skip: &cfg.skip, shared: &shared, queued: &queued };
-        scope.spawn(move || handler.handle_all(rx, &mut watcher));
+        let handler = Handler { root: &root, skip: &cfg.skip, shared: &shared };
+        scope.spawn(move || handler.handle_all(events));
         scope.spawn(|| monitor(cfg, &root, root_id, &shared));
         let answered = serve(cfg, &root, &listener, &shared, &epoch, started_at_ms);
         let mut state = lock(&shared);
@@ -152,7 +124,7 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         shared.1.notify_all();
         let _ = std::fs::remove_file(&cfg.socket);
         // The handling and monitoring threads see the exit within `EXIT_CHECK`; the
-        // handling thread owns the watcher and drops it as it ends.
+        // handling thread owns the event source and drops it as it ends.
         answered
     })
 }
@@ -340,73 +312,46 @@ fn ignore_files_above(root: &Path) -> Vec<Option<(u64, i64, i64, u64)>> {
     out
 }
 
+/// Whether the watcher watches the directory `dir`: not one of `skip` (the store), and of
+/// the workspace's own `.git` only `.git` itself and `.git/info` (where `exclude` lives;
+/// the rest is not content, and busy).
+fn watched_dir(root: &Path, skip: &[PathBuf], dir: &Path) -> bool {
+    if skip.iter().any(|s| dir.starts_with(s)) {
+        return false;
+    }
+    let Ok(rel) = dir.strip_prefix(root) else { return false };
+    let mut parts = rel.components().map(|c| c.as_os_str());
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(git), Some(sub), rest) if git == ".git" => sub == "info" && rest.is_none(),
+        _ => true,
+    }
+}
+
 /// The thread that handles events in order.
 struct Handler<'a> {
     root: &'a Path,
     skip: &'a [PathBuf],
     shared: &'a Shared,
-    queued: &'a AtomicUsize,
 }
 
 impl Handler<'_> {
-    fn handle_all(&self, rx: std::sync::mpsc::Receiver<Msg>, watcher: &mut notify::RecommendedWatcher) {
-        loop {
-            if lock(self.shared).exit.is_some() {
-                return;
-            }
-            let msg = match rx.recv_timeout(EXIT_CHECK) {
-                Ok(msg) => msg,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(_) => return,
-            };
-            self.queued.fetch_sub(1, Ordering::SeqCst);
-            match msg {
-                Msg::Lost => {
-                    lock(self.shared).dirty.lost();
-                }
-                Msg::Event(Err(e)) => self.failed(&e),
-                Msg::Event(Ok(event)) => self.handle(&event, watcher),
-            }
+    fn handle_all(&self, mut events: Box<dyn Source>) {
+        while lock(self.shared).exit.is_none() {
+            events.next(EXIT_CHECK, &mut |seen| self.seen(seen));
             self.shared.1.notify_all();
         }
     }
 
-    fn failed(&self, e: &notify::Error) {
-        let mut state = lock(self.shared);
-        state.dirty.lost();
-        if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) {
-            state.problem = Some(
-                "the system's limit on watched directories was reached (fs.inotify.max_user_watches); \
-                 snapshots walk the whole tree"
-                    .into(),
-            );
-        }
-    }
-
-    fn handle(&self, event: &notify::Event, watcher: &mut notify::RecommendedWatcher) {
-        if event.need_rescan() {
-            lock(self.shared).dirty.lost();
-            return;
-        }
-        if matches!(event.kind, EventKind::Access(_)) {
-            return;
-        }
-        let appeared = matches!(
-            event.kind,
-            EventKind::Create(_)
-                | EventKind::Modify(notify::event::ModifyKind::Name(
-                    notify::event::RenameMode::To | notify::event::RenameMode::Both | notify::event::RenameMode::Any
-                ))
-        );
-        for path in &event.paths {
-            self.touch(path);
-            if appeared && path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
-                // Watched before anything later is handled (see the module invariants).
-                match watcher.watch(path, RecursiveMode::Recursive) {
-                    Ok(()) => {}
-                    Err(e) if matches!(e.kind, notify::ErrorKind::PathNotFound) => {}
-                    Err(e) => self.failed(&e),
-                }
+    fn seen(&self, seen: Seen<'_>) {
+        match seen {
+            Seen::Path(path) => self.touch(path),
+            Seen::Lost => {
+                lock(self.shared).dirty.lost();
+            }
+            Seen::Problem(why) => {
+                let mut state = lock(self.shared);
+                state.dirty.lost();
+                state.problem.get_or_insert(why);
             }
         }
     }
@@ -467,6 +412,17 @@ mod tests {
         assert_eq!(content_path(b".git/objects/ab/cdef"), None);
         assert_eq!(content_path(b".git/info/exclude"), Some(&b".git/info/exclude"[..]));
         assert_eq!(content_path(b".gitignore"), Some(&b".gitignore"[..]));
+    }
+
+    #[test]
+    fn the_store_and_the_workspaces_own_git_internals_are_not_watched() {
+        let root = Path::new("/ws");
+        let skip = [PathBuf::from("/ws/.turnback")];
+        let watched = |p: &str| watched_dir(root, &skip, Path::new(p));
+        assert!(watched("/ws") && watched("/ws/src") && watched("/ws/vendor/lib/.git/refs"));
+        assert!(watched("/ws/.git") && watched("/ws/.git/info"));
+        assert!(!watched("/ws/.git/objects") && !watched("/ws/.git/objects/ab") && !watched("/ws/.git/info/x"));
+        assert!(!watched("/ws/.turnback") && !watched("/ws/.turnback/watch") && !watched("/elsewhere"));
     }
 
     #[test]

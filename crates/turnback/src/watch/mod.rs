@@ -25,6 +25,10 @@
 
 pub(crate) mod daemon;
 pub(crate) mod dirty;
+#[cfg(target_os = "linux")]
+mod inotify;
+#[cfg(any(not(target_os = "linux"), test))]
+mod recursive;
 
 use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -39,6 +43,39 @@ use crate::error::{Error, ErrorCode, IoResultExt, Result};
 /// Paths the watcher remembers at most (`TURNBACK_WATCH_MAX_DIRTY` lowers it, for tests).
 pub(crate) fn max_dirty() -> usize {
     std::env::var("TURNBACK_WATCH_MAX_DIRTY").ok().and_then(|v| v.parse().ok()).unwrap_or(250_000)
+}
+
+/// What an event source tells the watcher, in the order things happened.
+pub(crate) enum Seen<'a> {
+    /// Something at this (absolute) path changed: created, written, removed, moved from or
+    /// to, its mode changed.
+    Path(&'a Path),
+    /// Events may have been lost: the next snapshot of every session walks everything.
+    Lost,
+    /// The source can no longer see every change; the watcher vouches for nothing more.
+    Problem(String),
+}
+
+/// The platform's file-system events for one workspace.
+pub(crate) trait Source: Send {
+    /// Waits up to `wait` for events, then hands every one queued to `sink`, in order.
+    fn next(&mut self, wait: Duration, sink: &mut dyn FnMut(Seen<'_>));
+}
+
+/// Starts watching `root`: every directory under it that `wanted` accepts (on platforms
+/// that watch a whole tree at once, everything; unwanted paths are dropped as they are
+/// recorded).
+///
+/// # Errors
+/// `io` if the platform's events are unavailable or the tree cannot be watched.
+pub(crate) fn source(root: &Path, wanted: impl Fn(&Path) -> bool + Send + 'static) -> Result<Box<dyn Source>> {
+    #[cfg(target_os = "linux")]
+    return Ok(Box::new(inotify::Tree::new(root, wanted)?));
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = wanted;
+        Ok(Box::new(recursive::Recursive::new(root)?))
+    }
 }
 
 /// Where a snapshot stood in its watcher's stream of events: recorded with the snapshot,
