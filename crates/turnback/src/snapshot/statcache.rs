@@ -14,6 +14,10 @@
 //!   walk (the "racily clean" case of git and jj) could change again without its mtime
 //!   moving on a coarse clock, so it is read again. The margin covers file systems that
 //!   keep whole seconds.
+//! - Its [`Shape`], when it has one, is the root of the tree that its files and the walk's
+//!   other entries (symlinks, nested repositories) made, written from the very build that
+//!   made it: a walk that finds every file as cached and the same other entries has that
+//!   tree again, without building it.
 //! - It is derived data: everything in it can be found again by reading the files. A cache
 //!   that does not verify (altered, or malformed) is never a reason to stop taking
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
@@ -30,8 +34,10 @@ use crate::storage::store::Store;
 const SCHEMA: u16 = 1;
 /// Encoded bytes of one entry's columns: mode, size, mtime, ctime, device, inode, id.
 const ENTRY_COLUMNS: usize = 4 + 8 + 16 + 16 + 8 + 8 + 32;
-/// Entries in component order (the walk's).
-const MAGIC: &[u8; 4] = b"TBS4";
+/// Entries in component order (the walk's), then the tree ids and the shape.
+const MAGIC: &[u8; 4] = b"TBS5";
+/// Without a shape (before 2026-12-02): read, and rewritten at the next snapshot.
+const MAGIC_NO_SHAPE: &[u8; 4] = b"TBS4";
 /// Entries in byte order (before 2026-12): read, put in component order, rewritten.
 const MAGIC_BYTE_ORDER: &[u8; 4] = b"TBS3";
 /// How much older than the walk a file's mtime must be to be trusted unread.
@@ -53,6 +59,15 @@ pub struct Cached {
     pub id: ContentId,
 }
 
+/// The tree a cache's files made, with the walk's other entries as they were then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// The root of the tree built from the cached files and those entries.
+    pub root: ContentId,
+    /// The digest of every entry of that walk that is not a file ([`others_digest`]).
+    pub others: [u8; 32],
+}
+
 /// A session's stat cache.
 #[derive(Debug, Default)]
 pub struct StatCache {
@@ -63,6 +78,8 @@ pub struct StatCache {
     pub entries: Vec<(Vec<u8>, Cached)>,
     /// The directory node ids of the snapshot it describes.
     pub tree_ids: Vec<ContentId>,
+    /// The tree its files made, if it was written with one.
+    pub shape: Option<Shape>,
     /// Read from an older layout: rewrite it at the next snapshot.
     pub outdated: bool,
 }
@@ -136,7 +153,7 @@ impl StatCache {
     /// Its encoding ([`encode`]).
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        encode(self.taken_at_ns, &|| self.entries.iter().map(|(p, c)| (p.as_slice(), *c)), &self.tree_ids)
+        encode(self.taken_at_ns, &|| self.entries.iter().map(|(p, c)| (p.as_slice(), *c)), &self.tree_ids, self.shape)
     }
 }
 
@@ -145,29 +162,33 @@ impl StatCache {
 pub(crate) type Entries<'e, I> = dyn Fn() -> I + 'e;
 
 /// The sealed value to store for `session` ([`put_in`]): a cache of `entries` taken at
-/// `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids`.
+/// `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids` (whose root
+/// and other entries are `shape`, when they are known to go with these entries).
 pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     store: &Store,
     session: &str,
     taken_at_ns: i128,
     entries: &Entries<'_, I>,
     tree_ids: &[ContentId],
+    shape: Option<Shape>,
 ) -> Result<Vec<u8>> {
-    let encoded = encode(taken_at_ns, entries, tree_ids);
+    let encoded = encode(taken_at_ns, entries, tree_ids, shape);
     store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &encoded, 1)
 }
 
 /// In component order, then column by column (each path as the length it shares with the
 /// previous one plus the rest; then every mode, size, mtime, ctime, device, inode, id), so
-/// that similar bytes sit together and compress: about a third of the row layout.
+/// that similar bytes sit together and compress: about a third of the row layout. Then the
+/// tree ids, and the shape (a byte 0, or 1 and its root and digest).
 fn encode<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     taken_at_ns: i128,
     sorted: &Entries<'_, I>,
     tree_ids: &[ContentId],
+    shape: Option<Shape>,
 ) -> Vec<u8> {
     // At most: the header, two varints and the path per entry, the columns, the trees.
     let (count, paths) = sorted().fold((0, 0), |(n, bytes), (p, _)| (n + 1, bytes + p.len() + 2 * 10));
-    let mut out = Vec::with_capacity(4 + 16 + 2 * 10 + paths + count * ENTRY_COLUMNS + tree_ids.len() * 32);
+    let mut out = Vec::with_capacity(4 + 16 + 3 * 10 + paths + count * ENTRY_COLUMNS + tree_ids.len() * 32 + 65);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&taken_at_ns.to_le_bytes());
     varint::put(&mut out, count as u64);
@@ -191,7 +212,38 @@ fn encode<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     for id in tree_ids {
         out.extend_from_slice(&id.0);
     }
+    match shape {
+        Some(shape) => {
+            out.push(1);
+            out.extend_from_slice(&shape.root.0);
+            out.extend_from_slice(&shape.others);
+        }
+        None => out.push(0),
+    }
     out
+}
+
+/// The digest of every entry of `walked` that is not a file — symlinks with their mode and
+/// target, nested repositories with their commit — in walk order: what, besides the files,
+/// a tree is made of (directories are recorded only through what they hold).
+pub(crate) fn others_digest(walked: &crate::fs::walk::Walk) -> [u8; 32] {
+    use crate::fs::walk::Kind;
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for e in &walked.entries {
+        let (tag, bytes): (u8, &[u8]) = match &e.kind {
+            Kind::File => continue,
+            Kind::Symlink(target) => (b'l', target),
+            Kind::Gitlink(commit) => (b'g', commit.as_bytes()),
+        };
+        for part in [&e.path[..], bytes] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part);
+        }
+        h.update([tag]);
+        h.update(e.stat.mode.to_le_bytes());
+    }
+    h.finalize().into()
 }
 
 /// The content and tree ids every session's stat cache names (a cache that does not
@@ -222,12 +274,17 @@ pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
 
 fn decode(bytes: &[u8]) -> Result<StatCache> {
     let bad = || Error::corrupt("stat cache", "malformed");
-    let (rest, outdated) = match (bytes.strip_prefix(MAGIC), bytes.strip_prefix(MAGIC_BYTE_ORDER)) {
-        (Some(rest), _) => (rest, false),
-        (None, Some(rest)) => (rest, true),
+    let (rest, version) = if let Some(rest) = bytes.strip_prefix(MAGIC) {
+        (rest, 5)
+    } else if let Some(rest) = bytes.strip_prefix(MAGIC_NO_SHAPE) {
+        (rest, 4)
+    } else if let Some(rest) = bytes.strip_prefix(MAGIC_BYTE_ORDER) {
+        (rest, 3)
+    } else {
         // An older format is not an error: the next snapshot reads everything again.
-        (None, None) => return Ok(StatCache::default()),
+        return Ok(StatCache::default());
     };
+    let outdated = version < 5;
     let mut rest = rest;
     let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
     let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
@@ -268,16 +325,23 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
         entries.push((path, Cached { stat, id: ContentId(nth(ids, i)) }));
     }
     // Written in order by this version; an older one's byte order is sorted once here.
-    if outdated || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
+    if version == 3 || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
         entries.sort_by(|a, b| component_order(&a.0, &b.0));
         entries.dedup_by(|a, b| a.0 == b.0);
     }
     let trees = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-    if rest.len() != trees.checked_mul(32).ok_or_else(bad)? {
-        return Err(bad());
-    }
-    let tree_ids = rest.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
-    Ok(StatCache { taken_at_ns, entries, tree_ids, outdated })
+    let tree_ids = split(&mut rest, trees.checked_mul(32).ok_or_else(bad)?).ok_or_else(bad)?;
+    let tree_ids = tree_ids.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
+    let shape = match (version, rest) {
+        (5, [0]) => None,
+        (5, [1, shape @ ..]) if shape.len() == 64 => Some(Shape {
+            root: ContentId(shape[..32].try_into().expect("32")),
+            others: shape[32..].try_into().expect("32"),
+        }),
+        (3 | 4, []) => None,
+        _ => return Err(bad()),
+    };
+    Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated })
 }
 
 /// The first `n` bytes of `rest`, which then starts after them.
@@ -320,10 +384,13 @@ mod tests {
         for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
             cache.entries.push((p.as_bytes().to_vec(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }));
         }
+        cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
         let bytes = cache.encode();
         let back = decode(&bytes).unwrap();
         assert_eq!(back.entries, cache.entries);
         assert_eq!(back.tree_ids, cache.tree_ids);
+        assert_eq!(back.shape, cache.shape);
+        assert!(!back.outdated);
         for cut in MAGIC.len()..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut} accepted");
         }
@@ -341,6 +408,7 @@ mod tests {
         };
         let mut bytes = cache.encode();
         bytes[..4].copy_from_slice(MAGIC_BYTE_ORDER);
+        assert_eq!(bytes.pop(), Some(0), "no shape");
         let back = decode(&bytes).unwrap();
         let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p.as_slice()).collect();
         assert_eq!(order, [&b"a/b"[..], b"a/b/c", b"a/b.c", b"a.c", b"b"]);
@@ -351,6 +419,17 @@ mod tests {
         assert_eq!(back.align(walked.into_iter()), [None, Some(0), Some(2), Some(3), None]);
         assert_eq!(back.get(b"a/b/c").map(|c| c.id), Some(ContentId([1; 32])));
         assert!(back.get(b"a/b/d").is_none());
+    }
+
+    #[test]
+    fn a_cache_without_a_shape_is_read_and_marked_for_rewriting() {
+        let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
+        cache.entries.push((b"a".to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }));
+        let mut bytes = cache.encode();
+        bytes[..4].copy_from_slice(MAGIC_NO_SHAPE);
+        assert_eq!(bytes.pop(), Some(0));
+        let back = decode(&bytes).unwrap();
+        assert_eq!((back.entries, back.shape, back.outdated), (cache.entries, None, true));
     }
 
     #[test]
@@ -369,6 +448,7 @@ mod tests {
         }
         b.extend(std::iter::repeat_n(0u8, 92 * count));
         varint::put(&mut b, 0);
+        b.push(0);
         assert!(decode(&b).is_err(), "{} input bytes must not decode into ~100 MB of paths", b.len());
     }
 }

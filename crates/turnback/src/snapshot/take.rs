@@ -2,8 +2,9 @@
 //! not verify), leave out the files too large to keep, classify (what the stat cache
 //! vouches for, what must be read), check the limits on what is kept, read, hash and pack
 //! what the store lacks (each batch stored by a writer thread while the next is read),
-//! build the trees bottom-up, and commit the record with its trees and the new stat cache
-//! in one transaction.
+//! build the trees bottom-up — unless every file is as cached and the walk's other entries
+//! are those of the cache's [`Shape`], when the tree is the one it names — and commit the
+//! record with its trees and the new stat cache in one transaction.
 //!
 //! Invariants: see [the module](crate::snapshot). Nothing of a snapshot is committed until
 //! its last phase; a cancelled or failed snapshot leaves only unreferenced content, which
@@ -23,7 +24,7 @@ use crate::fs::relpath::{dir_of, name_of};
 use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::prune::prune;
-use crate::snapshot::statcache::{self, Cached, StatCache};
+use crate::snapshot::statcache::{self, Cached, Shape, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
 use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
 use crate::storage::content::{ContentClass, ContentId};
@@ -135,12 +136,21 @@ pub(super) fn take(
         Some(_) => None,
         None => {
             let unchanged = cache_still_holds(&walked, &plan, &cache, taken_at_ns);
-            // Everything the old cache vouched for is in the plan by now: its entries are let
-            // go before the new cache is written (a large tree's peak memory is there).
-            let previous_trees = std::mem::take(&mut cache.tree_ids);
-            drop(cache);
-            let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
-            Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
+            let same_tree = cache.shape.filter(|s| {
+                unchanged && read_as_walked(&walked, &plan) && s.others == statcache::others_digest(&walked)
+            });
+            if let Some(shape) = same_tree {
+                // Every file as cached and the same other entries: the tree is the one the
+                // cache's shape names, stored (a root of gc) and not built again.
+                Some(Built { root: shape.root, nested: nested_of(&walked), pending: Vec::new(), cache: None })
+            } else {
+                // Everything the old cache vouched for is in the plan by now: its entries are
+                // let go before the new cache is written (a large tree's peak memory is there).
+                let previous_trees = std::mem::take(&mut cache.tree_ids);
+                drop(cache);
+                let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
+                Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
+            }
         }
     };
     record.duration_ms = started.elapsed().as_millis() as u64;
@@ -536,7 +546,6 @@ struct CacheUpdate {
 /// describes this snapshot.
 fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate, session_id: &str) -> Result<Built> {
     let mut builder = TreeBuilder { previous: cache.previous_trees.into_iter().collect(), ..TreeBuilder::default() };
-    let mut nested = Vec::new();
     for (i, e) in walked.entries.iter().enumerate() {
         let (dir, name) = (dir_of(&e.path), name_of(&e.path).to_vec());
         let node = match &e.kind {
@@ -549,10 +558,7 @@ fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate
                 builder.pending.extend(sealed);
                 Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
             }
-            Kind::Gitlink(commit) => {
-                nested.push(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() });
-                Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) }
-            }
+            Kind::Gitlink(commit) => Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) },
         };
         builder.add(store, dir, node)?;
     }
@@ -569,9 +575,33 @@ fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate
                 Some((e.path.as_slice(), Cached { stat: plan.stat_of(i, e), id }))
             })
         };
-        Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids)?)
+        // The shape goes with these entries only if every file's node was made from the
+        // stat cached for it (a file that changed while it was read has the walk's size
+        // and mode in its node, the read's in the cache).
+        let shape = read_as_walked(walked, plan).then(|| Shape { root, others: statcache::others_digest(walked) });
+        Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
     };
-    Ok(Built { root, nested, pending, cache })
+    Ok(Built { root, nested: nested_of(walked), pending, cache })
+}
+
+/// Whether every file read had the stat the walk found (so its node, made from the walk's
+/// stat, and its cache entry, from the read's, agree).
+fn read_as_walked(walked: &Walk, plan: &ReadPlan) -> bool {
+    plan.stat_after.iter().all(|(i, stat)| *stat == walked.entries[*i].stat)
+}
+
+/// The nested repositories the walk found, with their commits.
+fn nested_of(walked: &Walk) -> Vec<NestedRepo> {
+    walked
+        .entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            Kind::Gitlink(commit) => {
+                Some(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether the old stat cache still describes this snapshot: every file kept the stat and

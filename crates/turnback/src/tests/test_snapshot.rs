@@ -476,3 +476,57 @@ fn content_is_packed_once_across_batches_and_sessions() {
     assert_eq!(second.root, first.root);
     assert_eq!(env.keys_in("packed").len(), 2);
 }
+
+/// A snapshot by a session that has no stat cache: its tree is built from scratch.
+fn take_fresh(env: &Env, name: &str) -> SnapshotRecord {
+    let session = crate::session::Session::resolve(&env.store, &env.ws, Some(name)).unwrap();
+    let opts = snapshot::TakeOptions { kind: Some(SnapshotKind::AdHoc), ..Default::default() };
+    let hooks = crate::session::turn::Hooks::new(&env.store);
+    snapshot::take(&env.store, crate::session::turn::source(&env.ws, &session), &opts, &hooks).unwrap()
+}
+
+#[test]
+fn a_walk_that_finds_every_file_as_cached_still_sees_its_links_and_nested_repositories_change() {
+    let env = Env::new();
+    write(&env, "a.txt", "a");
+    write(&env, "d/b.txt", "b");
+    write(&env, "vendor/lib/.git/HEAD", "ref: refs/heads/main\n");
+    write(&env, "vendor/lib/.git/refs/heads/main", &format!("{}\n", "1".repeat(40)));
+    std::os::unix::fs::symlink("a.txt", env.path("link")).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    for f in ["a.txt", "d/b.txt"] {
+        std::fs::File::options().write(true).open(env.path(f)).unwrap().set_modified(old).unwrap();
+    }
+    let first = take(&env);
+    let cached = env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap();
+    // Nothing changed: the tree the cache names, the cache not rewritten.
+    let second = take(&env);
+    assert_eq!((second.root.clone(), second.read_files), (first.root.clone(), 0));
+    assert_eq!(second.nested_repos, first.nested_repos);
+    assert_eq!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
+    // Each change leaves every file as cached; each must still give a new tree, the one a
+    // session without a cache builds.
+    let changes: [(&str, &dyn Fn()); 5] = [
+        ("a link retargeted", &|| {
+            std::fs::remove_file(env.path("link")).unwrap();
+            std::os::unix::fs::symlink("d/b.txt", env.path("link")).unwrap();
+        }),
+        ("a link added", &|| std::os::unix::fs::symlink("../a.txt", env.path("d/new")).unwrap()),
+        ("a link removed", &|| std::fs::remove_file(env.path("link")).unwrap()),
+        ("a nested repository's commit moved", &|| {
+            write(&env, "vendor/lib/.git/refs/heads/main", &format!("{}\n", "2".repeat(40)));
+        }),
+        ("a link moved to another directory", &|| std::fs::rename(env.path("d/new"), env.path("moved")).unwrap()),
+    ];
+    let mut previous = second.root.clone();
+    for (i, (what, change)) in changes.iter().enumerate() {
+        change();
+        let r = take(&env);
+        assert_eq!(r.read_files, 0, "{what}: no file read");
+        assert_ne!(r.root, previous, "{what}: the tree changed");
+        assert_eq!(r.root, take_fresh(&env, &format!("fresh-{i}")).root, "{what}: as built from scratch");
+        assert_eq!(take(&env).root, r.root, "{what}: and the next snapshot finds it again");
+        previous = r.root.clone();
+    }
+    assert_eq!(take(&env).nested_repos[0].commit, "2".repeat(40));
+}
