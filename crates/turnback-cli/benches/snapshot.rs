@@ -15,7 +15,10 @@
 //! its watcher running (`turnback watch start`), each in its own store.
 //!
 //! `RUNS` (default 5) sets the repetitions of the no-change and one-change rows; each row
-//! reports the median. Every run is a fresh process; peak memory is its max RSS.
+//! reports the median. Every run is a fresh process; peak memory is its max RSS. Before
+//! each, `sync` writes back what the previous tool left dirty (shadow git writes a new index
+//! and objects every time), so no tool pays for another's writes; the tools take turns
+//! going first, round by round.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,6 +32,8 @@ struct Run {
 }
 
 fn timed(mut cmd: Command, rss_file: &Path) -> Run {
+    // Untimed: the previous tool's dirty pages written back before this one starts.
+    Command::new("sync").status().expect("sync");
     let start = Instant::now();
     let out = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).output().expect("run");
     let seconds = start.elapsed().as_secs_f64();
@@ -290,13 +295,21 @@ fn main() {
                     std::fs::write(c, &bytes).unwrap();
                 }
             }
-            tb.incremental(walked.snapshot(), changed_now);
-            tbw.incremental(watched.snapshot(), changed_now);
-            if let Ok(j) = &jj {
-                jjc.incremental(j.snapshot(), changed_now);
-            }
-            if !skip_git {
-                git.incremental(shadow_git(dir.path(), &work, &script), changed_now);
+            for turn in 0..4 {
+                match (turn + i) % 4 {
+                    0 => tb.incremental(walked.snapshot(), changed_now),
+                    1 => tbw.incremental(watched.snapshot(), changed_now),
+                    2 => {
+                        if let Ok(j) = &jj {
+                            jjc.incremental(j.snapshot(), changed_now);
+                        }
+                    }
+                    _ => {
+                        if !skip_git {
+                            git.incremental(shadow_git(dir.path(), &work, &script), changed_now);
+                        }
+                    }
+                }
             }
         }
     }
