@@ -181,7 +181,7 @@ fn matcher(dir: &Path, path: Option<PathBuf>, notes: &mut Vec<Problem>) -> Gitig
 /// The directory holding `info/exclude` for the repository whose `.git` is in `dir`: `.git`
 /// itself, or for a worktree (a `.git` file saying `gitdir: PATH`) the common directory
 /// that `PATH/commondir` names. `None` if `.git` is neither or says nothing usable.
-fn git_common_dir(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn git_common_dir(dir: &Path) -> Option<PathBuf> {
     let git = dir.join(".git");
     let meta = std::fs::metadata(&git).ok()?;
     if !meta.is_file() {

@@ -99,7 +99,14 @@ pub(super) fn take(
     started: std::time::Instant,
 ) -> Result<Option<SnapshotRecord>> {
     let (Some(dirty), Some(previous)) = (usable(store, synced, previous, opts), previous) else { return Ok(None) };
-    let Some(patched) = patch(store, source, previous, dirty, opts)? else { return Ok(None) };
+    // A nested repository whose `.git` is a file (a submodule, a linked worktree) keeps its
+    // HEAD and refs elsewhere, where no watch sees them: its commit is read again each time.
+    let elsewhere = previous
+        .nested_repos
+        .iter()
+        .filter(|n| source.root.join(&n.path).join(".git").symlink_metadata().is_ok_and(|m| m.is_file()));
+    let dirty: Vec<Vec<u8>> = dirty.iter().cloned().chain(elsewhere.map(|n| n.path.as_bytes().to_vec())).collect();
+    let Some(patched) = patch(store, source, previous, &dirty, opts)? else { return Ok(None) };
     let mut record = SnapshotRecord {
         snapshot_id: uuid::Uuid::now_v7().to_string(),
         session_id: source.session_id.to_string(),

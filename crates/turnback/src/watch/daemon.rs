@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use crate::base::hex;
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
-use crate::fs::files;
 use crate::fs::lock::NamedLock;
+use crate::fs::{files, rules, walk};
 use crate::watch::dirty::{Dirty, Since};
 use crate::watch::{
     STATUS, STOP, SYNC, Seen, Source, Synced, WatchStatus, decode_request, encode_sync, relative, source,
@@ -59,8 +59,9 @@ pub(crate) struct Config {
 
 struct State {
     dirty: Dirty,
-    /// Cookies seen, by name, with their sequence number.
-    cookies: HashMap<Vec<u8>, u64>,
+    /// Cookies seen, by name, with their sequence number and when (one no sync waits for
+    /// any more is forgotten).
+    cookies: HashMap<Vec<u8>, (u64, Instant)>,
     /// Why the watcher cannot vouch for anything (it then answers every sync with none).
     problem: Option<String>,
     /// Why it is exiting.
@@ -248,7 +249,7 @@ fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previou
     let deadline = Instant::now() + COOKIE_WAIT;
     let mut state = lock(shared);
     let seq = loop {
-        if let Some(seq) = state.cookies.remove(&name) {
+        if let Some((seq, _)) = state.cookies.remove(&name) {
             break Some(seq);
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -293,13 +294,16 @@ fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previou
     }
 }
 
-/// The stat of every ignore file the walk reads above the root (`.gitignore`, `.ignore`,
-/// `.git/info/exclude` of each parent directory).
+/// The stat of every ignore file the walk reads that no watch sees: `.gitignore` and
+/// `.ignore` of each directory above the root, and `info/exclude` of the repository of the
+/// root and of each directory above it (for a linked worktree, in its main repository).
 fn ignore_files_above(root: &Path) -> Vec<Option<(u64, i64, i64, u64)>> {
     let mut out = Vec::new();
-    for dir in root.ancestors().skip(1) {
-        for name in [".gitignore", ".ignore", ".git/info/exclude"] {
-            out.push(dir.join(name).metadata().ok().map(|m| {
+    for dir in root.ancestors() {
+        let exclude = rules::git_common_dir(dir).map(|git| git.join("info/exclude"));
+        let above = (dir != root).then(|| [dir.join(".gitignore"), dir.join(".ignore")]);
+        for file in above.into_iter().flatten().chain(exclude) {
+            out.push(file.metadata().ok().map(|m| {
                 (
                     m.ino(),
                     m.mtime_nsec() + m.mtime() * 1_000_000_000,
@@ -312,19 +316,34 @@ fn ignore_files_above(root: &Path) -> Vec<Option<(u64, i64, i64, u64)>> {
     out
 }
 
-/// Whether the watcher watches the directory `dir`: not one of `skip` (the store), and of
-/// the workspace's own `.git` only `.git` itself and `.git/info` (where `exclude` lives;
-/// the rest is not content, and busy).
+/// Whether the watcher watches the directory `dir`: not one of `skip` (the store), nothing
+/// the walk leaves out whatever the ignore files say (dependency folders, credentials'
+/// directories: [`walk::excluded`]) — except `.git`, of which only what tells a snapshot
+/// something: of the workspace's own, `.git` itself and `.git/info` (where `exclude`
+/// lives); of a nested repository's, `.git` and `.git/refs` with what is below it (where
+/// its commit is).
 fn watched_dir(root: &Path, skip: &[PathBuf], dir: &Path) -> bool {
     if skip.iter().any(|s| dir.starts_with(s)) {
         return false;
     }
     let Ok(rel) = dir.strip_prefix(root) else { return false };
-    let mut parts = rel.components().map(|c| c.as_os_str());
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(git), Some(sub), rest) if git == ".git" => sub == "info" && rest.is_none(),
-        _ => true,
+    let parts: Vec<&[u8]> = rel.components().map(|c| c.as_os_str().as_bytes()).collect();
+    let mut parent = None;
+    for (i, part) in parts.iter().enumerate() {
+        if *part == b".git" {
+            let below = &parts[i + 1..];
+            return if i == 0 {
+                below.is_empty() || below == [b"info"]
+            } else {
+                below.first().is_none_or(|b| *b == b"refs")
+            };
+        }
+        if walk::excluded(part, parent) {
+            return false;
+        }
+        parent = Some(*part);
     }
+    true
 }
 
 /// The thread that handles events in order.
@@ -337,7 +356,7 @@ struct Handler<'a> {
 impl Handler<'_> {
     fn handle_all(&self, mut events: Box<dyn Source>) {
         while lock(self.shared).exit.is_none() {
-            events.next(EXIT_CHECK, &mut |seen| self.seen(seen));
+            events.pump(EXIT_CHECK, &mut |seen| self.seen(seen));
             self.shared.1.notify_all();
         }
     }
@@ -371,7 +390,9 @@ impl Handler<'_> {
         if files::temp_phase(name).is_some() {
             if name.starts_with(COOKIE_STEM) && !rel.contains(&b'/') {
                 let seq = state.dirty.tick();
-                state.cookies.insert(name.to_vec(), seq);
+                // Its removal is an event too, after its sync took it: bounded by age.
+                state.cookies.retain(|_, (_, at)| at.elapsed() < COOKIE_WAIT);
+                state.cookies.insert(name.to_vec(), (seq, Instant::now()));
             }
             return;
         }
@@ -419,9 +440,11 @@ mod tests {
         let root = Path::new("/ws");
         let skip = [PathBuf::from("/ws/.turnback")];
         let watched = |p: &str| watched_dir(root, &skip, Path::new(p));
-        assert!(watched("/ws") && watched("/ws/src") && watched("/ws/vendor/lib/.git/refs"));
-        assert!(watched("/ws/.git") && watched("/ws/.git/info"));
+        assert!(watched("/ws") && watched("/ws/src") && watched("/ws/.git") && watched("/ws/.git/info"));
         assert!(!watched("/ws/.git/objects") && !watched("/ws/.git/objects/ab") && !watched("/ws/.git/info/x"));
+        assert!(watched("/ws/vendor/lib/.git") && watched("/ws/vendor/lib/.git/refs/heads/topic"));
+        assert!(!watched("/ws/vendor/lib/.git/objects/ab") && !watched("/ws/vendor/lib/.git/logs"));
+        assert!(!watched("/ws/web/node_modules") && !watched("/ws/web/node_modules/x") && !watched("/ws/.venv/lib"));
         assert!(!watched("/ws/.turnback") && !watched("/ws/.turnback/watch") && !watched("/elsewhere"));
     }
 

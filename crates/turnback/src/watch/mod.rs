@@ -58,8 +58,10 @@ pub(crate) enum Seen<'a> {
 
 /// The platform's file-system events for one workspace.
 pub(crate) trait Source: Send {
-    /// Waits up to `wait` for events, then hands every one queued to `sink`, in order.
-    fn next(&mut self, wait: Duration, sink: &mut dyn FnMut(Seen<'_>));
+    /// Waits up to `wait` for events, then hands those queued to `sink`, in order (at most
+    /// a buffer's worth, so the caller can act between calls). A directory that appears is
+    /// watched before the next event is handed over.
+    fn pump(&mut self, wait: Duration, sink: &mut dyn FnMut(Seen<'_>));
 }
 
 /// Starts watching `root`: every directory under it that `wanted` accepts (on platforms
@@ -70,7 +72,7 @@ pub(crate) trait Source: Send {
 /// `io` if the platform's events are unavailable or the tree cannot be watched.
 pub(crate) fn source(root: &Path, wanted: impl Fn(&Path) -> bool + Send + 'static) -> Result<Box<dyn Source>> {
     #[cfg(target_os = "linux")]
-    return Ok(Box::new(inotify::Tree::new(root, wanted)?));
+    return Ok(Box::new(inotify::Watches::new(root, wanted)?));
     #[cfg(not(target_os = "linux"))]
     {
         let _ = wanted;

@@ -72,7 +72,7 @@ impl Recursive {
 }
 
 impl Source for Recursive {
-    fn next(&mut self, wait: Duration, sink: &mut dyn FnMut(Seen<'_>)) {
+    fn pump(&mut self, wait: Duration, sink: &mut dyn FnMut(Seen<'_>)) {
         let mut msg = match self.rx.recv_timeout(wait) {
             Ok(msg) => msg,
             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => return,
@@ -113,7 +113,7 @@ mod tests {
         std::fs::write(root.join("f"), "x").unwrap();
         let mut seen = Vec::new();
         for _ in 0..20 {
-            source.next(Duration::from_millis(50), &mut |s| {
+            source.pump(Duration::from_millis(50), &mut |s| {
                 if let Seen::Path(p) = s {
                     seen.push(p.to_path_buf());
                 }
