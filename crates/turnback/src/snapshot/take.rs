@@ -604,21 +604,36 @@ fn nested_of(walked: &Walk) -> Vec<NestedRepo> {
         .collect()
 }
 
+/// At most this many racily clean files, read again and found the same, that a rewritten
+/// cache would now settle are left to be read again instead of rewriting it for them.
+const SETTLE_LATER_FILES: usize = 64;
+/// … and at most this many bytes of them.
+const SETTLE_LATER_BYTES: u64 = 4 << 20;
+
 /// Whether the old stat cache still describes this snapshot: every file kept the stat and
 /// id it holds. A racily clean file read again and found the same does not make it stale:
-/// the cache is rewritten for it (with this walk's time) only once that would settle it,
-/// i.e. its mtime is past the margin now; until then it is simply read again, which costs
-/// far less than rewriting the cache of a large tree at every snapshot.
+/// until its mtime is past the margin it could not be settled anyway, and after that a few
+/// such files ([`SETTLE_LATER_FILES`], [`SETTLE_LATER_BYTES`]) are simply read again — an
+/// agent's edit is snapshotted at once and again moments later, and reading the file it
+/// edited costs far less than rewriting the cache of a large tree; the next rewrite for
+/// any other reason settles them.
 fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at_ns: i128) -> bool {
-    !cache.outdated
-        && plan.files as usize == cache.entries.len()
-        && walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File).all(|(i, e)| {
-            let stat = plan.stat_of(i, e);
-            let cached = plan.cached[i].map(|c| &cache.entries[c].1);
-            let same = plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat));
-            let would_settle = plan.stat_after.contains_key(&i) && statcache::settled(&stat, taken_at_ns);
-            same && !would_settle
-        })
+    if cache.outdated || plan.files as usize != cache.entries.len() {
+        return false;
+    }
+    let (mut settling, mut settling_bytes) = (0usize, 0u64);
+    for (i, e) in walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File) {
+        let stat = plan.stat_of(i, e);
+        let cached = plan.cached[i].map(|c| &cache.entries[c].1);
+        if !plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
+            return false;
+        }
+        if plan.stat_after.contains_key(&i) && statcache::settled(&stat, taken_at_ns) {
+            settling += 1;
+            settling_bytes += stat.size;
+        }
+    }
+    settling <= SETTLE_LATER_FILES && settling_bytes <= SETTLE_LATER_BYTES
 }
 
 /// Phase 7: one transaction — the trees, the record, what the turns are told, and the new

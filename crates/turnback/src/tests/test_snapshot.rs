@@ -148,9 +148,33 @@ fn a_racily_clean_file_is_read_again() {
     let cached = env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap();
     assert_eq!(take(&env).read_files, 1);
     assert_eq!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
-    // Once a walk starts more than the margin after its mtime, it is trusted.
+    // Once a walk starts more than the margin after its mtime it could be settled, but a
+    // file or two are cheaper to read again than the cache to rewrite: still not rewritten.
     std::thread::sleep(std::time::Duration::from_millis(2100));
+    let r = take(&env);
+    assert_eq!(r.read_files, 1);
+    assert_eq!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
+    // The next rewrite, for any other change (a file written long ago), settles it: trusted
+    // from then on.
+    write(&env, "other.txt", "new");
+    std::fs::File::options().write(true).open(env.path("other.txt")).unwrap().set_modified(old).unwrap();
+    assert_eq!(take(&env).read_files, 2);
+    assert_ne!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
+    assert_eq!(take(&env).read_files, 0);
+}
+
+#[test]
+fn many_settled_files_rewrite_the_cache_so_they_are_not_read_again() {
+    let env = Env::new();
+    for i in 0..70 {
+        write(&env, &format!("f{i}.txt"), "x");
+    }
     take(&env);
+    let cached = env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    // 70 files past the margin, more than are left to be read again: the cache is rewritten.
+    assert_eq!(take(&env).read_files, 70);
+    assert_ne!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
     assert_eq!(take(&env).read_files, 0);
 }
 
