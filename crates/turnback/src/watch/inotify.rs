@@ -470,6 +470,13 @@ mod tests {
         (paths, problems)
     }
 
+    /// Writes the file `rel` and asserts the watches report it.
+    fn write_and_see<F: Fn(&Path) -> bool>(w: &mut Watches<F>, root: &Path, rel: &str) {
+        std::fs::write(root.join(rel), "x").unwrap();
+        let (paths, _) = drain(w, root);
+        assert!(paths.iter().any(|p| p == rel), "{rel}: {paths:?}");
+    }
+
     /// Every watched directory's path, relative to `root`, sorted.
     fn watched_paths<F: Fn(&Path) -> bool>(w: &Watches<F>, root: &Path) -> Vec<String> {
         let mut out: Vec<String> = w
@@ -502,9 +509,7 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert!(paths.contains(&"a".to_string()) && paths.contains(&"b".to_string()), "{paths:?}");
         assert_eq!(watched_paths(&w, &root), ["", "b", "b/sub"]);
-        std::fs::write(root.join("b/sub/f"), "x").unwrap();
-        let (paths, _) = drain(&mut w, &root);
-        assert!(paths.contains(&"b/sub/f".to_string()), "{paths:?}");
+        write_and_see(&mut w, &root, "b/sub/f");
     }
 
     #[test]
@@ -556,9 +561,7 @@ mod tests {
         std::fs::rename(root.join("a"), root.join("b")).unwrap();
         drain(&mut w, &root);
         assert_eq!(watched_paths(&w, &root), ["", "b", "b/hidden", "b/hidden/inner"]);
-        std::fs::write(root.join("b/hidden/inner/f"), "x").unwrap();
-        let (paths, _) = drain(&mut w, &root);
-        assert!(!paths.is_empty() && paths.iter().all(|p| p == "b/hidden/inner/f"), "{paths:?}");
+        write_and_see(&mut w, &root, "b/hidden/inner/f");
     }
 
     #[test]
@@ -574,9 +577,7 @@ mod tests {
         std::fs::set_permissions(root.join("p"), std::fs::Permissions::from_mode(0o700)).unwrap();
         drain(&mut w, &root);
         assert_eq!(watched_paths(&w, &root), ["", "p", "p/c"]);
-        std::fs::write(root.join("p/c/f"), "x").unwrap();
-        let (paths, _) = drain(&mut w, &root);
-        assert!(paths.contains(&"p/c/f".to_string()), "{paths:?}");
+        write_and_see(&mut w, &root, "p/c/f");
     }
 
     #[test]
@@ -624,9 +625,7 @@ mod tests {
         });
         assert_eq!(seen, [true]);
         assert_eq!(watched_paths(&w, &root), ["", "b", "new", "new/inner"]);
-        std::fs::write(root.join("new/inner/f"), "x").unwrap();
-        let (paths, _) = drain(&mut w, &root);
-        assert!(paths.contains(&"new/inner/f".to_string()), "{paths:?}");
+        write_and_see(&mut w, &root, "new/inner/f");
     }
 
     #[test]
