@@ -30,7 +30,7 @@ use crate::fs::lock::NamedLock;
 use crate::fs::{files, rules, walk};
 use crate::watch::dirty::{Dirty, Since};
 use crate::watch::{
-    STATUS, STOP, SYNC, Seen, Source, Synced, WatchStatus, decode_request, encode_sync, relative, source,
+    STATUS, STOP, SYNC, Seen, Source, Synced, WatchStatus, decode_request, encode_sync, poll_timeout, relative, source,
 };
 
 /// How often the threads that wait (for events, connections, the clock) look for an exit.
@@ -104,7 +104,7 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
     ));
     let events = {
         let (root, skip) = (root.clone(), cfg.skip.clone());
-        source(&root.clone(), move |dir| watched_dir(&root, &skip, dir))?
+        source(&cfg.root, move |dir| watched_dir(&root, &skip, dir))?
     };
     let _ = std::fs::remove_file(&cfg.socket);
     let listener = UnixListener::bind(&cfg.socket).context(&cfg.socket)?;
@@ -212,7 +212,7 @@ fn serve(
 /// so it sees an exit even when nothing can connect to wake it (the socket's directory
 /// deleted with the store).
 fn accept(listener: &UnixListener, wait: Duration) -> Option<UnixStream> {
-    let timeout = rustix::event::Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ };
+    let timeout = poll_timeout(wait);
     let mut fds = [rustix::event::PollFd::new(listener, rustix::event::PollFlags::IN)];
     match rustix::event::poll(&mut fds, Some(&timeout)) {
         Ok(0) | Err(_) => return None,

@@ -43,16 +43,17 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::event::{PollFd, PollFlags};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{FileType, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::watch::{Seen, Source};
+use crate::watch::{Seen, Source, poll_timeout};
 
-/// What every watch asks for. A file's own `IN_CLOSE_WRITE` adds nothing to `IN_MODIFY`;
-/// `IN_EXCL_UNLINK` keeps writes to deleted-but-open files out. Watches are added through
+/// What every watch asks for. A file's own `IN_CLOSE_WRITE` adds nothing to `IN_MODIFY`.
+/// Not `IN_EXCL_UNLINK`: it also drops writes through a descriptor whose file was linked in
+/// after it was opened (`O_TMPFILE` then `linkat`). Watches are added through
 /// `/proc/self/fd/N` of a directory already opened without following a symlink, so the
 /// magic link itself must be followed (no `IN_DONT_FOLLOW`).
 const FLAGS: WatchFlags = WatchFlags::CREATE
@@ -62,8 +63,7 @@ const FLAGS: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::MOVED_FROM)
     .union(WatchFlags::MOVED_TO)
     .union(WatchFlags::MOVE_SELF)
-    .union(WatchFlags::ONLYDIR)
-    .union(WatchFlags::EXCL_UNLINK);
+    .union(WatchFlags::ONLYDIR);
 
 /// How a directory is opened: to list it and open what is in it, never through a symlink.
 const OPEN_DIR: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
@@ -177,7 +177,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
 
     /// Waits up to `wait` for events, then hands one buffer of them to `sink`, in order.
     fn read(&mut self, wait: Duration, sink: &mut dyn FnMut(Seen<'_>)) {
-        let timeout = Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ };
+        let timeout = poll_timeout(wait);
         let mounts_changed = {
             let mut fds = vec![PollFd::new(&self.inotify, PollFlags::IN)];
             if let Some(m) = &self.mounts {

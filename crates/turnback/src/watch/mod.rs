@@ -80,6 +80,11 @@ pub(crate) fn source(root: &Path, wanted: impl Fn(&Path) -> bool + Send + 'stati
     }
 }
 
+/// `wait` as a poll timeout.
+pub(crate) fn poll_timeout(wait: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec { tv_sec: wait.as_secs() as _, tv_nsec: wait.subsec_nanos() as _ }
+}
+
 /// Where a snapshot stood in its watcher's stream of events: recorded with the snapshot,
 /// asked about by the next one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
