@@ -282,7 +282,9 @@ impl Listed {
     }
 }
 
-fn open_dir(parent: impl rustix::fd::AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+/// Opens directory `name` in `parent` (or an absolute path, with [`rustix::fs::CWD`]),
+/// never through a symlink.
+pub(crate) fn open_dir(parent: impl rustix::fd::AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     rustix::fs::openat(parent, name, flags, Mode::empty())
 }
@@ -290,7 +292,7 @@ fn open_dir(parent: impl rustix::fd::AsFd, name: &OsStr) -> rustix::io::Result<O
 /// Calls `add` with each name and type in open directory `fd`, read in large batches
 /// (`getdents64` into one buffer, no allocation per name).
 #[cfg(target_os = "linux")]
-fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io::Result<()> {
+pub(crate) fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io::Result<()> {
     let mut buf = Vec::with_capacity(32 * 1024);
     let mut dir = rustix::fs::RawDir::new(fd, buf.spare_capacity_mut());
     while let Some(entry) = dir.next() {
@@ -303,7 +305,7 @@ fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io:
 /// Calls `add` with each name and type in open directory `fd` (read through a duplicate
 /// of it, which the listing consumes).
 #[cfg(not(target_os = "linux"))]
-fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io::Result<()> {
+pub(crate) fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> rustix::io::Result<()> {
     let listing = fd.try_clone().map_err(|e| rustix::io::Errno::from_io_error(&e).unwrap_or(rustix::io::Errno::IO))?;
     let mut dir = rustix::fs::Dir::new(listing)?;
     while let Some(entry) = dir.read() {

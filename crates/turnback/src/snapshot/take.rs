@@ -591,7 +591,7 @@ fn read_as_walked(walked: &Walk, plan: &ReadPlan) -> bool {
 }
 
 /// The nested repositories the walk found, with their commits.
-fn nested_of(walked: &Walk) -> Vec<NestedRepo> {
+pub(super) fn nested_of(walked: &Walk) -> Vec<NestedRepo> {
     walked
         .entries
         .iter()

@@ -30,7 +30,7 @@ use crate::fs::walk::{Kind, Walk, component_order, walk_scoped};
 use crate::snapshot::lookup::read_tree;
 use crate::snapshot::prune::prune;
 use crate::snapshot::statcache::StatCache;
-use crate::snapshot::take::{Built, classify, commit, read_and_pack};
+use crate::snapshot::take::{Built, classify, commit, nested_of, read_and_pack};
 use crate::snapshot::tree::{self, Node, NodeKind};
 use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, newest};
 use crate::storage::content::{ContentClass, ContentId};
@@ -318,11 +318,7 @@ pub(super) fn patch(
         .filter(|n| reused_subtree(n.path.as_bytes(), &listed_set, &unlisted))
         .cloned()
         .collect();
-    for e in &walked.entries {
-        if let Kind::Gitlink(commit) = &e.kind {
-            nested.push(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() });
-        }
-    }
+    nested.extend(nested_of(&walked));
     nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
     Ok(Some(Patched {
         built: Built { root, nested, pending, cache: None },

@@ -37,7 +37,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Seek};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
@@ -45,10 +45,11 @@ use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fs::{CWD, FileType};
 use rustix::io::Errno;
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::walk::{open_dir, read_names};
 use crate::watch::{Seen, Source, poll_timeout};
 
 /// What every watch asks for. A file's own `IN_CLOSE_WRITE` adds nothing to `IN_MODIFY`.
@@ -64,9 +65,6 @@ const FLAGS: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::MOVED_TO)
     .union(WatchFlags::MOVE_SELF)
     .union(WatchFlags::ONLYDIR);
-
-/// How a directory is opened: to list it and open what is in it, never through a symlink.
-const OPEN_DIR: OFlags = OFlags::RDONLY.union(OFlags::DIRECTORY).union(OFlags::NOFOLLOW).union(OFlags::CLOEXEC);
 
 /// Bytes read from the kernel at a time (about 2,000 events with short names).
 const READ_BUFFER: usize = 64 * 1024;
@@ -162,10 +160,10 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
     /// following a symlink.
     fn open(&self, path: &Path) -> rustix::io::Result<OwnedFd> {
         let rel = path.strip_prefix(&self.root).map_err(|_| Errno::XDEV)?;
-        let mut fd = rustix::fs::open(&self.root, OPEN_DIR, Mode::empty())?;
+        let mut fd = open_dir(CWD, self.root.as_os_str())?;
         for part in rel.components() {
             let Component::Normal(name) = part else { return Err(Errno::INVAL) };
-            fd = rustix::fs::openat(&fd, name, OPEN_DIR, Mode::empty())?;
+            fd = open_dir(&fd, name)?;
         }
         Ok(fd)
     }
@@ -305,7 +303,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
     /// Watches the whole tree again (adding what is missing, moving what moved), then ends
     /// every watch the walk did not reach.
     fn watch_all(&mut self, sink: &mut dyn FnMut(Seen<'_>)) {
-        let root = match rustix::fs::open(&self.root, OPEN_DIR, Mode::empty()) {
+        let root = match open_dir(CWD, self.root.as_os_str()) {
             Ok(fd) => fd,
             Err(e) => {
                 sink(Seen::Problem(format!("opening {}: {e}", self.root.display())));
@@ -332,7 +330,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
             if !(self.wanted)(&p.path) {
                 continue;
             }
-            let fd = match rustix::fs::openat(&*p.parent_fd, &p.name, OPEN_DIR, Mode::empty()) {
+            let fd = match open_dir(&*p.parent_fd, &p.name) {
                 Ok(fd) => fd,
                 // Gone, replaced by a file or a symlink meanwhile, or unreadable (which the
                 // walk records as skipped: no snapshot is watched while it is).
@@ -395,33 +393,20 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
     /// The subdirectories of the open directory `fd` (watched as `wd`, at `path`), to watch.
     fn listed(&self, fd: &Rc<OwnedFd>, wd: i32, path: &Path, sink: &mut dyn FnMut(Seen<'_>)) -> Vec<Pending> {
         let mut out = Vec::new();
-        let dir = match rustix::fs::Dir::read_from(fd.as_fd()) {
-            Ok(dir) => dir,
-            Err(Errno::ACCESS) => return out,
-            Err(e) => {
-                sink(Seen::Problem(format!("listing {}: {e}", path.display())));
-                return out;
-            }
-        };
-        for entry in dir {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => {
-                    sink(Seen::Problem(format!("listing {}: {e}", path.display())));
-                    return out;
-                }
-            };
-            let name = OsStr::from_bytes(entry.file_name().to_bytes());
-            if name == "." || name == ".." {
-                continue;
-            }
+        let listed = read_names(fd, &mut |name, kind| {
             // A file system that does not give types: opening it (O_DIRECTORY) tells.
-            if matches!(entry.file_type(), FileType::Directory | FileType::Unknown) {
-                let name = name.to_os_string();
+            if name != b"." && name != b".." && matches!(kind, FileType::Directory | FileType::Unknown) {
+                let name = OsStr::from_bytes(name).to_os_string();
                 out.push(Pending { parent_fd: Rc::clone(fd), parent_wd: wd, path: path.join(&name), name });
             }
+        });
+        match listed {
+            Ok(()) | Err(Errno::ACCESS) => out,
+            Err(e) => {
+                sink(Seen::Problem(format!("listing {}: {e}", path.display())));
+                out
+            }
         }
-        out
     }
 
     /// Records that `wd` watches the directory `id`, placed at (`parent`, `name`).
@@ -564,20 +549,42 @@ mod tests {
         write_and_see(&mut w, &root, "b/hidden/inner/f");
     }
 
+    /// Runs `f` on a thread of its own, with an unprivileged user's credentials when this
+    /// process is root (permissions do not stop root); `dirs` are opened to that user first.
+    fn unprivileged(dirs: &[&Path], f: impl FnOnce() + Send + 'static) {
+        let root = rustix::process::geteuid().is_root();
+        if root {
+            for d in dirs {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+            }
+        }
+        let nobody = rustix::process::Uid::from_raw(65534);
+        std::thread::spawn(move || {
+            if root {
+                // This thread only: the kernel keeps credentials per thread.
+                rustix::thread::set_thread_res_uid(nobody, nobody, nobody).unwrap();
+            }
+            f();
+        })
+        .join()
+        .expect("the unprivileged part passed");
+    }
+
     #[test]
     fn a_directory_that_becomes_searchable_is_watched_with_what_is_below_it() {
-        if rustix::process::geteuid().is_root() {
-            return; // permissions do not stop root: nothing to show
-        }
-        let (_dir, root) = workspace();
-        std::fs::create_dir_all(root.join("p/c")).unwrap();
-        std::fs::set_permissions(root.join("p"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        let mut w = Watches::new(&root, |_: &Path| true).unwrap();
-        assert_eq!(watched_paths(&w, &root), ["", "p"]);
-        std::fs::set_permissions(root.join("p"), std::fs::Permissions::from_mode(0o700)).unwrap();
-        drain(&mut w, &root);
-        assert_eq!(watched_paths(&w, &root), ["", "p", "p/c"]);
-        write_and_see(&mut w, &root, "p/c/f");
+        let (dir, root) = workspace();
+        let ws = root.clone();
+        unprivileged(&[dir.path(), &root], move || {
+            let root = ws;
+            std::fs::create_dir_all(root.join("p/c")).unwrap();
+            std::fs::set_permissions(root.join("p"), std::fs::Permissions::from_mode(0o600)).unwrap();
+            let mut w = Watches::new(&root, |_: &Path| true).unwrap();
+            assert_eq!(watched_paths(&w, &root), ["", "p"]);
+            std::fs::set_permissions(root.join("p"), std::fs::Permissions::from_mode(0o700)).unwrap();
+            drain(&mut w, &root);
+            assert_eq!(watched_paths(&w, &root), ["", "p", "p/c"]);
+            write_and_see(&mut w, &root, "p/c/f");
+        });
     }
 
     #[test]
