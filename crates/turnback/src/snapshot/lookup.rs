@@ -84,6 +84,21 @@ impl<'a> Lookup<'a> {
         Ok(None)
     }
 
+    /// The node id and entries of directory `path` under `root` (`""`: the root), if it is
+    /// one there.
+    pub(crate) fn dir(&mut self, root: &ContentId, path: &[u8]) -> Result<Option<(ContentId, std::rc::Rc<Vec<Node>>)>> {
+        let mut dir = *root;
+        if !path.is_empty() {
+            for name in path.split(|c| *c == b'/') {
+                let nodes = self.tree(&dir)?;
+                let Ok(i) = nodes.binary_search_by(|n| n.name.as_slice().cmp(name)) else { return Ok(None) };
+                let NodeKind::Tree(sub) = nodes[i].kind else { return Ok(None) };
+                dir = sub;
+            }
+        }
+        self.tree(&dir).map(|nodes| Some((dir, nodes)))
+    }
+
     /// Whether some proper ancestor directory of `path` is a nested repository under `root`.
     pub(crate) fn under_gitlink(&mut self, root: &ContentId, path: &[u8]) -> Result<bool> {
         let mut at = 0;

@@ -31,6 +31,7 @@
 
 pub mod diff;
 mod lookup;
+mod patch;
 mod prune;
 pub mod statcache;
 mod take;

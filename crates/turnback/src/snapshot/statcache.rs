@@ -8,16 +8,25 @@
 //!   a root of `gc` ([`named_ids`], used by [`live_objects`](crate::snapshot::live_objects)),
 //!   and a full walk after watched snapshots measures what it adds against the latest
 //!   snapshot's tree, not against an older cache.
+//! - It is kept in two parts: the *whole* cache, rewritten only now and then, and a small
+//!   *delta* of what changed since (entries given or removed, the tree nodes made since,
+//!   the new [`Shape`]), rewritten at each snapshot that changes something: a change costs
+//!   what changed, not the size of the tree. The delta names the generation (a random value
+//!   drawn each time the whole cache is written) of the whole cache it applies to; one that
+//!   names another, or has no whole cache under it, does not verify. Past
+//!   [`delta_fits`] the next snapshot writes the whole cache again, and no delta.
 //! - A file is taken as unchanged only if every stat field (type and mode, size, mtime,
-//!   ctime, device, inode) matches **and** its mtime is older than the moment the cached
-//!   walk began by more than [`RACY_MARGIN_NS`]. A file written in the same instant as the
-//!   walk (the "racily clean" case of git and jj) could change again without its mtime
-//!   moving on a coarse clock, so it is read again. The margin covers file systems that
-//!   keep whole seconds.
+//!   ctime, device, inode) matches **and** its mtime is older than the moment the walk that
+//!   recorded it began by more than [`RACY_MARGIN_NS`] (the whole cache's walk, or the
+//!   delta's for the entries it gives). A file written in the same instant as the walk (the
+//!   "racily clean" case of git and jj) could change again without its mtime moving on a
+//!   coarse clock, so it is read again. The margin covers file systems that keep whole
+//!   seconds. (An entry carried into a later delta without being read again was settled
+//!   at its own walk, so it is settled at the later one too.)
 //! - Its [`Shape`], when it has one, is the root of the tree that its files and the walk's
 //!   other entries (symlinks, nested repositories) made, written from the very build that
 //!   made it: a walk that finds every file as cached and the same other entries has that
-//!   tree again, without building it.
+//!   tree again, without building it, and one that finds a few files changed patches it.
 //! - It is derived data: everything in it can be found again by reading the files. A cache
 //!   that does not verify (altered, or malformed) is never a reason to stop taking
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
@@ -34,20 +43,39 @@ use crate::storage::store::Store;
 const SCHEMA: u16 = 1;
 /// Encoded bytes of one entry's columns: mode, size, mtime, ctime, device, inode, id.
 const ENTRY_COLUMNS: usize = 4 + 8 + 16 + 16 + 8 + 8 + 32;
-/// Entries in component order (the walk's), then the tree ids and the shape.
-const MAGIC: &[u8; 4] = b"TBS5";
+/// Entries in component order (the walk's), then the tree ids, the shape and the
+/// generation.
+const MAGIC: &[u8; 4] = b"TBS6";
+/// Without a generation (before 2026-12-02, evening): read, and rewritten at the next
+/// snapshot.
+const MAGIC_NO_GENERATION: &[u8; 4] = b"TBS5";
 /// Without a shape (before 2026-12-02): read, and rewritten at the next snapshot.
 const MAGIC_NO_SHAPE: &[u8; 4] = b"TBS4";
 /// Entries in byte order (before 2026-12): read, put in component order, rewritten.
 const MAGIC_BYTE_ORDER: &[u8; 4] = b"TBS3";
+/// A delta: the generation it applies to, its walk's moment, its entries (each given or
+/// removed), its tree ids and shape.
+const DELTA_MAGIC: &[u8; 4] = b"TBD1";
 /// How much older than the walk a file's mtime must be to be trusted unread.
 pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
+/// A delta may hold this many entries whatever the size of the whole cache …
+const DELTA_MIN_ENTRIES: usize = 1024;
+/// … or a sixteenth of the whole cache's entries, if more …
+const DELTA_SHARE: usize = 16;
+/// … and at most this many tree ids (a few per snapshot that changed something).
+const DELTA_MAX_TREES: usize = 4096;
 
 /// Whether a file last modified at `stat`'s mtime was settled when the snapshot stamped
 /// `taken_at_ns` began: modified more than [`RACY_MARGIN_NS`] before it, so a cached stat
 /// can vouch for its content.
 pub fn settled(stat: &Stat, taken_at_ns: i128) -> bool {
     i128::from(stat.mtime_ns) + RACY_MARGIN_NS < taken_at_ns
+}
+
+/// Whether a delta of `entries` entries and `trees` tree ids may go with a whole cache of
+/// `whole` entries; past it the whole cache is written again.
+pub(crate) fn delta_fits(entries: usize, trees: usize, whole: usize) -> bool {
+    entries <= DELTA_MIN_ENTRIES.max(whole / DELTA_SHARE) && trees <= DELTA_MAX_TREES
 }
 
 /// One cached file.
@@ -68,20 +96,38 @@ pub struct Shape {
     pub others: [u8; 32],
 }
 
-/// A session's stat cache.
+/// A session's stat cache: the whole cache with its delta laid over it.
 #[derive(Debug, Default)]
 pub struct StatCache {
-    /// When the walk that produced it began (ns since epoch).
+    /// When the walk that wrote the whole cache began (ns since epoch).
     pub taken_at_ns: i128,
     /// Each path and what it was, in component order ([`component_order`], the order of a
     /// walk), so that a walk is matched against it in one pass.
     pub entries: Vec<(Vec<u8>, Cached)>,
-    /// The directory node ids of the snapshot it describes.
+    /// The directory node ids of the snapshot the whole cache describes.
     pub tree_ids: Vec<ContentId>,
-    /// The tree its files made, if it was written with one.
+    /// The tree its files made, if it was written with one (the delta's, if it has one).
     pub shape: Option<Shape>,
     /// Read from an older layout: rewrite it at the next snapshot.
     pub outdated: bool,
+    /// The whole cache's generation, which its delta names.
+    pub generation: [u8; 16],
+    /// What the delta laid over it.
+    pub delta: Delta,
+}
+
+/// What a delta laid over the whole cache.
+#[derive(Debug, Default)]
+pub struct Delta {
+    /// When the walk that wrote it began.
+    pub taken_at_ns: i128,
+    /// Per entry, whether the delta gave it (empty: none did).
+    given: Vec<bool>,
+    /// The paths of the whole cache it removes.
+    pub removed: Vec<Vec<u8>>,
+    /// The directory node ids made since the whole cache (its trees and these name every
+    /// node of the shape's tree).
+    pub tree_ids: Vec<ContentId>,
 }
 
 impl StatCache {
@@ -91,15 +137,28 @@ impl StatCache {
         Some(&self.entries[i].1)
     }
 
-    /// Whether `stat` proves the file cached as `c` unchanged since it was read.
-    pub fn clean(&self, c: &Cached, stat: &Stat) -> bool {
-        c.stat == *stat && settled(stat, self.taken_at_ns)
+    /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
+    pub fn given(&self, i: usize) -> bool {
+        self.delta.given.get(i).copied().unwrap_or(false)
+    }
+
+    /// Whether `stat` proves file entry `i` unchanged since it was read.
+    pub fn clean(&self, i: usize, stat: &Stat) -> bool {
+        let walked_at = if self.given(i) { self.delta.taken_at_ns } else { self.taken_at_ns };
+        self.entries[i].1.stat == *stat && settled(stat, walked_at)
+    }
+
+    /// Whether `id` is a node of a tree this cache describes (the whole cache's or one
+    /// made since).
+    pub fn names_tree(&self, id: &ContentId) -> bool {
+        self.tree_ids.contains(id) || self.delta.tree_ids.contains(id)
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
     #[cfg(test)]
     fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
-        self.get(path).filter(|c| self.clean(c, stat)).map(|c| c.id)
+        let i = self.entries.binary_search_by(|(p, _)| component_order(p, path)).ok()?;
+        self.clean(i, stat).then_some(self.entries[i].1.id)
     }
 
     /// For each of `paths` (in component order), the index of its entry here, if any: one
@@ -121,10 +180,19 @@ impl StatCache {
     /// # Errors
     /// `corrupt` if it does not verify.
     pub fn load(store: &Store, session: &str) -> Result<Self> {
-        match store.kv().get(schema::STATCACHE, session.as_bytes())? {
-            Some(v) => decode(&store.open_bytes(schema::STATCACHE, session.as_bytes(), &v)?),
-            None => Ok(StatCache::default()),
+        let key = session.as_bytes();
+        let mut cache = match store.kv().get(schema::STATCACHE, key)? {
+            Some(v) => decode(&store.open_bytes(schema::STATCACHE, key, &v)?)?,
+            None => StatCache::default(),
+        };
+        if let Some(v) = store.kv().get(schema::STATCACHE_DELTA, key)? {
+            let delta = decode_delta(&store.open_bytes(schema::STATCACHE_DELTA, key, &v)?)?;
+            if delta.generation != cache.generation || cache.entries.is_empty() && cache.tree_ids.is_empty() {
+                return Err(Error::corrupt("stat cache", "its delta belongs to another cache"));
+            }
+            cache.lay(delta);
         }
+        Ok(cache)
     }
 
     /// Loads the cache of `session`; one that does not verify is deleted (in its own
@@ -150,10 +218,74 @@ impl StatCache {
         }
     }
 
-    /// Its encoding ([`encode`]).
+    /// Lays `delta` over the whole cache, in place: entries it gives replace or join the
+    /// whole cache's, those it removes go (a removal of a path the whole cache lacks is
+    /// dropped).
+    fn lay(&mut self, delta: DecodedDelta) {
+        let mut given = vec![false; self.entries.len()];
+        let (mut joining, mut gone) = (Vec::new(), Vec::new());
+        for (path, value) in delta.entries {
+            let at = self.entries.binary_search_by(|(p, _)| component_order(p, &path));
+            match (at, value) {
+                (Ok(i), Some(c)) => {
+                    self.entries[i].1 = c;
+                    given[i] = true;
+                }
+                (Ok(i), None) => gone.push(i),
+                (Err(_), Some(c)) => joining.push((path, c)),
+                (Err(_), None) => {}
+            }
+        }
+        let removed = gone.iter().map(|&i| self.entries[i].0.clone()).collect();
+        if !gone.is_empty() {
+            // `gone` is in order (the delta's paths are): compact around it.
+            let mut k = 0;
+            let mut write = 0;
+            for read in 0..self.entries.len() {
+                if k < gone.len() && gone[k] == read {
+                    k += 1;
+                    continue;
+                }
+                self.entries.swap(write, read);
+                given.swap(write, read);
+                write += 1;
+            }
+            self.entries.truncate(write);
+            given.truncate(write);
+        }
+        if !joining.is_empty() {
+            // Merge from the back into the room made at the end (both lists are in order).
+            let (old, n) = (self.entries.len(), joining.len());
+            let blank = Cached {
+                stat: Stat { mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0, device: 0, inode: 0 },
+                id: ContentId([0; 32]),
+            };
+            self.entries.resize_with(old + n, || (Vec::new(), blank));
+            given.resize(old + n, false);
+            let (mut i, mut w) = (old, old + n);
+            while let Some(last) = joining.last() {
+                w -= 1;
+                if i > 0 && component_order(&self.entries[i - 1].0, &last.0).is_gt() {
+                    i -= 1;
+                    self.entries.swap(i, w);
+                    given.swap(i, w);
+                } else {
+                    self.entries[w] = joining.pop().expect("non-empty");
+                    given[w] = true;
+                }
+            }
+        }
+        if let Some(shape) = delta.shape {
+            self.shape = Some(shape);
+        }
+        self.delta = Delta { taken_at_ns: delta.taken_at_ns, given, removed, tree_ids: delta.tree_ids };
+    }
+
+    /// Its encoding as a whole cache ([`encode`]).
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        encode(self.taken_at_ns, &|| self.entries.iter().map(|(p, c)| (p.as_slice(), *c)), &self.tree_ids, self.shape)
+        let entries = || self.entries.iter().map(|(p, c)| (p.as_slice(), *c));
+        encode(self.taken_at_ns, &entries, &self.tree_ids, self.shape, self.generation)
     }
 }
 
@@ -161,9 +293,18 @@ impl StatCache {
 /// borrowed from the walk, so a cache is written without copying its paths.
 pub(crate) type Entries<'e, I> = dyn Fn() -> I + 'e;
 
-/// The sealed value to store for `session` ([`put_in`]): a cache of `entries` taken at
-/// `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids` (whose root
-/// and other entries are `shape`, when they are known to go with these entries).
+/// What a snapshot writes of the stat cache.
+pub(crate) enum Write {
+    /// The whole cache (sealed), in place of the old one and its delta.
+    Whole(Vec<u8>),
+    /// A delta (sealed) over the whole cache as stored.
+    Delta(Vec<u8>),
+}
+
+/// The sealed whole cache to store for `session` ([`put_in`]): a cache of `entries` taken
+/// at `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids` (whose root
+/// and other entries are `shape`, when they are known to go with these entries), of a new
+/// generation.
 pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     store: &Store,
     session: &str,
@@ -171,44 +312,88 @@ pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     entries: &Entries<'_, I>,
     tree_ids: &[ContentId],
     shape: Option<Shape>,
-) -> Result<Vec<u8>> {
-    let encoded = encode(taken_at_ns, entries, tree_ids, shape);
-    store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &encoded, 1)
+) -> Result<Write> {
+    let mut generation = [0u8; 16];
+    getrandom::fill(&mut generation).map_err(|e| Error::new(ErrorCode::Io, format!("random generation: {e}")))?;
+    let encoded = encode(taken_at_ns, entries, tree_ids, shape, generation);
+    Ok(Write::Whole(store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &encoded, 1)?))
+}
+
+/// The sealed delta to store for `session` over the whole cache of `generation`: `entries`
+/// (in component order; `None` removes the whole cache's entry) stat-ed by the walk that
+/// began at `taken_at_ns`, the tree ids made since the whole cache, and the new shape.
+pub(crate) fn seal_delta(
+    store: &Store,
+    session: &str,
+    generation: [u8; 16],
+    taken_at_ns: i128,
+    entries: &[(&[u8], Option<Cached>)],
+    tree_ids: &[ContentId],
+    shape: Shape,
+) -> Result<Write> {
+    let mut out = Vec::with_capacity(64 + entries.len() * (32 + ENTRY_COLUMNS) + tree_ids.len() * 32);
+    out.extend_from_slice(DELTA_MAGIC);
+    out.extend_from_slice(&generation);
+    out.extend_from_slice(&taken_at_ns.to_le_bytes());
+    varint::put(&mut out, entries.len() as u64);
+    put_paths(&mut out, entries.iter().map(|(p, _)| *p));
+    out.extend(entries.iter().map(|(_, c)| u8::from(c.is_some())));
+    put_columns(&mut out, &|| entries.iter().filter_map(|(_, c)| *c));
+    put_trees_and_shape(&mut out, tree_ids, Some(shape));
+    Ok(Write::Delta(store.seal_bytes_at_level(schema::STATCACHE_DELTA, session.as_bytes(), SCHEMA, &out, 1)?))
 }
 
 /// In component order, then column by column (each path as the length it shares with the
 /// previous one plus the rest; then every mode, size, mtime, ctime, device, inode, id), so
 /// that similar bytes sit together and compress: about a third of the row layout. Then the
-/// tree ids, and the shape (a byte 0, or 1 and its root and digest).
+/// tree ids, the shape (a byte 0, or 1 and its root and digest) and the generation.
 fn encode<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     taken_at_ns: i128,
     sorted: &Entries<'_, I>,
     tree_ids: &[ContentId],
     shape: Option<Shape>,
+    generation: [u8; 16],
 ) -> Vec<u8> {
     // At most: the header, two varints and the path per entry, the columns, the trees.
     let (count, paths) = sorted().fold((0, 0), |(n, bytes), (p, _)| (n + 1, bytes + p.len() + 2 * 10));
-    let mut out = Vec::with_capacity(4 + 16 + 3 * 10 + paths + count * ENTRY_COLUMNS + tree_ids.len() * 32 + 65);
+    let mut out = Vec::with_capacity(4 + 16 + 3 * 10 + paths + count * ENTRY_COLUMNS + tree_ids.len() * 32 + 65 + 16);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&taken_at_ns.to_le_bytes());
     varint::put(&mut out, count as u64);
+    put_paths(&mut out, sorted().map(|(p, _)| p));
+    put_columns(&mut out, &|| sorted().map(|(_, c)| c));
+    put_trees_and_shape(&mut out, tree_ids, shape);
+    out.extend_from_slice(&generation);
+    out
+}
+
+/// Each path as the length it shares with the previous one, the length of the rest, the
+/// rest.
+fn put_paths<'p>(out: &mut Vec<u8>, paths: impl Iterator<Item = &'p [u8]>) {
     let mut previous: &[u8] = &[];
-    for (path, _) in sorted() {
+    for path in paths {
         let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
-        varint::put(&mut out, shared as u64);
-        varint::put(&mut out, (path.len() - shared) as u64);
+        varint::put(out, shared as u64);
+        varint::put(out, (path.len() - shared) as u64);
         out.extend_from_slice(&path[shared..]);
         previous = path;
     }
-    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
-    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.size.to_le_bytes()));
+}
+
+/// Every mode, then every size, mtime, ctime, device, inode and id.
+fn put_columns<I: Iterator<Item = Cached>>(out: &mut Vec<u8>, cached: &dyn Fn() -> I) {
+    cached().for_each(|c| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
+    cached().for_each(|c| out.extend_from_slice(&c.stat.size.to_le_bytes()));
     // Times are kept as 16 bytes (the layout predates the 8-byte fields in memory).
-    sorted().for_each(|(_, c)| out.extend_from_slice(&i128::from(c.stat.mtime_ns).to_le_bytes()));
-    sorted().for_each(|(_, c)| out.extend_from_slice(&i128::from(c.stat.ctime_ns).to_le_bytes()));
-    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.device.to_le_bytes()));
-    sorted().for_each(|(_, c)| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
-    sorted().for_each(|(_, c)| out.extend_from_slice(&c.id.0));
-    varint::put(&mut out, tree_ids.len() as u64);
+    cached().for_each(|c| out.extend_from_slice(&i128::from(c.stat.mtime_ns).to_le_bytes()));
+    cached().for_each(|c| out.extend_from_slice(&i128::from(c.stat.ctime_ns).to_le_bytes()));
+    cached().for_each(|c| out.extend_from_slice(&c.stat.device.to_le_bytes()));
+    cached().for_each(|c| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
+    cached().for_each(|c| out.extend_from_slice(&c.id.0));
+}
+
+fn put_trees_and_shape(out: &mut Vec<u8>, tree_ids: &[ContentId], shape: Option<Shape>) {
+    varint::put(out, tree_ids.len() as u64);
     for id in tree_ids {
         out.extend_from_slice(&id.0);
     }
@@ -220,7 +405,6 @@ fn encode<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
         }
         None => out.push(0),
     }
-    out
 }
 
 /// The digest of every entry of `walked` that is not a file — symlinks with their mode and
@@ -246,10 +430,10 @@ pub(crate) fn others_digest(walked: &crate::fs::walk::Walk) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// The content and tree ids every session's stat cache names (a cache that does not
-/// verify names nothing: it is dropped before it is ever used). They are a root of `gc`: a
-/// watched snapshot does not rewrite the cache, so it may describe a snapshot pruned since,
-/// and the next full walk still takes its ids as stored.
+/// The content and tree ids every session's stat cache names, whole cache and delta (a
+/// cache that does not verify names nothing: it is dropped before it is ever used). They
+/// are a root of `gc`: a watched snapshot does not rewrite the cache, so it may describe a
+/// snapshot pruned since, and the next full walk still takes its ids as stored.
 pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
     let (mut files, mut trees) = (Vec::new(), Vec::new());
     store.kv().scan(schema::STATCACHE, b"", &mut |k, v| {
@@ -259,22 +443,41 @@ pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>
         }
         Ok(true)
     })?;
+    store.kv().scan(schema::STATCACHE_DELTA, b"", &mut |k, v| {
+        if let Ok(delta) = store.open_bytes(schema::STATCACHE_DELTA, k, v).and_then(|b| decode_delta(&b)) {
+            files.extend(delta.entries.iter().filter_map(|(_, c)| c.map(|c| c.id)));
+            trees.extend(delta.tree_ids);
+            trees.extend(delta.shape.map(|s| s.root));
+        }
+        Ok(true)
+    })?;
     Ok((files, trees))
 }
 
-/// Stores the sealed cache `value` of `session` inside `txn`.
-pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, value: &[u8]) -> Result<()> {
-    txn.put(schema::STATCACHE, session.as_bytes(), value)
+/// Stores what a snapshot writes of the cache of `session` inside `txn`: a whole cache
+/// replaces the old one and its delta; a delta replaces the old delta.
+pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, write: &Write) -> Result<()> {
+    match write {
+        Write::Whole(value) => {
+            txn.put(schema::STATCACHE, session.as_bytes(), value)?;
+            txn.delete(schema::STATCACHE_DELTA, session.as_bytes()).map(|_| ())
+        }
+        Write::Delta(value) => txn.put(schema::STATCACHE_DELTA, session.as_bytes(), value),
+    }
 }
 
-/// Removes the cache of `session` inside `txn` (the next snapshot reads everything).
+/// Removes the cache of `session`, whole and delta, inside `txn` (the next snapshot reads
+/// everything).
 pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
-    txn.delete(schema::STATCACHE, session.as_bytes()).map(|_| ())
+    txn.delete(schema::STATCACHE, session.as_bytes())?;
+    txn.delete(schema::STATCACHE_DELTA, session.as_bytes()).map(|_| ())
 }
 
 fn decode(bytes: &[u8]) -> Result<StatCache> {
     let bad = || Error::corrupt("stat cache", "malformed");
     let (rest, version) = if let Some(rest) = bytes.strip_prefix(MAGIC) {
+        (rest, 6)
+    } else if let Some(rest) = bytes.strip_prefix(MAGIC_NO_GENERATION) {
         (rest, 5)
     } else if let Some(rest) = bytes.strip_prefix(MAGIC_NO_SHAPE) {
         (rest, 4)
@@ -284,7 +487,7 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
         // An older format is not an error: the next snapshot reads everything again.
         return Ok(StatCache::default());
     };
-    let outdated = version < 5;
+    let outdated = version < 6;
     let mut rest = rest;
     let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
     let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
@@ -293,55 +496,123 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
     if count > rest.len() / (2 + ENTRY_COLUMNS) {
         return Err(bad());
     }
+    let paths = take_paths(&mut rest, count, bytes.len())?;
+    let cached = take_columns(&mut rest, count)?;
+    let mut entries: Vec<(Vec<u8>, Cached)> = paths.into_iter().zip(cached).collect();
+    // Written in order by this version; an older one's byte order is sorted once here.
+    if version == 3 || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
+        entries.sort_by(|a, b| component_order(&a.0, &b.0));
+        entries.dedup_by(|a, b| a.0 == b.0);
+    }
+    let (tree_ids, shape) = take_trees_and_shape(&mut rest, version >= 5)?;
+    let generation = match (version, rest) {
+        (6, generation) if generation.len() == 16 => generation.try_into().expect("16"),
+        (3..=5, []) => [0; 16],
+        _ => return Err(bad()),
+    };
+    Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated, generation, delta: Delta::default() })
+}
+
+/// A delta as stored.
+struct DecodedDelta {
+    generation: [u8; 16],
+    taken_at_ns: i128,
+    entries: Vec<(Vec<u8>, Option<Cached>)>,
+    tree_ids: Vec<ContentId>,
+    shape: Option<Shape>,
+}
+
+fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
+    let bad = || Error::corrupt("stat cache", "malformed delta");
+    let mut rest = bytes.strip_prefix(DELTA_MAGIC).ok_or_else(bad)?;
+    let generation = split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16");
+    let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
+    let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+    if count > rest.len() / 3 {
+        return Err(bad());
+    }
+    let paths = take_paths(&mut rest, count, bytes.len())?;
+    let given = split(&mut rest, count).ok_or_else(bad)?;
+    if given.iter().any(|g| *g > 1) {
+        return Err(bad());
+    }
+    let mut cached = take_columns(&mut rest, given.iter().filter(|g| **g == 1).count())?.into_iter();
+    let entries: Vec<(Vec<u8>, Option<Cached>)> =
+        paths.into_iter().zip(given).map(|(p, g)| (p, if *g == 1 { cached.next() } else { None })).collect();
+    if !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
+        return Err(bad());
+    }
+    let (tree_ids, shape) = take_trees_and_shape(&mut rest, true)?;
+    if !rest.is_empty() {
+        return Err(bad());
+    }
+    Ok(DecodedDelta { generation, taken_at_ns, entries, tree_ids, shape })
+}
+
+/// `count` paths as [`put_paths`] wrote them, from an encoding `encoded_len` bytes long.
+fn take_paths(rest: &mut &[u8], count: usize, encoded_len: usize) -> Result<Vec<Vec<u8>>> {
+    let bad = || Error::corrupt("stat cache", "malformed");
     let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count);
     // Shared prefixes make paths longer than their encoding, but only so much: a real
     // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
-    let mut budget = bytes.len().saturating_mul(64).saturating_add(1 << 20);
+    let mut budget = encoded_len.saturating_mul(64).saturating_add(1 << 20);
     for _ in 0..count {
-        let shared = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-        let len = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let shared = usize::try_from(varint::take(rest).ok_or_else(bad)?).map_err(|_| bad())?;
+        let len = usize::try_from(varint::take(rest).ok_or_else(bad)?).map_err(|_| bad())?;
         let prefix: &[u8] =
             if shared == 0 { &[] } else { paths.last().and_then(|p| p.get(..shared)).ok_or_else(bad)? };
-        let suffix = split(&mut rest, len).ok_or_else(bad)?;
+        let suffix = split(rest, len).ok_or_else(bad)?;
         budget = budget.checked_sub(shared + len).ok_or_else(bad)?;
         let mut path = Vec::with_capacity(shared + len);
         path.extend_from_slice(prefix);
         path.extend_from_slice(suffix);
         paths.push(path);
     }
-    let mut column = |width: usize| split(&mut rest, width * count).ok_or_else(bad);
+    Ok(paths)
+}
+
+/// `count` entries' columns as [`put_columns`] wrote them.
+fn take_columns(rest: &mut &[u8], count: usize) -> Result<Vec<Cached>> {
+    let bad = || Error::corrupt("stat cache", "malformed");
+    let mut column = |width: usize| split(rest, width.checked_mul(count).ok_or_else(bad)?).ok_or_else(bad);
     let (modes, sizes, mtimes, ctimes) = (column(4)?, column(8)?, column(16)?, column(16)?);
     let (devices, inodes, ids) = (column(8)?, column(8)?, column(32)?);
-    let mut entries = Vec::with_capacity(count);
-    for (i, path) in paths.into_iter().enumerate() {
-        let stat = Stat {
-            mode: u32::from_le_bytes(nth(modes, i)),
-            size: u64::from_le_bytes(nth(sizes, i)),
-            mtime_ns: i64::try_from(i128::from_le_bytes(nth(mtimes, i))).map_err(|_| bad())?,
-            ctime_ns: i64::try_from(i128::from_le_bytes(nth(ctimes, i))).map_err(|_| bad())?,
-            device: u64::from_le_bytes(nth(devices, i)),
-            inode: u64::from_le_bytes(nth(inodes, i)),
-        };
-        entries.push((path, Cached { stat, id: ContentId(nth(ids, i)) }));
-    }
-    // Written in order by this version; an older one's byte order is sorted once here.
-    if version == 3 || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
-        entries.sort_by(|a, b| component_order(&a.0, &b.0));
-        entries.dedup_by(|a, b| a.0 == b.0);
-    }
-    let trees = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-    let tree_ids = split(&mut rest, trees.checked_mul(32).ok_or_else(bad)?).ok_or_else(bad)?;
+    (0..count)
+        .map(|i| {
+            let stat = Stat {
+                mode: u32::from_le_bytes(nth(modes, i)),
+                size: u64::from_le_bytes(nth(sizes, i)),
+                mtime_ns: i64::try_from(i128::from_le_bytes(nth(mtimes, i))).map_err(|_| bad())?,
+                ctime_ns: i64::try_from(i128::from_le_bytes(nth(ctimes, i))).map_err(|_| bad())?,
+                device: u64::from_le_bytes(nth(devices, i)),
+                inode: u64::from_le_bytes(nth(inodes, i)),
+            };
+            Ok(Cached { stat, id: ContentId(nth(ids, i)) })
+        })
+        .collect()
+}
+
+/// The tree ids, then the shape if the layout has one (`with_shape`).
+fn take_trees_and_shape(rest: &mut &[u8], with_shape: bool) -> Result<(Vec<ContentId>, Option<Shape>)> {
+    let bad = || Error::corrupt("stat cache", "malformed");
+    let trees = usize::try_from(varint::take(rest).ok_or_else(bad)?).map_err(|_| bad())?;
+    let tree_ids = split(rest, trees.checked_mul(32).ok_or_else(bad)?).ok_or_else(bad)?;
     let tree_ids = tree_ids.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
-    let shape = match (version, rest) {
-        (5, [0]) => None,
-        (5, [1, shape @ ..]) if shape.len() == 64 => Some(Shape {
-            root: ContentId(shape[..32].try_into().expect("32")),
-            others: shape[32..].try_into().expect("32"),
-        }),
-        (3 | 4, []) => None,
+    if !with_shape {
+        return Ok((tree_ids, None));
+    }
+    let shape = match split(rest, 1).ok_or_else(bad)? {
+        [0] => None,
+        [1] => {
+            let shape = split(rest, 64).ok_or_else(bad)?;
+            Some(Shape {
+                root: ContentId(shape[..32].try_into().expect("32")),
+                others: shape[32..].try_into().expect("32"),
+            })
+        }
         _ => return Err(bad()),
     };
-    Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated })
+    Ok((tree_ids, shape))
 }
 
 /// The first `n` bytes of `rest`, which then starts after them.
@@ -408,6 +679,7 @@ mod tests {
         };
         let mut bytes = cache.encode();
         bytes[..4].copy_from_slice(MAGIC_BYTE_ORDER);
+        bytes.truncate(bytes.len() - 16);
         assert_eq!(bytes.pop(), Some(0), "no shape");
         let back = decode(&bytes).unwrap();
         let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p.as_slice()).collect();
@@ -427,9 +699,82 @@ mod tests {
         cache.entries.push((b"a".to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }));
         let mut bytes = cache.encode();
         bytes[..4].copy_from_slice(MAGIC_NO_SHAPE);
+        bytes.truncate(bytes.len() - 16);
         assert_eq!(bytes.pop(), Some(0));
         let back = decode(&bytes).unwrap();
         assert_eq!((back.entries, back.shape, back.outdated), (cache.entries, None, true));
+    }
+
+    #[test]
+    fn a_cache_without_a_generation_is_read_and_marked_for_rewriting() {
+        let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
+        cache.entries.push((b"a".to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }));
+        cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
+        cache.generation = [7; 16];
+        let mut bytes = cache.encode();
+        let fresh = decode(&bytes).unwrap();
+        assert_eq!((fresh.generation, fresh.shape, fresh.outdated), ([7; 16], cache.shape, false));
+        bytes[..4].copy_from_slice(MAGIC_NO_GENERATION);
+        bytes.truncate(bytes.len() - 16);
+        let back = decode(&bytes).unwrap();
+        assert_eq!((back.entries, back.shape, back.outdated), (cache.entries, cache.shape, true));
+    }
+
+    fn whole(paths: &[&str]) -> StatCache {
+        let entries = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.as_bytes().to_vec(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }))
+            .collect();
+        StatCache { taken_at_ns: 10_000_000_000, entries, tree_ids: vec![ContentId([1; 32])], ..Default::default() }
+    }
+
+    /// A delta as [`seal_delta`] encodes it, decoded.
+    fn delta_of(entries: &[(&str, Option<Cached>)], generation: [u8; 16]) -> DecodedDelta {
+        let mut out = DELTA_MAGIC.to_vec();
+        out.extend_from_slice(&generation);
+        out.extend_from_slice(&20_000_000_000i128.to_le_bytes());
+        varint::put(&mut out, entries.len() as u64);
+        put_paths(&mut out, entries.iter().map(|(p, _)| p.as_bytes()));
+        out.extend(entries.iter().map(|(_, c)| u8::from(c.is_some())));
+        put_columns(&mut out, &|| entries.iter().filter_map(|(_, c)| *c));
+        let shape = Shape { root: ContentId([8; 32]), others: [2; 32] };
+        put_trees_and_shape(&mut out, &[ContentId([5; 32])], Some(shape));
+        for cut in 0..out.len() {
+            assert!(decode_delta(&out[..cut]).is_err(), "a delta cut at {cut} is accepted");
+        }
+        decode_delta(&out).unwrap()
+    }
+
+    #[test]
+    fn a_delta_laid_over_the_whole_cache_gives_removes_and_joins_entries_in_order() {
+        let mut cache = whole(&["a/x", "b", "c/d", "e"]);
+        let given = |t: i64| Some(Cached { stat: stat(t), id: ContentId([t as u8; 32]) });
+        let delta = delta_of(
+            &[("a/w", given(50)), ("a/x", None), ("b", given(60)), ("c/d", None), ("d", given(70)), ("z", None)],
+            cache.generation,
+        );
+        cache.lay(delta);
+        let order: Vec<&[u8]> = cache.entries.iter().map(|(p, _)| p.as_slice()).collect();
+        assert_eq!(order, [&b"a/w"[..], b"b", b"d", b"e"]);
+        let given_now: Vec<bool> = (0..4).map(|i| cache.given(i)).collect();
+        assert_eq!(given_now, [true, true, true, false]);
+        assert_eq!(
+            cache.delta.removed,
+            [b"a/x".to_vec(), b"c/d".to_vec()],
+            "a removal of a path never cached is dropped"
+        );
+        assert_eq!(cache.shape.map(|s| s.root), Some(ContentId([8; 32])), "the delta's shape");
+        assert!(cache.names_tree(&ContentId([5; 32])) && cache.names_tree(&ContentId([1; 32])));
+        // An entry the delta gave is trusted from the delta's walk on; the whole cache's
+        // from its own: a file modified 1 s before the whole cache's walk is racy there.
+        assert_eq!(cache.clean_id(b"e", &stat(3)), Some(ContentId([3; 32])));
+        assert_eq!(cache.clean_id(b"d", &stat(70)), Some(ContentId([70; 32])));
+        let mut late = whole(&["f"]);
+        late.entries[0].1.stat = stat(9_000_000_000);
+        assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), None);
+        late.lay(delta_of(&[("f", Some(Cached { stat: stat(9_000_000_000), id: ContentId([4; 32]) }))], [0; 16]));
+        assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), Some(ContentId([4; 32])), "settled at the delta's walk");
     }
 
     #[test]

@@ -23,6 +23,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fs::relpath::{dir_of, name_of};
 use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
 use crate::snapshot::lookup::flatten;
+use crate::snapshot::patch::{self, Leaf};
 use crate::snapshot::prune::prune;
 use crate::snapshot::statcache::{self, Cached, Shape, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
@@ -136,20 +137,29 @@ pub(super) fn take(
         Some(_) => None,
         None => {
             let unchanged = cache_still_holds(&walked, &plan, &cache, taken_at_ns);
-            let same_tree = cache.shape.filter(|s| {
-                unchanged && read_as_walked(&walked, &plan) && s.others == statcache::others_digest(&walked)
-            });
-            if let Some(shape) = same_tree {
+            let patched = match how_to_build(&walked, &plan, &cache, unchanged) {
                 // Every file as cached and the same other entries: the tree is the one the
                 // cache's shape names, stored (a root of gc) and not built again.
-                Some(Built { root: shape.root, nested: nested_of(&walked), pending: Vec::new(), cache: None })
-            } else {
-                // Everything the old cache vouched for is in the plan by now: its entries are
-                // let go before the new cache is written (a large tree's peak memory is there).
-                let previous_trees = std::mem::take(&mut cache.tree_ids);
-                drop(cache);
-                let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
-                Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
+                Build::Same(shape) => {
+                    Some(Built { root: shape.root, nested: nested_of(&walked), pending: Vec::new(), cache: None })
+                }
+                Build::Patch(shape, changes) => {
+                    patch_tree(store, &walked, shape, &changes, &cache, source.session_id, taken_at_ns)?
+                }
+                Build::Whole => None,
+            };
+            match patched {
+                Some(built) => Some(built),
+                None => {
+                    // Everything the old cache vouched for is in the plan by now: its entries
+                    // are let go before the new cache is written (a large tree's peak memory
+                    // is there).
+                    let mut previous_trees = std::mem::take(&mut cache.tree_ids);
+                    previous_trees.append(&mut cache.delta.tree_ids);
+                    drop(cache);
+                    let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
+                    Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
+                }
             }
         }
     };
@@ -201,7 +211,7 @@ pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
             Kind::File => {
                 plan.files += 1;
                 plan.bytes += e.stat.size;
-                plan.cached[i].map(|c| &cache.entries[c].1).filter(|c| cache.clean(c, &e.stat)).map(|c| c.id)
+                plan.cached[i].filter(|&c| cache.clean(c, &e.stat)).map(|c| cache.entries[c].1.id)
             }
             _ => None,
         };
@@ -234,7 +244,7 @@ impl<'a> Baseline<'a> {
         let Some(previous) = latest(store, session_id)? else { return Ok(Baseline::First) };
         let previous_root = previous.root.as_deref().and_then(ContentId::from_hex);
         // After watched snapshots the cache describes an older one: measure against the tree.
-        if !cache.entries.is_empty() && previous_root.is_some_and(|r| cache.tree_ids.contains(&r)) {
+        if !cache.entries.is_empty() && previous_root.is_some_and(|r| cache.names_tree(&r)) {
             return Ok(Baseline::Cache(cache));
         }
         Ok(Baseline::Tree(match previous_root {
@@ -525,12 +535,145 @@ fn writer_stopped() -> Error {
 }
 
 /// What phase 6 built: the root, the nested repositories, the tree nodes and symlink
-/// targets to store, and the stat cache to write (`None`: the old one still holds).
+/// targets to store, and what to write of the stat cache (`None`: the old one still holds).
 pub(super) struct Built {
     pub(super) root: ContentId,
     pub(super) nested: Vec<NestedRepo>,
     pub(super) pending: Vec<Sealed>,
-    pub(super) cache: Option<Vec<u8>>,
+    pub(super) cache: Option<statcache::Write>,
+}
+
+/// How phase 6 makes the snapshot's tree and what it writes of the stat cache.
+enum Build<'w> {
+    /// The tree the cache's shape names; the cache still holds.
+    Same(Shape),
+    /// The shape's tree patched where files changed; a delta over the cache.
+    Patch(Shape, Changes<'w>),
+    /// Every node built; the whole cache written, unless it still holds.
+    Whole,
+}
+
+/// The one decision of phase 6: the shape's tree, as it is or patched, when the walk's
+/// files were read as walked and its other entries are the shape's; patched only while the
+/// cache's delta stays small ([`statcache::delta_fits`]) and the cache is of this layout.
+/// Everything else is built whole.
+fn how_to_build<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache, unchanged: bool) -> Build<'w> {
+    let Some(shape) =
+        cache.shape.filter(|s| read_as_walked(walked, plan) && s.others == statcache::others_digest(walked))
+    else {
+        return Build::Whole;
+    };
+    if unchanged {
+        return Build::Same(shape);
+    }
+    if cache.outdated {
+        return Build::Whole;
+    }
+    let changes = changes(walked, plan, cache);
+    if statcache::delta_fits(changes.cache.len(), cache.delta.tree_ids.len(), cache.entries.len()) {
+        Build::Patch(shape, changes)
+    } else {
+        Build::Whole
+    }
+}
+
+/// What a walk changed against the stat cache it was matched with.
+struct Changes<'w> {
+    /// The cache's new delta, in component order: every entry the old delta gave or removed
+    /// that still differs from the whole cache, and every file this walk found changed,
+    /// new, gone, or read again.
+    cache: Vec<(&'w [u8], Option<Cached>)>,
+    /// Every file whose node changed, with its old and new node.
+    leaves: Vec<Leaf<'w>>,
+}
+
+/// Matches the walk's files (with the ids the plan has for them) with the cache's entries.
+fn changes<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache) -> Changes<'w> {
+    let mut out = Changes { cache: Vec::new(), leaves: Vec::new() };
+    let node = |path: &[u8], stat: &walk::Stat, id: ContentId| Node {
+        name: name_of(path).to_vec(),
+        mode: stat.mode,
+        size: stat.size,
+        kind: NodeKind::File(id),
+    };
+    let gone = |out: &mut Changes<'w>, k: usize| {
+        let (path, c) = (&cache.entries[k].0, &cache.entries[k].1);
+        out.cache.push((path, None));
+        out.leaves.push(Leaf { path, was: Some(node(path, &c.stat, c.id)), now: None });
+    };
+    // Cache entries below `next` are matched or gone (both lists are in component order).
+    let mut next = 0;
+    for (i, e) in walked.entries.iter().enumerate() {
+        let cached = plan.cached[i];
+        if let Some(c) = cached {
+            (next..c).for_each(|k| gone(&mut out, k));
+            next = c + 1;
+        }
+        let id = plan.ids[i].filter(|_| e.kind == Kind::File);
+        let (Some(id), path) = (id, e.path.as_slice()) else {
+            // Not a file now, or not read: whatever the cache held there is gone.
+            cached.into_iter().for_each(|c| gone(&mut out, c));
+            continue;
+        };
+        let now = Cached { stat: plan.stat_of(i, e), id };
+        let new_node = node(path, &e.stat, id);
+        let Some(c) = cached else {
+            out.cache.push((path, Some(now)));
+            out.leaves.push(Leaf { path, was: None, now: Some(new_node) });
+            continue;
+        };
+        let old = cache.entries[c].1;
+        if old != now || cache.given(c) || plan.stat_after.contains_key(&i) {
+            out.cache.push((path, Some(now)));
+        }
+        let was = node(path, &old.stat, old.id);
+        if was != new_node {
+            out.leaves.push(Leaf { path, was: Some(was), now: Some(new_node) });
+        }
+    }
+    (next..cache.entries.len()).for_each(|k| gone(&mut out, k));
+    // What the old delta removed from the whole cache and the walk did not find again.
+    for path in &cache.delta.removed {
+        let found = walked
+            .entries
+            .binary_search_by(|e| walk::component_order(&e.path, path))
+            .is_ok_and(|i| walked.entries[i].kind == Kind::File && plan.ids[i].is_some());
+        if !found {
+            out.cache.push((path, None));
+        }
+    }
+    out.cache.sort_by(|a, b| walk::component_order(a.0, b.0));
+    out
+}
+
+/// Phase 6, patched: the shape's tree with the walk's changes, and a delta over the stat
+/// cache; `None` if the tree in the store is not what the cache says (then built whole).
+fn patch_tree(
+    store: &Store,
+    walked: &Walk,
+    shape: Shape,
+    changes: &Changes<'_>,
+    cache: &StatCache,
+    session_id: &str,
+    taken_at_ns: i128,
+) -> Result<Option<Built>> {
+    let Some(patched) = patch::patch(store, shape.root, &changes.leaves, &|id| cache.names_tree(id))? else {
+        return Ok(None);
+    };
+    // The nodes made since the whole cache that the new tree still has (those of the
+    // directories made again now go: a node named here is kept from `gc`), and those made
+    // now. Any node of the new tree is kept through its root, which the delta names.
+    let mut tree_ids: Vec<ContentId> =
+        cache.delta.tree_ids.iter().filter(|id| !patched.replaced.contains(id)).copied().collect();
+    for id in patched.made.iter().filter(|id| !cache.tree_ids.contains(id)) {
+        if !tree_ids.contains(id) {
+            tree_ids.push(*id);
+        }
+    }
+    let shape = Shape { root: patched.root, others: shape.others };
+    let write =
+        statcache::seal_delta(store, session_id, cache.generation, taken_at_ns, &changes.cache, &tree_ids, shape)?;
+    Ok(Some(Built { root: patched.root, nested: nested_of(walked), pending: patched.pending, cache: Some(write) }))
 }
 
 /// What phase 6 knows of the old stat cache: whether it still holds

@@ -92,6 +92,8 @@ tables! {
     SNAPSHOTS_BY_TURN = "snapshots-by-turn" in "snapshot/";
     /// Per-session stat caches.
     STATCACHE = "statcache" in "snapshot/statcache.rs", sealed, large, derived;
+    /// Per-session deltas over the stat caches (what changed since each was written whole).
+    STATCACHE_DELTA = "statcache-delta" in "snapshot/statcache.rs", sealed, derived;
     /// Registered workspaces, by keyed lookup id of their path.
     WORKSPACES = "workspaces" in "session/workspace.rs", sealed;
     /// Session records.

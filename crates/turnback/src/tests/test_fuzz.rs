@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use turnback_fuzz::{Fuzz, Shape};
 
 use crate::error::{Error, ErrorCode};
+use crate::fs::walk::component_order;
 use crate::session::history::{self, NewEntry, Role, Selection, ToolCall};
 use crate::session::import::Format;
 use crate::snapshot::statcache::StatCache;
@@ -233,6 +234,40 @@ fn fuzz_stat_cache() {
         let r = StatCache::load(&store, &session);
         if let Err(e) = &r {
             assert_eq!(e.code, ErrorCode::Corrupt, "{e:?}");
+        }
+        outcome(&r)
+    });
+}
+
+/// Behind the seal: a stat cache delta's plaintext mutated, sealed for the session, laid
+/// over the whole cache it was written for: `corrupt`, or a cache still in walk order.
+#[test]
+fn fuzz_stat_cache_delta() {
+    let env = populated();
+    let session = env.session.id.clone();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    std::fs::write(env.path("src/m1/f4.rs"), "changed\n").unwrap();
+    std::fs::write(env.path("src/m2/new.rs"), "new\n").unwrap();
+    std::fs::remove_file(env.path("src/m0/f3.rs")).unwrap();
+    for f in ["src/m1/f4.rs", "src/m2/new.rs"] {
+        std::fs::File::options().write(true).open(env.path(f)).unwrap().set_modified(old).unwrap();
+    }
+    env.snapshot(SnapshotKind::AdHoc).unwrap();
+    let plain = {
+        let sealed = value(&env, schema::STATCACHE_DELTA, session.as_bytes());
+        env.store.open_bytes(schema::STATCACHE_DELTA, session.as_bytes(), &sealed).unwrap()
+    };
+    let store = in_memory(&env);
+    Fuzz::new("stat-cache-delta", &corpus("stat-cache-delta"), Shape::Bytes).seed("delta", plain).run(|input| {
+        let sealed = store.seal_bytes(schema::STATCACHE_DELTA, session.as_bytes(), 1, input).unwrap();
+        put(&store, schema::STATCACHE_DELTA, session.as_bytes(), &sealed);
+        let r = StatCache::load(&store, &session);
+        match &r {
+            Err(e) => assert_eq!(e.code, ErrorCode::Corrupt, "{e:?}"),
+            Ok(cache) => {
+                let order = cache.entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt());
+                assert!(order, "a delta laid over the cache left it out of walk order");
+            }
         }
         outcome(&r)
     });

@@ -131,6 +131,12 @@ fn only_changed_files_are_read_and_unchanged_subtrees_are_shared() {
     assert_eq!(differing, [&"d1/f1.txt".to_string()]);
 }
 
+/// The session's stat cache as stored: the whole cache and its delta.
+fn cache_rows(env: &Env) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+    let key = env.session.id.as_bytes();
+    (env.store.kv().get("statcache", key).unwrap(), env.store.kv().get("statcache-delta", key).unwrap())
+}
+
 #[test]
 fn a_racily_clean_file_is_read_again() {
     let env = Env::new();
@@ -145,21 +151,21 @@ fn a_racily_clean_file_is_read_again() {
     assert_eq!(r.read_files, 1, "the racily clean file, and only it");
     // Read again and found the same, it does not make the cache stale: not rewritten
     // (rewriting a large tree's cache at every snapshot was the cost this avoids).
-    let cached = env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap();
+    let cached = cache_rows(&env);
     assert_eq!(take(&env).read_files, 1);
-    assert_eq!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
+    assert_eq!(cache_rows(&env), cached);
     // Once a walk starts more than the margin after its mtime it could be settled, but a
     // file or two are cheaper to read again than the cache to rewrite: still not rewritten.
     std::thread::sleep(std::time::Duration::from_millis(2100));
     let r = take(&env);
     assert_eq!(r.read_files, 1);
-    assert_eq!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
-    // The next rewrite, for any other change (a file written long ago), settles it: trusted
+    assert_eq!(cache_rows(&env), cached);
+    // The next write, for any other change (a file written long ago), settles it: trusted
     // from then on.
     write(&env, "other.txt", "new");
     std::fs::File::options().write(true).open(env.path("other.txt")).unwrap().set_modified(old).unwrap();
     assert_eq!(take(&env).read_files, 2);
-    assert_ne!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
+    assert_ne!(cache_rows(&env), cached);
     assert_eq!(take(&env).read_files, 0);
 }
 
@@ -170,11 +176,11 @@ fn many_settled_files_rewrite_the_cache_so_they_are_not_read_again() {
         write(&env, &format!("f{i}.txt"), "x");
     }
     take(&env);
-    let cached = env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap();
+    let cached = cache_rows(&env);
     std::thread::sleep(std::time::Duration::from_millis(2100));
     // 70 files past the margin, more than are left to be read again: the cache is rewritten.
     assert_eq!(take(&env).read_files, 70);
-    assert_ne!(env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap(), cached);
+    assert_ne!(cache_rows(&env), cached);
     assert_eq!(take(&env).read_files, 0);
 }
 
@@ -553,4 +559,153 @@ fn a_walk_that_finds_every_file_as_cached_still_sees_its_links_and_nested_reposi
         previous = r.root.clone();
     }
     assert_eq!(take(&env).nested_repos[0].commit, "2".repeat(40));
+}
+
+#[test]
+fn a_walk_that_finds_files_changed_patches_the_cached_tree_into_the_one_built_from_scratch() {
+    let env = Env::new();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    let age = |rel: &str| {
+        let f = std::fs::File::options().write(true).open(env.path(rel)).unwrap();
+        f.set_modified(old).unwrap();
+    };
+    let names = ["a", "b", "c.txt", "d/e", "d/f.rs", "d/g/h", "d/g/i.md", "j/k/l/m", "n-o", "n.o"];
+    for (i, n) in names.iter().enumerate() {
+        write(&env, n, &format!("file {i}"));
+        age(n);
+    }
+    take(&env);
+    let (whole, _) = cache_rows(&env);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut deltas = 0;
+    for step in 0..60 {
+        let target = names[next(names.len())];
+        let p = env.path(target);
+        let what = match next(8) {
+            0 if !p.is_dir() => {
+                write(&env, target, &format!("step {step}"));
+                if next(2) == 0 {
+                    age(target);
+                }
+                "written"
+            }
+            1 => {
+                let _ = std::fs::remove_file(&p);
+                "deleted"
+            }
+            2 if p.is_file() => {
+                let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode ^ 0o100)).unwrap();
+                "chmod-ed"
+            }
+            3 => {
+                // A directory taking a file's place, or the other way round.
+                if p.is_dir() {
+                    std::fs::remove_dir_all(&p).unwrap();
+                    write(&env, target, "a file again");
+                } else {
+                    let _ = std::fs::remove_file(&p);
+                    write(&env, &format!("{target}/inner/x"), "under a directory now");
+                }
+                "swapped"
+            }
+            4 if p.is_file() => {
+                std::fs::File::options().write(true).open(&p).unwrap().set_modified(old).unwrap();
+                "touched"
+            }
+            5 => {
+                write(&env, &format!("{target}.new/deep/file"), &format!("new {step}"));
+                "added beside"
+            }
+            _ => "left alone",
+        };
+        let r = take(&env);
+        let fresh = take_fresh(&env, &format!("fresh-{step}"));
+        assert_eq!(r.root, fresh.root, "step {step}: {target} {what}: as built from scratch");
+        assert_eq!((r.files, r.bytes), (fresh.files, fresh.bytes), "step {step}");
+        assert_eq!(take(&env).root, r.root, "step {step}: and the next snapshot finds it again");
+        let (now_whole, delta) = cache_rows(&env);
+        assert_eq!(now_whole, whole, "step {step}: a few changes never rewrite the whole cache");
+        deltas += usize::from(delta.is_some());
+    }
+    assert!(deltas > 50, "the changes went to the delta ({deltas} of 60 steps)");
+    let report = maintenance::gc(&env.store).unwrap();
+    assert!(maintenance::verify(&env.store, true).unwrap().clean, "after gc removed {}", report.objects_removed);
+    let last = take(&env);
+    assert_eq!(take_fresh(&env, "after-gc").root, last.root, "what the cache names survived gc");
+}
+
+#[test]
+fn past_its_share_the_delta_is_folded_into_a_whole_cache() {
+    let env = Env::new();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    for i in 0..1100 {
+        let f = format!("d{}/f{i}", i % 7);
+        write(&env, &f, "x");
+        std::fs::File::options().write(true).open(env.path(&f)).unwrap().set_modified(old).unwrap();
+    }
+    take(&env);
+    let (whole, _) = cache_rows(&env);
+    write(&env, "d0/f0", "changed");
+    take(&env);
+    let (same, delta) = cache_rows(&env);
+    assert_eq!((same == whole, delta.is_some()), (true, true), "one change: a delta");
+    for i in 0..1100 {
+        write(&env, &format!("d{}/f{i}", i % 7), "all changed");
+    }
+    let r = take(&env);
+    let (rewritten, delta) = cache_rows(&env);
+    assert_eq!((rewritten != whole, delta), (true, None), "1100 changes: the whole cache again, no delta");
+    assert_eq!(r.root, take_fresh(&env, "fresh").root);
+}
+
+#[test]
+fn an_old_delta_put_back_under_a_newer_whole_cache_is_dropped_not_trusted() {
+    let env = Env::new();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    for i in 0..1100 {
+        write(&env, &format!("f{i}"), "x");
+        std::fs::File::options().write(true).open(env.path(&format!("f{i}"))).unwrap().set_modified(old).unwrap();
+    }
+    write(&env, "a.txt", "one");
+    std::fs::File::options().write(true).open(env.path("a.txt")).unwrap().set_modified(old).unwrap();
+    take(&env);
+    write(&env, "a.txt", "two");
+    std::fs::File::options().write(true).open(env.path("a.txt")).unwrap().set_modified(old).unwrap();
+    take(&env);
+    let (_, stale) = cache_rows(&env);
+    let stale = stale.expect("a delta");
+    for i in 0..1100 {
+        write(&env, &format!("f{i}"), "y");
+        std::fs::File::options().write(true).open(env.path(&format!("f{i}"))).unwrap().set_modified(old).unwrap();
+    }
+    take(&env);
+    assert_eq!(cache_rows(&env).1, None, "folded into a new whole cache");
+    // The old delta names "two" for a.txt with its stat; put back, it would be laid over a
+    // whole cache it was not written for.
+    let mut txn = env.store.kv().begin().unwrap();
+    txn.put("statcache-delta", env.session.id.as_bytes(), &stale).unwrap();
+    txn.commit().unwrap();
+    let r = take(&env);
+    let why = r.stat_cache_dropped.as_deref().unwrap_or_default();
+    assert!(why.contains("delta belongs to another cache"), "{why}");
+    assert_eq!(r.read_files, 1101, "every file read in full");
+    assert_eq!(cache_rows(&env).1, None);
+    // A tampered byte in a delta is dropped the same way.
+    write(&env, "a.txt", "three");
+    take(&env);
+    let (_, delta) = cache_rows(&env);
+    let mut delta = delta.expect("a delta");
+    let last = delta.len() - 1;
+    delta[last] ^= 1;
+    let mut txn = env.store.kv().begin().unwrap();
+    txn.put("statcache-delta", env.session.id.as_bytes(), &delta).unwrap();
+    txn.commit().unwrap();
+    assert!(take(&env).stat_cache_dropped.is_some());
 }
