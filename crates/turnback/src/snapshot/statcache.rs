@@ -32,6 +32,8 @@
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
 //!   every file in full.
 
+use std::io::{self, BufRead, Read};
+
 use crate::base::varint;
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::walk::{Stat, component_order};
@@ -182,7 +184,10 @@ impl StatCache {
     pub fn load(store: &Store, session: &str) -> Result<Self> {
         let key = session.as_bytes();
         let mut cache = match store.kv().get(schema::STATCACHE, key)? {
-            Some(v) => decode(&store.open_bytes(schema::STATCACHE, key, &v)?)?,
+            Some(v) => {
+                let (plain, size) = store.open_bytes_reader(schema::STATCACHE, key, v)?;
+                decode_from(plain, size)?
+            }
             None => StatCache::default(),
         };
         if let Some(v) = store.kv().get(schema::STATCACHE_DELTA, key)? {
@@ -285,7 +290,9 @@ impl StatCache {
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
         let entries = || self.entries.iter().map(|(p, c)| (p.as_slice(), *c));
-        encode(self.taken_at_ns, &entries, &self.tree_ids, self.shape, self.generation)
+        let mut out = Vec::new();
+        encode(&mut out, self.taken_at_ns, &entries, &self.tree_ids, self.shape, self.generation).expect("in memory");
+        out
     }
 }
 
@@ -304,7 +311,8 @@ pub(crate) enum Write {
 /// The sealed whole cache to store for `session` ([`put_in`]): a cache of `entries` taken
 /// at `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids` (whose root
 /// and other entries are `shape`, when they are known to go with these entries), of a new
-/// generation.
+/// generation. Compressed and sealed as it is encoded: its plaintext is never whole in
+/// memory.
 pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     store: &Store,
     session: &str,
@@ -315,8 +323,10 @@ pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
 ) -> Result<Write> {
     let mut generation = [0u8; 16];
     getrandom::fill(&mut generation).map_err(|e| Error::new(ErrorCode::Io, format!("random generation: {e}")))?;
-    let encoded = encode(taken_at_ns, entries, tree_ids, shape, generation);
-    Ok(Write::Whole(store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &encoded, 1)?))
+    let sealed = store.seal_bytes_streamed(schema::STATCACHE, session.as_bytes(), SCHEMA, 1, &mut |w| {
+        encode(w, taken_at_ns, entries, tree_ids, shape, generation)
+    })?;
+    Ok(Write::Whole(sealed))
 }
 
 /// The sealed delta to store for `session` over the whole cache of `generation`: `entries`
@@ -332,15 +342,26 @@ pub(crate) fn seal_delta(
     shape: Shape,
 ) -> Result<Write> {
     let mut out = Vec::with_capacity(64 + entries.len() * (32 + ENTRY_COLUMNS) + tree_ids.len() * 32);
-    out.extend_from_slice(DELTA_MAGIC);
-    out.extend_from_slice(&generation);
-    out.extend_from_slice(&taken_at_ns.to_le_bytes());
-    varint::put(&mut out, entries.len() as u64);
-    put_paths(&mut out, entries.iter().map(|(p, _)| *p));
-    out.extend(entries.iter().map(|(_, c)| u8::from(c.is_some())));
-    put_columns(&mut out, &|| entries.iter().filter_map(|(_, c)| *c));
-    put_trees_and_shape(&mut out, tree_ids, Some(shape));
+    encode_delta(&mut out, generation, taken_at_ns, entries, tree_ids, shape).expect("writing to memory");
     Ok(Write::Delta(store.seal_bytes_at_level(schema::STATCACHE_DELTA, session.as_bytes(), SCHEMA, &out, 1)?))
+}
+
+fn encode_delta(
+    out: &mut dyn io::Write,
+    generation: [u8; 16],
+    taken_at_ns: i128,
+    entries: &[(&[u8], Option<Cached>)],
+    tree_ids: &[ContentId],
+    shape: Shape,
+) -> io::Result<()> {
+    out.write_all(DELTA_MAGIC)?;
+    out.write_all(&generation)?;
+    out.write_all(&taken_at_ns.to_le_bytes())?;
+    put_varint(out, entries.len() as u64)?;
+    put_paths(out, entries.iter().map(|(p, _)| *p))?;
+    out.write_all(&entries.iter().map(|(_, c)| u8::from(c.is_some())).collect::<Vec<u8>>())?;
+    put_columns(out, &|| entries.iter().filter_map(|(_, c)| *c))?;
+    put_trees_and_shape(out, tree_ids, Some(shape))
 }
 
 /// In component order, then column by column (each path as the length it shares with the
@@ -348,62 +369,64 @@ pub(crate) fn seal_delta(
 /// that similar bytes sit together and compress: about a third of the row layout. Then the
 /// tree ids, the shape (a byte 0, or 1 and its root and digest) and the generation.
 fn encode<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
+    out: &mut dyn io::Write,
     taken_at_ns: i128,
     sorted: &Entries<'_, I>,
     tree_ids: &[ContentId],
     shape: Option<Shape>,
     generation: [u8; 16],
-) -> Vec<u8> {
-    // At most: the header, two varints and the path per entry, the columns, the trees.
-    let (count, paths) = sorted().fold((0, 0), |(n, bytes), (p, _)| (n + 1, bytes + p.len() + 2 * 10));
-    let mut out = Vec::with_capacity(4 + 16 + 3 * 10 + paths + count * ENTRY_COLUMNS + tree_ids.len() * 32 + 65 + 16);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&taken_at_ns.to_le_bytes());
-    varint::put(&mut out, count as u64);
-    put_paths(&mut out, sorted().map(|(p, _)| p));
-    put_columns(&mut out, &|| sorted().map(|(_, c)| c));
-    put_trees_and_shape(&mut out, tree_ids, shape);
-    out.extend_from_slice(&generation);
-    out
+) -> io::Result<()> {
+    out.write_all(MAGIC)?;
+    out.write_all(&taken_at_ns.to_le_bytes())?;
+    put_varint(out, sorted().count() as u64)?;
+    put_paths(out, sorted().map(|(p, _)| p))?;
+    put_columns(out, &|| sorted().map(|(_, c)| c))?;
+    put_trees_and_shape(out, tree_ids, shape)?;
+    out.write_all(&generation)
+}
+
+fn put_varint(out: &mut dyn io::Write, v: u64) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(10);
+    varint::put(&mut buf, v);
+    out.write_all(&buf)
 }
 
 /// Each path as the length it shares with the previous one, the length of the rest, the
 /// rest.
-fn put_paths<'p>(out: &mut Vec<u8>, paths: impl Iterator<Item = &'p [u8]>) {
+fn put_paths<'p>(out: &mut dyn io::Write, paths: impl Iterator<Item = &'p [u8]>) -> io::Result<()> {
     let mut previous: &[u8] = &[];
     for path in paths {
         let shared = path.iter().zip(previous).take_while(|(a, b)| a == b).count();
-        varint::put(out, shared as u64);
-        varint::put(out, (path.len() - shared) as u64);
-        out.extend_from_slice(&path[shared..]);
+        put_varint(out, shared as u64)?;
+        put_varint(out, (path.len() - shared) as u64)?;
+        out.write_all(&path[shared..])?;
         previous = path;
     }
+    Ok(())
 }
 
 /// Every mode, then every size, mtime, ctime, device, inode and id.
-fn put_columns<I: Iterator<Item = Cached>>(out: &mut Vec<u8>, cached: &dyn Fn() -> I) {
-    cached().for_each(|c| out.extend_from_slice(&c.stat.mode.to_le_bytes()));
-    cached().for_each(|c| out.extend_from_slice(&c.stat.size.to_le_bytes()));
+fn put_columns<I: Iterator<Item = Cached>>(out: &mut dyn io::Write, cached: &dyn Fn() -> I) -> io::Result<()> {
+    cached().try_for_each(|c| out.write_all(&c.stat.mode.to_le_bytes()))?;
+    cached().try_for_each(|c| out.write_all(&c.stat.size.to_le_bytes()))?;
     // Times are kept as 16 bytes (the layout predates the 8-byte fields in memory).
-    cached().for_each(|c| out.extend_from_slice(&i128::from(c.stat.mtime_ns).to_le_bytes()));
-    cached().for_each(|c| out.extend_from_slice(&i128::from(c.stat.ctime_ns).to_le_bytes()));
-    cached().for_each(|c| out.extend_from_slice(&c.stat.device.to_le_bytes()));
-    cached().for_each(|c| out.extend_from_slice(&c.stat.inode.to_le_bytes()));
-    cached().for_each(|c| out.extend_from_slice(&c.id.0));
+    cached().try_for_each(|c| out.write_all(&i128::from(c.stat.mtime_ns).to_le_bytes()))?;
+    cached().try_for_each(|c| out.write_all(&i128::from(c.stat.ctime_ns).to_le_bytes()))?;
+    cached().try_for_each(|c| out.write_all(&c.stat.device.to_le_bytes()))?;
+    cached().try_for_each(|c| out.write_all(&c.stat.inode.to_le_bytes()))?;
+    cached().try_for_each(|c| out.write_all(&c.id.0))
 }
 
-fn put_trees_and_shape(out: &mut Vec<u8>, tree_ids: &[ContentId], shape: Option<Shape>) {
-    varint::put(out, tree_ids.len() as u64);
-    for id in tree_ids {
-        out.extend_from_slice(&id.0);
-    }
+fn put_trees_and_shape(out: &mut dyn io::Write, tree_ids: &[ContentId], shape: Option<Shape>) -> io::Result<()> {
+    put_varint(out, tree_ids.len() as u64)?;
+    tree_ids.iter().try_for_each(|id| out.write_all(&id.0))?;
     match shape {
         Some(shape) => {
-            out.push(1);
-            out.extend_from_slice(&shape.root.0);
-            out.extend_from_slice(&shape.others);
+            out.write_all(&[1])?;
+            out.write_all(&shape.root.0)?;
+            out.write_all(&shape.others)
         }
-        None => out.push(0),
+        None => out.write_all(&[0]),
     }
 }
 
@@ -437,7 +460,8 @@ pub(crate) fn others_digest(walked: &crate::fs::walk::Walk) -> [u8; 32] {
 pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
     let (mut files, mut trees) = (Vec::new(), Vec::new());
     store.kv().scan(schema::STATCACHE, b"", &mut |k, v| {
-        if let Ok(cache) = store.open_bytes(schema::STATCACHE, k, v).and_then(|b| decode(&b)) {
+        let opened = store.open_bytes_reader(schema::STATCACHE, k, v.to_vec());
+        if let Ok(cache) = opened.and_then(|(plain, size)| decode_from(plain, size)) {
             files.extend(cache.entries.iter().map(|(_, c)| c.id));
             trees.extend(cache.tree_ids);
         }
@@ -473,45 +497,47 @@ pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
     txn.delete(schema::STATCACHE_DELTA, session.as_bytes()).map(|_| ())
 }
 
+#[cfg(test)]
 fn decode(bytes: &[u8]) -> Result<StatCache> {
+    decode_from(bytes, Some(bytes.len() as u64))
+}
+
+/// Decodes a whole cache from `plain` as it is read (the decompressed plaintext is never
+/// held whole); `size`, the plaintext's size if known, bounds what is allocated for it.
+fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
     let bad = || Error::corrupt("stat cache", "malformed");
-    let (rest, version) = if let Some(rest) = bytes.strip_prefix(MAGIC) {
-        (rest, 6)
-    } else if let Some(rest) = bytes.strip_prefix(MAGIC_NO_GENERATION) {
-        (rest, 5)
-    } else if let Some(rest) = bytes.strip_prefix(MAGIC_NO_SHAPE) {
-        (rest, 4)
-    } else if let Some(rest) = bytes.strip_prefix(MAGIC_BYTE_ORDER) {
-        (rest, 3)
-    } else {
+    let mut input = Input::new(plain, size);
+    let magic: [u8; 4] = input.array()?;
+    let version = match &magic {
+        MAGIC => 6,
+        MAGIC_NO_GENERATION => 5,
+        MAGIC_NO_SHAPE => 4,
+        MAGIC_BYTE_ORDER => 3,
         // An older format is not an error: the next snapshot reads everything again.
-        return Ok(StatCache::default());
+        _ => return Ok(StatCache::default()),
     };
-    let outdated = version < 6;
-    let mut rest = rest;
-    let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
-    let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-    // Every entry needs at least its path's 2-byte length and its columns: a count the
-    // bytes cannot hold is malformed, not an allocation to attempt.
-    if count > rest.len() / (2 + ENTRY_COLUMNS) {
-        return Err(bad());
-    }
-    let paths = take_paths(&mut rest, count, bytes.len())?;
-    let cached = take_columns(&mut rest, count)?;
-    let mut entries: Vec<(Vec<u8>, Cached)> = paths.into_iter().zip(cached).collect();
+    let taken_at_ns = i128::from_le_bytes(input.array()?);
+    let count = input.count(2 + ENTRY_COLUMNS)?;
+    let mut entries: Vec<(Vec<u8>, Cached)> = Vec::with_capacity(count);
+    input.paths(count, &mut |path| entries.push((path, BLANK)))?;
+    input.columns(&mut entries, |e| &mut e.1)?;
     // Written in order by this version; an older one's byte order is sorted once here.
     if version == 3 || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
         entries.sort_by(|a, b| component_order(&a.0, &b.0));
         entries.dedup_by(|a, b| a.0 == b.0);
     }
-    let (tree_ids, shape) = take_trees_and_shape(&mut rest, version >= 5)?;
-    let generation = match (version, rest) {
-        (6, generation) if generation.len() == 16 => generation.try_into().expect("16"),
-        (3..=5, []) => [0; 16],
-        _ => return Err(bad()),
-    };
+    let (tree_ids, shape) = input.trees_and_shape(version >= 5)?;
+    let generation = if version == 6 { input.array()? } else { [0; 16] };
+    if !input.at_end() {
+        return Err(bad());
+    }
+    let outdated = version < 6;
     Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated, generation, delta: Delta::default() })
 }
+
+/// A cache entry before its columns are read.
+const BLANK: Cached =
+    Cached { stat: Stat { mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0, device: 0, inode: 0 }, id: ContentId([0; 32]) };
 
 /// A delta as stored.
 struct DecodedDelta {
@@ -524,107 +550,170 @@ struct DecodedDelta {
 
 fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
     let bad = || Error::corrupt("stat cache", "malformed delta");
-    let mut rest = bytes.strip_prefix(DELTA_MAGIC).ok_or_else(bad)?;
-    let generation = split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16");
-    let taken_at_ns = i128::from_le_bytes(split(&mut rest, 16).ok_or_else(bad)?.try_into().expect("16"));
-    let count = usize::try_from(varint::take(&mut rest).ok_or_else(bad)?).map_err(|_| bad())?;
-    if count > rest.len() / 3 {
+    let mut input = Input::new(bytes, Some(bytes.len() as u64));
+    if &input.array::<4>()? != DELTA_MAGIC {
         return Err(bad());
     }
-    let paths = take_paths(&mut rest, count, bytes.len())?;
-    let given = split(&mut rest, count).ok_or_else(bad)?;
+    let generation = input.array()?;
+    let taken_at_ns = i128::from_le_bytes(input.array()?);
+    let count = input.count(3)?;
+    let mut paths = Vec::with_capacity(count);
+    input.paths(count, &mut |path| paths.push(path))?;
+    let mut given = vec![0u8; count];
+    input.exact(&mut given)?;
     if given.iter().any(|g| *g > 1) {
         return Err(bad());
     }
-    let mut cached = take_columns(&mut rest, given.iter().filter(|g| **g == 1).count())?.into_iter();
+    let mut cached = vec![BLANK; given.iter().filter(|g| **g == 1).count()];
+    input.columns(&mut cached, |c| c)?;
+    let mut cached = cached.into_iter();
     let entries: Vec<(Vec<u8>, Option<Cached>)> =
-        paths.into_iter().zip(given).map(|(p, g)| (p, if *g == 1 { cached.next() } else { None })).collect();
+        paths.into_iter().zip(given).map(|(p, g)| (p, if g == 1 { cached.next() } else { None })).collect();
     if !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
         return Err(bad());
     }
-    let (tree_ids, shape) = take_trees_and_shape(&mut rest, true)?;
-    if !rest.is_empty() {
+    let (tree_ids, shape) = input.trees_and_shape(true)?;
+    if !input.at_end() {
         return Err(bad());
     }
     Ok(DecodedDelta { generation, taken_at_ns, entries, tree_ids, shape })
 }
 
-/// `count` paths as [`put_paths`] wrote them, from an encoding `encoded_len` bytes long.
-fn take_paths(rest: &mut &[u8], count: usize, encoded_len: usize) -> Result<Vec<Vec<u8>>> {
-    let bad = || Error::corrupt("stat cache", "malformed");
-    let mut paths: Vec<Vec<u8>> = Vec::with_capacity(count);
-    // Shared prefixes make paths longer than their encoding, but only so much: a real
-    // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
-    let mut budget = encoded_len.saturating_mul(64).saturating_add(1 << 20);
-    for _ in 0..count {
-        let shared = usize::try_from(varint::take(rest).ok_or_else(bad)?).map_err(|_| bad())?;
-        let len = usize::try_from(varint::take(rest).ok_or_else(bad)?).map_err(|_| bad())?;
-        let prefix: &[u8] =
-            if shared == 0 { &[] } else { paths.last().and_then(|p| p.get(..shared)).ok_or_else(bad)? };
-        let suffix = split(rest, len).ok_or_else(bad)?;
-        budget = budget.checked_sub(shared + len).ok_or_else(bad)?;
-        let mut path = Vec::with_capacity(shared + len);
-        path.extend_from_slice(prefix);
-        path.extend_from_slice(suffix);
-        paths.push(path);
-    }
-    Ok(paths)
+/// An encoded cache read in order, from a slice or a decompressing reader; every failure
+/// (a short read, a read error, a count its size cannot hold) is `corrupt`.
+struct Input<R: Read> {
+    r: std::io::BufReader<R>,
+    /// The plaintext's size if known, else the most a record may be.
+    size: u64,
 }
 
-/// `count` entries' columns as [`put_columns`] wrote them.
-fn take_columns(rest: &mut &[u8], count: usize) -> Result<Vec<Cached>> {
-    let bad = || Error::corrupt("stat cache", "malformed");
-    let mut column = |width: usize| split(rest, width.checked_mul(count).ok_or_else(bad)?).ok_or_else(bad);
-    let (modes, sizes, mtimes, ctimes) = (column(4)?, column(8)?, column(16)?, column(16)?);
-    let (devices, inodes, ids) = (column(8)?, column(8)?, column(32)?);
-    (0..count)
-        .map(|i| {
-            let stat = Stat {
-                mode: u32::from_le_bytes(nth(modes, i)),
-                size: u64::from_le_bytes(nth(sizes, i)),
-                mtime_ns: i64::try_from(i128::from_le_bytes(nth(mtimes, i))).map_err(|_| bad())?,
-                ctime_ns: i64::try_from(i128::from_le_bytes(nth(ctimes, i))).map_err(|_| bad())?,
-                device: u64::from_le_bytes(nth(devices, i)),
-                inode: u64::from_le_bytes(nth(inodes, i)),
-            };
-            Ok(Cached { stat, id: ContentId(nth(ids, i)) })
-        })
-        .collect()
-}
-
-/// The tree ids, then the shape if the layout has one (`with_shape`).
-fn take_trees_and_shape(rest: &mut &[u8], with_shape: bool) -> Result<(Vec<ContentId>, Option<Shape>)> {
-    let bad = || Error::corrupt("stat cache", "malformed");
-    let trees = usize::try_from(varint::take(rest).ok_or_else(bad)?).map_err(|_| bad())?;
-    let tree_ids = split(rest, trees.checked_mul(32).ok_or_else(bad)?).ok_or_else(bad)?;
-    let tree_ids = tree_ids.chunks_exact(32).map(|c| ContentId(c.try_into().expect("32"))).collect();
-    if !with_shape {
-        return Ok((tree_ids, None));
+impl<R: Read> Input<R> {
+    fn new(r: R, size: Option<u64>) -> Self {
+        let most = crate::storage::store::RECORD_MAX as u64;
+        Input { r: std::io::BufReader::with_capacity(64 * 1024, r), size: size.unwrap_or(most).min(most) }
     }
-    let shape = match split(rest, 1).ok_or_else(bad)? {
-        [0] => None,
-        [1] => {
-            let shape = split(rest, 64).ok_or_else(bad)?;
-            Some(Shape {
-                root: ContentId(shape[..32].try_into().expect("32")),
-                others: shape[32..].try_into().expect("32"),
-            })
+
+    fn bad() -> Error {
+        Error::corrupt("stat cache", "malformed")
+    }
+
+    fn exact(&mut self, out: &mut [u8]) -> Result<()> {
+        self.r.read_exact(out).map_err(|_| Self::bad())
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut out = [0u8; N];
+        self.exact(&mut out)?;
+        Ok(out)
+    }
+
+    fn varint(&mut self) -> Result<usize> {
+        varint::read(&mut self.r).and_then(|v| usize::try_from(v).ok()).ok_or_else(Self::bad)
+    }
+
+    /// A count of items of at least `least` bytes each: more than the plaintext can hold is
+    /// malformed, not an allocation to attempt.
+    fn count(&mut self, least: usize) -> Result<usize> {
+        let count = self.varint()?;
+        if count as u64 > self.size / least as u64 {
+            return Err(Self::bad());
         }
-        _ => return Err(bad()),
-    };
-    Ok((tree_ids, shape))
-}
+        Ok(count)
+    }
 
-/// The first `n` bytes of `rest`, which then starts after them.
-fn split<'a>(rest: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-    let (head, tail) = rest.split_at_checked(n)?;
-    *rest = tail;
-    Some(head)
-}
+    /// `count` paths as [`put_paths`] wrote them, each handed to `push`.
+    fn paths(&mut self, count: usize, push: &mut dyn FnMut(Vec<u8>)) -> Result<()> {
+        // Shared prefixes make paths longer than their encoding, but only so much: a real
+        // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
+        let mut budget = self.size.saturating_mul(64).saturating_add(1 << 20);
+        let mut previous: Vec<u8> = Vec::new();
+        for _ in 0..count {
+            let (shared, len) = (self.varint()?, self.varint()?);
+            if shared > previous.len() {
+                return Err(Self::bad());
+            }
+            let whole = shared.checked_add(len).ok_or_else(Self::bad)?;
+            budget = budget.checked_sub(whole as u64).ok_or_else(Self::bad)?;
+            let mut path = Vec::with_capacity(shared + len.min(4096));
+            path.extend_from_slice(&previous[..shared]);
+            // Grown as the bytes come: a length the input does not hold allocates nothing.
+            let read = (&mut self.r).take(len as u64).read_to_end(&mut path).map_err(|_| Self::bad())?;
+            if read != len {
+                return Err(Self::bad());
+            }
+            previous.clear();
+            previous.extend_from_slice(&path);
+            push(path);
+        }
+        Ok(())
+    }
 
-/// The `i`th `N`-byte value of a column (whose length was checked).
-fn nth<const N: usize>(column: &[u8], i: usize) -> [u8; N] {
-    column[i * N..(i + 1) * N].try_into().expect("column holds count values")
+    /// The columns of `items`' cache entries as [`put_columns`] wrote them, filled in
+    /// place one column at a time.
+    fn columns<T>(&mut self, items: &mut [T], cached: fn(&mut T) -> &mut Cached) -> Result<()> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut column = |input: &mut Self, width: usize, set: &mut dyn FnMut(&mut Cached, &[u8]) -> Result<()>| {
+            let per = buf.len() / width;
+            for chunk in items.chunks_mut(per) {
+                let bytes = &mut buf[..chunk.len() * width];
+                input.exact(bytes)?;
+                for (item, value) in chunk.iter_mut().zip(bytes.chunks_exact(width)) {
+                    set(cached(item), value)?;
+                }
+            }
+            Ok(())
+        };
+        let time = |v: &[u8]| i64::try_from(i128::from_le_bytes(v.try_into().expect("16"))).map_err(|_| Self::bad());
+        let le = |v: &[u8]| u64::from_le_bytes(v.try_into().expect("8"));
+        column(self, 4, &mut |c, v| {
+            c.stat.mode = u32::from_le_bytes(v.try_into().expect("4"));
+            Ok(())
+        })?;
+        column(self, 8, &mut |c, v| {
+            c.stat.size = le(v);
+            Ok(())
+        })?;
+        column(self, 16, &mut |c, v| {
+            c.stat.mtime_ns = time(v)?;
+            Ok(())
+        })?;
+        column(self, 16, &mut |c, v| {
+            c.stat.ctime_ns = time(v)?;
+            Ok(())
+        })?;
+        column(self, 8, &mut |c, v| {
+            c.stat.device = le(v);
+            Ok(())
+        })?;
+        column(self, 8, &mut |c, v| {
+            c.stat.inode = le(v);
+            Ok(())
+        })?;
+        column(self, 32, &mut |c, v| {
+            c.id = ContentId(v.try_into().expect("32"));
+            Ok(())
+        })
+    }
+
+    /// The tree ids, then the shape if the layout has one (`with_shape`).
+    fn trees_and_shape(&mut self, with_shape: bool) -> Result<(Vec<ContentId>, Option<Shape>)> {
+        let trees = self.count(32)?;
+        let tree_ids = (0..trees).map(|_| self.array().map(ContentId)).collect::<Result<Vec<_>>>()?;
+        if !with_shape {
+            return Ok((tree_ids, None));
+        }
+        let shape = match self.array::<1>()? {
+            [0] => None,
+            [1] => Some(Shape { root: ContentId(self.array()?), others: self.array()? }),
+            _ => return Err(Self::bad()),
+        };
+        Ok((tree_ids, shape))
+    }
+
+    /// Whether nothing is left (a read error is not the end).
+    fn at_end(&mut self) -> bool {
+        matches!(self.r.fill_buf(), Ok([]))
+    }
 }
 
 #[cfg(test)]
@@ -731,15 +820,10 @@ mod tests {
 
     /// A delta as [`seal_delta`] encodes it, decoded.
     fn delta_of(entries: &[(&str, Option<Cached>)], generation: [u8; 16]) -> DecodedDelta {
-        let mut out = DELTA_MAGIC.to_vec();
-        out.extend_from_slice(&generation);
-        out.extend_from_slice(&20_000_000_000i128.to_le_bytes());
-        varint::put(&mut out, entries.len() as u64);
-        put_paths(&mut out, entries.iter().map(|(p, _)| p.as_bytes()));
-        out.extend(entries.iter().map(|(_, c)| u8::from(c.is_some())));
-        put_columns(&mut out, &|| entries.iter().filter_map(|(_, c)| *c));
+        let mut out = Vec::new();
         let shape = Shape { root: ContentId([8; 32]), others: [2; 32] };
-        put_trees_and_shape(&mut out, &[ContentId([5; 32])], Some(shape));
+        let entries: Vec<(&[u8], Option<Cached>)> = entries.iter().map(|(p, c)| (p.as_bytes(), *c)).collect();
+        encode_delta(&mut out, generation, 20_000_000_000, &entries, &[ContentId([5; 32])], shape).unwrap();
         for cut in 0..out.len() {
             assert!(decode_delta(&out[..cut]).is_err(), "a delta cut at {cut} is accepted");
         }

@@ -199,6 +199,38 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
     Ok(out)
 }
 
+/// [`seal_at_level`] for a large plaintext written by `write` as it is made: compressed as
+/// it comes (the plaintext is never whole in memory) and encrypted in place, appended to
+/// `out` as nonce, ciphertext and tag.
+pub fn seal_streamed(
+    key: &SecretKey,
+    binding: Binding<'_>,
+    out: &mut Vec<u8>,
+    level: i32,
+    write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<()> {
+    use aes_gcm::aead::AeadInOut;
+    use std::io::Write;
+    let failed = |e: std::io::Error| Error::new(ErrorCode::Io, format!("compress: {e}"));
+    let mut nonce = [0u8; NONCE_LEN];
+    fill_random(&mut nonce)?;
+    out.extend_from_slice(&nonce);
+    let start = out.len();
+    {
+        let encoder = zstd::stream::write::Encoder::new(&mut *out, level).map_err(failed)?;
+        let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, encoder);
+        write(&mut buffered).map_err(failed)?;
+        buffered.flush().map_err(failed)?;
+        buffered.into_inner().map_err(|e| failed(e.into_error()))?.finish().map_err(failed)?;
+    }
+    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
+    let tag = cipher
+        .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
+        .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
+    out.extend_from_slice(&tag);
+    Ok(())
+}
+
 /// zstd with one compression context per thread and level (a snapshot compresses
 /// thousands of files per thread; making a context each time is measurable).
 fn compress(plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
@@ -238,6 +270,39 @@ pub fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize
         .decrypt(&Nonce::<Aes256Gcm>::from(nonce), Payload { msg: ct, aad: &aad })
         .map_err(|_| Error::corrupt(what, "authentication failed (altered ciphertext or metadata)"))?;
     decompress(&compressed, max_len).ok_or_else(|| Error::corrupt(what, "bad compressed frame"))
+}
+
+/// What [`open_reader`] returns: the plaintext as it is decompressed, and its size as the
+/// frame records it (a bound for the caller's allocations), if it does.
+pub type Opened = (Box<dyn std::io::Read + Send>, Option<u64>);
+
+/// [`open`] for a large record, without holding its plaintext whole: `sealed` (nonce,
+/// ciphertext, tag) is authenticated and decrypted in place, and the reader decompresses it
+/// as it is read, ending (short, which the caller's format sees as truncation) after
+/// `max_len` bytes. Failures are `corrupt`, as in [`open`]; a bad frame shows as a read
+/// error.
+pub fn open_reader(key: &SecretKey, binding: Binding<'_>, mut sealed: Vec<u8>, max_len: usize) -> Result<Opened> {
+    use aes_gcm::aead::AeadInOut;
+    use std::io::Read;
+    let what = binding.kind;
+    if sealed.len() < NONCE_LEN + TAG_LEN {
+        return Err(Error::corrupt(what, "ciphertext too short"));
+    }
+    let end = sealed.len() - TAG_LEN;
+    let (nonce, rest) = sealed.split_at_mut(NONCE_LEN);
+    let nonce: [u8; NONCE_LEN] = (&*nonce).try_into().expect("split at NONCE_LEN");
+    let (ct, tag) = rest.split_at_mut(end - NONCE_LEN);
+    let tag = aes_gcm::Tag::try_from(&*tag).map_err(|_| Error::corrupt(what, "bad tag"))?;
+    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
+    cipher
+        .decrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), ct.into(), &tag)
+        .map_err(|_| Error::corrupt(what, "authentication failed (altered ciphertext or metadata)"))?;
+    let size = zstd::zstd_safe::get_frame_content_size(&sealed[NONCE_LEN..end]).ok().flatten();
+    let mut frame = std::io::Cursor::new(sealed);
+    frame.set_position(NONCE_LEN as u64);
+    let decoder = zstd::stream::read::Decoder::new(frame.take((end - NONCE_LEN) as u64))
+        .map_err(|_| Error::corrupt(what, "bad compressed frame"))?;
+    Ok((Box::new(decoder.take(max_len as u64)), size))
 }
 
 /// zstd decompression with one context per thread (a rewind or diff opens thousands of
@@ -295,6 +360,43 @@ mod tests {
             bad[i] ^= 0x01;
             assert_eq!(open(&key, binding(b"a"), &bad, 100).unwrap_err().code, ErrorCode::Corrupt, "byte {i}");
         }
+    }
+
+    #[test]
+    fn what_is_sealed_as_it_is_written_opens_as_if_sealed_whole() {
+        let key = SecretKey::random().unwrap();
+        let text: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 613).to_le_bytes()).collect();
+        let mut sealed = b"head".to_vec();
+        seal_streamed(&key, binding(b"a"), &mut sealed, 1, &mut |w| text.chunks(7).try_for_each(|c| w.write_all(c)))
+            .unwrap();
+        assert_eq!(&sealed[..4], b"head", "appended after what `out` held");
+        assert_eq!(open(&key, binding(b"a"), &sealed[4..], text.len()).unwrap(), text);
+        assert!(sealed.len() < text.len() / 4, "compressed");
+        assert_eq!(open(&key, binding(b"b"), &sealed[4..], text.len()).unwrap_err().code, ErrorCode::Corrupt);
+    }
+
+    #[test]
+    fn a_reader_opens_what_open_opens_and_nothing_altered() {
+        use std::io::Read;
+        let key = SecretKey::random().unwrap();
+        let text: Vec<u8> = (0..300_000u32).flat_map(|i| (i % 977).to_le_bytes()).collect();
+        let sealed = seal(&key, binding(b"a"), &text).unwrap();
+        let (mut reader, size) = open_reader(&key, binding(b"a"), sealed.clone(), usize::MAX).unwrap();
+        let mut back = Vec::new();
+        reader.read_to_end(&mut back).unwrap();
+        assert_eq!((back == text, size), (true, Some(text.len() as u64)));
+        // It stops at the bound it is given.
+        let (mut reader, _) = open_reader(&key, binding(b"a"), sealed.clone(), 1000).unwrap();
+        let mut bounded = Vec::new();
+        reader.read_to_end(&mut bounded).unwrap();
+        assert_eq!(bounded, text[..1000]);
+        for i in [0, NONCE_LEN, sealed.len() / 2, sealed.len() - 1] {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x01;
+            let err = open_reader(&key, binding(b"a"), bad, usize::MAX).err().expect("altered bytes open");
+            assert_eq!(err.code, ErrorCode::Corrupt, "byte {i}");
+        }
+        assert!(open_reader(&key, binding(b"b"), sealed, usize::MAX).is_err(), "another id");
     }
 
     #[test]

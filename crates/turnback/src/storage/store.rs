@@ -35,7 +35,8 @@ const RECORD_MAGIC: &[u8; 3] = b"TR1";
 /// `store.db` beside it was emptied, not new.
 const INITIALIZED: &str = "initialized";
 /// Largest plaintext a sealed record may decode to.
-const RECORD_MAX: usize = 256 * 1024 * 1024;
+/// The most a sealed record's plaintext may be.
+pub(crate) const RECORD_MAX: usize = 256 * 1024 * 1024;
 
 /// How to open a store.
 #[derive(Debug, Clone)]
@@ -236,6 +237,25 @@ impl Store {
         Ok(out)
     }
 
+    /// [`seal_bytes_at_level`](Self::seal_bytes_at_level) for large bytes `write` makes as
+    /// they are sealed ([`crypto::seal_streamed`]): never whole in memory as plaintext.
+    pub(crate) fn seal_bytes_streamed(
+        &self,
+        ns: Ns,
+        key: &[u8],
+        schema: u16,
+        level: i32,
+        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+    ) -> Result<Vec<u8>> {
+        let (version, data_key) = self.keys.current_key();
+        let kind = format!("record:{ns}");
+        let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
+        let mut out = Vec::new();
+        header::write(&mut out, RECORD_MAGIC, header::Header { key_version: version, schema });
+        crypto::seal_streamed(data_key, binding, &mut out, level, write)?;
+        Ok(out)
+    }
+
     /// Opens a record sealed by [`seal_record`](Self::seal_record) under `ns`/`key`.
     ///
     /// # Errors
@@ -251,6 +271,19 @@ impl Store {
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
         crypto::open(self.keys.data_key(version)?, binding, sealed, RECORD_MAX)
+    }
+
+    /// Opens bytes sealed by [`seal_bytes`](Self::seal_bytes) as a reader that decompresses
+    /// them as they are read ([`crypto::open_reader`]): a large record is never whole in
+    /// memory as plaintext. With the plaintext's size, when the frame records it.
+    pub(crate) fn open_bytes_reader(&self, ns: Ns, key: &[u8], mut value: Vec<u8>) -> Result<crypto::Opened> {
+        let (version, schema, sealed) = record_header(&value)?;
+        let start = value.len() - sealed.len();
+        let kind = format!("record:{ns}");
+        let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
+        let data_key = self.keys.data_key(version)?;
+        value.drain(..start);
+        crypto::open_reader(data_key, binding, value, RECORD_MAX)
     }
 
     /// Reads and opens the record `key` of `ns`.
