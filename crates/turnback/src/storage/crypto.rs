@@ -309,6 +309,16 @@ pub fn open_reader(key: &SecretKey, binding: Binding<'_>, mut sealed: Vec<u8>, m
 /// tree nodes; making a context each time showed in profiles).
 fn decompress(compressed: &[u8], max_len: usize) -> Option<Vec<u8>> {
     use std::cell::RefCell;
+    use std::io::Read;
+    // A frame sealed as it was written ([`seal_streamed`]) does not record its size: it is
+    // read as a stream into a buffer that grows with it (never a `max_len` allocation up
+    // front), bounded by `max_len`.
+    if zstd::zstd_safe::get_frame_content_size(compressed).ok()?.is_none() {
+        let mut out = Vec::new();
+        let decoder = zstd::stream::read::Decoder::with_buffer(compressed).ok()?;
+        decoder.take(max_len as u64 + 1).read_to_end(&mut out).ok()?;
+        return (out.len() <= max_len).then_some(out);
+    }
     thread_local! {
         static CONTEXT: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
     }
@@ -371,6 +381,7 @@ mod tests {
             .unwrap();
         assert_eq!(&sealed[..4], b"head", "appended after what `out` held");
         assert_eq!(open(&key, binding(b"a"), &sealed[4..], text.len()).unwrap(), text);
+        assert!(open(&key, binding(b"a"), &sealed[4..], text.len() - 1).is_err(), "bounded by max_len");
         assert!(sealed.len() < text.len() / 4, "compressed");
         assert_eq!(open(&key, binding(b"b"), &sealed[4..], text.len()).unwrap_err().code, ErrorCode::Corrupt);
     }
