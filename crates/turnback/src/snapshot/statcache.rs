@@ -116,6 +116,9 @@ pub struct StatCache {
     pub generation: [u8; 16],
     /// What the delta laid over it.
     pub delta: Delta,
+    /// Every tree id it names, whole cache and delta, for [`names_tree`](Self::names_tree)
+    /// (made at its first call: the ids do not change once the cache is loaded).
+    named_trees: std::sync::OnceLock<std::collections::HashSet<ContentId>>,
 }
 
 /// What a delta laid over the whole cache.
@@ -153,7 +156,9 @@ impl StatCache {
     /// Whether `id` is a node of a tree this cache describes (the whole cache's or one
     /// made since).
     pub fn names_tree(&self, id: &ContentId) -> bool {
-        self.tree_ids.contains(id) || self.delta.tree_ids.contains(id)
+        let named =
+            self.named_trees.get_or_init(|| self.tree_ids.iter().chain(&self.delta.tree_ids).copied().collect());
+        named.contains(id)
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
@@ -323,9 +328,11 @@ pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
 ) -> Result<Write> {
     let mut generation = [0u8; 16];
     getrandom::fill(&mut generation).map_err(|e| Error::new(ErrorCode::Io, format!("random generation: {e}")))?;
-    let sealed = store.seal_bytes_streamed(schema::STATCACHE, session.as_bytes(), SCHEMA, 1, &mut |w| {
-        encode(w, taken_at_ns, entries, tree_ids, shape, generation)
-    })?;
+    let mut write = |w: &mut dyn io::Write| encode(w, taken_at_ns, entries, tree_ids, shape, generation);
+    // Encoded once to count it, so that the sealed frame records its size.
+    let mut counted = Counted(0);
+    write(&mut counted).expect("counting writes nothing");
+    let sealed = store.seal_bytes_streamed(schema::STATCACHE, session.as_bytes(), SCHEMA, 1, counted.0, &mut write)?;
     Ok(Write::Whole(sealed))
 }
 
@@ -344,6 +351,20 @@ pub(crate) fn seal_delta(
     let mut out = Vec::with_capacity(64 + entries.len() * (32 + ENTRY_COLUMNS) + tree_ids.len() * 32);
     encode_delta(&mut out, generation, taken_at_ns, entries, tree_ids, shape).expect("writing to memory");
     Ok(Write::Delta(store.seal_bytes_at_level(schema::STATCACHE_DELTA, session.as_bytes(), SCHEMA, &out, 1)?))
+}
+
+/// A writer that only counts what it is given.
+struct Counted(u64);
+
+impl io::Write for Counted {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0 += buf.len() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 fn encode_delta(
@@ -532,7 +553,7 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
         return Err(bad());
     }
     let outdated = version < 6;
-    Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated, generation, delta: Delta::default() })
+    Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated, generation, ..Default::default() })
 }
 
 /// A cache entry before its columns are read.

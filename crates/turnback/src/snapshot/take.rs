@@ -663,12 +663,15 @@ fn patch_tree(
     // The nodes made since the whole cache that the new tree still has (those of the
     // directories made again now go: a node named here is kept from `gc`), and those made
     // now. Any node of the new tree is kept through its root, which the delta names.
+    let replaced: HashSet<&ContentId> = patched.replaced.iter().collect();
+    let whole: HashSet<&ContentId> = cache.tree_ids.iter().collect();
     let mut tree_ids: Vec<ContentId> =
-        cache.delta.tree_ids.iter().filter(|id| !patched.replaced.contains(id)).copied().collect();
-    for id in patched.made.iter().filter(|id| !cache.tree_ids.contains(id)) {
-        if !tree_ids.contains(id) {
-            tree_ids.push(*id);
-        }
+        cache.delta.tree_ids.iter().filter(|id| !replaced.contains(id)).copied().collect();
+    let mut listed: HashSet<ContentId> = tree_ids.iter().copied().collect();
+    tree_ids.extend(patched.made.iter().filter(|id| !whole.contains(id) && listed.insert(**id)));
+    // A patch that made more nodes than a delta may name: the whole tree and cache instead.
+    if !statcache::delta_fits(changes.cache.len(), tree_ids.len(), cache.entries.len()) {
+        return Ok(None);
     }
     let shape = Shape { root: patched.root, others: shape.others };
     let write =

@@ -201,12 +201,15 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
 
 /// [`seal_at_level`] for a large plaintext written by `write` as it is made: compressed as
 /// it comes (the plaintext is never whole in memory) and encrypted in place, appended to
-/// `out` as nonce, ciphertext and tag.
+/// `out` as nonce, ciphertext and tag. `size` is exactly how many bytes `write` writes: the
+/// frame records it, as a frame sealed whole does, so whoever opens it can bound what it
+/// allocates by it (a different count fails the seal).
 pub fn seal_streamed(
     key: &SecretKey,
     binding: Binding<'_>,
     out: &mut Vec<u8>,
     level: i32,
+    size: u64,
     write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<()> {
     use aes_gcm::aead::AeadInOut;
@@ -217,7 +220,9 @@ pub fn seal_streamed(
     out.extend_from_slice(&nonce);
     let start = out.len();
     {
-        let encoder = zstd::stream::write::Encoder::new(&mut *out, level).map_err(failed)?;
+        let mut encoder = zstd::stream::write::Encoder::new(&mut *out, level).map_err(failed)?;
+        encoder.include_contentsize(true).map_err(failed)?;
+        encoder.set_pledged_src_size(Some(size)).map_err(failed)?;
         let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, encoder);
         write(&mut buffered).map_err(failed)?;
         buffered.flush().map_err(failed)?;
@@ -377,8 +382,11 @@ mod tests {
         let key = SecretKey::random().unwrap();
         let text: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 613).to_le_bytes()).collect();
         let mut sealed = b"head".to_vec();
-        seal_streamed(&key, binding(b"a"), &mut sealed, 1, &mut |w| text.chunks(7).try_for_each(|c| w.write_all(c)))
-            .unwrap();
+        let mut write = |w: &mut dyn std::io::Write| text.chunks(7).try_for_each(|c| w.write_all(c));
+        seal_streamed(&key, binding(b"a"), &mut sealed, 1, text.len() as u64, &mut write).unwrap();
+        let (_, size) = open_reader(&key, binding(b"a"), sealed[4..].to_vec(), usize::MAX).unwrap();
+        assert_eq!(size, Some(text.len() as u64), "the frame records its size");
+        assert!(seal_streamed(&key, binding(b"a"), &mut Vec::new(), 1, 5, &mut write).is_err(), "a size that lies");
         assert_eq!(&sealed[..4], b"head", "appended after what `out` held");
         assert_eq!(open(&key, binding(b"a"), &sealed[4..], text.len()).unwrap(), text);
         assert!(open(&key, binding(b"a"), &sealed[4..], text.len() - 1).is_err(), "bounded by max_len");

@@ -709,3 +709,34 @@ fn an_old_delta_put_back_under_a_newer_whole_cache_is_dropped_not_trusted() {
     txn.commit().unwrap();
     assert!(take(&env).stat_cache_dropped.is_some());
 }
+
+#[test]
+fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it() {
+    let env = Env::new();
+    write(&env, "a.txt", "a");
+    take(&env);
+    let key = env.session.id.as_bytes();
+    let stored = env.store.kv().get(crate::storage::schema::STATCACHE, key).unwrap().unwrap();
+    let (_, size) = env.store.open_bytes_reader(crate::storage::schema::STATCACHE, key, stored).unwrap();
+    assert!(size.is_some_and(|s| s > 0 && s < 4096), "the frame records the plaintext's size: {size:?}");
+    // A cache whose entries claim far more than its bytes hold is refused, not allocated:
+    // 3,000 paths each sharing 1 MiB with the one before, from about 1 MiB of plaintext.
+    let mut plain = b"TBS6".to_vec();
+    plain.extend_from_slice(&0i128.to_le_bytes());
+    crate::base::varint::put(&mut plain, 3000);
+    crate::base::varint::put(&mut plain, 0);
+    crate::base::varint::put(&mut plain, 1 << 20);
+    plain.extend(std::iter::repeat_n(b'a', 1 << 20));
+    for _ in 1..3000 {
+        crate::base::varint::put(&mut plain, 1 << 20);
+        crate::base::varint::put(&mut plain, 0);
+    }
+    let mut write = |w: &mut dyn std::io::Write| w.write_all(&plain);
+    let ns = crate::storage::schema::STATCACHE;
+    let sealed = env.store.seal_bytes_streamed(ns, key, 1, 1, plain.len() as u64, &mut write).unwrap();
+    let mut txn = env.store.kv().begin().unwrap();
+    txn.put(ns, key, &sealed).unwrap();
+    txn.commit().unwrap();
+    let err = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap_err();
+    assert_eq!(err.code, crate::error::ErrorCode::Corrupt);
+}
