@@ -246,7 +246,8 @@ impl StatCache {
                 (Err(_), None) => {}
             }
         }
-        let removed = gone.iter().map(|&i| self.entries[i].0.clone()).collect();
+        // The removed paths are moved out (their entries go below).
+        let removed = gone.iter().map(|&i| std::mem::take(&mut self.entries[i].0)).collect();
         if !gone.is_empty() {
             // `gone` is in order (the delta's paths are): compact around it.
             let mut k = 0;

@@ -105,7 +105,10 @@ pub(super) fn take(
         .nested_repos
         .iter()
         .filter(|n| source.root.join(&n.path).join(".git").symlink_metadata().is_ok_and(|m| m.is_file()));
-    let dirty: Vec<Vec<u8>> = dirty.iter().cloned().chain(elsewhere.map(|n| n.path.as_bytes().to_vec())).collect();
+    let elsewhere: Vec<Vec<u8>> = elsewhere.map(|n| n.path.as_bytes().to_vec()).collect();
+    // The watcher's paths are copied only when there is something to add to them.
+    let dirty: std::borrow::Cow<'_, [Vec<u8>]> =
+        if elsewhere.is_empty() { dirty.into() } else { [dirty, &elsewhere].concat().into() };
     let Some(patched) = patch(store, source, previous, &dirty, opts)? else { return Ok(None) };
     let mut record = SnapshotRecord {
         snapshot_id: uuid::Uuid::now_v7().to_string(),

@@ -281,31 +281,37 @@ pub fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize
 /// frame records it (a bound for the caller's allocations), if it does.
 pub type Opened = (Box<dyn std::io::Read + Send>, Option<u64>);
 
-/// [`open`] for a large record, without holding its plaintext whole: `sealed` (nonce,
-/// ciphertext, tag) is authenticated and decrypted in place, and the reader decompresses it
-/// as it is read, ending (short, which the caller's format sees as truncation) after
-/// `max_len` bytes. Failures are `corrupt`, as in [`open`]; a bad frame shows as a read
-/// error.
-pub fn open_reader(key: &SecretKey, binding: Binding<'_>, mut sealed: Vec<u8>, max_len: usize) -> Result<Opened> {
+/// [`open`] for a large record, without holding its plaintext whole: the sealed bytes
+/// (nonce, ciphertext, tag) that start at `at` in `value` are authenticated and decrypted in
+/// place, and the reader decompresses them as it is read, ending (short, which the caller's
+/// format sees as truncation) after `max_len` bytes. Failures are `corrupt`, as in
+/// [`open`]; a bad frame shows as a read error.
+pub fn open_reader(
+    key: &SecretKey,
+    binding: Binding<'_>,
+    mut value: Vec<u8>,
+    at: usize,
+    max_len: usize,
+) -> Result<Opened> {
     use aes_gcm::aead::AeadInOut;
     use std::io::Read;
     let what = binding.kind;
-    if sealed.len() < NONCE_LEN + TAG_LEN {
+    if value.len() < at + NONCE_LEN + TAG_LEN {
         return Err(Error::corrupt(what, "ciphertext too short"));
     }
-    let end = sealed.len() - TAG_LEN;
-    let (nonce, rest) = sealed.split_at_mut(NONCE_LEN);
+    let (start, end) = (at + NONCE_LEN, value.len() - TAG_LEN);
+    let (nonce, rest) = value[at..].split_at_mut(NONCE_LEN);
     let nonce: [u8; NONCE_LEN] = (&*nonce).try_into().expect("split at NONCE_LEN");
-    let (ct, tag) = rest.split_at_mut(end - NONCE_LEN);
+    let (ct, tag) = rest.split_at_mut(end - start);
     let tag = aes_gcm::Tag::try_from(&*tag).map_err(|_| Error::corrupt(what, "bad tag"))?;
     let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
     cipher
         .decrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), ct.into(), &tag)
         .map_err(|_| Error::corrupt(what, "authentication failed (altered ciphertext or metadata)"))?;
-    let size = zstd::zstd_safe::get_frame_content_size(&sealed[NONCE_LEN..end]).ok().flatten();
-    let mut frame = std::io::Cursor::new(sealed);
-    frame.set_position(NONCE_LEN as u64);
-    let decoder = zstd::stream::read::Decoder::new(frame.take((end - NONCE_LEN) as u64))
+    let size = zstd::zstd_safe::get_frame_content_size(&value[start..end]).ok().flatten();
+    let mut frame = std::io::Cursor::new(value);
+    frame.set_position(start as u64);
+    let decoder = zstd::stream::read::Decoder::new(frame.take((end - start) as u64))
         .map_err(|_| Error::corrupt(what, "bad compressed frame"))?;
     Ok((Box::new(decoder.take(max_len as u64)), size))
 }
@@ -315,9 +321,9 @@ pub fn open_reader(key: &SecretKey, binding: Binding<'_>, mut sealed: Vec<u8>, m
 fn decompress(compressed: &[u8], max_len: usize) -> Option<Vec<u8>> {
     use std::cell::RefCell;
     use std::io::Read;
-    // A frame sealed as it was written ([`seal_streamed`]) does not record its size: it is
-    // read as a stream into a buffer that grows with it (never a `max_len` allocation up
-    // front), bounded by `max_len`.
+    // A frame that does not record its size (zstd allows it; this version's seals all
+    // record it) is read as a stream into a buffer that grows with it, bounded by
+    // `max_len`: the bulk decompressor would reserve all of `max_len` up front.
     if zstd::zstd_safe::get_frame_content_size(compressed).ok()?.is_none() {
         let mut out = Vec::new();
         let decoder = zstd::stream::read::Decoder::with_buffer(compressed).ok()?;
@@ -384,7 +390,7 @@ mod tests {
         let mut sealed = b"head".to_vec();
         let mut write = |w: &mut dyn std::io::Write| text.chunks(7).try_for_each(|c| w.write_all(c));
         seal_streamed(&key, binding(b"a"), &mut sealed, 1, text.len() as u64, &mut write).unwrap();
-        let (_, size) = open_reader(&key, binding(b"a"), sealed[4..].to_vec(), usize::MAX).unwrap();
+        let (_, size) = open_reader(&key, binding(b"a"), sealed.clone(), 4, usize::MAX).unwrap();
         assert_eq!(size, Some(text.len() as u64), "the frame records its size");
         assert!(seal_streamed(&key, binding(b"a"), &mut Vec::new(), 1, 5, &mut write).is_err(), "a size that lies");
         assert_eq!(&sealed[..4], b"head", "appended after what `out` held");
@@ -400,22 +406,22 @@ mod tests {
         let key = SecretKey::random().unwrap();
         let text: Vec<u8> = (0..300_000u32).flat_map(|i| (i % 977).to_le_bytes()).collect();
         let sealed = seal(&key, binding(b"a"), &text).unwrap();
-        let (mut reader, size) = open_reader(&key, binding(b"a"), sealed.clone(), usize::MAX).unwrap();
+        let (mut reader, size) = open_reader(&key, binding(b"a"), sealed.clone(), 0, usize::MAX).unwrap();
         let mut back = Vec::new();
         reader.read_to_end(&mut back).unwrap();
         assert_eq!((back == text, size), (true, Some(text.len() as u64)));
         // It stops at the bound it is given.
-        let (mut reader, _) = open_reader(&key, binding(b"a"), sealed.clone(), 1000).unwrap();
+        let (mut reader, _) = open_reader(&key, binding(b"a"), sealed.clone(), 0, 1000).unwrap();
         let mut bounded = Vec::new();
         reader.read_to_end(&mut bounded).unwrap();
         assert_eq!(bounded, text[..1000]);
         for i in [0, NONCE_LEN, sealed.len() / 2, sealed.len() - 1] {
             let mut bad = sealed.clone();
             bad[i] ^= 0x01;
-            let err = open_reader(&key, binding(b"a"), bad, usize::MAX).err().expect("altered bytes open");
+            let err = open_reader(&key, binding(b"a"), bad, 0, usize::MAX).err().expect("altered bytes open");
             assert_eq!(err.code, ErrorCode::Corrupt, "byte {i}");
         }
-        assert!(open_reader(&key, binding(b"b"), sealed, usize::MAX).is_err(), "another id");
+        assert!(open_reader(&key, binding(b"b"), sealed, 0, usize::MAX).is_err(), "another id");
     }
 
     #[test]

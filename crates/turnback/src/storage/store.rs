@@ -35,7 +35,6 @@ const RECORD_MAGIC: &[u8; 3] = b"TR1";
 /// `store.db` beside it was emptied, not new.
 const INITIALIZED: &str = "initialized";
 /// Largest plaintext a sealed record may decode to.
-/// The most a sealed record's plaintext may be.
 pub(crate) const RECORD_MAX: usize = 256 * 1024 * 1024;
 
 /// How to open a store.
@@ -278,14 +277,12 @@ impl Store {
     /// Opens bytes sealed by [`seal_bytes`](Self::seal_bytes) as a reader that decompresses
     /// them as they are read ([`crypto::open_reader`]): a large record is never whole in
     /// memory as plaintext. With the plaintext's size, when the frame records it.
-    pub(crate) fn open_bytes_reader(&self, ns: Ns, key: &[u8], mut value: Vec<u8>) -> Result<crypto::Opened> {
+    pub(crate) fn open_bytes_reader(&self, ns: Ns, key: &[u8], value: Vec<u8>) -> Result<crypto::Opened> {
         let (version, schema, sealed) = record_header(&value)?;
         let start = value.len() - sealed.len();
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
-        let data_key = self.keys.data_key(version)?;
-        value.drain(..start);
-        crypto::open_reader(data_key, binding, value, RECORD_MAX)
+        crypto::open_reader(self.keys.data_key(version)?, binding, value, start, RECORD_MAX)
     }
 
     /// Reads and opens the record `key` of `ns`.

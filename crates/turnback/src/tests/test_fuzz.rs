@@ -98,6 +98,16 @@ fn put(store: &Store, ns: &'static str, key: &[u8], value: &[u8]) {
     txn.commit().unwrap();
 }
 
+/// The plaintext of the sealed value stored at `ns`/`key`.
+fn opened(env: &Env, ns: &'static str, key: &[u8]) -> Vec<u8> {
+    env.store.open_bytes(ns, key, &value(env, ns, key)).unwrap()
+}
+
+/// Seals `plain` for `ns`/`key` and stores it there.
+fn seal_and_put(store: &Store, ns: &'static str, key: &[u8], plain: &[u8]) {
+    put(store, ns, key, &store.seal_bytes(ns, key, 1, plain).unwrap());
+}
+
 /// An error a stored byte string may give: `corrupt`, or a key version the store has no
 /// key for.
 fn stored_error(e: &Error) -> bool {
@@ -223,14 +233,10 @@ fn tree_nodes(env: &Env) -> Vec<Vec<u8>> {
 fn fuzz_stat_cache() {
     let env = populated();
     let session = env.session.id.clone();
-    let plain = {
-        let sealed = value(&env, schema::STATCACHE, session.as_bytes());
-        env.store.open_bytes(schema::STATCACHE, session.as_bytes(), &sealed).unwrap()
-    };
+    let plain = opened(&env, schema::STATCACHE, session.as_bytes());
     let store = in_memory(&env);
     Fuzz::new("stat-cache", &corpus("stat-cache"), Shape::Bytes).seed("stat cache", plain).run(|input| {
-        let sealed = store.seal_bytes(schema::STATCACHE, session.as_bytes(), 1, input).unwrap();
-        put(&store, schema::STATCACHE, session.as_bytes(), &sealed);
+        seal_and_put(&store, schema::STATCACHE, session.as_bytes(), input);
         let r = StatCache::load(&store, &session);
         if let Err(e) = &r {
             assert_eq!(e.code, ErrorCode::Corrupt, "{e:?}");
@@ -253,14 +259,10 @@ fn fuzz_stat_cache_delta() {
         std::fs::File::options().write(true).open(env.path(f)).unwrap().set_modified(old).unwrap();
     }
     env.snapshot(SnapshotKind::AdHoc).unwrap();
-    let plain = {
-        let sealed = value(&env, schema::STATCACHE_DELTA, session.as_bytes());
-        env.store.open_bytes(schema::STATCACHE_DELTA, session.as_bytes(), &sealed).unwrap()
-    };
+    let plain = opened(&env, schema::STATCACHE_DELTA, session.as_bytes());
     let store = in_memory(&env);
     Fuzz::new("stat-cache-delta", &corpus("stat-cache-delta"), Shape::Bytes).seed("delta", plain).run(|input| {
-        let sealed = store.seal_bytes(schema::STATCACHE_DELTA, session.as_bytes(), 1, input).unwrap();
-        put(&store, schema::STATCACHE_DELTA, session.as_bytes(), &sealed);
+        seal_and_put(&store, schema::STATCACHE_DELTA, session.as_bytes(), input);
         let r = StatCache::load(&store, &session);
         match &r {
             Err(e) => assert_eq!(e.code, ErrorCode::Corrupt, "{e:?}"),

@@ -30,6 +30,12 @@ fn write(env: &Env, rel: &str, content: &str) {
     std::fs::write(p, content).unwrap();
 }
 
+/// Makes `rel` look written long ago (10 s): settled, so the stat cache trusts it unread.
+fn age(env: &Env, rel: &str) {
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    std::fs::File::options().write(true).open(env.path(rel)).unwrap().set_modified(old).unwrap();
+}
+
 /// Every file under `dir` with its bytes, mode and mtime (to prove nothing changed).
 fn fingerprint(dir: &std::path::Path) -> BTreeMap<String, (Vec<u8>, u32, i64)> {
     use std::os::unix::fs::MetadataExt;
@@ -142,8 +148,7 @@ fn a_racily_clean_file_is_read_again() {
     let env = Env::new();
     write(&env, "a.txt", "one");
     write(&env, "old.txt", "settled");
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
-    std::fs::File::options().write(true).open(env.path("old.txt")).unwrap().set_modified(old).unwrap();
+    age(&env, "old.txt");
     take(&env);
     // Untouched since, with every stat field as cached: only its recent mtime (inside the
     // racy margin of the cached walk) makes it untrusted, so it alone is read again.
@@ -163,7 +168,7 @@ fn a_racily_clean_file_is_read_again() {
     // The next write, for any other change (a file written long ago), settles it: trusted
     // from then on.
     write(&env, "other.txt", "new");
-    std::fs::File::options().write(true).open(env.path("other.txt")).unwrap().set_modified(old).unwrap();
+    age(&env, "other.txt");
     assert_eq!(take(&env).read_files, 2);
     assert_ne!(cache_rows(&env), cached);
     assert_eq!(take(&env).read_files, 0);
@@ -193,10 +198,9 @@ fn limits_skip_a_snapshot_with_the_exact_reason_and_store_nothing() {
     )
     .unwrap();
     env.reopen();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
     for i in 0..4 {
         write(&env, &format!("f{i}.txt"), "x");
-        std::fs::File::options().write(true).open(env.path(&format!("f{i}.txt"))).unwrap().set_modified(old).unwrap();
+        age(&env, &format!("f{i}.txt"));
     }
     let r = take(&env);
     assert_eq!(r.skipped.as_deref(), Some("too many files (4 > 3)"));
@@ -523,9 +527,8 @@ fn a_walk_that_finds_every_file_as_cached_still_sees_its_links_and_nested_reposi
     write(&env, "vendor/lib/.git/HEAD", "ref: refs/heads/main\n");
     write(&env, "vendor/lib/.git/refs/heads/main", &format!("{}\n", "1".repeat(40)));
     std::os::unix::fs::symlink("a.txt", env.path("link")).unwrap();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
     for f in ["a.txt", "d/b.txt"] {
-        std::fs::File::options().write(true).open(env.path(f)).unwrap().set_modified(old).unwrap();
+        age(&env, f);
     }
     let first = take(&env);
     let cached = env.store.kv().get("statcache", env.session.id.as_bytes()).unwrap();
@@ -565,14 +568,10 @@ fn a_walk_that_finds_every_file_as_cached_still_sees_its_links_and_nested_reposi
 fn a_walk_that_finds_files_changed_patches_the_cached_tree_into_the_one_built_from_scratch() {
     let env = Env::new();
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
-    let age = |rel: &str| {
-        let f = std::fs::File::options().write(true).open(env.path(rel)).unwrap();
-        f.set_modified(old).unwrap();
-    };
     let names = ["a", "b", "c.txt", "d/e", "d/f.rs", "d/g/h", "d/g/i.md", "j/k/l/m", "n-o", "n.o"];
     for (i, n) in names.iter().enumerate() {
         write(&env, n, &format!("file {i}"));
-        age(n);
+        age(&env, n);
     }
     take(&env);
     let (whole, _) = cache_rows(&env);
@@ -591,7 +590,7 @@ fn a_walk_that_finds_files_changed_patches_the_cached_tree_into_the_one_built_fr
             0 if !p.is_dir() => {
                 write(&env, target, &format!("step {step}"));
                 if next(2) == 0 {
-                    age(target);
+                    age(&env, target);
                 }
                 "written"
             }
@@ -644,11 +643,10 @@ fn a_walk_that_finds_files_changed_patches_the_cached_tree_into_the_one_built_fr
 #[test]
 fn past_its_share_the_delta_is_folded_into_a_whole_cache() {
     let env = Env::new();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
     for i in 0..1100 {
         let f = format!("d{}/f{i}", i % 7);
         write(&env, &f, "x");
-        std::fs::File::options().write(true).open(env.path(&f)).unwrap().set_modified(old).unwrap();
+        age(&env, &f);
     }
     take(&env);
     let (whole, _) = cache_rows(&env);
@@ -668,22 +666,21 @@ fn past_its_share_the_delta_is_folded_into_a_whole_cache() {
 #[test]
 fn an_old_delta_put_back_under_a_newer_whole_cache_is_dropped_not_trusted() {
     let env = Env::new();
-    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
     for i in 0..1100 {
         write(&env, &format!("f{i}"), "x");
-        std::fs::File::options().write(true).open(env.path(&format!("f{i}"))).unwrap().set_modified(old).unwrap();
+        age(&env, &format!("f{i}"));
     }
     write(&env, "a.txt", "one");
-    std::fs::File::options().write(true).open(env.path("a.txt")).unwrap().set_modified(old).unwrap();
+    age(&env, "a.txt");
     take(&env);
     write(&env, "a.txt", "two");
-    std::fs::File::options().write(true).open(env.path("a.txt")).unwrap().set_modified(old).unwrap();
+    age(&env, "a.txt");
     take(&env);
     let (_, stale) = cache_rows(&env);
     let stale = stale.expect("a delta");
     for i in 0..1100 {
         write(&env, &format!("f{i}"), "y");
-        std::fs::File::options().write(true).open(env.path(&format!("f{i}"))).unwrap().set_modified(old).unwrap();
+        age(&env, &format!("f{i}"));
     }
     take(&env);
     assert_eq!(cache_rows(&env).1, None, "folded into a new whole cache");
@@ -719,7 +716,26 @@ fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it()
     let stored = env.store.kv().get(crate::storage::schema::STATCACHE, key).unwrap().unwrap();
     let (_, size) = env.store.open_bytes_reader(crate::storage::schema::STATCACHE, key, stored).unwrap();
     assert!(size.is_some_and(|s| s > 0 && s < 4096), "the frame records the plaintext's size: {size:?}");
-    // A cache whose entries claim far more than its bytes hold is refused, not allocated:
+    // A cache whose entries claim far more than its bytes hold is refused, not allocated.
+    let ns = crate::storage::schema::STATCACHE;
+    let load_sealed = |plain: &[u8]| {
+        let mut write = |w: &mut dyn std::io::Write| w.write_all(plain);
+        let sealed = env.store.seal_bytes_streamed(ns, key, 1, 1, plain.len() as u64, &mut write).unwrap();
+        let mut txn = env.store.kv().begin().unwrap();
+        txn.put(ns, key, &sealed).unwrap();
+        txn.commit().unwrap();
+        turnback_fuzz::take_largest();
+        let err = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap_err();
+        assert_eq!(err.code, crate::error::ErrorCode::Corrupt);
+        turnback_fuzz::take_largest()
+    };
+    // 2,000,000 entries claimed by a few bytes: refused before room is made for them (the
+    // count is held to the recorded size; at the 256 MiB record bound it would be 200 MB).
+    let mut plain = b"TBS6".to_vec();
+    plain.extend_from_slice(&0i128.to_le_bytes());
+    crate::base::varint::put(&mut plain, 2_000_000);
+    let largest = load_sealed(&plain);
+    assert!(largest < 1 << 20, "a {largest}-byte allocation for a {}-byte cache", plain.len());
     // 3,000 paths each sharing 1 MiB with the one before, from about 1 MiB of plaintext.
     let mut plain = b"TBS6".to_vec();
     plain.extend_from_slice(&0i128.to_le_bytes());
@@ -731,12 +747,5 @@ fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it()
         crate::base::varint::put(&mut plain, 1 << 20);
         crate::base::varint::put(&mut plain, 0);
     }
-    let mut write = |w: &mut dyn std::io::Write| w.write_all(&plain);
-    let ns = crate::storage::schema::STATCACHE;
-    let sealed = env.store.seal_bytes_streamed(ns, key, 1, 1, plain.len() as u64, &mut write).unwrap();
-    let mut txn = env.store.kv().begin().unwrap();
-    txn.put(ns, key, &sealed).unwrap();
-    txn.commit().unwrap();
-    let err = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap_err();
-    assert_eq!(err.code, crate::error::ErrorCode::Corrupt);
+    load_sealed(&plain);
 }

@@ -192,8 +192,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
             if let Some(m) = &mut self.mounts {
                 let _ = m.rewind().and_then(|()| m.read_to_end(&mut Vec::new()));
             }
-            sink(Seen::Lost);
-            self.watch_all(sink);
+            self.lost(sink);
         }
         let mut batch = Vec::new();
         {
@@ -226,8 +225,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
         if flags.intersects(ReadFlags::QUEUE_OVERFLOW | ReadFlags::UNMOUNT) {
             // Events were dropped, or a file system under the tree went away with what it
             // held: whatever they would have said, walk and watch everything again.
-            sink(Seen::Lost);
-            self.watch_all(sink);
+            self.lost(sink);
             return;
         }
         if flags.contains(ReadFlags::IGNORED) {
@@ -239,8 +237,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
         }
         let Some(dir) = self.path_of(wd) else {
             // Places that do not lead to the root: only a walk of everything sorts them out.
-            sink(Seen::Lost);
-            self.watch_all(sink);
+            self.lost(sink);
             return;
         };
         let Some(name) = name else {
@@ -293,11 +290,22 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
             }
             gone.extend(more);
         }
-        for wd in gone {
-            // The kernel answers with an `IN_IGNORED` for it, which finds nothing left.
+        self.end(gone);
+    }
+
+    /// Ends these watches (the kernel answers each with an `IN_IGNORED`, which finds nothing
+    /// left).
+    fn end(&mut self, wds: impl IntoIterator<Item = i32>) {
+        for wd in wds {
             let _ = inotify::remove_watch(&self.inotify, wd);
             self.by_wd.remove(&wd);
         }
+    }
+
+    /// What the watches may have missed is lost: say so, then watch the whole tree again.
+    fn lost(&mut self, sink: &mut dyn FnMut(Seen<'_>)) {
+        sink(Seen::Lost);
+        self.watch_all(sink);
     }
 
     /// Watches the whole tree again (adding what is missing, moving what moved), then ends
@@ -317,10 +325,7 @@ impl<F: Fn(&Path) -> bool> Watches<F> {
         let pending = self.listed(&fd, wd, &root_path, sink);
         self.watch_from(pending, &mut reached, sink);
         let unreached: Vec<i32> = self.by_wd.keys().filter(|wd| !reached.contains(*wd)).copied().collect();
-        for wd in unreached {
-            let _ = inotify::remove_watch(&self.inotify, wd);
-            self.by_wd.remove(&wd);
-        }
+        self.end(unreached);
     }
 
     /// Watches every directory of `pending` and everything below them that `wanted`
@@ -602,7 +607,8 @@ mod tests {
     #[test]
     fn a_directory_visible_at_two_places_is_a_problem() {
         if !rustix::process::geteuid().is_root() {
-            return; // a bind mount needs root
+            eprintln!("skipped: a bind mount needs root");
+            return;
         }
         let (_dir, root) = workspace();
         std::fs::create_dir_all(root.join("a/sub")).unwrap();
@@ -611,7 +617,8 @@ mod tests {
         let (a, b) = (root.join("a"), root.join("b"));
         let mounted = std::process::Command::new("mount").arg("--bind").arg(&a).arg(&b).status();
         if !mounted.is_ok_and(|s| s.success()) {
-            return; // no mount in this sandbox
+            eprintln!("skipped: no bind mount in this sandbox");
+            return;
         }
         let (_, problems) = drain(&mut w, &root);
         let _ = std::process::Command::new("umount").arg(&b).status();
