@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 
@@ -173,8 +173,11 @@ pub(super) fn take(
 pub(super) struct ReadPlan {
     /// Per walked entry, its content id once known (from the cache, or after reading).
     pub(super) ids: Vec<Option<ContentId>>,
-    /// By walked entry, the stat of each file read, as read (it may have changed since the
-    /// walk); only the files read, so after a small change a handful.
+    /// Per walked entry, whether it was read (and hashed) by this snapshot.
+    read: Vec<bool>,
+    /// By walked entry, the stat of a file read that differs from the walk's (it changed
+    /// between the walk and the read): rare, so kept apart. Every other file read had the
+    /// walk's stat.
     stat_after: HashMap<usize, walk::Stat>,
     /// Per walked entry, the index of its stat cache entry (one merge of the two lists).
     cached: Vec<Option<usize>>,
@@ -191,6 +194,12 @@ impl ReadPlan {
     fn stat_of(&self, i: usize, e: &Entry) -> walk::Stat {
         self.stat_after.get(&i).copied().unwrap_or(e.stat)
     }
+
+    /// Whether every file read had the stat the walk found (so its node, made from the
+    /// walk's stat, and its cache entry, from the read's, agree).
+    fn read_as_walked(&self) -> bool {
+        self.stat_after.is_empty()
+    }
 }
 
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
@@ -199,6 +208,7 @@ pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
     let n = walked.entries.len();
     let mut plan = ReadPlan {
         ids: Vec::with_capacity(n),
+        read: vec![false; n],
         stat_after: HashMap::new(),
         cached: cache.align(walked.entries.iter().map(|e| e.path.as_slice())),
         to_read: Vec::new(),
@@ -332,15 +342,19 @@ pub(super) fn read_and_pack(
     record: &mut SnapshotRecord,
 ) -> Result<u64> {
     let max_file = store.settings().snapshots.max_file_bytes;
-    let mut packed = HashSet::new();
+    let mut unseen = Unseen::default();
+    let mut streamed = HashSet::new();
     let (tx, rx) = std::sync::mpsc::sync_channel::<SealedPack>(1);
+    let committed = AtomicUsize::new(0);
     std::thread::scope(|scope| -> Result<u64> {
+        let committed = &committed;
         let writer = scope.spawn(move || -> Result<u64> {
             let mut written = 0;
             for sealed in rx {
                 let mut txn = store.kv().begin()?;
                 written += sealed.store(&mut *txn)?;
                 txn.commit()?;
+                committed.fetch_add(1, Ordering::Release);
             }
             Ok(written)
         });
@@ -357,11 +371,13 @@ pub(super) fn read_and_pack(
                     progress(done_bytes, plan.read_bytes);
                 }
                 done_bytes += batch.iter().map(|&i| walked.entries[i].stat.size).sum::<u64>();
+                // Loaded before this batch looks into the store, which then sees those packs.
+                unseen.forget_committed(committed.load(Ordering::Acquire));
                 let (sealed, read) = rayon::join(
                     || previous.take().map(|p| p.seal(store.keys())).transpose(),
                     || {
                         read_batch(store, root, walked, batch, max_file, writing).map(|read| {
-                            let packer = pack_batch(&read, &mut packed);
+                            let packer = pack_batch(&read, &mut unseen);
                             (read, packer)
                         })
                     },
@@ -386,7 +402,7 @@ pub(super) fn read_and_pack(
                     progress(done_bytes, plan.read_bytes);
                 }
                 done_bytes += walked.entries[i].stat.size;
-                let streamed = stream_file(store, root, &walked.entries[i], max_file, &tx, &mut packed, opts);
+                let streamed = stream_file(store, root, &walked.entries[i], max_file, &tx, &mut streamed, opts);
                 if streamed.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
                     return streamed.map(|_| ());
                 }
@@ -413,7 +429,7 @@ struct ReadBatch {
 /// not the store's connection: the writer holds that while it commits the previous batch
 /// (an fsync), and reading must not wait for it. (The first batch, all a small change
 /// reads, has no writer to wait for and opens no second connection.) What this snapshot
-/// wrote meanwhile is in [`pack_batch`]'s `packed`; what another writer did,
+/// wrote meanwhile and the writer has not yet committed is [`Unseen`]; what another writer did,
 /// [`SealedPack::store`] tolerates.
 fn read_batch(
     store: &Store,
@@ -436,16 +452,51 @@ fn read_batch(
 
 /// Adds the content of one batch the store lacks to a packer (on the pool, beside the
 /// sealing of the previous batch).
-fn pack_batch(read: &ReadBatch, packed: &mut HashSet<ContentId>) -> Packer {
+fn pack_batch(read: &ReadBatch, unseen: &mut Unseen) -> Packer {
     let mut packer = Packer::default();
+    let mut ids = HashSet::new();
     let files = read.files.iter().filter_map(|(_, r)| r.as_ref().ok());
     for ((id, bytes, _), in_store) in files.zip(&read.in_store) {
-        // `packed`: an earlier batch may still be on its way to the store.
-        if !in_store && packed.insert(*id) {
+        // An earlier batch may still be on its way to the store.
+        if !in_store && !unseen.holds(id) && ids.insert(*id) {
             packer.add(*id, ContentClass::of(bytes), bytes);
         }
     }
+    if !packer.is_empty() {
+        unseen.sent(ids);
+    }
     packer
+}
+
+/// What this snapshot packed that a batch's look into the store may not see yet: the ids
+/// of each packer on its way to the writer, by its place in the writer's queue (the
+/// batches' non-empty packers are the writer's first messages, in order), until the
+/// writer has committed it. Memory holds a few batches' ids, not the snapshot's.
+#[derive(Default)]
+struct Unseen {
+    /// (message number, its ids), oldest first.
+    packers: std::collections::VecDeque<(usize, HashSet<ContentId>)>,
+    next: usize,
+}
+
+impl Unseen {
+    fn holds(&self, id: &ContentId) -> bool {
+        self.packers.iter().any(|(_, ids)| ids.contains(id))
+    }
+
+    /// The ids of the next packer sent.
+    fn sent(&mut self, ids: HashSet<ContentId>) {
+        self.packers.push_back((self.next, ids));
+        self.next += 1;
+    }
+
+    /// Drops the ids of the first `committed` messages: a look into the store that starts
+    /// after the writer said so sees them.
+    fn forget_committed(&mut self, committed: usize) {
+        while self.packers.front().is_some_and(|(n, _)| *n < committed) {
+            self.packers.pop_front();
+        }
+    }
 }
 
 /// Records what reading entry `i` found: its id and stat, or why it is left out.
@@ -459,7 +510,10 @@ fn record_read(
     match result {
         Ok((id, stat)) => {
             plan.ids[i] = Some(id);
-            plan.stat_after.insert(i, stat);
+            plan.read[i] = true;
+            if stat != walked.entries[i].stat {
+                plan.stat_after.insert(i, stat);
+            }
         }
         Err(e) => {
             let path = String::from_utf8_lossy(&walked.entries[i].path).into_owned();
@@ -558,8 +612,7 @@ enum Build<'w> {
 /// cache's delta stays small ([`statcache::delta_fits`]) and the cache is of this layout.
 /// Everything else is built whole.
 fn how_to_build<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache, unchanged: bool) -> Build<'w> {
-    let Some(shape) =
-        cache.shape.filter(|s| read_as_walked(walked, plan) && s.others == statcache::others_digest(walked))
+    let Some(shape) = cache.shape.filter(|s| plan.read_as_walked() && s.others == statcache::others_digest(walked))
     else {
         return Build::Whole;
     };
@@ -623,7 +676,7 @@ fn changes<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache) -> Chang
             continue;
         };
         let old = cache.entries[c].1;
-        if old != now || cache.given(c) || plan.stat_after.contains_key(&i) {
+        if old != now || cache.given(c) || plan.read[i] {
             out.cache.push((path, Some(now)));
         }
         let was = node(path, &old.stat, old.id);
@@ -724,16 +777,10 @@ fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate
         // The shape goes with these entries only if every file's node was made from the
         // stat cached for it (a file that changed while it was read has the walk's size
         // and mode in its node, the read's in the cache).
-        let shape = read_as_walked(walked, plan).then(|| Shape { root, others: statcache::others_digest(walked) });
+        let shape = plan.read_as_walked().then(|| Shape { root, others: statcache::others_digest(walked) });
         Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
     };
     Ok(Built { root, nested: nested_of(walked), pending, cache })
-}
-
-/// Whether every file read had the stat the walk found (so its node, made from the walk's
-/// stat, and its cache entry, from the read's, agree).
-fn read_as_walked(walked: &Walk, plan: &ReadPlan) -> bool {
-    plan.stat_after.iter().all(|(i, stat)| *stat == walked.entries[*i].stat)
 }
 
 /// The nested repositories the walk found, with their commits.
@@ -774,7 +821,7 @@ fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at
         if !plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
             return false;
         }
-        if plan.stat_after.contains_key(&i) && statcache::settled(&stat, taken_at_ns) {
+        if plan.read[i] && statcache::settled(&stat, taken_at_ns) {
             settling += 1;
             settling_bytes += stat.size;
         }
@@ -966,4 +1013,35 @@ impl TreeBuilder {
 
 fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
     dir.is_empty() || of == dir || (of.starts_with(dir) && of.get(dir.len()) == Some(&b'/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unseen_ids_are_held_until_the_writer_has_committed_their_packer() {
+        let id = |b: u8| ContentId([b; 32]);
+        let mut unseen = Unseen::default();
+        unseen.sent([id(1)].into());
+        unseen.sent([id(2), id(3)].into());
+        unseen.sent([id(4)].into());
+        assert!([1, 2, 3, 4].iter().all(|&b| unseen.holds(&id(b))));
+        // The writer committed the first message: its ids are in the store now.
+        unseen.forget_committed(1);
+        assert!(!unseen.holds(&id(1)));
+        assert!([2, 3, 4].iter().all(|&b| unseen.holds(&id(b))));
+        // Saying so again, or less, forgets nothing more.
+        unseen.forget_committed(1);
+        unseen.forget_committed(0);
+        assert!(unseen.holds(&id(2)));
+        unseen.forget_committed(3);
+        assert!(![1, 2, 3, 4].iter().any(|&b| unseen.holds(&id(b))));
+        // Numbering goes on after the queue empties.
+        unseen.sent([id(5)].into());
+        unseen.forget_committed(3);
+        assert!(unseen.holds(&id(5)));
+        unseen.forget_committed(4);
+        assert!(!unseen.holds(&id(5)));
+    }
 }

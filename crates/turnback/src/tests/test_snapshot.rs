@@ -511,6 +511,26 @@ fn content_is_packed_once_across_batches_and_sessions() {
     assert_eq!(env.keys_in("packed").len(), 2);
 }
 
+#[test]
+fn content_met_again_batches_later_is_packed_once_whether_or_not_its_first_batch_is_committed() {
+    let env = Env::new();
+    // Four 3 MiB contents, each met three times four files apart: about a batch and a half
+    // (8 MiB) between meetings, so a copy is met while its first batch is still on its way
+    // to the store or after the writer committed it, as the writer's pace decides.
+    let contents: Vec<Vec<u8>> = (0..4).map(|k| noise(3 << 20, 0x5851_f42d_4c95_7f2d + k)).collect();
+    for n in 0..12 {
+        std::fs::write(env.path(&format!("f{n:02}.bin")), &contents[n % 4]).unwrap();
+    }
+    let first = take(&env);
+    assert_eq!(first.read_files, 12);
+    assert_eq!(env.keys_in("packed").len(), 4, "one index entry per distinct content");
+    assert!(
+        first.stored_bytes < (12 << 20) + (1 << 20),
+        "each content is stored once, not three times: {} bytes",
+        first.stored_bytes
+    );
+}
+
 /// A snapshot by a session that has no stat cache: its tree is built from scratch.
 fn take_fresh(env: &Env, name: &str) -> SnapshotRecord {
     let session = crate::session::Session::resolve(&env.store, &env.ws, Some(name)).unwrap();
