@@ -206,13 +206,41 @@ fn sqlite_scan(conn: &Connection, ns: Ns, prefix: &[u8], keys_only: bool, f: &mu
     Ok(())
 }
 
+/// Values of the large tables at least this long are written and read through SQLite's
+/// incremental blob I/O. Bound as a parameter, a value is copied twice inside SQLite (the
+/// bound copy, then the row's record); read as a column, it is assembled from its overflow
+/// pages once before it is copied out: three times the value at once (120 MB for the stat
+/// cache of a million files). Through a blob handle the pages are written and read in place.
+const BLOB_IO_FROM: usize = 1 << 20;
+
+/// The value under `key`: a large one read through a blob handle ([`BLOB_IO_FROM`]).
+fn get_value(conn: &Connection, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    if !schema::is_large(ns) {
+        let mut stmt = conn.prepare_cached("SELECT value FROM kv WHERE ns = ?1 AND key = ?2")?;
+        return Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?);
+    }
+    // `length()` of a blob reads its size from the record header, not its pages.
+    let mut stmt = conn.prepare_cached(
+        "SELECT CASE WHEN length(value) < ?3 THEN value END, rowid, length(value) FROM kv_large \
+         WHERE ns = ?1 AND key = ?2",
+    )?;
+    let row = stmt
+        .query_row(params![ns, key, BLOB_IO_FROM as i64], |r| {
+            Ok((r.get::<_, Option<Vec<u8>>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })
+        .optional()?;
+    let Some((value, rowid, len)) = row else { return Ok(None) };
+    if let Some(value) = value {
+        return Ok(Some(value));
+    }
+    let mut value = vec![0u8; usize::try_from(len).map_err(|_| Error::corrupt("database", "negative length"))?];
+    conn.blob_open("main", "kv_large", "value", rowid, true)?.read_at_exact(&mut value, 0)?;
+    Ok(Some(value))
+}
+
 impl KeyValueStore for SqliteKv {
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.at((|| {
-            let conn = self.conn()?;
-            let mut stmt = conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-            Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
-        })())
+        self.at(self.conn().and_then(|conn| get_value(&conn, ns, key)))
     }
 
     fn contains(&self, ns: Ns, key: &[u8]) -> Result<bool> {
@@ -321,10 +349,7 @@ impl SqliteTxn<'_> {
 
 impl Txn for SqliteTxn<'_> {
     fn get(&mut self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let got = (|| {
-            let mut stmt = self.conn.prepare_cached(sql!(ns, "SELECT value FROM ", " WHERE ns = ?1 AND key = ?2"))?;
-            Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?)
-        })();
+        let got = get_value(&self.conn, ns, key);
         self.kv.at(got)
     }
 
@@ -339,6 +364,15 @@ impl Txn for SqliteTxn<'_> {
     }
 
     fn put(&mut self, ns: Ns, key: &[u8], value: &[u8]) -> Result<()> {
+        if schema::is_large(ns) && value.len() >= BLOB_IO_FROM {
+            let sql = "INSERT OR REPLACE INTO kv_large (ns, key, value) VALUES (?1, ?2, zeroblob(?3))";
+            self.execute(sql, params![ns, key, value.len() as i64])?;
+            let written = (|| {
+                let rowid = self.conn.last_insert_rowid();
+                Ok(self.conn.blob_open("main", "kv_large", "value", rowid, false)?.write_at(value, 0)?)
+            })();
+            return self.kv.at(written);
+        }
         let sql = sql!(ns, "INSERT OR REPLACE INTO ", " (ns, key, value) VALUES (?1, ?2, ?3)");
         self.execute(sql, params![ns, key, value]).map(drop)
     }
@@ -375,6 +409,48 @@ impl Drop for SqliteTxn<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_values_go_through_blob_handles_and_read_back_exactly_with_transactions_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = SqliteKv::open(&dir.path().join("store.db")).unwrap();
+        let ns = schema::STATCACHE;
+        assert!(schema::is_large(ns));
+        let value = |len: usize, seed: u8| (0..len).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect::<Vec<u8>>();
+        let big = value(3 << 20, 1);
+        let mut txn = kv.begin().unwrap();
+        txn.put(ns, b"k", &big).unwrap();
+        assert_eq!(txn.get(ns, b"k").unwrap().as_deref(), Some(&big[..]), "read back inside its transaction");
+        txn.commit().unwrap();
+        assert_eq!(kv.get(ns, b"k").unwrap().as_deref(), Some(&big[..]));
+        // Around the threshold, and a small value beside it, each read back as written.
+        let mut txn = kv.begin().unwrap();
+        for (key, len) in [(&b"under"[..], BLOB_IO_FROM - 1), (b"at", BLOB_IO_FROM), (b"small", 10)] {
+            txn.put(ns, key, &value(len, 2)).unwrap();
+        }
+        txn.commit().unwrap();
+        for (key, len) in [(&b"under"[..], BLOB_IO_FROM - 1), (b"at", BLOB_IO_FROM), (b"small", 10)] {
+            assert_eq!(kv.get(ns, key).unwrap(), Some(value(len, 2)), "{len} bytes");
+        }
+        // Replaced by a shorter value: a read snapshot from before still sees the old one,
+        // and a replacement rolled back leaves the committed one.
+        let before = kv.read_snapshot().unwrap();
+        let shorter = value((2 << 20) + 1, 3);
+        let mut txn = kv.begin().unwrap();
+        txn.put(ns, b"k", &shorter).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(kv.get(ns, b"k").unwrap().as_deref(), Some(&shorter[..]));
+        assert_eq!(before.get(ns, b"k").unwrap().as_deref(), Some(&big[..]));
+        let mut txn = kv.begin().unwrap();
+        txn.put(ns, b"k", &big).unwrap();
+        drop(txn);
+        assert_eq!(kv.get(ns, b"k").unwrap().as_deref(), Some(&shorter[..]));
+        let mut txn = kv.begin().unwrap();
+        assert!(txn.delete(ns, b"k").unwrap());
+        txn.commit().unwrap();
+        assert_eq!(kv.get(ns, b"k").unwrap(), None);
+        assert_eq!(kv.get(ns, b"missing").unwrap(), None);
+    }
 
     #[test]
     fn a_version_1_store_is_migrated_with_its_data() {
