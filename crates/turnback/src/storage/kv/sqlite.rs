@@ -3,6 +3,10 @@
 //!
 //! Every error from SQLite leaves this file naming the database (`Error::in_database`): a
 //! damaged file is `corrupt`, a full disk `disk-full`, never a bare retryable `io`.
+//!
+//! Values of the large tables from [`BLOB_IO_FROM`] bytes on are written into a `zeroblob`
+//! and read through a blob handle, never bound or fetched whole as a column: memory holds
+//! such a value once, not three times.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
