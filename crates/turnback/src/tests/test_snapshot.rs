@@ -493,12 +493,7 @@ fn content_is_packed_once_across_batches_and_sessions() {
     write(&env, "other.txt", "other\n");
     let first = take(&env);
     assert_eq!(first.read_files, 4);
-    assert_eq!(env.keys_in("packed").len(), 2, "one index entry per distinct content");
-    assert!(
-        first.stored_bytes < (5 << 20) + (1 << 20),
-        "the noise is stored once, not three times: {} bytes",
-        first.stored_bytes
-    );
+    assert_packed_once(&env, &first, 2, 5 << 20);
     // Another session of the same workspace reads everything (it has no stat cache of its
     // own) and finds every content and tree stored already.
     let other = crate::session::Session::resolve(&env.store, &env.ws, Some("other-session")).unwrap();
@@ -523,12 +518,14 @@ fn content_met_again_batches_later_is_packed_once_whether_or_not_its_first_batch
     }
     let first = take(&env);
     assert_eq!(first.read_files, 12);
-    assert_eq!(env.keys_in("packed").len(), 4, "one index entry per distinct content");
-    assert!(
-        first.stored_bytes < (12 << 20) + (1 << 20),
-        "each content is stored once, not three times: {} bytes",
-        first.stored_bytes
-    );
+    assert_packed_once(&env, &first, 4, 12 << 20);
+}
+
+/// The snapshot `r` stored `distinct` contents of `bytes` in all once each: one index entry
+/// per content, and what it stored within a block (1 MiB) of their bytes.
+fn assert_packed_once(env: &Env, r: &SnapshotRecord, distinct: usize, bytes: u64) {
+    assert_eq!(env.keys_in("packed").len(), distinct, "one index entry per distinct content");
+    assert!(r.stored_bytes < bytes + (1 << 20), "each content is stored once: {} bytes", r.stored_bytes);
 }
 
 /// A snapshot by a session that has no stat cache: its tree is built from scratch.
