@@ -343,7 +343,6 @@ pub(super) fn read_and_pack(
 ) -> Result<u64> {
     let max_file = store.settings().snapshots.max_file_bytes;
     let mut unseen = Unseen::default();
-    let mut streamed = HashSet::new();
     let (tx, rx) = std::sync::mpsc::sync_channel::<SealedPack>(1);
     let committed = AtomicUsize::new(0);
     std::thread::scope(|scope| -> Result<u64> {
@@ -402,11 +401,11 @@ pub(super) fn read_and_pack(
                     progress(done_bytes, plan.read_bytes);
                 }
                 done_bytes += walked.entries[i].stat.size;
-                let streamed = stream_file(store, root, &walked.entries[i], max_file, &tx, &mut streamed, opts);
-                if streamed.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
-                    return streamed.map(|_| ());
+                let read = stream_file(store, root, &walked.entries[i], max_file, &tx, &mut unseen, opts);
+                if read.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
+                    return read.map(|_| ());
                 }
-                record_read(walked, plan, i, streamed, record);
+                record_read(walked, plan, i, read, record);
             }
             Ok(())
         })();
@@ -477,11 +476,13 @@ struct Unseen {
     /// (message number, its ids), oldest first.
     packers: std::collections::VecDeque<(usize, HashSet<ContentId>)>,
     next: usize,
+    /// The large files streamed so far (after every batch; few, kept to the end).
+    large: HashSet<ContentId>,
 }
 
 impl Unseen {
     fn holds(&self, id: &ContentId) -> bool {
-        self.packers.iter().any(|(_, ids)| ids.contains(id))
+        self.large.contains(id) || self.packers.iter().any(|(_, ids)| ids.contains(id))
     }
 
     /// The ids of the next packer sent.
@@ -538,7 +539,7 @@ fn stream_file(
     e: &Entry,
     max_file: u64,
     tx: &std::sync::mpsc::SyncSender<SealedPack>,
-    packed: &mut HashSet<ContentId>,
+    unseen: &mut Unseen,
     opts: &TakeOptions<'_>,
 ) -> Result<(ContentId, walk::Stat)> {
     let (mut file, meta, path) = open_to_read(root, e, max_file)?;
@@ -577,8 +578,10 @@ fn stream_file(
             return Err(err);
         }
     };
-    let known = packed.contains(&id) || object::exists(store.kv(), &id)?;
-    packed.insert(id);
+    // Packed already by an earlier large file or by a batch the writer may not have
+    // committed yet (a file that grew past the stream size after the walk), or stored.
+    let known = unseen.holds(&id) || object::exists(store.kv(), &id)?;
+    unseen.large.insert(id);
     let class = class.unwrap_or(ContentClass::FileContent);
     tx.send(streamed.finish(keys, id, class, known)?).map_err(|_| writer_stopped())?;
     Ok((id, walk::Stat::of(&meta)))

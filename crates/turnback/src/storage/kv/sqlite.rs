@@ -4,9 +4,11 @@
 //! Every error from SQLite leaves this file naming the database (`Error::in_database`): a
 //! damaged file is `corrupt`, a full disk `disk-full`, never a bare retryable `io`.
 //!
-//! Values of the large tables from [`BLOB_IO_FROM`] bytes on are written into a `zeroblob`
-//! and read through a blob handle, never bound or fetched whole as a column: memory holds
-//! such a value once, not three times.
+//! `put` and `get` of a value of the large tables from [`BLOB_IO_FROM`] bytes on go
+//! through a blob handle (written into a `zeroblob`), not bound or fetched whole as a
+//! column: memory holds such a value once, not three times. A read finds the row and reads
+//! its blob inside one read transaction, so another process cannot replace or delete the
+//! row in between.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -223,22 +225,24 @@ fn get_value(conn: &Connection, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let mut stmt = conn.prepare_cached("SELECT value FROM kv WHERE ns = ?1 AND key = ?2")?;
         return Ok(stmt.query_row(params![ns, key], |r| r.get(0)).optional()?);
     }
-    // `length()` of a blob reads its size from the record header, not its pages.
+    // `octet_length()` of a blob reads its size from the record header, not its pages.
     let mut stmt = conn.prepare_cached(
-        "SELECT CASE WHEN length(value) < ?3 THEN value END, rowid, length(value) FROM kv_large \
-         WHERE ns = ?1 AND key = ?2",
+        "SELECT CASE WHEN octet_length(value) < ?3 THEN value END, rowid, octet_length(value) \
+         FROM kv_large WHERE ns = ?1 AND key = ?2",
     )?;
-    let row = stmt
-        .query_row(params![ns, key, BLOB_IO_FROM as i64], |r| {
-            Ok((r.get::<_, Option<Vec<u8>>>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        })
-        .optional()?;
-    let Some((value, rowid, len)) = row else { return Ok(None) };
-    if let Some(value) = value {
+    // The statement stays active (its row not yet stepped past) until the blob is read:
+    // outside a transaction, that keeps one read transaction open over both, so the rowid
+    // still names this key's row when the blob is opened — another process's gc or
+    // snapshot may delete or replace it, and a freed rowid can be reused by the next insert.
+    let mut rows = stmt.query(params![ns, key, BLOB_IO_FROM as i64])?;
+    let Some(row) = rows.next()? else { return Ok(None) };
+    if let Some(value) = row.get::<_, Option<Vec<u8>>>(0)? {
         return Ok(Some(value));
     }
-    let mut value = vec![0u8; usize::try_from(len).map_err(|_| Error::corrupt("database", "negative length"))?];
+    let (rowid, len) = (row.get::<_, i64>(1)?, row.get::<_, i64>(2)?);
+    let mut value = vec![0u8; usize::try_from(len).unwrap_or(0)];
     conn.blob_open("main", "kv_large", "value", rowid, true)?.read_at_exact(&mut value, 0)?;
+    drop(rows);
     Ok(Some(value))
 }
 
@@ -454,6 +458,38 @@ mod tests {
         txn.commit().unwrap();
         assert_eq!(kv.get(ns, b"k").unwrap(), None);
         assert_eq!(kv.get(ns, b"missing").unwrap(), None);
+    }
+
+    #[test]
+    fn a_large_value_replaced_by_another_connection_meanwhile_reads_back_whole_never_mixed() {
+        // Two connections to one file, as two processes: one keeps replacing a large value
+        // (a REPLACE of the only row reuses its rowid), the other keeps reading it. Each
+        // read is one value or the other, whole: the row found and the blob read belong to
+        // one read transaction.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.db");
+        let (writer, reader) = (SqliteKv::open(&path).unwrap(), SqliteKv::open(&path).unwrap());
+        let ns = schema::STATCACHE;
+        let values = [vec![1u8; 2 << 20], vec![2u8; 3 << 20]];
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for n in 0..150 {
+                    let mut txn = writer.begin().unwrap();
+                    txn.put(ns, b"k", &values[n % 2]).unwrap();
+                    txn.commit().unwrap();
+                }
+                done.store(true, std::sync::atomic::Ordering::Release);
+            });
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                if let Some(got) = reader.get(ns, b"k").unwrap() {
+                    assert!(values.contains(&got), "a read mixed two values ({} bytes)", got.len());
+                    reads += 1;
+                }
+            }
+            assert!(reads > 0);
+        });
     }
 
     #[test]
