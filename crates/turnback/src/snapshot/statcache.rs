@@ -427,16 +427,67 @@ fn put_paths<'p>(out: &mut dyn io::Write, paths: impl Iterator<Item = &'p [u8]>)
     Ok(())
 }
 
+/// One column of the entries' fields, in [`COLUMNS`] order: the writer and the reader
+/// share this one table, so their layouts cannot drift apart.
+#[derive(Clone, Copy)]
+enum Column {
+    Mode,
+    Size,
+    Mtime,
+    Ctime,
+    Device,
+    Inode,
+    Id,
+}
+
 /// Every mode, then every size, mtime, ctime, device, inode and id.
+const COLUMNS: [Column; 7] =
+    [Column::Mode, Column::Size, Column::Mtime, Column::Ctime, Column::Device, Column::Inode, Column::Id];
+
+impl Column {
+    /// Bytes per entry. Times are kept as 16 bytes (the layout predates the 8-byte fields
+    /// in memory).
+    fn width(self) -> usize {
+        match self {
+            Column::Mode => 4,
+            Column::Size | Column::Device | Column::Inode => 8,
+            Column::Mtime | Column::Ctime => 16,
+            Column::Id => 32,
+        }
+    }
+
+    fn put(self, out: &mut dyn io::Write, c: &Cached) -> io::Result<()> {
+        match self {
+            Column::Mode => out.write_all(&c.stat.mode.to_le_bytes()),
+            Column::Size => out.write_all(&c.stat.size.to_le_bytes()),
+            Column::Mtime => out.write_all(&i128::from(c.stat.mtime_ns).to_le_bytes()),
+            Column::Ctime => out.write_all(&i128::from(c.stat.ctime_ns).to_le_bytes()),
+            Column::Device => out.write_all(&c.stat.device.to_le_bytes()),
+            Column::Inode => out.write_all(&c.stat.inode.to_le_bytes()),
+            Column::Id => out.write_all(&c.id.0),
+        }
+    }
+
+    /// Sets this field of `c` from its [`width`](Self::width) bytes `v`; `None` for a time
+    /// past what 8 bytes hold.
+    fn set(self, c: &mut Cached, v: &[u8]) -> Option<()> {
+        let u64_of = |v: &[u8]| u64::from_le_bytes(v.try_into().expect("8 bytes"));
+        let time_of = |v: &[u8]| i64::try_from(i128::from_le_bytes(v.try_into().expect("16 bytes"))).ok();
+        match self {
+            Column::Mode => c.stat.mode = u32::from_le_bytes(v.try_into().expect("4 bytes")),
+            Column::Size => c.stat.size = u64_of(v),
+            Column::Mtime => c.stat.mtime_ns = time_of(v)?,
+            Column::Ctime => c.stat.ctime_ns = time_of(v)?,
+            Column::Device => c.stat.device = u64_of(v),
+            Column::Inode => c.stat.inode = u64_of(v),
+            Column::Id => c.id = ContentId(v.try_into().expect("32 bytes")),
+        }
+        Some(())
+    }
+}
+
 fn put_columns<I: Iterator<Item = Cached>>(out: &mut dyn io::Write, cached: &dyn Fn() -> I) -> io::Result<()> {
-    cached().try_for_each(|c| out.write_all(&c.stat.mode.to_le_bytes()))?;
-    cached().try_for_each(|c| out.write_all(&c.stat.size.to_le_bytes()))?;
-    // Times are kept as 16 bytes (the layout predates the 8-byte fields in memory).
-    cached().try_for_each(|c| out.write_all(&i128::from(c.stat.mtime_ns).to_le_bytes()))?;
-    cached().try_for_each(|c| out.write_all(&i128::from(c.stat.ctime_ns).to_le_bytes()))?;
-    cached().try_for_each(|c| out.write_all(&c.stat.device.to_le_bytes()))?;
-    cached().try_for_each(|c| out.write_all(&c.stat.inode.to_le_bytes()))?;
-    cached().try_for_each(|c| out.write_all(&c.id.0))
+    COLUMNS.iter().try_for_each(|column| cached().try_for_each(|c| column.put(out, &c)))
 }
 
 fn put_trees_and_shape(out: &mut dyn io::Write, tree_ids: &[ContentId], shape: Option<Shape>) -> io::Result<()> {
@@ -674,47 +725,17 @@ impl<R: Read> Input<R> {
     /// place one column at a time.
     fn columns<T>(&mut self, items: &mut [T], cached: fn(&mut T) -> &mut Cached) -> Result<()> {
         let mut buf = vec![0u8; 64 * 1024];
-        let mut column = |input: &mut Self, width: usize, set: &mut dyn FnMut(&mut Cached, &[u8]) -> Result<()>| {
-            let per = buf.len() / width;
-            for chunk in items.chunks_mut(per) {
+        for column in COLUMNS {
+            let width = column.width();
+            for chunk in items.chunks_mut(buf.len() / width) {
                 let bytes = &mut buf[..chunk.len() * width];
-                input.exact(bytes)?;
+                self.exact(bytes)?;
                 for (item, value) in chunk.iter_mut().zip(bytes.chunks_exact(width)) {
-                    set(cached(item), value)?;
+                    column.set(cached(item), value).ok_or_else(Self::bad)?;
                 }
             }
-            Ok(())
-        };
-        let time = |v: &[u8]| i64::try_from(i128::from_le_bytes(v.try_into().expect("16"))).map_err(|_| Self::bad());
-        let le = |v: &[u8]| u64::from_le_bytes(v.try_into().expect("8"));
-        column(self, 4, &mut |c, v| {
-            c.stat.mode = u32::from_le_bytes(v.try_into().expect("4"));
-            Ok(())
-        })?;
-        column(self, 8, &mut |c, v| {
-            c.stat.size = le(v);
-            Ok(())
-        })?;
-        column(self, 16, &mut |c, v| {
-            c.stat.mtime_ns = time(v)?;
-            Ok(())
-        })?;
-        column(self, 16, &mut |c, v| {
-            c.stat.ctime_ns = time(v)?;
-            Ok(())
-        })?;
-        column(self, 8, &mut |c, v| {
-            c.stat.device = le(v);
-            Ok(())
-        })?;
-        column(self, 8, &mut |c, v| {
-            c.stat.inode = le(v);
-            Ok(())
-        })?;
-        column(self, 32, &mut |c, v| {
-            c.id = ContentId(v.try_into().expect("32"));
-            Ok(())
-        })
+        }
+        Ok(())
     }
 
     /// The tree ids, then the shape if the layout has one (`with_shape`).

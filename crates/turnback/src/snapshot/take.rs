@@ -453,16 +453,16 @@ fn read_batch(
 /// sealing of the previous batch).
 fn pack_batch(read: &ReadBatch, unseen: &mut Unseen) -> Packer {
     let mut packer = Packer::default();
-    let mut ids = HashSet::new();
     let files = read.files.iter().filter_map(|(_, r)| r.as_ref().ok());
     for ((id, bytes, _), in_store) in files.zip(&read.in_store) {
-        // An earlier batch may still be on its way to the store.
-        if !in_store && !unseen.holds(id) && ids.insert(*id) {
+        // An earlier batch may still be on its way to the store (a content met twice in
+        // this one, the packer adds once).
+        if !in_store && !unseen.holds(id) {
             packer.add(*id, ContentClass::of(bytes), bytes);
         }
     }
     if !packer.is_empty() {
-        unseen.sent(ids);
+        unseen.sent(packer.ids().clone());
     }
     packer
 }

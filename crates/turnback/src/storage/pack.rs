@@ -207,6 +207,11 @@ impl Packer {
         self.entries.is_empty()
     }
 
+    /// The ids of the objects added.
+    pub fn ids(&self) -> &HashSet<ContentId> {
+        &self.added
+    }
+
     /// Appends the object `id` (whose content is `bytes`) unless it was added already.
     pub fn add(&mut self, id: ContentId, class: ContentClass, bytes: &[u8]) {
         if !self.added.insert(id) {

@@ -419,7 +419,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn large_values_go_through_blob_handles_and_read_back_exactly_with_transactions_intact() {
+    fn large_values_read_back_exactly_either_side_of_the_blob_threshold_with_transactions_intact() {
         let dir = tempfile::tempdir().unwrap();
         let kv = SqliteKv::open(&dir.path().join("store.db")).unwrap();
         let ns = schema::STATCACHE;
