@@ -117,11 +117,12 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// Everything one walk found.
-#[derive(Debug, Default)]
-pub struct Walk {
+/// Everything one walk found: its entries, or what its caller kept of each
+/// ([`walk_keeping`]).
+#[derive(Debug)]
+pub struct Walk<T = Entry> {
     /// Recorded paths, sorted by path components.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<T>,
     /// Nested repositories that could not be recorded, and other notable skips.
     pub skipped: Vec<Skipped>,
     /// How many paths the unconditional exclusions removed.
@@ -130,6 +131,17 @@ pub struct Walk {
     /// not entered (not nested repositories). Empty in a full walk.
     pub dirs: ScopedDirs,
 }
+
+impl<T> Default for Walk<T> {
+    fn default() -> Self {
+        Walk { entries: Vec::new(), skipped: Vec::new(), excluded: 0, dirs: ScopedDirs::default() }
+    }
+}
+
+/// What a walk keeps of each entry it records, called on the walk's threads in component
+/// order within each directory; `hint` is the directory's own (0 at its first entry), for
+/// the caller to carry from one entry to the next.
+pub type Keep<'a, T> = &'a (dyn Fn(Entry, &mut usize) -> T + Sync);
 
 /// The directories a partial walk listed whole and those it did not enter.
 #[derive(Debug, Default)]
@@ -179,6 +191,7 @@ pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
 ///
 /// # Errors
 /// `io` if `root` cannot be read.
+#[cfg(test)]
 pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     walk_scoped(root, skip_dirs, None)
 }
@@ -196,6 +209,21 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 /// # Errors
 /// `io` if `root` cannot be read.
 pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<Scope<'_>>) -> Result<Walk> {
+    walk_keeping(root, skip_dirs, scope, &|entry, _| entry)
+}
+
+/// [`walk_scoped`], keeping of each entry what `keep` makes of it as soon as it is found
+/// (a snapshot keeps a file its stat cache describes unchanged as a reference to the
+/// cache's entry): a large tree's entries are never all in memory at once.
+///
+/// # Errors
+/// `io` if `root` cannot be read.
+pub fn walk_keeping<T: Send>(
+    root: &Path,
+    skip_dirs: &[std::path::PathBuf],
+    scope: Option<Scope<'_>>,
+    keep: Keep<'_, T>,
+) -> Result<Walk<T>> {
     let root = root.canonicalize().context(root)?;
     let root_bytes = root.as_os_str().as_bytes();
     let skip = skip_dirs
@@ -210,24 +238,32 @@ pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<
         root_name: root.file_name().map(OsStrExt::as_bytes),
         skip,
         scope,
+        keep,
         excluded: AtomicU64::new(0),
-        notes: Mutex::new(Walk::default()),
+        notes: Mutex::new(Notes::default()),
     };
     let fd = open_dir(rustix::fs::CWD, root.as_os_str()).context(&root)?;
     let mut above = Vec::new();
     let rules = Rules::above(&root, &mut above);
     walker.note_problems(above);
     let found = walker.dir(&fd, b"", &rules);
-    let mut walk = walker.notes.into_inner().unwrap_or_else(|p| p.into_inner());
-    walk.entries.reserve(found.count);
-    found.flatten_into(&mut walk.entries);
-    walk.excluded = walker.excluded.into_inner();
-    walk.skipped.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(walk)
+    let Notes { mut skipped, dirs } = walker.notes.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut entries = Vec::with_capacity(found.count);
+    found.flatten_into(&mut entries);
+    skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(Walk { entries, skipped, excluded: walker.excluded.into_inner(), dirs })
+}
+
+/// What is rare in a walk (skipped paths, a partial walk's directories), shared between
+/// its threads under a lock.
+#[derive(Default)]
+struct Notes {
+    skipped: Vec<Skipped>,
+    dirs: ScopedDirs,
 }
 
 /// What one walk shares between its threads.
-struct Walker<'a> {
+struct Walker<'a, T> {
     /// Absolute and canonical.
     root: &'a Path,
     /// The root's own name: the parent name of its top-level entries.
@@ -235,27 +271,32 @@ struct Walker<'a> {
     /// Directories never entered (relative to the root).
     skip: Vec<Vec<u8>>,
     scope: Option<Scope<'a>>,
+    keep: Keep<'a, T>,
     excluded: AtomicU64,
-    /// What is rare (skipped paths, a partial walk's directories), shared under a lock.
-    notes: Mutex<Walk>,
+    notes: Mutex<Notes>,
 }
 
 /// One directory's findings in component order: its files and links, and in between, what
 /// its subdirectories found.
-#[derive(Default)]
-struct Found {
-    items: Vec<Item>,
+struct Found<T> {
+    items: Vec<Item<T>>,
     /// Entries here and below.
     count: usize,
 }
 
-enum Item {
-    Entry(Entry),
-    Dir(Found),
+impl<T> Default for Found<T> {
+    fn default() -> Self {
+        Found { items: Vec::new(), count: 0 }
+    }
 }
 
-impl Found {
-    fn flatten_into(self, out: &mut Vec<Entry>) {
+enum Item<T> {
+    Entry(T),
+    Dir(Found<T>),
+}
+
+impl<T> Found<T> {
+    fn flatten_into(self, out: &mut Vec<T>) {
         for item in self.items {
             match item {
                 Item::Entry(e) => out.push(e),
@@ -315,7 +356,7 @@ pub(crate) fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> 
     Ok(())
 }
 
-impl Walker<'_> {
+impl<T: Send> Walker<'_, T> {
     fn note_skipped(&self, rel: &[u8], reason: String) {
         let path = String::from_utf8_lossy(rel).into_owned();
         self.notes.lock().unwrap_or_else(|p| p.into_inner()).skipped.push(Skipped { path, reason });
@@ -350,7 +391,7 @@ impl Walker<'_> {
 
     /// Walks directory `rel` (open as `fd`; `rules` are those of its parent): its findings in
     /// component order.
-    fn dir(&self, fd: &OwnedFd, rel: &[u8], rules: &Rules) -> Found {
+    fn dir(&self, fd: &OwnedFd, rel: &[u8], rules: &Rules) -> Found<T> {
         let Some((names, found)) = self.list(fd, rel) else { return Found::default() };
         let mut notes = Vec::new();
         let rules = rules.enter(self.root, rel, found, &mut notes);
@@ -358,17 +399,18 @@ impl Walker<'_> {
         let parent_name = if rel.is_empty() { self.root_name } else { Some(name_of(rel)) };
         let mut items = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
+        let mut hint = 0;
         for listed in names {
             match self.visit(fd, listed, &rules, parent_name) {
                 Visit::Skip => {}
-                Visit::Record(entry) => items.push(Item::Entry(entry)),
+                Visit::Record(entry) => items.push(Item::Entry((self.keep)(entry, &mut hint))),
                 Visit::Enter(path) => {
                     subdirs.push((items.len(), path));
                     items.push(Item::Dir(Found::default()));
                 }
             }
         }
-        let walked: Vec<(usize, Found)> = subdirs
+        let walked: Vec<(usize, Found<T>)> = subdirs
             .into_par_iter()
             .map(|(at, path)| {
                 let found = match open_dir(fd, OsStr::from_bytes(name_of(&path))) {

@@ -25,7 +25,8 @@
 //!   (`watched`) when everything adds up, and walks the whole tree otherwise.
 
 //!
-//! [`take`] takes one, phase by phase; [`prune`] keeps a session within its budget;
+//! [`take`] takes one, phase by phase, on a [`scan`] (the walk merged with the stat cache);
+//! [`prune`] keeps a session within its budget;
 //! [`lookup`] reads trees; [`diff`] compares two; [`statcache`] and [`tree`] are their
 //! formats.
 
@@ -33,6 +34,7 @@ pub mod diff;
 mod lookup;
 mod patch;
 mod prune;
+mod scan;
 pub mod statcache;
 mod take;
 pub mod tree;

@@ -136,10 +136,26 @@ pub struct Delta {
 }
 
 impl StatCache {
-    /// What `path` looked like, if cached.
-    pub fn get(&self, path: &[u8]) -> Option<&Cached> {
-        let i = self.entries.binary_search_by(|(p, _)| component_order(p, path)).ok()?;
-        Some(&self.entries[i].1)
+    /// Where `path` is (`Ok`) or would go (`Err`) among the entries, searched from `from`
+    /// on when the entry before `from` comes before `path` (galloping: a walk asks in
+    /// order, so the answer is usually at `from` or just past it), else among them all.
+    pub fn find_from(&self, from: usize, path: &[u8]) -> std::result::Result<usize, usize> {
+        let before = |i: usize| component_order(&self.entries[i].0, path).is_lt();
+        let from = from.min(self.entries.len());
+        if from > 0 && !before(from - 1) {
+            return self.entries.binary_search_by(|(p, _)| component_order(p, path));
+        }
+        // Grow the step until the entry there is not before `path`, then search the last step.
+        let (mut lo, mut step) = (from, 1);
+        while lo + step <= self.entries.len() && before(lo + step - 1) {
+            lo += step;
+            step *= 2;
+        }
+        let hi = (lo + step).min(self.entries.len());
+        match self.entries[lo..hi].binary_search_by(|(p, _)| component_order(p, path)) {
+            Ok(i) => Ok(lo + i),
+            Err(i) => Err(lo + i),
+        }
     }
 
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
@@ -161,25 +177,17 @@ impl StatCache {
         named.contains(id)
     }
 
+    /// A cache of `entries` (in component order) and nothing else.
+    #[cfg(test)]
+    pub(crate) fn of_entries(entries: Vec<(Vec<u8>, Cached)>) -> Self {
+        StatCache { entries, ..Default::default() }
+    }
+
     /// The content id of `path` if its stat proves it unchanged since it was read.
     #[cfg(test)]
     fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
         let i = self.entries.binary_search_by(|(p, _)| component_order(p, path)).ok()?;
         self.clean(i, stat).then_some(self.entries[i].1.id)
-    }
-
-    /// For each of `paths` (in component order), the index of its entry here, if any: one
-    /// merge of the two sorted lists, no hashing.
-    pub fn align<'p>(&self, paths: impl Iterator<Item = &'p [u8]>) -> Vec<Option<usize>> {
-        let mut next = 0;
-        paths
-            .map(|path| {
-                while next < self.entries.len() && component_order(&self.entries[next].0, path).is_lt() {
-                    next += 1;
-                }
-                (next < self.entries.len() && self.entries[next].0 == path).then_some(next)
-            })
-            .collect()
     }
 
     /// Loads the cache of `session` (empty if none).
@@ -506,22 +514,22 @@ fn put_trees_and_shape(out: &mut dyn io::Write, tree_ids: &[ContentId], shape: O
 /// The digest of every entry of `walked` that is not a file — symlinks with their mode and
 /// target, nested repositories with their commit — in walk order: what, besides the files,
 /// a tree is made of (directories are recorded only through what they hold).
-pub(crate) fn others_digest(walked: &crate::fs::walk::Walk) -> [u8; 32] {
+pub(crate) fn others_digest<'a>(entries: impl Iterator<Item = (&'a [u8], &'a crate::fs::walk::Kind, u32)>) -> [u8; 32] {
     use crate::fs::walk::Kind;
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    for e in &walked.entries {
-        let (tag, bytes): (u8, &[u8]) = match &e.kind {
+    for (path, kind, mode) in entries {
+        let (tag, bytes): (u8, &[u8]) = match kind {
             Kind::File => continue,
             Kind::Symlink(target) => (b'l', target),
             Kind::Gitlink(commit) => (b'g', commit.as_bytes()),
         };
-        for part in [&e.path[..], bytes] {
+        for part in [path, bytes] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part);
         }
         h.update([tag]);
-        h.update(e.stat.mode.to_le_bytes());
+        h.update(mode.to_le_bytes());
     }
     h.finalize().into()
 }
@@ -818,11 +826,48 @@ mod tests {
         assert_eq!(order, [&b"a/b"[..], b"a/b/c", b"a/b.c", b"a.c", b"b"]);
         assert!(back.outdated);
         assert!(!decode(&back.encode()).unwrap().outdated, "rewritten in component order");
-        // Aligning a walk's paths finds each one, and none that is not cached.
-        let walked: Vec<&[u8]> = vec![b"a/a", b"a/b", b"a/b.c", b"a.c", b"c"];
-        assert_eq!(back.align(walked.into_iter()), [None, Some(0), Some(2), Some(3), None]);
-        assert_eq!(back.get(b"a/b/c").map(|c| c.id), Some(ContentId([1; 32])));
-        assert!(back.get(b"a/b/d").is_none());
+        // A walk's paths, asked in order from where the last was found, are found where
+        // they are, and those not cached where they would go.
+        let mut hint = 0;
+        let walked: [&[u8]; 6] = [b"a/a", b"a/b", b"a/b/d", b"a/b.c", b"a.c", b"c"];
+        let found: Vec<_> = walked
+            .iter()
+            .map(|p| {
+                let at = back.find_from(hint, p);
+                hint = at.map_or_else(|i| i, |i| i + 1);
+                at
+            })
+            .collect();
+        assert_eq!(found, [Err(0), Ok(0), Err(2), Ok(2), Ok(3), Err(5)]);
+    }
+
+    #[test]
+    fn a_search_from_any_hint_finds_what_a_search_of_the_whole_cache_finds() {
+        // Paths in component order with their directories' entries between them.
+        let mut paths: Vec<Vec<u8>> = Vec::new();
+        for d in ["", "a/", "a/b/", "a.b/", "c/"] {
+            for f in ["a", "b", "c.c", "d/e", "z"] {
+                paths.push(format!("{d}{f}").into_bytes());
+            }
+        }
+        paths.sort_by(|a, b| component_order(a, b));
+        paths.dedup();
+        let cache = StatCache {
+            entries: paths
+                .iter()
+                .step_by(2)
+                .map(|p| (p.clone(), Cached { stat: stat(1), id: ContentId([1; 32]) }))
+                .collect(),
+            ..Default::default()
+        };
+        let n = cache.entries.len();
+        for p in &paths {
+            let whole = cache.entries.binary_search_by(|(q, _)| component_order(q, p));
+            for hint in 0..=n + 2 {
+                assert_eq!(cache.find_from(hint, p), whole, "{} from {hint}", String::from_utf8_lossy(p));
+            }
+        }
+        assert_eq!(StatCache::default().find_from(3, b"a"), Err(0));
     }
 
     #[test]

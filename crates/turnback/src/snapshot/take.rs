@@ -1,5 +1,6 @@
-//! Taking a snapshot, phase by phase: walk (the stat cache loaded, or dropped if it does
-//! not verify), leave out the files too large to keep, classify (what the stat cache
+//! Taking a snapshot, phase by phase: walk (the stat cache loaded meanwhile, or dropped if
+//! it does not verify; each file it describes unchanged kept as a reference to it, a
+//! [`Scan`]), leave out the files too large to keep, classify (what the stat cache
 //! vouches for, what must be read), check the limits on what is kept, read, hash and pack
 //! what the store lacks (each batch stored by a writer thread while the next is read),
 //! build the trees bottom-up — unless every file is as cached and the walk's other entries
@@ -21,10 +22,11 @@ use rayon::prelude::*;
 use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::relpath::{dir_of, name_of};
-use crate::fs::walk::{self, Entry, Kind, Skipped, Walk};
+use crate::fs::walk::{self, Kind, Skipped};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::patch::{self, Leaf};
 use crate::snapshot::prune::prune;
+use crate::snapshot::scan::{Found, Scan};
 use crate::snapshot::statcache::{self, Cached, Shape, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
 use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
@@ -91,21 +93,29 @@ pub(super) fn take(
 ) -> Result<SnapshotRecord> {
     let taken_at_ns = i128::from(now_ms()) * 1_000_000;
     let created_at = format_ms(now_ms());
-    // The stat cache is decrypted and decoded while the tree is walked.
+    // The stat cache is decrypted and decoded while the tree is walked; once it is there,
+    // the walk keeps each file it vouches for as a reference to its entry.
+    let loading = std::sync::OnceLock::new();
     let (walked, loaded) = std::thread::scope(|scope| {
-        let cache = scope.spawn(|| StatCache::load_or_drop(store, source.session_id));
-        let walked = walk::walk(source.root, store.protected_paths());
-        let loaded = cache.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "stat cache loader panicked")));
+        let loader = scope.spawn(|| {
+            let (cache, dropped) = StatCache::load_or_drop(store, source.session_id)?;
+            let _ = loading.set(cache);
+            Ok(dropped)
+        });
+        let walked = Scan::walk(source.root, store.protected_paths(), &loading);
+        let loaded = loader.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "stat cache loader panicked")));
         (walked, loaded)
     });
-    let mut walked = walked?;
+    let walked = walked?;
     crate::base::failpoint::hit("snapshot-walked");
-    let (mut cache, stat_cache_dropped) = loaded?;
+    let stat_cache_dropped = loaded?;
+    let cache = loading.get_or_init(StatCache::default);
+    let mut walked = Scan::new(walked, cache);
     let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
     let limits: SnapshotLimits = store.settings().snapshots;
-    let baseline = Baseline::of(store, source.session_id, kind, &cache)?;
+    let baseline = Baseline::of(store, source.session_id, kind, cache)?;
     let left_out = leave_out(&mut walked, &baseline, &limits);
-    let mut plan = classify(&walked, &cache);
+    let mut plan = classify(&walked, cache);
     let mut record = SnapshotRecord {
         snapshot_id: uuid::Uuid::now_v7().to_string(),
         session_id: source.session_id.to_string(),
@@ -120,7 +130,7 @@ pub(super) fn take(
         stored_bytes: 0,
         excluded: walked.excluded,
         nested_repos: Vec::new(),
-        skipped_paths: walked.skipped.clone(),
+        skipped_paths: std::mem::take(&mut walked.skipped),
         left_out,
         skipped: over_limit(&walked, &baseline, &limits, &plan),
         stat_cache_dropped,
@@ -136,27 +146,22 @@ pub(super) fn take(
     let built = match record.skipped {
         Some(_) => None,
         None => {
-            let unchanged = cache_still_holds(&walked, &plan, &cache, taken_at_ns);
-            let patched = match how_to_build(&walked, &plan, &cache, unchanged) {
+            let unchanged = cache_still_holds(&walked, &plan, cache, taken_at_ns);
+            let patched = match how_to_build(&walked, &plan, cache, unchanged) {
                 // Every file as cached and the same other entries: the tree is the one the
                 // cache's shape names, stored (a root of gc) and not built again.
                 Build::Same(shape) => {
-                    Some(Built { root: shape.root, nested: nested_of(&walked), pending: Vec::new(), cache: None })
+                    Some(Built { root: shape.root, nested: nested_of(walked.iter()), pending: Vec::new(), cache: None })
                 }
                 Build::Patch(shape, changes) => {
-                    patch_tree(store, &walked, shape, &changes, &cache, source.session_id, taken_at_ns)?
+                    patch_tree(store, &walked, shape, &changes, cache, source.session_id, taken_at_ns)?
                 }
                 Build::Whole => None,
             };
             match patched {
                 Some(built) => Some(built),
                 None => {
-                    // Everything the old cache vouched for is in the plan by now: its entries
-                    // are let go before the new cache is written (a large tree's peak memory
-                    // is there).
-                    let mut previous_trees = std::mem::take(&mut cache.tree_ids);
-                    previous_trees.append(&mut cache.delta.tree_ids);
-                    drop(cache);
+                    let previous_trees = cache.tree_ids.iter().chain(&cache.delta.tree_ids).copied().collect();
                     let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
                     Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
                 }
@@ -179,8 +184,6 @@ pub(super) struct ReadPlan {
     /// between the walk and the read): rare, so kept apart. Every other file read had the
     /// walk's stat.
     stat_after: HashMap<usize, walk::Stat>,
-    /// Per walked entry, the index of its stat cache entry (one merge of the two lists).
-    cached: Vec<Option<usize>>,
     /// Entries (indices) to read.
     to_read: Vec<usize>,
     files: u64,
@@ -191,7 +194,7 @@ pub(super) struct ReadPlan {
 impl ReadPlan {
     /// The stat to cache for walked entry `i` (`e`): as read, if it was read; as walked
     /// otherwise.
-    fn stat_of(&self, i: usize, e: &Entry) -> walk::Stat {
+    fn stat_of(&self, i: usize, e: &Found<'_>) -> walk::Stat {
         self.stat_after.get(&i).copied().unwrap_or(e.stat)
     }
 
@@ -204,28 +207,27 @@ impl ReadPlan {
 
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
-pub(super) fn classify(walked: &Walk, cache: &StatCache) -> ReadPlan {
-    let n = walked.entries.len();
+pub(super) fn classify(walked: &Scan<'_>, cache: &StatCache) -> ReadPlan {
+    let n = walked.len();
     let mut plan = ReadPlan {
         ids: Vec::with_capacity(n),
         read: vec![false; n],
         stat_after: HashMap::new(),
-        cached: cache.align(walked.entries.iter().map(|e| e.path.as_slice())),
         to_read: Vec::new(),
         files: 0,
         bytes: 0,
         read_bytes: 0,
     };
-    for (i, e) in walked.entries.iter().enumerate() {
+    for (i, e) in walked.iter().enumerate() {
         let id = match e.kind {
             Kind::File => {
                 plan.files += 1;
                 plan.bytes += e.stat.size;
-                plan.cached[i].filter(|&c| cache.clean(c, &e.stat)).map(|c| cache.entries[c].1.id)
+                e.cached.filter(|&c| cache.clean(c, &e.stat)).map(|c| cache.entries[c].1.id)
             }
             _ => None,
         };
-        if id.is_none() && e.kind == Kind::File {
+        if id.is_none() && *e.kind == Kind::File {
             plan.to_read.push(i);
             plan.read_bytes += e.stat.size;
         }
@@ -265,18 +267,18 @@ impl<'a> Baseline<'a> {
 
     /// Whether file `e` counts as new or changed. A racily clean file (stat as cached, only
     /// too recent to trust) is read again but adds nothing new.
-    fn adds(&self, e: &Entry) -> bool {
+    fn adds(&self, e: &Found<'_>) -> bool {
         match self {
             Baseline::PreRewind | Baseline::First => true,
-            Baseline::Cache(cache) => cache.get(&e.path).is_none_or(|c| c.stat != e.stat),
-            Baseline::Tree(before) => before.get(&e.path).is_none_or(|n| n.size != e.stat.size),
+            Baseline::Cache(cache) => e.cached.is_none_or(|c| cache.entries[c].1.stat != e.stat),
+            Baseline::Tree(before) => before.get(e.path).is_none_or(|n| n.size != e.stat.size),
         }
     }
 
     /// The limit file `e` is over, if it is, as (its bytes, setting, what it bounds): first
     /// `max-file-size`, then what the snapshot may take in all (a file alone over that
     /// could only ever skip the whole snapshot, again at every later one).
-    fn file_over(&self, e: &Entry, limits: &SnapshotLimits) -> Option<(u64, &'static str, &'static str)> {
+    fn file_over(&self, e: &Found<'_>, limits: &SnapshotLimits) -> Option<(u64, &'static str, &'static str)> {
         if e.stat.size > limits.max_file_bytes {
             return Some((limits.max_file_bytes, "max-file-size", "a snapshot keeps of one file"));
         }
@@ -295,14 +297,14 @@ impl<'a> Baseline<'a> {
 /// Phase 2: leaves out of the walk every file over a limit on its own
 /// ([`Baseline::file_over`]), returning them with the reason; everything after counts only
 /// what was kept.
-fn leave_out(walked: &mut Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits) -> Vec<LeftOut> {
+fn leave_out(walked: &mut Scan<'_>, baseline: &Baseline<'_>, limits: &SnapshotLimits) -> Vec<LeftOut> {
     let mut left_out = Vec::new();
-    walked.entries.retain(|e| {
-        let over = if e.kind == Kind::File { baseline.file_over(e, limits) } else { None };
+    walked.retain(|e| {
+        let over = if *e.kind == Kind::File { baseline.file_over(&e, limits) } else { None };
         let Some((cap, setting, what)) = over else { return true };
         let (size, cap_text) = (format_size(e.stat.size), format_size(cap));
         left_out.push(LeftOut {
-            path: String::from_utf8_lossy(&e.path).into_owned(),
+            path: String::from_utf8_lossy(e.path).into_owned(),
             size: e.stat.size,
             reason: format!("larger than {what} ({size} > {cap_text}, {setting})"),
         });
@@ -313,7 +315,7 @@ fn leave_out(walked: &mut Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits
 
 /// Phase 4: the reason the snapshot is skipped, if what it keeps is over a limit. A first
 /// snapshot counts everything; a later one what it adds.
-fn over_limit(walked: &Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits, plan: &ReadPlan) -> Option<String> {
+fn over_limit(walked: &Scan<'_>, baseline: &Baseline<'_>, limits: &SnapshotLimits, plan: &ReadPlan) -> Option<String> {
     match baseline {
         Baseline::PreRewind => None,
         Baseline::First => limit_reason(plan.files, limits.first_max_files, plan.bytes, limits.first_max_bytes, ""),
@@ -321,7 +323,7 @@ fn over_limit(walked: &Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits, p
             let (new_files, new_bytes) = plan
                 .to_read
                 .iter()
-                .map(|&i| &walked.entries[i])
+                .map(|&i| walked.get(i))
                 .filter(|e| baseline.adds(e))
                 .fold((0u64, 0u64), |(n, b), e| (n + 1, b + e.stat.size));
             limit_reason(new_files, limits.later_max_files, new_bytes, limits.later_max_bytes, "new or changed ")
@@ -336,7 +338,7 @@ fn over_limit(walked: &Walk, baseline: &Baseline<'_>, limits: &SnapshotLimits, p
 pub(super) fn read_and_pack(
     store: &Store,
     root: &Path,
-    walked: &Walk,
+    walked: &Scan<'_>,
     plan: &mut ReadPlan,
     opts: &TakeOptions<'_>,
     record: &mut SnapshotRecord,
@@ -361,15 +363,15 @@ pub(super) fn read_and_pack(
             let mut previous: Option<Packer> = None;
             let mut done_bytes = 0u64;
             let (large, to_read): (Vec<usize>, Vec<usize>) =
-                plan.to_read.iter().partition(|&&i| walked.entries[i].stat.size > STREAM_FROM);
-            for (n, batch) in batches(&to_read, &walked.entries).into_iter().enumerate() {
+                plan.to_read.iter().partition(|&&i| walked.get(i).stat.size > STREAM_FROM);
+            for (n, batch) in batches(&to_read, walked).into_iter().enumerate() {
                 // The writer has work from the second batch on.
                 let writing = n > 0;
                 cancelled(opts)?;
                 if let Some(progress) = opts.progress {
                     progress(done_bytes, plan.read_bytes);
                 }
-                done_bytes += batch.iter().map(|&i| walked.entries[i].stat.size).sum::<u64>();
+                done_bytes += batch.iter().map(|&i| walked.get(i).stat.size).sum::<u64>();
                 // Loaded before this batch looks into the store, which then sees those packs.
                 unseen.forget_committed(committed.load(Ordering::Acquire));
                 let (sealed, read) = rayon::join(
@@ -400,8 +402,8 @@ pub(super) fn read_and_pack(
                 if let Some(progress) = opts.progress {
                     progress(done_bytes, plan.read_bytes);
                 }
-                done_bytes += walked.entries[i].stat.size;
-                let read = stream_file(store, root, &walked.entries[i], max_file, &tx, &mut unseen, opts);
+                done_bytes += walked.get(i).stat.size;
+                let read = stream_file(store, root, walked.get(i).path, max_file, &tx, &mut unseen, opts);
                 if read.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
                     return read.map(|_| ());
                 }
@@ -433,13 +435,13 @@ struct ReadBatch {
 fn read_batch(
     store: &Store,
     root: &Path,
-    walked: &Walk,
+    walked: &Scan<'_>,
     batch: &[usize],
     max_file: u64,
     writing: bool,
 ) -> Result<ReadBatch> {
     let files: Vec<(usize, Result<ReadFile>)> =
-        batch.par_iter().map(|&i| (i, read_and_hash(store, root, &walked.entries[i], max_file))).collect();
+        batch.par_iter().map(|&i| (i, read_and_hash(store, root, walked.get(i).path, max_file))).collect();
     let ids: Vec<ContentId> = files.iter().filter_map(|(_, r)| r.as_ref().ok().map(|f| f.0)).collect();
     let in_store = if writing {
         object::exist_each(&*store.kv().read_snapshot()?, &ids)?
@@ -502,7 +504,7 @@ impl Unseen {
 
 /// Records what reading entry `i` found: its id and stat, or why it is left out.
 fn record_read(
-    walked: &Walk,
+    walked: &Scan<'_>,
     plan: &mut ReadPlan,
     i: usize,
     result: Result<(ContentId, walk::Stat)>,
@@ -512,12 +514,12 @@ fn record_read(
         Ok((id, stat)) => {
             plan.ids[i] = Some(id);
             plan.read[i] = true;
-            if stat != walked.entries[i].stat {
+            if stat != walked.get(i).stat {
                 plan.stat_after.insert(i, stat);
             }
         }
         Err(e) => {
-            let path = String::from_utf8_lossy(&walked.entries[i].path).into_owned();
+            let path = String::from_utf8_lossy(walked.get(i).path).into_owned();
             // Grown over max-file-size since the walk: left out like one found so.
             if let (ErrorCode::OverCap, Some(size)) = (e.code, e.details.as_ref().and_then(|d| d["size"].as_u64())) {
                 record.left_out.push(LeftOut { path, size, reason: e.message });
@@ -536,13 +538,13 @@ fn record_read(
 fn stream_file(
     store: &Store,
     root: &Path,
-    e: &Entry,
+    rel: &[u8],
     max_file: u64,
     tx: &std::sync::mpsc::SyncSender<SealedPack>,
     unseen: &mut Unseen,
     opts: &TakeOptions<'_>,
 ) -> Result<(ContentId, walk::Stat)> {
-    let (mut file, meta, path) = open_to_read(root, e, max_file)?;
+    let (mut file, meta, path) = open_to_read(root, rel, max_file)?;
     let keys = store.keys();
     let size = meta.len();
     let mut mac = keys.content_id_streaming(size);
@@ -614,9 +616,8 @@ enum Build<'w> {
 /// files were read as walked and its other entries are the shape's; patched only while the
 /// cache's delta stays small ([`statcache::delta_fits`]) and the cache is of this layout.
 /// Everything else is built whole.
-fn how_to_build<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache, unchanged: bool) -> Build<'w> {
-    let Some(shape) = cache.shape.filter(|s| plan.read_as_walked() && s.others == statcache::others_digest(walked))
-    else {
+fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache, unchanged: bool) -> Build<'w> {
+    let Some(shape) = cache.shape.filter(|s| plan.read_as_walked() && s.others == others_digest(walked)) else {
         return Build::Whole;
     };
     if unchanged {
@@ -644,7 +645,7 @@ struct Changes<'w> {
 }
 
 /// Matches the walk's files (with the ids the plan has for them) with the cache's entries.
-fn changes<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache) -> Changes<'w> {
+fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache) -> Changes<'w> {
     let mut out = Changes { cache: Vec::new(), leaves: Vec::new() };
     let node = |path: &[u8], stat: &walk::Stat, id: ContentId| Node {
         name: name_of(path).to_vec(),
@@ -659,19 +660,19 @@ fn changes<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache) -> Chang
     };
     // Cache entries below `next` are matched or gone (both lists are in component order).
     let mut next = 0;
-    for (i, e) in walked.entries.iter().enumerate() {
-        let cached = plan.cached[i];
+    for (i, e) in walked.iter().enumerate() {
+        let cached = e.cached;
         if let Some(c) = cached {
             (next..c).for_each(|k| gone(&mut out, k));
             next = c + 1;
         }
-        let id = plan.ids[i].filter(|_| e.kind == Kind::File);
-        let (Some(id), path) = (id, e.path.as_slice()) else {
+        let id = plan.ids[i].filter(|_| *e.kind == Kind::File);
+        let (Some(id), path) = (id, e.path) else {
             // Not a file now, or not read: whatever the cache held there is gone.
             cached.into_iter().for_each(|c| gone(&mut out, c));
             continue;
         };
-        let now = Cached { stat: plan.stat_of(i, e), id };
+        let now = Cached { stat: plan.stat_of(i, &e), id };
         let new_node = node(path, &e.stat, id);
         let Some(c) = cached else {
             out.cache.push((path, Some(now)));
@@ -690,10 +691,7 @@ fn changes<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache) -> Chang
     (next..cache.entries.len()).for_each(|k| gone(&mut out, k));
     // What the old delta removed from the whole cache and the walk did not find again.
     for path in &cache.delta.removed {
-        let found = walked
-            .entries
-            .binary_search_by(|e| walk::component_order(&e.path, path))
-            .is_ok_and(|i| walked.entries[i].kind == Kind::File && plan.ids[i].is_some());
+        let found = walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.ids[i].is_some());
         if !found {
             out.cache.push((path, None));
         }
@@ -706,7 +704,7 @@ fn changes<'w>(walked: &'w Walk, plan: &ReadPlan, cache: &'w StatCache) -> Chang
 /// cache; `None` if the tree in the store is not what the cache says (then built whole).
 fn patch_tree(
     store: &Store,
-    walked: &Walk,
+    walked: &Scan<'_>,
     shape: Shape,
     changes: &Changes<'_>,
     cache: &StatCache,
@@ -732,7 +730,12 @@ fn patch_tree(
     let shape = Shape { root: patched.root, others: shape.others };
     let write =
         statcache::seal_delta(store, session_id, cache.generation, taken_at_ns, &changes.cache, &tree_ids, shape)?;
-    Ok(Some(Built { root: patched.root, nested: nested_of(walked), pending: patched.pending, cache: Some(write) }))
+    Ok(Some(Built {
+        root: patched.root,
+        nested: nested_of(walked.iter()),
+        pending: patched.pending,
+        cache: Some(write),
+    }))
 }
 
 /// What phase 6 knows of the old stat cache: whether it still holds
@@ -740,17 +743,23 @@ fn patch_tree(
 /// this snapshot's walk began.
 struct CacheUpdate {
     unchanged: bool,
-    previous_trees: Vec<ContentId>,
+    previous_trees: HashSet<ContentId>,
     taken_at_ns: i128,
 }
 
 /// Phase 6: builds the trees bottom-up, and the new stat cache unless the old one still
 /// describes this snapshot.
-fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate, session_id: &str) -> Result<Built> {
-    let mut builder = TreeBuilder { previous: cache.previous_trees.into_iter().collect(), ..TreeBuilder::default() };
-    for (i, e) in walked.entries.iter().enumerate() {
-        let (dir, name) = (dir_of(&e.path), name_of(&e.path).to_vec());
-        let node = match &e.kind {
+fn build_trees(
+    store: &Store,
+    walked: &Scan<'_>,
+    plan: &ReadPlan,
+    cache: CacheUpdate,
+    session_id: &str,
+) -> Result<Built> {
+    let mut builder = TreeBuilder { previous: cache.previous_trees, ..TreeBuilder::default() };
+    for (i, e) in walked.iter().enumerate() {
+        let (dir, name) = (dir_of(e.path), name_of(e.path).to_vec());
+        let node = match e.kind {
             Kind::File => {
                 let Some(id) = plan.ids[i] else { continue };
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
@@ -772,28 +781,31 @@ fn build_trees(store: &Store, walked: &Walk, plan: &ReadPlan, cache: CacheUpdate
     } else {
         let tree_ids: Vec<ContentId> = builder.seen.iter().copied().collect();
         let files = || {
-            walked.entries.iter().zip(&plan.ids).enumerate().filter_map(|(i, (e, id))| {
-                let id = id.filter(|_| e.kind == Kind::File)?;
-                Some((e.path.as_slice(), Cached { stat: plan.stat_of(i, e), id }))
+            walked.iter().zip(&plan.ids).enumerate().filter_map(|(i, (e, id))| {
+                let id = id.filter(|_| *e.kind == Kind::File)?;
+                Some((e.path, Cached { stat: plan.stat_of(i, &e), id }))
             })
         };
         // The shape goes with these entries only if every file's node was made from the
         // stat cached for it (a file that changed while it was read has the walk's size
         // and mode in its node, the read's in the cache).
-        let shape = plan.read_as_walked().then(|| Shape { root, others: statcache::others_digest(walked) });
+        let shape = plan.read_as_walked().then(|| Shape { root, others: others_digest(walked) });
         Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
     };
-    Ok(Built { root, nested: nested_of(walked), pending, cache })
+    Ok(Built { root, nested: nested_of(walked.iter()), pending, cache })
 }
 
-/// The nested repositories the walk found, with their commits.
-pub(super) fn nested_of(walked: &Walk) -> Vec<NestedRepo> {
-    walked
-        .entries
-        .iter()
-        .filter_map(|e| match &e.kind {
+/// The digest of the walk's entries that are not files ([`statcache::others_digest`]).
+fn others_digest(walked: &Scan<'_>) -> [u8; 32] {
+    statcache::others_digest(walked.iter().map(|e| (e.path, e.kind, e.stat.mode)))
+}
+
+/// The nested repositories among what a walk found, with their commits.
+pub(super) fn nested_of<'a>(found: impl Iterator<Item = Found<'a>>) -> Vec<NestedRepo> {
+    found
+        .filter_map(|e| match e.kind {
             Kind::Gitlink(commit) => {
-                Some(NestedRepo { path: String::from_utf8_lossy(&e.path).into_owned(), commit: commit.clone() })
+                Some(NestedRepo { path: String::from_utf8_lossy(e.path).into_owned(), commit: commit.clone() })
             }
             _ => None,
         })
@@ -813,14 +825,14 @@ const SETTLE_LATER_BYTES: u64 = 4 << 20;
 /// agent's edit is snapshotted at once and again moments later, and reading the file it
 /// edited costs far less than rewriting the cache of a large tree; the next rewrite for
 /// any other reason settles them.
-fn cache_still_holds(walked: &Walk, plan: &ReadPlan, cache: &StatCache, taken_at_ns: i128) -> bool {
+fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, cache: &StatCache, taken_at_ns: i128) -> bool {
     if cache.outdated || plan.files as usize != cache.entries.len() {
         return false;
     }
     let (mut settling, mut settling_bytes) = (0usize, 0u64);
-    for (i, e) in walked.entries.iter().enumerate().filter(|(_, e)| e.kind == Kind::File) {
-        let stat = plan.stat_of(i, e);
-        let cached = plan.cached[i].map(|c| &cache.entries[c].1);
+    for (i, e) in walked.iter().enumerate().filter(|(_, e)| *e.kind == Kind::File) {
+        let stat = plan.stat_of(i, &e);
+        let cached = e.cached.map(|c| &cache.entries[c].1);
         if !plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
             return false;
         }
@@ -875,11 +887,11 @@ fn limit_reason(files: u64, max_files: u64, bytes: u64, max_bytes: u64, what: &s
     }
 }
 
-fn batches<'a>(to_read: &'a [usize], entries: &'a [Entry]) -> Vec<&'a [usize]> {
+fn batches<'a>(to_read: &'a [usize], walked: &Scan<'_>) -> Vec<&'a [usize]> {
     let mut out = Vec::new();
     let (mut start, mut size) = (0, 0u64);
     for (k, &i) in to_read.iter().enumerate() {
-        size += entries[i].stat.size;
+        size += walked.get(i).stat.size;
         if size >= BATCH_BYTES {
             out.push(&to_read[start..=k]);
             start = k + 1;
@@ -898,8 +910,8 @@ type ReadFile = (ContentId, Vec<u8>, walk::Stat);
 /// Reads one file without following a symlink, and hashes it.
 /// A file grown over `max_file` since the walk is not read (`over-cap`, its size in the
 /// error's details).
-fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result<ReadFile> {
-    let (mut file, meta, path) = open_to_read(root, e, max_file)?;
+fn read_and_hash(store: &Store, root: &Path, rel: &[u8], max_file: u64) -> Result<ReadFile> {
+    let (mut file, meta, path) = open_to_read(root, rel, max_file)?;
     // Exactly the size fstat gave (what the stat cache records with it): a file that grew
     // meanwhile has a new size and is read again next time; one that shrank ends early.
     // (`read_to_end` would stat and seek again and read once more to see the end.)
@@ -921,9 +933,9 @@ fn read_and_hash(store: &Store, root: &Path, e: &Entry, max_file: u64) -> Result
 /// Opens one file to read without following a symlink, checks it is still a regular file
 /// within `max_file` (`over-cap`, its size in the error's details, if it grew over it),
 /// and returns it with its stat and its path.
-fn open_to_read(root: &Path, e: &Entry, max_file: u64) -> Result<(std::fs::File, std::fs::Metadata, PathBuf)> {
+fn open_to_read(root: &Path, rel: &[u8], max_file: u64) -> Result<(std::fs::File, std::fs::Metadata, PathBuf)> {
     use std::os::unix::fs::OpenOptionsExt;
-    let path = root.join(std::ffi::OsStr::from_bytes(&e.path));
+    let path = root.join(std::ffi::OsStr::from_bytes(rel));
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32)

@@ -26,9 +26,10 @@ use std::rc::Rc;
 use crate::base::time::{format_ms, now_ms};
 use crate::error::Result;
 use crate::fs::relpath::{dir_of, join, name_of};
-use crate::fs::walk::{Kind, Walk, component_order, walk_scoped};
+use crate::fs::walk::{Kind, component_order, walk_scoped};
 use crate::snapshot::lookup::read_tree;
 use crate::snapshot::prune::prune;
+use crate::snapshot::scan::{Found, Scan};
 use crate::snapshot::statcache::StatCache;
 use crate::snapshot::take::{Built, classify, commit, nested_of, read_and_pack};
 use crate::snapshot::tree::{self, Node, NodeKind};
@@ -195,8 +196,9 @@ pub(super) fn patch(
     if to_read.len() as u64 > limits.later_max_files || to_read_bytes > limits.later_max_bytes {
         return Ok(None);
     }
-    let reading = Walk { entries: to_read, ..Walk::default() };
-    let mut plan = classify(&reading, &StatCache::default());
+    let no_cache = StatCache::default();
+    let reading = Scan::of_entries(to_read, &no_cache);
+    let mut plan = classify(&reading, &no_cache);
     let mut scratch = previous.clone();
     scratch.left_out.clear();
     scratch.skipped_paths.clear();
@@ -205,14 +207,14 @@ pub(super) fn patch(
         return Ok(None);
     }
     let read_ids: HashMap<&[u8], ContentId> =
-        reading.entries.iter().zip(&plan.ids).map(|(e, id)| (e.path.as_slice(), id.expect("checked"))).collect();
+        reading.iter().zip(&plan.ids).map(|(e, id)| (e.path, id.expect("checked"))).collect();
 
     // What the change adds, against the limits of a later snapshot.
     let (mut new_files, mut new_bytes) = (0u64, 0u64);
-    for e in &reading.entries {
-        let before = old.node(&e.path)?;
+    for e in reading.iter() {
+        let before = old.node(e.path)?;
         let same = matches!(&before, Some(Node { kind: NodeKind::File(id), size, .. })
-            if *id == read_ids[e.path.as_slice()] && *size == e.stat.size);
+            if *id == read_ids[e.path] && *size == e.stat.size);
         if !same {
             new_files += 1;
             new_bytes += e.stat.size;
@@ -321,13 +323,13 @@ pub(super) fn patch(
         .filter(|n| reused_subtree(n.path.as_bytes(), &listed_set, &unlisted))
         .cloned()
         .collect();
-    nested.extend(nested_of(&walked));
+    nested.extend(nested_of(walked.entries.iter().map(Found::of)));
     nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
     Ok(Some(Patched {
         built: Built { root, nested, pending, cache: None },
         files: u64::try_from(files).unwrap_or(0),
         bytes: u64::try_from(bytes).unwrap_or(0),
-        read_files: reading.entries.len() as u64,
+        read_files: reading.len() as u64,
         read_bytes: plan.read_bytes,
         stored_bytes: stored,
     }))
