@@ -193,9 +193,11 @@ mod tests {
         Entry { path: path.as_bytes().to_vec(), kind, stat: stat(n) }
     }
 
-    /// What a scan holds, entry by entry: path, kind, stat, cache index, and whether the
-    /// entry is kept as a reference to the cache.
-    fn seen(scan: &Scan<'_>) -> Vec<(Vec<u8>, Kind, Stat, Option<usize>, bool)> {
+    /// One entry as a scan holds it: path, kind, stat, cache index, and whether it is kept
+    /// as a reference to the cache.
+    type Seen = (Vec<u8>, Kind, Stat, Option<usize>, bool);
+
+    fn seen(scan: &Scan<'_>) -> Vec<Seen> {
         (0..scan.len())
             .map(|i| {
                 let f = scan.get(i);
