@@ -175,11 +175,8 @@ pub(super) fn take(
 }
 
 /// What the walk found, and what the stat cache cannot vouch for.
-pub(super) struct ReadPlan {
-    /// Per walked entry, its content id once known (from the cache, or after reading).
-    pub(super) ids: Vec<Option<ContentId>>,
-    /// Per walked entry, whether it was read (and hashed) by this snapshot.
-    read: Vec<bool>,
+pub(super) struct ReadPlan<'c> {
+    ids: Ids<'c>,
     /// By walked entry, the stat of a file read that differs from the walk's (it changed
     /// between the walk and the read): rare, so kept apart. Every other file read had the
     /// walk's stat.
@@ -191,7 +188,17 @@ pub(super) struct ReadPlan {
     pub(super) read_bytes: u64,
 }
 
-impl ReadPlan {
+impl ReadPlan<'_> {
+    /// Walked entry `i`'s content id, once known (from the cache, or read).
+    pub(super) fn id(&self, i: usize) -> Option<ContentId> {
+        self.ids.get(i)
+    }
+
+    /// Whether walked entry `i` was read (and hashed) by this snapshot.
+    fn was_read(&self, i: usize) -> bool {
+        self.ids.was_read(i)
+    }
+
     /// The stat to cache for walked entry `i` (`e`): as read, if it was read; as walked
     /// otherwise.
     fn stat_of(&self, i: usize, e: &Found<'_>) -> walk::Stat {
@@ -205,13 +212,55 @@ impl ReadPlan {
     }
 }
 
+/// Per walked entry, its content id once known: its cache entry's, which vouches for it,
+/// or the one read. Four bytes an entry, not a copy of each id (a million files' ids are
+/// in the cache already).
+struct Ids<'c> {
+    cache: &'c StatCache,
+    /// Per entry: [`Ids::UNKNOWN`], its cache entry's index, or [`Ids::READ`] and the
+    /// index in `read`.
+    at: Vec<u32>,
+    read: Vec<ContentId>,
+}
+
+impl<'c> Ids<'c> {
+    const UNKNOWN: u32 = u32::MAX;
+    const READ: u32 = 1 << 31;
+
+    fn new(cache: &'c StatCache, entries: usize) -> Self {
+        Ids { cache, at: Vec::with_capacity(entries), read: Vec::new() }
+    }
+
+    /// The next entry's: cache entry `c`'s id, if given (one past what the flag leaves
+    /// room for is left unknown, to be read).
+    fn push(&mut self, c: Option<usize>) {
+        self.at.push(c.and_then(|c| u32::try_from(c).ok()).filter(|&c| c < Self::READ).unwrap_or(Self::UNKNOWN));
+    }
+
+    fn set_read(&mut self, i: usize, id: ContentId) {
+        let at = u32::try_from(self.read.len()).ok().filter(|&k| k < Self::READ).expect("fewer files than 2^31");
+        self.read.push(id);
+        self.at[i] = Self::READ | at;
+    }
+
+    fn get(&self, i: usize) -> Option<ContentId> {
+        match self.at[i] {
+            Self::UNKNOWN => None,
+            at if at & Self::READ != 0 => Some(self.read[(at & !Self::READ) as usize]),
+            c => Some(self.cache.entries[c as usize].1.id),
+        }
+    }
+
+    fn was_read(&self, i: usize) -> bool {
+        self.at[i] != Self::UNKNOWN && self.at[i] & Self::READ != 0
+    }
+}
+
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
-pub(super) fn classify(walked: &Scan<'_>, cache: &StatCache) -> ReadPlan {
-    let n = walked.len();
+pub(super) fn classify<'c>(walked: &Scan<'_>, cache: &'c StatCache) -> ReadPlan<'c> {
     let mut plan = ReadPlan {
-        ids: Vec::with_capacity(n),
-        read: vec![false; n],
+        ids: Ids::new(cache, walked.len()),
         stat_after: HashMap::new(),
         to_read: Vec::new(),
         files: 0,
@@ -219,19 +268,19 @@ pub(super) fn classify(walked: &Scan<'_>, cache: &StatCache) -> ReadPlan {
         read_bytes: 0,
     };
     for (i, e) in walked.iter().enumerate() {
-        let id = match e.kind {
+        let vouched = match e.kind {
             Kind::File => {
                 plan.files += 1;
                 plan.bytes += e.stat.size;
-                e.cached.filter(|&c| cache.clean(c, &e.stat)).map(|c| cache.entries[c].1.id)
+                e.cached.filter(|&c| cache.clean(c, &e.stat))
             }
             _ => None,
         };
-        if id.is_none() && *e.kind == Kind::File {
+        plan.ids.push(vouched);
+        if plan.ids.get(i).is_none() && *e.kind == Kind::File {
             plan.to_read.push(i);
             plan.read_bytes += e.stat.size;
         }
-        plan.ids.push(id);
     }
     plan
 }
@@ -512,8 +561,7 @@ fn record_read(
 ) {
     match result {
         Ok((id, stat)) => {
-            plan.ids[i] = Some(id);
-            plan.read[i] = true;
+            plan.ids.set_read(i, id);
             if stat != walked.get(i).stat {
                 plan.stat_after.insert(i, stat);
             }
@@ -666,7 +714,7 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache) -> C
             (next..c).for_each(|k| gone(&mut out, k));
             next = c + 1;
         }
-        let id = plan.ids[i].filter(|_| *e.kind == Kind::File);
+        let id = plan.id(i).filter(|_| *e.kind == Kind::File);
         let (Some(id), path) = (id, e.path) else {
             // Not a file now, or not read: whatever the cache held there is gone.
             cached.into_iter().for_each(|c| gone(&mut out, c));
@@ -680,7 +728,7 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache) -> C
             continue;
         };
         let old = cache.entries[c].1;
-        if old != now || cache.given(c) || plan.read[i] {
+        if old != now || cache.given(c) || plan.was_read(i) {
             out.cache.push((path, Some(now)));
         }
         let was = node(path, &old.stat, old.id);
@@ -691,7 +739,7 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache) -> C
     (next..cache.entries.len()).for_each(|k| gone(&mut out, k));
     // What the old delta removed from the whole cache and the walk did not find again.
     for path in &cache.delta.removed {
-        let found = walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.ids[i].is_some());
+        let found = walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.id(i).is_some());
         if !found {
             out.cache.push((path, None));
         }
@@ -761,7 +809,7 @@ fn build_trees(
         let (dir, name) = (dir_of(e.path), name_of(e.path).to_vec());
         let node = match e.kind {
             Kind::File => {
-                let Some(id) = plan.ids[i] else { continue };
+                let Some(id) = plan.id(i) else { continue };
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
             }
             Kind::Symlink(target) => {
@@ -781,8 +829,8 @@ fn build_trees(
     } else {
         let tree_ids: Vec<ContentId> = builder.seen.iter().copied().collect();
         let files = || {
-            walked.iter().zip(&plan.ids).enumerate().filter_map(|(i, (e, id))| {
-                let id = id.filter(|_| *e.kind == Kind::File)?;
+            walked.iter().enumerate().filter_map(|(i, e)| {
+                let id = plan.id(i).filter(|_| *e.kind == Kind::File)?;
                 Some((e.path, Cached { stat: plan.stat_of(i, &e), id }))
             })
         };
@@ -833,10 +881,10 @@ fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, cache: &StatCache, take
     for (i, e) in walked.iter().enumerate().filter(|(_, e)| *e.kind == Kind::File) {
         let stat = plan.stat_of(i, &e);
         let cached = e.cached.map(|c| &cache.entries[c].1);
-        if !plan.ids[i].is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
+        if !plan.id(i).is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
             return false;
         }
-        if plan.read[i] && statcache::settled(&stat, taken_at_ns) {
+        if plan.was_read(i) && statcache::settled(&stat, taken_at_ns) {
             settling += 1;
             settling_bytes += stat.size;
         }
@@ -1033,6 +1081,26 @@ fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_has_its_cache_entrys_id_until_it_is_read_and_then_the_id_read() {
+        let stat = walk::Stat { mode: 0o100644, size: 1, mtime_ns: 1, ctime_ns: 1, device: 1, inode: 1 };
+        let cache = StatCache::of_entries(
+            (0..3u8).map(|n| (vec![b'a' + n], Cached { stat, id: ContentId([n; 32]) })).collect(),
+        );
+        let mut ids = Ids::new(&cache, 5);
+        // Vouched for by cache entries 2 and 0; unknown; an index past the flag's room.
+        for c in [Some(2), Some(0), None, Some(Ids::READ as usize), Some(usize::MAX)] {
+            ids.push(c);
+        }
+        let got = |ids: &Ids<'_>| (0..5).map(|i| (ids.get(i), ids.was_read(i))).collect::<Vec<_>>();
+        let id = |n: u8| Some(ContentId([n; 32]));
+        assert_eq!(got(&ids), [(id(2), false), (id(0), false), (None, false), (None, false), (None, false)]);
+        ids.set_read(2, ContentId([7; 32]));
+        ids.set_read(0, ContentId([8; 32]));
+        ids.set_read(4, ContentId([9; 32]));
+        assert_eq!(got(&ids), [(id(8), true), (id(0), false), (id(7), true), (None, false), (id(9), true)]);
+    }
 
     #[test]
     fn unseen_ids_are_held_until_the_writer_has_committed_their_packer() {

@@ -203,11 +203,14 @@ pub(super) fn patch(
     scratch.left_out.clear();
     scratch.skipped_paths.clear();
     let stored = read_and_pack(store, source.root, &reading, &mut plan, opts, &mut scratch)?;
-    if !scratch.left_out.is_empty() || !scratch.skipped_paths.is_empty() || plan.ids.iter().any(Option::is_none) {
+    if !scratch.left_out.is_empty()
+        || !scratch.skipped_paths.is_empty()
+        || (0..reading.len()).any(|i| plan.id(i).is_none())
+    {
         return Ok(None);
     }
     let read_ids: HashMap<&[u8], ContentId> =
-        reading.iter().zip(&plan.ids).map(|(e, id)| (e.path, id.expect("checked"))).collect();
+        reading.iter().enumerate().map(|(i, e)| (e.path, plan.id(i).expect("checked"))).collect();
 
     // What the change adds, against the limits of a later snapshot.
     let (mut new_files, mut new_bytes) = (0u64, 0u64);
