@@ -196,7 +196,7 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     walk_scoped(root, skip_dirs, None)
 }
 
-/// [`walk`], entering only the directories `scope` accepts (the root is always listed):
+/// The walk (see [the module](self)), entering only the directories `scope` accepts (the root is always listed):
 /// the same rules with the same ignore files, so what it finds in a directory it lists is
 /// exactly what a full walk finds there.
 ///
@@ -214,7 +214,7 @@ pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<
 
 /// [`walk_scoped`], keeping of each entry what `keep` makes of it as soon as it is found
 /// (a snapshot keeps a file its stat cache describes unchanged as a reference to the
-/// cache's entry): a large tree's entries are never all in memory at once.
+/// cache's entry), so that what the walk holds is what `keep` made.
 ///
 /// # Errors
 /// `io` if `root` cannot be read.

@@ -9,7 +9,14 @@
 //!   entry's, which equal what was walked).
 //! - Once a [`Scan`] is made, every entry knows the index of its cache entry if the cache
 //!   has its path (the entries walked before the cache was loaded are matched then, in one
-//!   pass).
+//!   pass). A cache holds fewer than 2^31 entries (its record is at most
+//!   [`RECORD_MAX`](crate::storage::store::RECORD_MAX), and an entry takes over 90 bytes),
+//!   so an index fits in 31 bits.
+//! - A scan refers to one cache, the one it was matched against; everything that reads its
+//!   indices asks the scan for it ([`Scan::cache`]).
+//! - Memory: a file kept by reference costs a 16-byte slot; anything else (a file changed,
+//!   new, or walked before the cache was loaded, and every entry of a first snapshot) a
+//!   slot and a boxed entry, until the scan is made.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -20,17 +27,17 @@ use crate::snapshot::statcache::StatCache;
 
 /// One walked entry, as the walk found it, with its cache entry if the cache has its path.
 #[derive(Clone, Copy)]
-pub(super) struct Found<'a> {
+pub(super) struct Seen<'a> {
     pub(super) path: &'a [u8],
     pub(super) kind: &'a Kind,
     pub(super) stat: Stat,
     pub(super) cached: Option<usize>,
 }
 
-impl<'a> Found<'a> {
+impl<'a> Seen<'a> {
     /// An entry the cache was not asked about.
     pub(super) fn of(e: &'a Entry) -> Self {
-        Found { path: &e.path, kind: &e.kind, stat: e.stat, cached: None }
+        Seen { path: &e.path, kind: &e.kind, stat: e.stat, cached: None }
     }
 }
 
@@ -56,7 +63,7 @@ impl Slot {
         let cached = match cache.find_from(*hint, &entry.path) {
             Ok(c) => {
                 *hint = c + 1;
-                u32::try_from(c).ok()
+                Some(u32::try_from(c).expect("a cache holds fewer than 2^31 entries (RECORD_MAX)"))
             }
             Err(c) => {
                 *hint = c;
@@ -91,21 +98,21 @@ pub(super) struct Scan<'c> {
 
 const FILE: &Kind = &Kind::File;
 
-fn view<'a>(cache: &'a StatCache, slot: &'a Slot) -> Found<'a> {
+fn view<'a>(cache: &'a StatCache, slot: &'a Slot) -> Seen<'a> {
     match slot {
         Slot::Cached(c) => {
             let (path, cached) = &cache.entries[*c as usize];
-            Found { path, kind: FILE, stat: cached.stat, cached: Some(*c as usize) }
+            Seen { path, kind: FILE, stat: cached.stat, cached: Some(*c as usize) }
         }
-        Slot::Own(own) => Found { cached: own.cached.map(|c| c as usize), ..Found::of(&own.entry) },
-        Slot::Unmatched(entry) => Found::of(entry),
+        Slot::Own(own) => Seen { cached: own.cached.map(|c| c as usize), ..Seen::of(&own.entry) },
+        Slot::Unmatched(entry) => Seen::of(entry),
     }
 }
 
 impl<'c> Scan<'c> {
     /// Walks `root` (leaving out `skip_dirs`) while the stat cache is `loading`: each entry
     /// found once the cache is there is matched against it at once, on the walk's threads;
-    /// [`Scan::new`] matches the others.
+    /// [`Scan::new`] matches the others (and makes the scan of these slots).
     ///
     /// # Errors
     /// `io` if `root` cannot be read.
@@ -128,7 +135,8 @@ impl<'c> Scan<'c> {
         let mut hint = 0;
         for slot in &mut entries {
             if let Slot::Unmatched(_) = slot {
-                let Slot::Unmatched(entry) = std::mem::replace(slot, Slot::Cached(0)) else { unreachable!() };
+                // The slot is matched in place (its placeholder is never read).
+                let Slot::Unmatched(entry) = std::mem::replace(slot, Slot::Cached(u32::MAX)) else { unreachable!() };
                 *slot = Slot::matched(cache, *entry, &mut hint);
             } else if let Some(next) = slot.next_hint() {
                 hint = next;
@@ -143,23 +151,28 @@ impl<'c> Scan<'c> {
         Scan { slots, cache: empty, skipped: Vec::new(), excluded: 0 }
     }
 
+    /// The stat cache it was matched against.
+    pub(super) fn cache(&self) -> &'c StatCache {
+        self.cache
+    }
+
     /// How many entries.
     pub(super) fn len(&self) -> usize {
         self.slots.len()
     }
 
     /// Entry `i`.
-    pub(super) fn get(&self, i: usize) -> Found<'_> {
+    pub(super) fn get(&self, i: usize) -> Seen<'_> {
         view(self.cache, &self.slots[i])
     }
 
     /// Every entry, in order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = Found<'_>> + '_ {
+    pub(super) fn iter(&self) -> impl Iterator<Item = Seen<'_>> + '_ {
         self.slots.iter().map(|s| view(self.cache, s))
     }
 
     /// Keeps the entries `keep` accepts.
-    pub(super) fn retain(&mut self, mut keep: impl FnMut(Found<'_>) -> bool) {
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(Seen<'_>) -> bool) {
         let cache = self.cache;
         self.slots.retain(|s| keep(view(cache, s)));
     }

@@ -104,7 +104,9 @@ pub struct StatCache {
     /// When the walk that wrote the whole cache began (ns since epoch).
     pub taken_at_ns: i128,
     /// Each path and what it was, in component order ([`component_order`], the order of a
-    /// walk), so that a walk is matched against it in one pass.
+    /// walk), so that a walk in order finds each path where the last one was found or just
+    /// past it ([`find_from`](Self::find_from)). A snapshot's scan and read plan hold
+    /// indices into it: it does not change once loaded.
     pub entries: Vec<(Vec<u8>, Cached)>,
     /// The directory node ids of the snapshot the whole cache describes.
     pub tree_ids: Vec<ContentId>,

@@ -26,7 +26,7 @@ use crate::fs::walk::{self, Kind, Skipped};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::patch::{self, Leaf};
 use crate::snapshot::prune::prune;
-use crate::snapshot::scan::{Found, Scan};
+use crate::snapshot::scan::{Scan, Seen};
 use crate::snapshot::statcache::{self, Cached, Shape, StatCache};
 use crate::snapshot::tree::{self, Node, NodeKind};
 use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
@@ -109,13 +109,14 @@ pub(super) fn take(
     let walked = walked?;
     crate::base::failpoint::hit("snapshot-walked");
     let stat_cache_dropped = loaded?;
-    let cache = loading.get_or_init(StatCache::default);
-    let mut walked = Scan::new(walked, cache);
+    // Set unless the loader failed, which returned above.
+    let mut walked = Scan::new(walked, loading.get_or_init(StatCache::default));
+    let cache = walked.cache();
     let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
     let limits: SnapshotLimits = store.settings().snapshots;
     let baseline = Baseline::of(store, source.session_id, kind, cache)?;
     let left_out = leave_out(&mut walked, &baseline, &limits);
-    let mut plan = classify(&walked, cache);
+    let mut plan = classify(&walked);
     let mut record = SnapshotRecord {
         snapshot_id: uuid::Uuid::now_v7().to_string(),
         session_id: source.session_id.to_string(),
@@ -146,15 +147,15 @@ pub(super) fn take(
     let built = match record.skipped {
         Some(_) => None,
         None => {
-            let unchanged = cache_still_holds(&walked, &plan, cache, taken_at_ns);
-            let patched = match how_to_build(&walked, &plan, cache, unchanged) {
+            let unchanged = cache_still_holds(&walked, &plan, taken_at_ns);
+            let patched = match how_to_build(&walked, &plan, unchanged) {
                 // Every file as cached and the same other entries: the tree is the one the
                 // cache's shape names, stored (a root of gc) and not built again.
                 Build::Same(shape) => {
                     Some(Built { root: shape.root, nested: nested_of(walked.iter()), pending: Vec::new(), cache: None })
                 }
                 Build::Patch(shape, changes) => {
-                    patch_tree(store, &walked, shape, &changes, cache, source.session_id, taken_at_ns)?
+                    patch_tree(store, &walked, shape, &changes, source.session_id, taken_at_ns)?
                 }
                 Build::Whole => None,
             };
@@ -201,7 +202,7 @@ impl ReadPlan<'_> {
 
     /// The stat to cache for walked entry `i` (`e`): as read, if it was read; as walked
     /// otherwise.
-    fn stat_of(&self, i: usize, e: &Found<'_>) -> walk::Stat {
+    fn stat_of(&self, i: usize, e: &Seen<'_>) -> walk::Stat {
         self.stat_after.get(&i).copied().unwrap_or(e.stat)
     }
 
@@ -231,14 +232,16 @@ impl<'c> Ids<'c> {
         Ids { cache, at: Vec::with_capacity(entries), read: Vec::new() }
     }
 
-    /// The next entry's: cache entry `c`'s id, if given (one past what the flag leaves
-    /// room for is left unknown, to be read).
+    /// The next entry's: cache entry `c`'s id, if given (an index of 2^31 or more, which no
+    /// cache holds, is left unknown: the file is read).
     fn push(&mut self, c: Option<usize>) {
         self.at.push(c.and_then(|c| u32::try_from(c).ok()).filter(|&c| c < Self::READ).unwrap_or(Self::UNKNOWN));
     }
 
     fn set_read(&mut self, i: usize, id: ContentId) {
-        let at = u32::try_from(self.read.len()).ok().filter(|&k| k < Self::READ).expect("fewer files than 2^31");
+        // Below `READ - 1`, so that the flag and the index are never `UNKNOWN`.
+        let at =
+            u32::try_from(self.read.len()).ok().filter(|&k| k < Self::READ - 1).expect("fewer files than 2^31 - 1");
         self.read.push(id);
         self.at[i] = Self::READ | at;
     }
@@ -258,7 +261,8 @@ impl<'c> Ids<'c> {
 
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
-pub(super) fn classify<'c>(walked: &Scan<'_>, cache: &'c StatCache) -> ReadPlan<'c> {
+pub(super) fn classify<'c>(walked: &Scan<'c>) -> ReadPlan<'c> {
+    let cache = walked.cache();
     let mut plan = ReadPlan {
         ids: Ids::new(cache, walked.len()),
         stat_after: HashMap::new(),
@@ -316,7 +320,7 @@ impl<'a> Baseline<'a> {
 
     /// Whether file `e` counts as new or changed. A racily clean file (stat as cached, only
     /// too recent to trust) is read again but adds nothing new.
-    fn adds(&self, e: &Found<'_>) -> bool {
+    fn adds(&self, e: &Seen<'_>) -> bool {
         match self {
             Baseline::PreRewind | Baseline::First => true,
             Baseline::Cache(cache) => e.cached.is_none_or(|c| cache.entries[c].1.stat != e.stat),
@@ -327,7 +331,7 @@ impl<'a> Baseline<'a> {
     /// The limit file `e` is over, if it is, as (its bytes, setting, what it bounds): first
     /// `max-file-size`, then what the snapshot may take in all (a file alone over that
     /// could only ever skip the whole snapshot, again at every later one).
-    fn file_over(&self, e: &Found<'_>, limits: &SnapshotLimits) -> Option<(u64, &'static str, &'static str)> {
+    fn file_over(&self, e: &Seen<'_>, limits: &SnapshotLimits) -> Option<(u64, &'static str, &'static str)> {
         if e.stat.size > limits.max_file_bytes {
             return Some((limits.max_file_bytes, "max-file-size", "a snapshot keeps of one file"));
         }
@@ -664,7 +668,8 @@ enum Build<'w> {
 /// files were read as walked and its other entries are the shape's; patched only while the
 /// cache's delta stays small ([`statcache::delta_fits`]) and the cache is of this layout.
 /// Everything else is built whole.
-fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache, unchanged: bool) -> Build<'w> {
+fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, unchanged: bool) -> Build<'w> {
+    let cache = walked.cache();
     let Some(shape) = cache.shape.filter(|s| plan.read_as_walked() && s.others == others_digest(walked)) else {
         return Build::Whole;
     };
@@ -674,7 +679,7 @@ fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache,
     if cache.outdated {
         return Build::Whole;
     }
-    let changes = changes(walked, plan, cache);
+    let changes = changes(walked, plan);
     if statcache::delta_fits(changes.cache.len(), cache.delta.tree_ids.len(), cache.entries.len()) {
         Build::Patch(shape, changes)
     } else {
@@ -693,7 +698,8 @@ struct Changes<'w> {
 }
 
 /// Matches the walk's files (with the ids the plan has for them) with the cache's entries.
-fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, cache: &'w StatCache) -> Changes<'w> {
+fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Changes<'w> {
+    let cache = walked.cache();
     let mut out = Changes { cache: Vec::new(), leaves: Vec::new() };
     let node = |path: &[u8], stat: &walk::Stat, id: ContentId| Node {
         name: name_of(path).to_vec(),
@@ -755,10 +761,10 @@ fn patch_tree(
     walked: &Scan<'_>,
     shape: Shape,
     changes: &Changes<'_>,
-    cache: &StatCache,
     session_id: &str,
     taken_at_ns: i128,
 ) -> Result<Option<Built>> {
+    let cache = walked.cache();
     let Some(patched) = patch::patch(store, shape.root, &changes.leaves, &|id| cache.names_tree(id))? else {
         return Ok(None);
     };
@@ -849,7 +855,7 @@ fn others_digest(walked: &Scan<'_>) -> [u8; 32] {
 }
 
 /// The nested repositories among what a walk found, with their commits.
-pub(super) fn nested_of<'a>(found: impl Iterator<Item = Found<'a>>) -> Vec<NestedRepo> {
+pub(super) fn nested_of<'a>(found: impl Iterator<Item = Seen<'a>>) -> Vec<NestedRepo> {
     found
         .filter_map(|e| match e.kind {
             Kind::Gitlink(commit) => {
@@ -873,7 +879,8 @@ const SETTLE_LATER_BYTES: u64 = 4 << 20;
 /// agent's edit is snapshotted at once and again moments later, and reading the file it
 /// edited costs far less than rewriting the cache of a large tree; the next rewrite for
 /// any other reason settles them.
-fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, cache: &StatCache, taken_at_ns: i128) -> bool {
+fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, taken_at_ns: i128) -> bool {
+    let cache = walked.cache();
     if cache.outdated || plan.files as usize != cache.entries.len() {
         return false;
     }

@@ -29,7 +29,7 @@ use crate::fs::relpath::{dir_of, join, name_of};
 use crate::fs::walk::{Kind, component_order, walk_scoped};
 use crate::snapshot::lookup::read_tree;
 use crate::snapshot::prune::prune;
-use crate::snapshot::scan::{Found, Scan};
+use crate::snapshot::scan::{Scan, Seen};
 use crate::snapshot::statcache::StatCache;
 use crate::snapshot::take::{Built, classify, commit, nested_of, read_and_pack};
 use crate::snapshot::tree::{self, Node, NodeKind};
@@ -198,7 +198,7 @@ pub(super) fn patch(
     }
     let no_cache = StatCache::default();
     let reading = Scan::of_entries(to_read, &no_cache);
-    let mut plan = classify(&reading, &no_cache);
+    let mut plan = classify(&reading);
     let mut scratch = previous.clone();
     scratch.left_out.clear();
     scratch.skipped_paths.clear();
@@ -326,7 +326,7 @@ pub(super) fn patch(
         .filter(|n| reused_subtree(n.path.as_bytes(), &listed_set, &unlisted))
         .cloned()
         .collect();
-    nested.extend(nested_of(walked.entries.iter().map(Found::of)));
+    nested.extend(nested_of(walked.entries.iter().map(Seen::of)));
     nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
     Ok(Some(Patched {
         built: Built { root, nested, pending, cache: None },
