@@ -77,7 +77,12 @@ pub fn settled(stat: &Stat, taken_at_ns: i128) -> bool {
 /// Whether a delta of `entries` entries and `trees` tree ids may go with a whole cache of
 /// `whole` entries; past it the whole cache is written again.
 pub(crate) fn delta_fits(entries: usize, trees: usize, whole: usize) -> bool {
-    entries <= DELTA_MIN_ENTRIES.max(whole / DELTA_SHARE) && trees <= DELTA_MAX_TREES
+    entries <= delta_max_entries(whole) && trees <= DELTA_MAX_TREES
+}
+
+/// The most entries a delta over a whole cache of `whole` entries may hold.
+pub(crate) fn delta_max_entries(whole: usize) -> usize {
+    DELTA_MIN_ENTRIES.max(whole / DELTA_SHARE)
 }
 
 /// One cached file.

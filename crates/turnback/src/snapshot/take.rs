@@ -679,11 +679,13 @@ fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, unchanged: bool) -> B
     if cache.outdated {
         return Build::Whole;
     }
-    let changes = changes(walked, plan);
-    if statcache::delta_fits(changes.cache.len(), cache.delta.tree_ids.len(), cache.entries.len()) {
-        Build::Patch(shape, changes)
-    } else {
-        Build::Whole
+    match changes(walked, plan) {
+        Some(changes)
+            if statcache::delta_fits(changes.cache.len(), cache.delta.tree_ids.len(), cache.entries.len()) =>
+        {
+            Build::Patch(shape, changes)
+        }
+        _ => Build::Whole,
     }
 }
 
@@ -697,9 +699,12 @@ struct Changes<'w> {
     leaves: Vec<Leaf<'w>>,
 }
 
-/// Matches the walk's files (with the ids the plan has for them) with the cache's entries.
-fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Changes<'w> {
+/// Matches the walk's files (with the ids the plan has for them) with the cache's entries;
+/// `None` as soon as the changes are more than a delta may hold (the whole cache is
+/// written then, and a change of a large tree's every file is not listed first).
+fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Option<Changes<'w>> {
     let cache = walked.cache();
+    let most = statcache::delta_max_entries(cache.entries.len());
     let mut out = Changes { cache: Vec::new(), leaves: Vec::new() };
     let node = |path: &[u8], stat: &walk::Stat, id: ContentId| Node {
         name: name_of(path).to_vec(),
@@ -716,6 +721,9 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Changes<'w> {
     let mut next = 0;
     for (i, e) in walked.iter().enumerate() {
         let cached = e.cached;
+        if out.cache.len() + cached.map_or(0, |c| c.saturating_sub(next)) > most {
+            return None;
+        }
         if let Some(c) = cached {
             (next..c).for_each(|k| gone(&mut out, k));
             next = c + 1;
@@ -742,6 +750,9 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Changes<'w> {
             out.leaves.push(Leaf { path, was: Some(was), now: Some(new_node) });
         }
     }
+    if out.cache.len() + cache.entries.len().saturating_sub(next) > most {
+        return None;
+    }
     (next..cache.entries.len()).for_each(|k| gone(&mut out, k));
     // What the old delta removed from the whole cache and the walk did not find again.
     for path in &cache.delta.removed {
@@ -751,7 +762,7 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Changes<'w> {
         }
     }
     out.cache.sort_by(|a, b| walk::component_order(a.0, b.0));
-    out
+    Some(out)
 }
 
 /// Phase 6, patched: the shape's tree with the walk's changes, and a delta over the stat
