@@ -71,7 +71,9 @@ impl Slot {
             }
         };
         match cached {
-            Some(c) if entry.kind == Kind::File && cache.entries[c as usize].1.stat == entry.stat => Slot::Cached(c),
+            Some(c) if entry.kind == Kind::File && cache.entries.cached(c as usize).stat == entry.stat => {
+                Slot::Cached(c)
+            }
             _ => Slot::Own(Box::new(Own { entry, cached })),
         }
     }
@@ -101,7 +103,7 @@ const FILE: &Kind = &Kind::File;
 fn view<'a>(cache: &'a StatCache, slot: &'a Slot) -> Seen<'a> {
     match slot {
         Slot::Cached(c) => {
-            let (path, cached) = &cache.entries[*c as usize];
+            let (path, cached) = (cache.entries.path(*c as usize), cache.entries.cached(*c as usize));
             Seen { path, kind: FILE, stat: cached.stat, cached: Some(*c as usize) }
         }
         Slot::Own(own) => Seen { cached: own.cached.map(|c| c as usize), ..Seen::of(&own.entry) },

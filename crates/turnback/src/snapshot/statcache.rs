@@ -103,6 +103,110 @@ pub struct Shape {
     pub others: [u8; 32],
 }
 
+/// The cached files in component order: each one's path (in one buffer shared by all, not
+/// an allocation each: a million files' paths cost their bytes) and what it was.
+#[derive(Default, Clone)]
+pub struct Files {
+    paths: Vec<u8>,
+    items: Vec<(Span, Cached)>,
+}
+
+/// Where a path lies in [`Files`]' buffer.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    start: u32,
+    len: u32,
+}
+
+impl Files {
+    /// How many.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// File `i`'s path.
+    pub fn path(&self, i: usize) -> &[u8] {
+        self.span(self.items[i].0)
+    }
+
+    /// What file `i` was.
+    pub fn cached(&self, i: usize) -> &Cached {
+        &self.items[i].1
+    }
+
+    /// Each path and what it was, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Cached)> + '_ {
+        self.items.iter().map(|(span, c)| (self.span(*span), c))
+    }
+
+    fn span(&self, span: Span) -> &[u8] {
+        &self.paths[span.start as usize..][..span.len as usize]
+    }
+
+    /// Adds `path` to the buffer; `None` past 4 GiB of paths (no real cache has them).
+    fn keep(&mut self, path: &[u8]) -> Option<Span> {
+        let start = u32::try_from(self.paths.len()).ok()?;
+        let len = u32::try_from(path.len()).ok()?;
+        start.checked_add(len)?;
+        self.paths.extend_from_slice(path);
+        Some(Span { start, len })
+    }
+
+    /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths.
+    pub(crate) fn push(&mut self, path: &[u8], cached: Cached) -> Option<()> {
+        let span = self.keep(path)?;
+        self.items.push((span, cached));
+        Some(())
+    }
+
+    /// Where `path` is (`Ok`) or would go (`Err`) among `lo..hi`.
+    fn search(&self, lo: usize, hi: usize, path: &[u8]) -> std::result::Result<usize, usize> {
+        match self.items[lo..hi].binary_search_by(|(span, _)| component_order(self.span(*span), path)) {
+            Ok(i) => Ok(lo + i),
+            Err(i) => Err(lo + i),
+        }
+    }
+
+    /// Whether every path comes after the one before.
+    pub(crate) fn in_order(&self) -> bool {
+        self.items.windows(2).all(|w| component_order(self.span(w[0].0), self.span(w[1].0)).is_lt())
+    }
+
+    /// Puts them in order, keeping one file per path (an older layout's byte order).
+    fn sort(&mut self) {
+        let paths = &self.paths;
+        let of = |span: &Span| &paths[span.start as usize..][..span.len as usize];
+        self.items.sort_by(|a, b| component_order(of(&a.0), of(&b.0)));
+        self.items.dedup_by(|a, b| of(&a.0) == of(&b.0));
+    }
+}
+
+#[cfg(test)]
+impl<P: AsRef<[u8]>> FromIterator<(P, Cached)> for Files {
+    fn from_iter<I: IntoIterator<Item = (P, Cached)>>(iter: I) -> Self {
+        let mut files = Files::default();
+        iter.into_iter().for_each(|(p, c)| files.push(p.as_ref(), c).expect("small"));
+        files
+    }
+}
+
+impl PartialEq for Files {
+    fn eq(&self, other: &Self) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter().map(|(p, c)| (String::from_utf8_lossy(p), c))).finish()
+    }
+}
+
 /// A session's stat cache: the whole cache with its delta laid over it.
 #[derive(Debug, Default)]
 pub struct StatCache {
@@ -112,7 +216,7 @@ pub struct StatCache {
     /// walk), so that a walk in order finds each path where the last one was found or just
     /// past it ([`find_from`](Self::find_from)). A snapshot's scan and read plan hold
     /// indices into it: it does not change once loaded.
-    pub entries: Vec<(Vec<u8>, Cached)>,
+    pub entries: Files,
     /// The directory node ids of the snapshot the whole cache describes.
     pub tree_ids: Vec<ContentId>,
     /// The tree its files made, if it was written with one (the delta's, if it has one).
@@ -147,22 +251,19 @@ impl StatCache {
     /// on when the entry before `from` comes before `path` (galloping: a walk asks in
     /// order, so the answer is usually at `from` or just past it), else among them all.
     pub fn find_from(&self, from: usize, path: &[u8]) -> std::result::Result<usize, usize> {
-        let before = |i: usize| component_order(&self.entries[i].0, path).is_lt();
-        let from = from.min(self.entries.len());
+        let before = |i: usize| component_order(self.entries.path(i), path).is_lt();
+        let n = self.entries.len();
+        let from = from.min(n);
         if from > 0 && !before(from - 1) {
-            return self.entries.binary_search_by(|(p, _)| component_order(p, path));
+            return self.entries.search(0, n, path);
         }
         // Grow the step until the entry there is not before `path`, then search the last step.
         let (mut lo, mut step) = (from, 1);
-        while lo + step <= self.entries.len() && before(lo + step - 1) {
+        while lo + step <= n && before(lo + step - 1) {
             lo += step;
             step *= 2;
         }
-        let hi = (lo + step).min(self.entries.len());
-        match self.entries[lo..hi].binary_search_by(|(p, _)| component_order(p, path)) {
-            Ok(i) => Ok(lo + i),
-            Err(i) => Err(lo + i),
-        }
+        self.entries.search(lo, (lo + step).min(n), path)
     }
 
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
@@ -173,7 +274,7 @@ impl StatCache {
     /// Whether `stat` proves file entry `i` unchanged since it was read.
     pub fn clean(&self, i: usize, stat: &Stat) -> bool {
         let walked_at = if self.given(i) { self.delta.taken_at_ns } else { self.taken_at_ns };
-        self.entries[i].1.stat == *stat && settled(stat, walked_at)
+        self.entries.cached(i).stat == *stat && settled(stat, walked_at)
     }
 
     /// Whether `id` is a node of a tree this cache describes (the whole cache's or one
@@ -187,14 +288,16 @@ impl StatCache {
     /// A cache of `entries` (in component order) and nothing else.
     #[cfg(test)]
     pub(crate) fn of_entries(entries: Vec<(Vec<u8>, Cached)>) -> Self {
-        StatCache { entries, ..Default::default() }
+        let mut files = Files::default();
+        entries.iter().for_each(|(p, c)| files.push(p, *c).expect("small"));
+        StatCache { entries: files, ..Default::default() }
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
     #[cfg(test)]
     fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
-        let i = self.entries.binary_search_by(|(p, _)| component_order(p, path)).ok()?;
-        self.clean(i, stat).then_some(self.entries[i].1.id)
+        let i = self.entries.search(0, self.entries.len(), path).ok()?;
+        self.clean(i, stat).then_some(self.entries.cached(i).id)
     }
 
     /// Loads the cache of `session` (empty if none).
@@ -215,7 +318,7 @@ impl StatCache {
             if delta.generation != cache.generation || cache.entries.is_empty() && cache.tree_ids.is_empty() {
                 return Err(Error::corrupt("stat cache", "its delta belongs to another cache"));
             }
-            cache.lay(delta);
+            cache.lay(delta).ok_or_else(|| Error::corrupt("stat cache", "its paths are too long"))?;
         }
         Ok(cache)
     }
@@ -245,58 +348,56 @@ impl StatCache {
 
     /// Lays `delta` over the whole cache, in place: entries it gives replace or join the
     /// whole cache's, those it removes go (a removal of a path the whole cache lacks is
-    /// dropped).
-    fn lay(&mut self, delta: DecodedDelta) {
-        let mut given = vec![false; self.entries.len()];
+    /// dropped). `None` past 4 GiB of paths.
+    fn lay(&mut self, delta: DecodedDelta) -> Option<()> {
+        let files = &mut self.entries;
+        let mut given = vec![false; files.len()];
         let (mut joining, mut gone) = (Vec::new(), Vec::new());
         for (path, value) in delta.entries {
-            let at = self.entries.binary_search_by(|(p, _)| component_order(p, &path));
-            match (at, value) {
+            match (files.search(0, files.len(), &path), value) {
                 (Ok(i), Some(c)) => {
-                    self.entries[i].1 = c;
+                    files.items[i].1 = c;
                     given[i] = true;
                 }
                 (Ok(i), None) => gone.push(i),
-                (Err(_), Some(c)) => joining.push((path, c)),
+                // Its path joins the buffer now; its place among the files is found below.
+                (Err(_), Some(c)) => joining.push((files.keep(&path)?, c)),
                 (Err(_), None) => {}
             }
         }
-        // The removed paths are moved out (their entries go below).
-        let removed = gone.iter().map(|&i| std::mem::take(&mut self.entries[i].0)).collect();
+        // The removed paths are copied out (their files go below; their bytes stay in the
+        // buffer, unreferenced).
+        let removed = gone.iter().map(|&i| files.path(i).to_vec()).collect();
         if !gone.is_empty() {
             // `gone` is in order (the delta's paths are): compact around it.
             let mut k = 0;
             let mut write = 0;
-            for read in 0..self.entries.len() {
+            for read in 0..files.len() {
                 if k < gone.len() && gone[k] == read {
                     k += 1;
                     continue;
                 }
-                self.entries.swap(write, read);
+                files.items.swap(write, read);
                 given.swap(write, read);
                 write += 1;
             }
-            self.entries.truncate(write);
+            files.items.truncate(write);
             given.truncate(write);
         }
         if !joining.is_empty() {
             // Merge from the back into the room made at the end (both lists are in order).
-            let (old, n) = (self.entries.len(), joining.len());
-            let blank = Cached {
-                stat: Stat { mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0, device: 0, inode: 0 },
-                id: ContentId([0; 32]),
-            };
-            self.entries.resize_with(old + n, || (Vec::new(), blank));
+            let (old, n) = (files.len(), joining.len());
+            files.items.resize(old + n, (Span { start: 0, len: 0 }, BLANK));
             given.resize(old + n, false);
             let (mut i, mut w) = (old, old + n);
             while let Some(last) = joining.last() {
                 w -= 1;
-                if i > 0 && component_order(&self.entries[i - 1].0, &last.0).is_gt() {
+                if i > 0 && component_order(files.path(i - 1), files.span(last.0)).is_gt() {
                     i -= 1;
-                    self.entries.swap(i, w);
+                    files.items.swap(i, w);
                     given.swap(i, w);
                 } else {
-                    self.entries[w] = joining.pop().expect("non-empty");
+                    files.items[w] = joining.pop().expect("non-empty");
                     given[w] = true;
                 }
             }
@@ -305,12 +406,13 @@ impl StatCache {
             self.shape = Some(shape);
         }
         self.delta = Delta { taken_at_ns: delta.taken_at_ns, given, removed, tree_ids: delta.tree_ids };
+        Some(())
     }
 
     /// Its encoding as a whole cache ([`encode`]).
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        let entries = || self.entries.iter().map(|(p, c)| (p.as_slice(), *c));
+        let entries = || self.entries.iter().map(|(p, c)| (p, *c));
         let mut out = Vec::new();
         encode(&mut out, self.taken_at_ns, &entries, &self.tree_ids, self.shape, self.generation).expect("in memory");
         out
@@ -606,13 +708,16 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
     };
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
-    let mut entries: Vec<(Vec<u8>, Cached)> = Vec::with_capacity(count);
-    input.paths(count, &mut |path| entries.push((path, BLANK)))?;
-    input.columns(&mut entries, |e| &mut e.1)?;
+    let mut entries = Files { paths: Vec::new(), items: Vec::with_capacity(count) };
+    let mut too_long = false;
+    input.paths(count, &mut |path| too_long |= entries.push(path, BLANK).is_none())?;
+    if too_long {
+        return Err(bad());
+    }
+    input.columns(&mut entries.items, |e| &mut e.1)?;
     // Written in order by this version; an older one's byte order is sorted once here.
-    if version == 3 || !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
-        entries.sort_by(|a, b| component_order(&a.0, &b.0));
-        entries.dedup_by(|a, b| a.0 == b.0);
+    if version == 3 || !entries.in_order() {
+        entries.sort();
     }
     let (tree_ids, shape) = input.trees_and_shape(version >= 5)?;
     let generation = if version == 6 { input.array()? } else { [0; 16] };
@@ -646,7 +751,7 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(3)?;
     let mut paths = Vec::with_capacity(count);
-    input.paths(count, &mut |path| paths.push(path))?;
+    input.paths(count, &mut |path| paths.push(path.to_vec()))?;
     let mut given = vec![0u8; count];
     input.exact(&mut given)?;
     if given.iter().any(|g| *g > 1) {
@@ -710,7 +815,7 @@ impl<R: Read> Input<R> {
     }
 
     /// `count` paths as [`put_paths`] wrote them, each handed to `push`.
-    fn paths(&mut self, count: usize, push: &mut dyn FnMut(Vec<u8>)) -> Result<()> {
+    fn paths(&mut self, count: usize, push: &mut dyn FnMut(&[u8])) -> Result<()> {
         // Shared prefixes make paths longer than their encoding, but only so much: a real
         // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
         let mut budget = self.size.saturating_mul(64).saturating_add(1 << 20);
@@ -722,16 +827,13 @@ impl<R: Read> Input<R> {
             }
             let whole = shared.checked_add(len).ok_or_else(Self::bad)?;
             budget = budget.checked_sub(whole as u64).ok_or_else(Self::bad)?;
-            let mut path = Vec::with_capacity(shared + len.min(4096));
-            path.extend_from_slice(&previous[..shared]);
+            previous.truncate(shared);
             // Grown as the bytes come: a length the input does not hold allocates nothing.
-            let read = (&mut self.r).take(len as u64).read_to_end(&mut path).map_err(|_| Self::bad())?;
+            let read = (&mut self.r).take(len as u64).read_to_end(&mut previous).map_err(|_| Self::bad())?;
             if read != len {
                 return Err(Self::bad());
             }
-            previous.clear();
-            previous.extend_from_slice(&path);
-            push(path);
+            push(&previous);
         }
         Ok(())
     }
@@ -786,8 +888,8 @@ mod tests {
     fn round_trips_and_trusts_only_old_unchanged_files() {
         let mut cache =
             StatCache { taken_at_ns: 10_000_000_000, tree_ids: vec![ContentId([7; 32])], ..Default::default() };
-        cache.entries.push((b"old.txt".to_vec(), Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) }));
-        cache.entries.push((b"racy.txt".to_vec(), Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) }));
+        cache.entries.push(b"old.txt", Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) }).unwrap();
+        cache.entries.push(b"racy.txt", Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) }).unwrap();
         let back = decode(&cache.encode()).unwrap();
         assert_eq!((back.taken_at_ns, back.tree_ids.clone()), (cache.taken_at_ns, cache.tree_ids.clone()));
         assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_000)), Some(ContentId([1; 32])));
@@ -800,7 +902,7 @@ mod tests {
     fn shared_prefixes_round_trip_and_any_truncation_is_malformed_not_a_panic() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
         for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
-            cache.entries.push((p.as_bytes().to_vec(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }));
+            cache.entries.push(p.as_bytes(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }).unwrap();
         }
         cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
         let bytes = cache.encode();
@@ -829,7 +931,7 @@ mod tests {
         bytes.truncate(bytes.len() - 16);
         assert_eq!(bytes.pop(), Some(0), "no shape");
         let back = decode(&bytes).unwrap();
-        let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p.as_slice()).collect();
+        let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&b"a/b"[..], b"a/b/c", b"a/b.c", b"a.c", b"b"]);
         assert!(back.outdated);
         assert!(!decode(&back.encode()).unwrap().outdated, "rewritten in component order");
@@ -869,7 +971,7 @@ mod tests {
         };
         let n = cache.entries.len();
         for p in &paths {
-            let whole = cache.entries.binary_search_by(|(q, _)| component_order(q, p));
+            let whole = cache.entries.search(0, n, p);
             for hint in 0..=n + 2 {
                 assert_eq!(cache.find_from(hint, p), whole, "{} from {hint}", String::from_utf8_lossy(p));
             }
@@ -880,7 +982,7 @@ mod tests {
     #[test]
     fn a_cache_without_a_shape_is_read_and_marked_for_rewriting() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
-        cache.entries.push((b"a".to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }));
+        cache.entries.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) }).unwrap();
         let mut bytes = cache.encode();
         bytes[..4].copy_from_slice(MAGIC_NO_SHAPE);
         bytes.truncate(bytes.len() - 16);
@@ -892,7 +994,7 @@ mod tests {
     #[test]
     fn a_cache_without_a_generation_is_read_and_marked_for_rewriting() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
-        cache.entries.push((b"a".to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }));
+        cache.entries.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) }).unwrap();
         cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
         cache.generation = [7; 16];
         let mut bytes = cache.encode();
@@ -934,7 +1036,7 @@ mod tests {
             cache.generation,
         );
         cache.lay(delta);
-        let order: Vec<&[u8]> = cache.entries.iter().map(|(p, _)| p.as_slice()).collect();
+        let order: Vec<&[u8]> = cache.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&b"a/w"[..], b"b", b"d", b"e"]);
         let given_now: Vec<bool> = (0..4).map(|i| cache.given(i)).collect();
         assert_eq!(given_now, [true, true, true, false]);
@@ -950,7 +1052,7 @@ mod tests {
         assert_eq!(cache.clean_id(b"e", &stat(3)), Some(ContentId([3; 32])));
         assert_eq!(cache.clean_id(b"d", &stat(70)), Some(ContentId([70; 32])));
         let mut late = whole(&["f"]);
-        late.entries[0].1.stat = stat(9_000_000_000);
+        late.entries.items[0].1.stat = stat(9_000_000_000);
         assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), None);
         late.lay(delta_of(&[("f", Some(Cached { stat: stat(9_000_000_000), id: ContentId([4; 32]) }))], [0; 16]));
         assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), Some(ContentId([4; 32])), "settled at the delta's walk");

@@ -250,7 +250,7 @@ impl<'c> Ids<'c> {
         match self.at[i] {
             Self::UNKNOWN => None,
             at if at & Self::READ != 0 => Some(self.read[(at & !Self::READ) as usize]),
-            c => Some(self.cache.entries[c as usize].1.id),
+            c => Some(self.cache.entries.cached(c as usize).id),
         }
     }
 
@@ -323,7 +323,7 @@ impl<'a> Baseline<'a> {
     fn adds(&self, e: &Seen<'_>) -> bool {
         match self {
             Baseline::PreRewind | Baseline::First => true,
-            Baseline::Cache(cache) => e.cached.is_none_or(|c| cache.entries[c].1.stat != e.stat),
+            Baseline::Cache(cache) => e.cached.is_none_or(|c| cache.entries.cached(c).stat != e.stat),
             Baseline::Tree(before) => before.get(e.path).is_none_or(|n| n.size != e.stat.size),
         }
     }
@@ -713,7 +713,7 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Option<Changes<'w>> {
         kind: NodeKind::File(id),
     };
     let gone = |out: &mut Changes<'w>, k: usize| {
-        let (path, c) = (&cache.entries[k].0, &cache.entries[k].1);
+        let (path, c) = (cache.entries.path(k), cache.entries.cached(k));
         out.cache.push((path, None));
         out.leaves.push(Leaf { path, was: Some(node(path, &c.stat, c.id)), now: None });
     };
@@ -741,7 +741,7 @@ fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Option<Changes<'w>> {
             out.leaves.push(Leaf { path, was: None, now: Some(new_node) });
             continue;
         };
-        let old = cache.entries[c].1;
+        let old = *cache.entries.cached(c);
         if old != now || cache.given(c) || plan.was_read(i) {
             out.cache.push((path, Some(now)));
         }
@@ -898,7 +898,7 @@ fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, taken_at_ns: i128) -> b
     let (mut settling, mut settling_bytes) = (0usize, 0u64);
     for (i, e) in walked.iter().enumerate().filter(|(_, e)| *e.kind == Kind::File) {
         let stat = plan.stat_of(i, &e);
-        let cached = e.cached.map(|c| &cache.entries[c].1);
+        let cached = e.cached.map(|c| cache.entries.cached(c));
         if !plan.id(i).is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
             return false;
         }
