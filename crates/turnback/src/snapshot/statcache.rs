@@ -103,8 +103,11 @@ pub struct Shape {
     pub others: [u8; 32],
 }
 
-/// The cached files in component order: each one's path (in one buffer shared by all, not
-/// an allocation each: a million files' paths cost their bytes) and what it was.
+/// The cached files in component order (kept by whoever adds them): each one's path, in
+/// one buffer shared by all (not an allocation each: a million files' paths cost their
+/// bytes), and what it was. The buffer holds at most 4 GiB of paths (a cache with more does
+/// not load: [`TOO_LONG`]); it may also hold paths no file refers to any more (removed by
+/// a delta), until the next whole cache.
 #[derive(Default, Clone)]
 pub struct Files {
     paths: Vec<u8>,
@@ -145,11 +148,11 @@ impl Files {
     }
 
     fn span(&self, span: Span) -> &[u8] {
-        &self.paths[span.start as usize..][..span.len as usize]
+        span_of(&self.paths, span)
     }
 
     /// Adds `path` to the buffer; `None` past 4 GiB of paths (no real cache has them).
-    fn keep(&mut self, path: &[u8]) -> Option<Span> {
+    fn intern(&mut self, path: &[u8]) -> Option<Span> {
         let start = u32::try_from(self.paths.len()).ok()?;
         let len = u32::try_from(path.len()).ok()?;
         start.checked_add(len)?;
@@ -159,7 +162,7 @@ impl Files {
 
     /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths.
     pub(crate) fn push(&mut self, path: &[u8], cached: Cached) -> Option<()> {
-        let span = self.keep(path)?;
+        let span = self.intern(path)?;
         self.items.push((span, cached));
         Some(())
     }
@@ -180,11 +183,17 @@ impl Files {
     /// Puts them in order, keeping one file per path (an older layout's byte order).
     fn sort(&mut self) {
         let paths = &self.paths;
-        let of = |span: &Span| &paths[span.start as usize..][..span.len as usize];
-        self.items.sort_by(|a, b| component_order(of(&a.0), of(&b.0)));
-        self.items.dedup_by(|a, b| of(&a.0) == of(&b.0));
+        self.items.sort_by(|a, b| component_order(span_of(paths, a.0), span_of(paths, b.0)));
+        self.items.dedup_by(|a, b| span_of(paths, a.0) == span_of(paths, b.0));
     }
 }
+
+fn span_of(paths: &[u8], span: Span) -> &[u8] {
+    &paths[span.start as usize..][..span.len as usize]
+}
+
+/// Why a cache with more than 4 GiB of paths does not load.
+const TOO_LONG: &str = "its paths are longer than 4 GiB in all";
 
 #[cfg(test)]
 impl<P: AsRef<[u8]>> FromIterator<(P, Cached)> for Files {
@@ -318,7 +327,7 @@ impl StatCache {
             if delta.generation != cache.generation || cache.entries.is_empty() && cache.tree_ids.is_empty() {
                 return Err(Error::corrupt("stat cache", "its delta belongs to another cache"));
             }
-            cache.lay(delta).ok_or_else(|| Error::corrupt("stat cache", "its paths are too long"))?;
+            cache.lay(delta).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG))?;
         }
         Ok(cache)
     }
@@ -348,7 +357,7 @@ impl StatCache {
 
     /// Lays `delta` over the whole cache, in place: entries it gives replace or join the
     /// whole cache's, those it removes go (a removal of a path the whole cache lacks is
-    /// dropped). `None` past 4 GiB of paths.
+    /// dropped). `None` past 4 GiB of paths, the cache then half changed: thrown away.
     fn lay(&mut self, delta: DecodedDelta) -> Option<()> {
         let files = &mut self.entries;
         let mut given = vec![false; files.len()];
@@ -361,7 +370,7 @@ impl StatCache {
                 }
                 (Ok(i), None) => gone.push(i),
                 // Its path joins the buffer now; its place among the files is found below.
-                (Err(_), Some(c)) => joining.push((files.keep(&path)?, c)),
+                (Err(_), Some(c)) => joining.push((files.intern(&path)?, c)),
                 (Err(_), None) => {}
             }
         }
@@ -712,7 +721,7 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
     let mut too_long = false;
     input.paths(count, &mut |path| too_long |= entries.push(path, BLANK).is_none())?;
     if too_long {
-        return Err(bad());
+        return Err(Error::corrupt("stat cache", TOO_LONG));
     }
     input.columns(&mut entries.items, |e| &mut e.1)?;
     // Written in order by this version; an older one's byte order is sorted once here.
@@ -1035,7 +1044,7 @@ mod tests {
             &[("a/w", given(50)), ("a/x", None), ("b", given(60)), ("c/d", None), ("d", given(70)), ("z", None)],
             cache.generation,
         );
-        cache.lay(delta);
+        cache.lay(delta).expect("small");
         let order: Vec<&[u8]> = cache.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&b"a/w"[..], b"b", b"d", b"e"]);
         let given_now: Vec<bool> = (0..4).map(|i| cache.given(i)).collect();
@@ -1054,7 +1063,8 @@ mod tests {
         let mut late = whole(&["f"]);
         late.entries.items[0].1.stat = stat(9_000_000_000);
         assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), None);
-        late.lay(delta_of(&[("f", Some(Cached { stat: stat(9_000_000_000), id: ContentId([4; 32]) }))], [0; 16]));
+        late.lay(delta_of(&[("f", Some(Cached { stat: stat(9_000_000_000), id: ContentId([4; 32]) }))], [0; 16]))
+            .expect("small");
         assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), Some(ContentId([4; 32])), "settled at the delta's walk");
     }
 

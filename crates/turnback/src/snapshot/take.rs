@@ -700,8 +700,9 @@ struct Changes<'w> {
 }
 
 /// Matches the walk's files (with the ids the plan has for them) with the cache's entries;
-/// `None` as soon as the changes are more than a delta may hold (the whole cache is
-/// written then, and a change of a large tree's every file is not listed first).
+/// `None` once the changes are more than a delta may hold, at the latest one entry after
+/// (the whole cache is written then, and a change of a large tree's every file is not
+/// listed first).
 fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Option<Changes<'w>> {
     let cache = walked.cache();
     let most = statcache::delta_max_entries(cache.entries.len());

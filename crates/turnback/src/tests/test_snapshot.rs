@@ -681,6 +681,35 @@ fn past_its_share_the_delta_is_folded_into_a_whole_cache() {
 }
 
 #[test]
+fn files_gone_up_to_a_deltas_bound_make_a_delta_and_one_more_the_whole_cache() {
+    // A cache of ~2,000 files may take a delta of 1,024 entries. A directory of files
+    // removed from the middle (the gone files before the next one found) or from the end
+    // (those after the last one found) counts whole.
+    for (gone_dir, gone, delta_expected) in [("a", 1024, true), ("a", 1025, false), ("z", 1025, false)] {
+        let env = Env::new();
+        for (dir, n) in [
+            ("a", if gone_dir == "a" { gone } else { 500 }),
+            ("m", 1000),
+            ("z", if gone_dir == "z" { gone } else { 1 }),
+        ] {
+            for i in 0..n {
+                let f = format!("{dir}/f{i}");
+                write(&env, &f, "x");
+                age(&env, &f);
+            }
+        }
+        take(&env);
+        let (whole, _) = cache_rows(&env);
+        std::fs::remove_dir_all(env.path(gone_dir)).unwrap();
+        let r = take(&env);
+        let (now, delta) = cache_rows(&env);
+        let what = format!("{gone} files of {gone_dir}/ gone");
+        assert_eq!((now == whole, delta.is_some()), (delta_expected, delta_expected), "{what}");
+        assert_eq!(r.root, take_fresh(&env, "fresh").root, "{what}");
+    }
+}
+
+#[test]
 fn an_old_delta_put_back_under_a_newer_whole_cache_is_dropped_not_trusted() {
     let env = Env::new();
     for i in 0..1100 {
