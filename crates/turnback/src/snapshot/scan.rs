@@ -14,9 +14,10 @@
 //!   so an index fits in 31 bits.
 //! - A scan refers to one cache, the one it was matched against; everything that reads its
 //!   indices asks the scan for it ([`Scan::cache`]).
-//! - Memory: a file kept by reference costs a 16-byte slot; anything else (a file changed,
-//!   new, or walked before the cache was loaded, and every entry of a first snapshot) a
-//!   slot and a boxed entry, until the scan is made.
+//! - Memory: a file kept by reference costs a 16-byte slot; any other file (changed, new,
+//!   every file of a first snapshot) a slot, 72 bytes and its path; anything else, and an
+//!   entry walked before the cache was loaded until the scan is made, a slot and a boxed
+//!   entry.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -45,7 +46,10 @@ impl<'a> Seen<'a> {
 pub(super) enum Slot {
     /// A file with the stat of this cache entry.
     Cached(u32),
-    /// Anything else, with the index of its cache entry if the cache has its path.
+    /// Any other file (every file of a first snapshot).
+    File(Box<OwnFile>),
+    /// Anything else (a symlink, a nested repository), with the index of its cache entry
+    /// if the cache has its path.
     Own(Box<Own>),
     /// Walked before the cache was loaded: matched when the [`Scan`] is made.
     Unmatched(Box<Entry>),
@@ -54,6 +58,15 @@ pub(super) enum Slot {
 pub(super) struct Own {
     entry: Entry,
     cached: Option<u32>,
+}
+
+/// A file the cache does not vouch for, with the index of its cache entry if the cache
+/// has its path: what an [`Own`] holds of it, without a kind (72 bytes and its path, not
+/// 112 and its path: a first snapshot holds one for every file).
+pub(super) struct OwnFile {
+    stat: Stat,
+    cached: Option<u32>,
+    path: Box<[u8]>,
 }
 
 impl Slot {
@@ -74,6 +87,9 @@ impl Slot {
             Some(c) if entry.kind == Kind::File && cache.entries.cached(c as usize).stat == entry.stat => {
                 Slot::Cached(c)
             }
+            _ if entry.kind == Kind::File => {
+                Slot::File(Box::new(OwnFile { stat: entry.stat, cached, path: entry.path.into_boxed_slice() }))
+            }
             _ => Slot::Own(Box::new(Own { entry, cached })),
         }
     }
@@ -82,6 +98,7 @@ impl Slot {
     fn next_hint(&self) -> Option<usize> {
         match self {
             Slot::Cached(c) => Some(*c as usize + 1),
+            Slot::File(file) => file.cached.map(|c| c as usize + 1),
             Slot::Own(own) => own.cached.map(|c| c as usize + 1),
             Slot::Unmatched(_) => None,
         }
@@ -105,6 +122,9 @@ fn view<'a>(cache: &'a StatCache, slot: &'a Slot) -> Seen<'a> {
         Slot::Cached(c) => {
             let (path, cached) = (cache.entries.path(*c as usize), cache.entries.cached(*c as usize));
             Seen { path, kind: FILE, stat: cached.stat, cached: Some(*c as usize) }
+        }
+        Slot::File(file) => {
+            Seen { path: &file.path, kind: FILE, stat: file.stat, cached: file.cached.map(|c| c as usize) }
         }
         Slot::Own(own) => Seen { cached: own.cached.map(|c| c as usize), ..Seen::of(&own.entry) },
         Slot::Unmatched(entry) => Seen::of(entry),
@@ -208,16 +228,22 @@ mod tests {
         Entry { path: path.as_bytes().to_vec(), kind, stat: stat(n) }
     }
 
-    /// One entry as a scan holds it: path, kind, stat, cache index, and whether it is kept
-    /// as a reference to the cache.
-    type Seen = (Vec<u8>, Kind, Stat, Option<usize>, bool);
+    /// One entry as a scan holds it: path, kind, stat, cache index, and how it is kept
+    /// (`c`: a reference to the cache, `f`: an own file, `o`: another own entry, `u`: not
+    /// matched).
+    type Kept = (Vec<u8>, Kind, Stat, Option<usize>, char);
 
-    fn seen(scan: &Scan<'_>) -> Vec<Seen> {
+    fn seen(scan: &Scan<'_>) -> Vec<Kept> {
         (0..scan.len())
             .map(|i| {
                 let f = scan.get(i);
-                let by_reference = matches!(scan.slots[i], Slot::Cached(_));
-                (f.path.to_vec(), f.kind.clone(), f.stat, f.cached, by_reference)
+                let kept = match scan.slots[i] {
+                    Slot::Cached(_) => 'c',
+                    Slot::File(_) => 'f',
+                    Slot::Own(_) => 'o',
+                    Slot::Unmatched(_) => 'u',
+                };
+                (f.path.to_vec(), f.kind.clone(), f.stat, f.cached, kept)
             })
             .collect()
     }
@@ -244,12 +270,12 @@ mod tests {
             ]
         };
         let expected = vec![
-            (b"a".to_vec(), Kind::File, stat(0), Some(0), true),
-            (b"b/c".to_vec(), Kind::File, stat(9), Some(1), false),
-            (b"b/cc".to_vec(), Kind::File, stat(2), None, false),
-            (b"b.x".to_vec(), Kind::Symlink(b"t".to_vec()), stat(3), Some(3), false),
-            (b"e".to_vec(), Kind::File, stat(4), Some(4), true),
-            (b"g".to_vec(), Kind::File, stat(5), None, false),
+            (b"a".to_vec(), Kind::File, stat(0), Some(0), 'c'),
+            (b"b/c".to_vec(), Kind::File, stat(9), Some(1), 'f'),
+            (b"b/cc".to_vec(), Kind::File, stat(2), None, 'f'),
+            (b"b.x".to_vec(), Kind::Symlink(b"t".to_vec()), stat(3), Some(3), 'o'),
+            (b"e".to_vec(), Kind::File, stat(4), Some(4), 'c'),
+            (b"g".to_vec(), Kind::File, stat(5), None, 'f'),
         ];
         // Every split between entries walked before the cache was there and after.
         for loaded_at in 0..=walked().len() {
