@@ -151,9 +151,13 @@ pub(super) fn take(
             let patched = match how_to_build(&walked, &plan, unchanged) {
                 // Every file as cached and the same other entries: the tree is the one the
                 // cache's shape names, stored (a root of gc) and not built again.
-                Build::Same(shape) => {
-                    Some(Built { root: shape.root, nested: nested_of(walked.iter()), pending: Vec::new(), cache: None })
-                }
+                Build::Same(shape) => Some(Built {
+                    root: shape.root,
+                    nested: nested_of(walked.iter()),
+                    pending: Vec::new(),
+                    stored: 0,
+                    cache: None,
+                }),
                 Build::Patch(shape, changes) => {
                     patch_tree(store, &walked, shape, &changes, source.session_id, taken_at_ns)?
                 }
@@ -651,6 +655,8 @@ pub(super) struct Built {
     pub(super) root: ContentId,
     pub(super) nested: Vec<NestedRepo>,
     pub(super) pending: Vec<Sealed>,
+    /// Bytes of its nodes already stored, ahead of the commit.
+    pub(super) stored: u64,
     pub(super) cache: Option<statcache::Write>,
 }
 
@@ -800,6 +806,7 @@ fn patch_tree(
         root: patched.root,
         nested: nested_of(walked.iter()),
         pending: patched.pending,
+        stored: 0,
         cache: Some(write),
     }))
 }
@@ -832,7 +839,7 @@ fn build_trees(
             }
             Kind::Symlink(target) => {
                 let (id, sealed) = object::seal(store.keys(), target, ContentClass::SymlinkTarget, |_| false)?;
-                builder.pending.extend(sealed);
+                builder.hold(sealed);
                 Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
             }
             Kind::Gitlink(commit) => Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) },
@@ -858,7 +865,7 @@ fn build_trees(
         let shape = plan.read_as_walked().then(|| Shape { root, others: others_digest(walked) });
         Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
     };
-    Ok(Built { root, nested: nested_of(walked.iter()), pending, cache })
+    Ok(Built { root, nested: nested_of(walked.iter()), pending, stored: builder.stored, cache })
 }
 
 /// The digest of the walk's entries that are not files ([`statcache::others_digest`]).
@@ -880,6 +887,11 @@ pub(super) fn nested_of<'a>(found: impl Iterator<Item = Seen<'a>>) -> Vec<Nested
 
 /// At most this many racily clean files, read again and found the same, that a rewritten
 /// cache would now settle are left to be read again instead of rewriting it for them.
+/// Sealed tree nodes held for the commit up to this many bytes; past it they are stored
+/// ahead, in their own transaction ([`TreeBuilder::store_pending`]; small in tests, so that
+/// every larger test tree goes that way).
+const TREES_STORED_FROM: usize = if cfg!(test) { 64 * 1024 } else { 8 << 20 };
+
 const SETTLE_LATER_FILES: usize = 64;
 /// … and at most this many bytes of them.
 const SETTLE_LATER_BYTES: u64 = 4 << 20;
@@ -923,6 +935,7 @@ pub(super) fn commit(
     let mut txn = store.kv().begin()?;
     let mut cache = None;
     if let Some(built) = built {
+        record.stored_bytes += built.stored;
         for sealed in &built.pending {
             record.stored_bytes += object::store_sealed(&mut *txn, sealed)?;
         }
@@ -1028,8 +1041,12 @@ fn open_to_read(root: &Path, rel: &[u8], max_file: u64) -> Result<(std::fs::File
 struct TreeBuilder {
     /// Open directories from the root down: (path, entries so far).
     stack: Vec<(Vec<u8>, Vec<Node>)>,
-    /// Sealed nodes not stored yet.
+    /// Sealed nodes not stored yet ([`TREES_STORED_FROM`] bytes of them are stored in
+    /// their own transaction, like content, before the snapshot's).
     pending: Vec<Sealed>,
+    pending_bytes: usize,
+    /// Bytes of nodes stored so far.
+    stored: u64,
     /// Node ids already sealed in this run.
     seen: HashSet<ContentId>,
     /// Node ids of the session's previous snapshot (known to be stored: that snapshot
@@ -1077,8 +1094,31 @@ impl TreeBuilder {
             self.seen.contains(id) || self.previous.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
         })?;
         self.seen.insert(id);
-        self.pending.extend(sealed);
+        self.hold(sealed);
+        if self.pending_bytes >= TREES_STORED_FROM {
+            self.store_pending(store)?;
+        }
         Ok(id)
+    }
+
+    /// Keeps `sealed` (a node, or a symlink's target) to store.
+    fn hold(&mut self, sealed: Option<Sealed>) {
+        self.pending_bytes += sealed.as_ref().map_or(0, |s| s.value.len());
+        self.pending.extend(sealed);
+    }
+
+    /// Stores the pending nodes in their own transaction: a large tree's nodes are not all
+    /// held until the snapshot commits. Until it does they are unreferenced objects, which
+    /// the shared objects lock keeps from `gc` meanwhile and `gc` removes after a crash.
+    fn store_pending(&mut self, store: &Store) -> Result<()> {
+        let mut txn = store.kv().begin()?;
+        for sealed in &self.pending {
+            self.stored += object::store_sealed(&mut *txn, sealed)?;
+        }
+        txn.commit()?;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        Ok(())
     }
 
     fn finish(&mut self, store: &Store) -> Result<ContentId> {

@@ -329,7 +329,7 @@ pub(super) fn patch(
     nested.extend(nested_of(walked.entries.iter().map(Seen::of)));
     nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
     Ok(Some(Patched {
-        built: Built { root, nested, pending, cache: None },
+        built: Built { root, nested, pending, stored: 0, cache: None },
         files: u64::try_from(files).unwrap_or(0),
         bytes: u64::try_from(bytes).unwrap_or(0),
         read_files: reading.len() as u64,

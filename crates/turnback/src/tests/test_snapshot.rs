@@ -795,3 +795,40 @@ fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it()
     }
     load_sealed(&plain);
 }
+
+#[test]
+fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_gc_removes_them() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let env = Env::new();
+    // Enough files in enough directories that their nodes pass what is held for the commit
+    // (a small threshold in tests).
+    for i in 0..3000 {
+        write(&env, &format!("d{}/e{}/f{i}", i % 30, i % 7), &format!("{i}"));
+    }
+    let objects = |env: &Env| env.keys_in(crate::storage::schema::OBJECTS).len();
+    let before = objects(&env);
+    let cancel = AtomicBool::new(false);
+    // Set when the one batch of files starts: the only check after it is the commit's.
+    let progress = |_: u64, _: u64| cancel.store(true, Ordering::SeqCst);
+    let opts = snapshot::TakeOptions {
+        kind: Some(SnapshotKind::AdHoc),
+        cancel: Some(&cancel),
+        progress: Some(&progress),
+        ..Default::default()
+    };
+    let hooks = crate::session::turn::Hooks::new(&env.store);
+    let source = crate::session::turn::source(&env.ws, &env.session);
+    let err = snapshot::take(&env.store, source, &opts, &hooks).unwrap_err();
+    assert_eq!(err.code, crate::error::ErrorCode::Cancelled);
+    assert!(snapshot::list(&env.store, &env.session.id).unwrap().is_empty(), "nothing recorded");
+    let ahead = objects(&env) - before;
+    assert!(ahead > 0, "the tree's nodes were stored ahead of the commit");
+    let report = maintenance::gc(&env.store).unwrap();
+    assert!(report.objects_removed >= ahead as u64, "{} < {ahead}", report.objects_removed);
+    assert_eq!(objects(&env), before, "gc removed every node stored ahead");
+    // Taken again, the snapshot records the whole tree and verifies.
+    let r = take(&env);
+    assert_eq!(r.files, 3000);
+    assert_eq!(paths(&env, &r).len(), 3000);
+    assert!(maintenance::verify(&env.store, true).unwrap().clean);
+}
