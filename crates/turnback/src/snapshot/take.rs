@@ -885,13 +885,13 @@ pub(super) fn nested_of<'a>(found: impl Iterator<Item = Seen<'a>>) -> Vec<Nested
         .collect()
 }
 
-/// At most this many racily clean files, read again and found the same, that a rewritten
-/// cache would now settle are left to be read again instead of rewriting it for them.
 /// Sealed tree nodes held for the commit up to this many bytes; past it they are stored
 /// ahead, in their own transaction ([`TreeBuilder::store_pending`]; small in tests, so that
 /// every larger test tree goes that way).
 const TREES_STORED_FROM: usize = if cfg!(test) { 64 * 1024 } else { 8 << 20 };
 
+/// At most this many racily clean files, read again and found the same, that a rewritten
+/// cache would now settle are left to be read again instead of rewriting it for them.
 const SETTLE_LATER_FILES: usize = 64;
 /// … and at most this many bytes of them.
 const SETTLE_LATER_BYTES: u64 = 4 << 20;

@@ -831,4 +831,25 @@ fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_g
     assert_eq!(r.files, 3000);
     assert_eq!(paths(&env, &r).len(), 3000);
     assert!(maintenance::verify(&env.store, true).unwrap().clean);
+    // In a store of its own, what it reports stored is all it wrote, nodes stored ahead
+    // included (the session's budget counts it).
+    let fresh = Env::new();
+    for i in 0..3000 {
+        write(&fresh, &format!("d{}/e{}/f{i}", i % 30, i % 7), &format!("{i}"));
+    }
+    let r = take(&fresh);
+    let bytes = |ns| {
+        let mut n = 0u64;
+        fresh
+            .store
+            .kv()
+            .scan(ns, b"", &mut |_, v| {
+                n += v.len() as u64;
+                Ok(true)
+            })
+            .unwrap();
+        n
+    };
+    use crate::storage::schema::{BLOCKS, OBJECTS, PACKED};
+    assert_eq!(r.stored_bytes, bytes(BLOCKS) + bytes(PACKED) + bytes(OBJECTS));
 }
