@@ -196,9 +196,9 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     walk_scoped(root, skip_dirs, None)
 }
 
-/// The walk (see [the module](self)), entering only the directories `scope` accepts (the root is always listed):
-/// the same rules with the same ignore files, so what it finds in a directory it lists is
-/// exactly what a full walk finds there.
+/// The walk (see [the module](self)), entering only the directories `scope` accepts (the
+/// root is always listed): the same rules with the same ignore files, so what it finds in a
+/// directory it lists is exactly what a full walk finds there.
 ///
 /// Each directory is opened once, relative to its parent and without following a symlink;
 /// its listing gives the names and types, and each file is stat-ed relative to it

@@ -73,7 +73,7 @@ impl Slot {
     /// `entry` matched against `cache`; `hint` is where the search starts, and is left just
     /// past what was found (entries come in component order).
     fn matched(cache: &StatCache, entry: Entry, hint: &mut usize) -> Slot {
-        let cached = match cache.find_from(*hint, &entry.path) {
+        let cached = match cache.entries.find_from(*hint, &entry.path) {
             Ok(c) => {
                 *hint = c + 1;
                 Some(u32::try_from(c).expect("a cache holds fewer than 2^31 entries (RECORD_MAX)"))
@@ -91,16 +91,6 @@ impl Slot {
                 Slot::File(Box::new(OwnFile { stat: entry.stat, cached, path: entry.path.into_boxed_slice() }))
             }
             _ => Slot::Own(Box::new(Own { entry, cached })),
-        }
-    }
-
-    /// Where the cache search of the next entry may start.
-    fn next_hint(&self) -> Option<usize> {
-        match self {
-            Slot::Cached(c) => Some(*c as usize + 1),
-            Slot::File(file) => file.cached.map(|c| c as usize + 1),
-            Slot::Own(own) => own.cached.map(|c| c as usize + 1),
-            Slot::Unmatched(_) => None,
         }
     }
 }
@@ -160,17 +150,19 @@ impl<'c> Scan<'c> {
                 // The slot is matched in place (its placeholder is never read).
                 let Slot::Unmatched(entry) = std::mem::replace(slot, Slot::Cached(u32::MAX)) else { unreachable!() };
                 *slot = Slot::matched(cache, *entry, &mut hint);
-            } else if let Some(next) = slot.next_hint() {
-                hint = next;
+            } else if let Some(c) = view(cache, slot).cached {
+                hint = c + 1;
             }
         }
         Scan { slots: entries, cache, skipped, excluded }
     }
 
-    /// `entries` (in component order), none of them matched against a cache.
-    pub(super) fn of_entries(entries: Vec<Entry>, empty: &'c StatCache) -> Self {
-        let slots = entries.into_iter().map(|entry| Slot::Own(Box::new(Own { entry, cached: None }))).collect();
-        Scan { slots, cache: empty, skipped: Vec::new(), excluded: 0 }
+    /// `entries` (in component order), matched against `cache` (an empty one: none is
+    /// asked).
+    pub(super) fn of_entries(entries: Vec<Entry>, cache: &'c StatCache) -> Self {
+        let mut hint = 0;
+        let slots = entries.into_iter().map(|entry| Slot::matched(cache, entry, &mut hint)).collect();
+        Scan { slots, cache, skipped: Vec::new(), excluded: 0 }
     }
 
     /// The stat cache it was matched against.
@@ -201,16 +193,7 @@ impl<'c> Scan<'c> {
 
     /// The index of the entry at `path`.
     pub(super) fn position(&self, path: &[u8]) -> Option<usize> {
-        let (mut lo, mut hi) = (0, self.slots.len());
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            match walk::component_order(self.get(mid).path, path) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some(mid),
-            }
-        }
-        None
+        self.slots.binary_search_by(|s| walk::component_order(view(self.cache, s).path, path)).ok()
     }
 }
 

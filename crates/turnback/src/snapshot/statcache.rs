@@ -167,6 +167,25 @@ impl Files {
         Some(())
     }
 
+    /// Where `path` is (`Ok`) or would go (`Err`), searched from `from` on when the file
+    /// before `from` comes before `path` (galloping: a walk asks in order, so the answer is
+    /// usually at `from` or just past it), else among them all.
+    pub fn find_from(&self, from: usize, path: &[u8]) -> std::result::Result<usize, usize> {
+        let before = |i: usize| component_order(self.path(i), path).is_lt();
+        let n = self.len();
+        let from = from.min(n);
+        if from > 0 && !before(from - 1) {
+            return self.search(0, n, path);
+        }
+        // Grow the step until the file there is not before `path`, then search the last step.
+        let (mut lo, mut step) = (from, 1);
+        while lo + step <= n && before(lo + step - 1) {
+            lo += step;
+            step *= 2;
+        }
+        self.search(lo, (lo + step).min(n), path)
+    }
+
     /// Where `path` is (`Ok`) or would go (`Err`) among `lo..hi`.
     fn search(&self, lo: usize, hi: usize, path: &[u8]) -> std::result::Result<usize, usize> {
         match self.items[lo..hi].binary_search_by(|(span, _)| component_order(self.span(*span), path)) {
@@ -223,7 +242,7 @@ pub struct StatCache {
     pub taken_at_ns: i128,
     /// Each path and what it was, in component order ([`component_order`], the order of a
     /// walk), so that a walk in order finds each path where the last one was found or just
-    /// past it ([`find_from`](Self::find_from)). A snapshot's scan and read plan hold
+    /// past it ([`Files::find_from`]). A snapshot's scan and read plan hold
     /// indices into it: it does not change once loaded.
     pub entries: Files,
     /// The directory node ids of the snapshot the whole cache describes.
@@ -256,25 +275,6 @@ pub struct Delta {
 }
 
 impl StatCache {
-    /// Where `path` is (`Ok`) or would go (`Err`) among the entries, searched from `from`
-    /// on when the entry before `from` comes before `path` (galloping: a walk asks in
-    /// order, so the answer is usually at `from` or just past it), else among them all.
-    pub fn find_from(&self, from: usize, path: &[u8]) -> std::result::Result<usize, usize> {
-        let before = |i: usize| component_order(self.entries.path(i), path).is_lt();
-        let n = self.entries.len();
-        let from = from.min(n);
-        if from > 0 && !before(from - 1) {
-            return self.entries.search(0, n, path);
-        }
-        // Grow the step until the entry there is not before `path`, then search the last step.
-        let (mut lo, mut step) = (from, 1);
-        while lo + step <= n && before(lo + step - 1) {
-            lo += step;
-            step *= 2;
-        }
-        self.entries.search(lo, (lo + step).min(n), path)
-    }
-
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
     pub fn given(&self, i: usize) -> bool {
         self.delta.given.get(i).copied().unwrap_or(false)
@@ -297,9 +297,7 @@ impl StatCache {
     /// A cache of `entries` (in component order) and nothing else.
     #[cfg(test)]
     pub(crate) fn of_entries(entries: Vec<(Vec<u8>, Cached)>) -> Self {
-        let mut files = Files::default();
-        entries.iter().for_each(|(p, c)| files.push(p, *c).expect("small"));
-        StatCache { entries: files, ..Default::default() }
+        StatCache { entries: entries.into_iter().collect(), ..Default::default() }
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
@@ -629,9 +627,10 @@ fn put_trees_and_shape(out: &mut dyn io::Write, tree_ids: &[ContentId], shape: O
     }
 }
 
-/// The digest of every entry of `walked` that is not a file — symlinks with their mode and
-/// target, nested repositories with their commit — in walk order: what, besides the files,
-/// a tree is made of (directories are recorded only through what they hold).
+/// The digest of every one of a walk's `entries` (path, kind, mode) that is not a file —
+/// symlinks with their mode and target, nested repositories with their commit — in walk
+/// order: what, besides the files, a tree is made of (directories are recorded only through
+/// what they hold).
 pub(crate) fn others_digest<'a>(entries: impl Iterator<Item = (&'a [u8], &'a crate::fs::walk::Kind, u32)>) -> [u8; 32] {
     use crate::fs::walk::Kind;
     use sha2::Digest;
@@ -718,11 +717,7 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
     let mut entries = Files { paths: Vec::new(), items: Vec::with_capacity(count) };
-    let mut too_long = false;
-    input.paths(count, &mut |path| too_long |= entries.push(path, BLANK).is_none())?;
-    if too_long {
-        return Err(Error::corrupt("stat cache", TOO_LONG));
-    }
+    input.paths(count, &mut |path| entries.push(path, BLANK).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG)))?;
     input.columns(&mut entries.items, |e| &mut e.1)?;
     // Written in order by this version; an older one's byte order is sorted once here.
     if version == 3 || !entries.in_order() {
@@ -760,7 +755,10 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(3)?;
     let mut paths = Vec::with_capacity(count);
-    input.paths(count, &mut |path| paths.push(path.to_vec()))?;
+    input.paths(count, &mut |path| {
+        paths.push(path.to_vec());
+        Ok(())
+    })?;
     let mut given = vec![0u8; count];
     input.exact(&mut given)?;
     if given.iter().any(|g| *g > 1) {
@@ -823,8 +821,9 @@ impl<R: Read> Input<R> {
         Ok(count)
     }
 
-    /// `count` paths as [`put_paths`] wrote them, each handed to `push`.
-    fn paths(&mut self, count: usize, push: &mut dyn FnMut(&[u8])) -> Result<()> {
+    /// `count` paths as [`put_paths`] wrote them, each handed to `push` (whose error stops
+    /// the reading).
+    fn paths(&mut self, count: usize, push: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
         // Shared prefixes make paths longer than their encoding, but only so much: a real
         // tree's paths fit in a small multiple of it. More is malformed, not an allocation.
         let mut budget = self.size.saturating_mul(64).saturating_add(1 << 20);
@@ -842,7 +841,7 @@ impl<R: Read> Input<R> {
             if read != len {
                 return Err(Self::bad());
             }
-            push(&previous);
+            push(&previous)?;
         }
         Ok(())
     }
@@ -951,7 +950,7 @@ mod tests {
         let found: Vec<_> = walked
             .iter()
             .map(|p| {
-                let at = back.find_from(hint, p);
+                let at = back.entries.find_from(hint, p);
                 hint = at.map_or_else(|i| i, |i| i + 1);
                 at
             })
@@ -982,10 +981,10 @@ mod tests {
         for p in &paths {
             let whole = cache.entries.search(0, n, p);
             for hint in 0..=n + 2 {
-                assert_eq!(cache.find_from(hint, p), whole, "{} from {hint}", String::from_utf8_lossy(p));
+                assert_eq!(cache.entries.find_from(hint, p), whole, "{} from {hint}", String::from_utf8_lossy(p));
             }
         }
-        assert_eq!(StatCache::default().find_from(3, b"a"), Err(0));
+        assert_eq!(Files::default().find_from(3, b"a"), Err(0));
     }
 
     #[test]

@@ -148,7 +148,12 @@ pub(super) fn take(
         Some(_) => None,
         None => {
             let unchanged = cache_still_holds(&walked, &plan, taken_at_ns);
-            let patched = match how_to_build(&walked, &plan, unchanged) {
+            // A shape goes with the walk's files only if every file's node was made from the
+            // stat cached for it (a file that changed while it was read has the walk's size
+            // and mode in its node, the read's in the cache): then the digest of its other
+            // entries, asked by the decision and by a whole build, is taken once.
+            let others = plan.read_as_walked().then(|| others_digest(&walked));
+            let patched = match how_to_build(&walked, &plan, others, unchanged) {
                 // Every file as cached and the same other entries: the tree is the one the
                 // cache's shape names, stored (a root of gc) and not built again.
                 Build::Same(shape) => Some(Built {
@@ -166,8 +171,7 @@ pub(super) fn take(
             match patched {
                 Some(built) => Some(built),
                 None => {
-                    let previous_trees = cache.tree_ids.iter().chain(&cache.delta.tree_ids).copied().collect();
-                    let cache = CacheUpdate { unchanged, previous_trees, taken_at_ns };
+                    let cache = CacheUpdate { unchanged, others, taken_at_ns };
                     Some(build_trees(store, &walked, &plan, cache, source.session_id)?)
                 }
             }
@@ -671,12 +675,13 @@ enum Build<'w> {
 }
 
 /// The one decision of phase 6: the shape's tree, as it is or patched, when the walk's
-/// files were read as walked and its other entries are the shape's; patched only while the
+/// files were read as walked and its other entries are the shape's (`others`, their
+/// digest, is given only when the files were read as walked); patched only while the
 /// cache's delta stays small ([`statcache::delta_fits`]) and the cache is of this layout.
 /// Everything else is built whole.
-fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, unchanged: bool) -> Build<'w> {
+fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, others: Option<[u8; 32]>, unchanged: bool) -> Build<'w> {
     let cache = walked.cache();
-    let Some(shape) = cache.shape.filter(|s| plan.read_as_walked() && s.others == others_digest(walked)) else {
+    let Some(shape) = cache.shape.filter(|s| others == Some(s.others)) else {
         return Build::Whole;
     };
     if unchanged {
@@ -811,12 +816,13 @@ fn patch_tree(
     }))
 }
 
-/// What phase 6 knows of the old stat cache: whether it still holds
-/// ([`cache_still_holds`]), the directory nodes of the snapshot it describes, and when
-/// this snapshot's walk began.
+/// What phase 6 knows for the stat cache: whether the old one still holds
+/// ([`cache_still_holds`]), the digest of the walk's other entries if a shape goes with its
+/// files, and when this snapshot's walk began. (The directory nodes of the snapshot the old
+/// one describes it asks the cache itself: [`StatCache::names_tree`].)
 struct CacheUpdate {
     unchanged: bool,
-    previous_trees: HashSet<ContentId>,
+    others: Option<[u8; 32]>,
     taken_at_ns: i128,
 }
 
@@ -829,7 +835,7 @@ fn build_trees(
     cache: CacheUpdate,
     session_id: &str,
 ) -> Result<Built> {
-    let mut builder = TreeBuilder { previous: cache.previous_trees, ..TreeBuilder::default() };
+    let mut builder = TreeBuilder::new(walked.cache());
     for (i, e) in walked.iter().enumerate() {
         let (dir, name) = (dir_of(e.path), name_of(e.path).to_vec());
         let node = match e.kind {
@@ -848,7 +854,7 @@ fn build_trees(
     }
     let root = builder.finish(store)?;
     let pending = std::mem::take(&mut builder.pending);
-    let unchanged_cache = cache.unchanged && builder.seen.iter().all(|id| builder.previous.contains(id));
+    let unchanged_cache = cache.unchanged && builder.seen.iter().all(|id| builder.previous.names_tree(id));
     let cache = if unchanged_cache {
         None
     } else {
@@ -859,10 +865,7 @@ fn build_trees(
                 Some((e.path, Cached { stat: plan.stat_of(i, &e), id }))
             })
         };
-        // The shape goes with these entries only if every file's node was made from the
-        // stat cached for it (a file that changed while it was read has the walk's size
-        // and mode in its node, the read's in the cache).
-        let shape = plan.read_as_walked().then(|| Shape { root, others: others_digest(walked) });
+        let shape = cache.others.map(|others| Shape { root, others });
         Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
     };
     Ok(Built { root, nested: nested_of(walked.iter()), pending, stored: builder.stored, cache })
@@ -935,10 +938,7 @@ pub(super) fn commit(
     let mut txn = store.kv().begin()?;
     let mut cache = None;
     if let Some(built) = built {
-        record.stored_bytes += built.stored;
-        for sealed in &built.pending {
-            record.stored_bytes += object::store_sealed(&mut *txn, sealed)?;
-        }
+        record.stored_bytes += built.stored + object::store_all(&mut *txn, &built.pending)?;
         record.root = Some(built.root.to_hex());
         record.nested_repos = built.nested;
         cache = built.cache;
@@ -1037,8 +1037,7 @@ fn open_to_read(root: &Path, rel: &[u8], max_file: u64) -> Result<(std::fs::File
 }
 
 /// Builds directory nodes bottom-up from entries in component order.
-#[derive(Default)]
-struct TreeBuilder {
+struct TreeBuilder<'c> {
     /// Open directories from the root down: (path, entries so far).
     stack: Vec<(Vec<u8>, Vec<Node>)>,
     /// Sealed nodes not stored yet ([`TREES_STORED_FROM`] bytes of them are stored in
@@ -1049,12 +1048,23 @@ struct TreeBuilder {
     stored: u64,
     /// Node ids already sealed in this run.
     seen: HashSet<ContentId>,
-    /// Node ids of the session's previous snapshot (known to be stored: that snapshot
-    /// keeps them alive), so unchanged directories cost no store lookup.
-    previous: HashSet<ContentId>,
+    /// The stat cache, whose node ids ([`StatCache::names_tree`]) are known to be stored
+    /// (the cache keeps them alive), so unchanged directories cost no store lookup.
+    previous: &'c StatCache,
 }
 
-impl TreeBuilder {
+impl<'c> TreeBuilder<'c> {
+    fn new(previous: &'c StatCache) -> Self {
+        TreeBuilder {
+            stack: Vec::new(),
+            pending: Vec::new(),
+            pending_bytes: 0,
+            stored: 0,
+            seen: HashSet::new(),
+            previous,
+        }
+    }
+
     fn add(&mut self, store: &Store, dir: &[u8], node: Node) -> Result<()> {
         if self.stack.is_empty() {
             self.stack.push((Vec::new(), Vec::new()));
@@ -1091,7 +1101,7 @@ impl TreeBuilder {
     fn seal(&mut self, store: &Store, nodes: Vec<Node>) -> Result<ContentId> {
         let encoded = tree::encode(nodes);
         let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
-            self.seen.contains(id) || self.previous.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
+            self.seen.contains(id) || self.previous.names_tree(id) || object::exists(store.kv(), id).unwrap_or(false)
         })?;
         self.seen.insert(id);
         self.hold(sealed);
@@ -1112,9 +1122,7 @@ impl TreeBuilder {
     /// the shared objects lock keeps from `gc` meanwhile and `gc` removes after a crash.
     fn store_pending(&mut self, store: &Store) -> Result<()> {
         let mut txn = store.kv().begin()?;
-        for sealed in &self.pending {
-            self.stored += object::store_sealed(&mut *txn, sealed)?;
-        }
+        self.stored += object::store_all(&mut *txn, &self.pending)?;
         txn.commit()?;
         self.pending.clear();
         self.pending_bytes = 0;

@@ -100,6 +100,11 @@ pub(crate) fn store_sealed(txn: &mut dyn Txn, sealed: &Sealed) -> Result<u64> {
     if txn.put_if_absent(schema::OBJECTS, &sealed.id.0, &sealed.value)? { Ok(sealed.value.len() as u64) } else { Ok(0) }
 }
 
+/// [`store_sealed`] for each of `sealed`; returns the bytes written.
+pub(crate) fn store_all(txn: &mut dyn Txn, sealed: &[Sealed]) -> Result<u64> {
+    sealed.iter().map(|s| store_sealed(txn, s)).sum()
+}
+
 /// Whether the object `id` is stored, on its own or packed.
 pub(crate) fn exists(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
     Ok(kv.contains(schema::OBJECTS, &id.0)? || pack::contains(kv, id)?)

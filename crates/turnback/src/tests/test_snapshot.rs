@@ -799,12 +799,16 @@ fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it()
 #[test]
 fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_gc_removes_them() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let env = Env::new();
     // Enough files in enough directories that their nodes pass what is held for the commit
     // (a small threshold in tests).
-    for i in 0..3000 {
-        write(&env, &format!("d{}/e{}/f{i}", i % 30, i % 7), &format!("{i}"));
-    }
+    let filled = || {
+        let env = Env::new();
+        for i in 0..3000 {
+            write(&env, &format!("d{}/e{}/f{i}", i % 30, i % 7), &format!("{i}"));
+        }
+        env
+    };
+    let env = filled();
     let objects = |env: &Env| env.keys_in(crate::storage::schema::OBJECTS).len();
     let before = objects(&env);
     let cancel = AtomicBool::new(false);
@@ -833,10 +837,7 @@ fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_g
     assert!(maintenance::verify(&env.store, true).unwrap().clean);
     // In a store of its own, what it reports stored is all it wrote, nodes stored ahead
     // included (the session's budget counts it).
-    let fresh = Env::new();
-    for i in 0..3000 {
-        write(&fresh, &format!("d{}/e{}/f{i}", i % 30, i % 7), &format!("{i}"));
-    }
+    let fresh = filled();
     let r = take(&fresh);
     let bytes = |ns| {
         let mut n = 0u64;

@@ -240,7 +240,7 @@ fn get_value(conn: &Connection, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>> {
         return Ok(Some(value));
     }
     let (rowid, len) = (row.get::<_, i64>(1)?, row.get::<_, i64>(2)?);
-    let mut value = vec![0u8; usize::try_from(len).unwrap_or(0)];
+    let mut value = vec![0u8; usize::try_from(len).map_err(|_| Error::corrupt("database", "negative length"))?];
     conn.blob_open("main", "kv_large", "value", rowid, true)?.read_at_exact(&mut value, 0)?;
     drop(rows);
     Ok(Some(value))
