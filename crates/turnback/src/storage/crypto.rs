@@ -24,7 +24,8 @@ use crate::error::{Error, ErrorCode, Result};
 pub const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
-const ZSTD_LEVEL: i32 = 3;
+/// zstd level of everything sealed without a level of its own.
+pub(crate) const ZSTD_LEVEL: i32 = 3;
 
 /// 256 bits of key material. `Debug` never prints it.
 #[derive(Clone, PartialEq, Eq)]
@@ -185,18 +186,28 @@ pub fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> Result<V
 /// [`seal`] with a chosen zstd level (1 for large, often rewritten records such as the
 /// stat cache, where speed matters more than size).
 pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
-    let compressed = compress(plaintext, level)?;
+    let mut out = Vec::new();
+    seal_into(key, binding, plaintext, level, &mut out)?;
+    Ok(out)
+}
+
+/// [`seal_at_level`] appending `nonce || ciphertext || tag` to `out` (after whatever header
+/// its caller wrote there): compressed straight into `out` and encrypted in place, so a
+/// block is allocated once, not once per step.
+pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> {
+    use aes_gcm::aead::AeadInOut;
     let mut nonce = [0u8; NONCE_LEN];
     fill_random(&mut nonce)?;
-    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
-    let aad = binding.aad();
-    let ct = cipher
-        .encrypt(&Nonce::<Aes256Gcm>::from(nonce), Payload { msg: &compressed, aad: &aad })
-        .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
-    let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
+    out.reserve(NONCE_LEN + zstd::zstd_safe::compress_bound(plaintext.len()) + TAG_LEN);
     out.extend_from_slice(&nonce);
-    out.extend_from_slice(&ct);
-    Ok(out)
+    let start = out.len();
+    compress_into(plaintext, level, out)?;
+    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
+    let tag = cipher
+        .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
+        .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
+    out.extend_from_slice(&tag);
+    Ok(())
 }
 
 /// [`seal_at_level`] for a large plaintext written by `write` as it is made: compressed as
@@ -233,12 +244,17 @@ pub fn seal_streamed(
         .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
         .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
     out.extend_from_slice(&tag);
+    // Room was made for the worst case; what compressed well gives the rest back.
+    if out.capacity() > out.len() + out.len() / 4 {
+        out.shrink_to_fit();
+    }
     Ok(())
 }
 
 /// zstd with one compression context per thread and level (a snapshot compresses
-/// thousands of files per thread; making a context each time is measurable).
-fn compress(plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
+/// thousands of files per thread; making a context each time is measurable), appending
+/// the frame to `out`, whose spare capacity must hold its bound.
+fn compress_into(plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> {
     use std::cell::RefCell;
     thread_local! {
         static CONTEXTS: RefCell<Vec<(i32, zstd::bulk::Compressor<'static>)>> = const { RefCell::new(Vec::new()) };
@@ -253,7 +269,9 @@ fn compress(plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
                 contexts.len() - 1
             }
         };
-        contexts[at].1.compress(plaintext).map_err(failed)
+        let mut spare = std::io::Cursor::new(out);
+        spare.set_position(spare.get_ref().len() as u64);
+        contexts[at].1.compress_to_buffer(plaintext, &mut spare).map(drop).map_err(failed)
     })
 }
 

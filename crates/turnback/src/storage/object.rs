@@ -51,12 +51,11 @@ fn binding<'a>(id: &'a ContentId, h: &ObjectHeader) -> Binding<'a> {
 
 fn encode(keys: &KeyRing, id: &ContentId, class: ContentClass, version: u32, bytes: &[u8]) -> Result<Vec<u8>> {
     let header = ObjectHeader { key_version: version, schema: OBJECT_SCHEMA, class, size: bytes.len() as u64 };
-    let sealed = crypto::seal(keys.data_key(version)?, binding(id, &header), bytes)?;
-    let mut value = Vec::with_capacity(header::LEN + 9 + sealed.len());
+    let mut value = Vec::new();
     header::write(&mut value, MAGIC, header::Header { key_version: version, schema: OBJECT_SCHEMA });
     value.push(class.code());
     value.extend_from_slice(&header.size.to_be_bytes());
-    value.extend_from_slice(&sealed);
+    crypto::seal_into(keys.data_key(version)?, binding(id, &header), bytes, crypto::ZSTD_LEVEL, &mut value)?;
     Ok(value)
 }
 

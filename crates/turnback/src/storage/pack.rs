@@ -280,11 +280,10 @@ fn binding<'a>(id: &'a BlockId, version: u32, schema: u16) -> Binding<'a> {
 }
 
 fn encode_block(key: &crypto::SecretKey, id: &BlockId, version: u32, plain: &[u8]) -> Result<Vec<u8>> {
-    let sealed = crypto::seal_at_level(key, binding(id, version, BLOCK_SCHEMA), plain, BLOCK_LEVEL)?;
-    let mut value = Vec::with_capacity(header::LEN + 4 + sealed.len());
+    let mut value = Vec::new();
     header::write(&mut value, BLOCK_MAGIC, header::Header { key_version: version, schema: BLOCK_SCHEMA });
     value.extend_from_slice(&(plain.len() as u32).to_be_bytes());
-    value.extend_from_slice(&sealed);
+    crypto::seal_into(key, binding(id, version, BLOCK_SCHEMA), plain, BLOCK_LEVEL, &mut value)?;
     Ok(value)
 }
 

@@ -229,10 +229,9 @@ impl Store {
         let (version, data_key) = self.keys.current_key();
         let kind = format!("record:{ns}");
         let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
-        let sealed = crypto::seal_at_level(data_key, binding, bytes, level)?;
-        let mut out = Vec::with_capacity(header::LEN + sealed.len());
+        let mut out = Vec::new();
         header::write(&mut out, RECORD_MAGIC, header::Header { key_version: version, schema });
-        out.extend_from_slice(&sealed);
+        crypto::seal_into(data_key, binding, bytes, level, &mut out)?;
         Ok(out)
     }
 
