@@ -318,13 +318,11 @@ fn verify_reports_an_emptied_table_given_an_empty_total() {
 }
 
 #[test]
-fn the_store_schema_says_digests_and_long_blocks_so_an_older_turnback_refuses_it() {
+fn the_store_schema_says_digests_so_an_older_turnback_refuses_it() {
     let env = Env::new();
     env.ok(&["init"], None);
     let version: i64 = tamper(&env, |c| c.query_row("PRAGMA user_version", [], |r| r.get(0)).expect("user_version"));
-    // Version 2 binaries write index rows without digests; version 3 binaries call a block
-    // longer than 1 MiB corrupt. Both must refuse this store.
-    assert_eq!(version, 4, "an older turnback must refuse this store");
+    assert_eq!(version, 3, "turnback 2-era binaries write index rows without digests and must refuse this store");
 }
 
 #[test]

@@ -42,8 +42,8 @@ const BATCH_BYTES: u64 = 8 * 1024 * 1024;
 /// Files larger than this are read, hashed and packed in pieces ([`stream_file`]), not
 /// whole: memory does not grow with the size of any file.
 const STREAM_FROM: u64 = 8 * 1024 * 1024;
-/// Blocks of a streamed file sealed and sent to the writer together (8 MiB).
-const STREAM_BLOCKS: usize = 2;
+/// Blocks of a streamed file sealed and sent to the writer together.
+const STREAM_BLOCKS: usize = 8;
 
 /// How to take a snapshot.
 #[derive(Clone, Copy, Default)]

@@ -1,9 +1,8 @@
 //! Packed content: many objects compressed and encrypted together in shared blocks.
 //!
 //! Snapshot content is written here rather than as one row per file: small files compress
-//! far better side by side (the Linux tree: 254 MB as one zstd frame per file, 207 MB in
-//! 1 MiB blocks, 199 MB in 4 MiB blocks, at the same cost), and one seal per block costs
-//! less than one per file.
+//! far better side by side (the Linux tree: 254 MB as one zstd frame per file, about 207 MB
+//! in 1 MiB blocks), and one seal per block costs less than one per file.
 //!
 //! Invariants:
 //! - A packer appends objects to one byte stream which it cuts every [`BLOCK_LEN`] bytes;
@@ -40,11 +39,8 @@ use crate::storage::keys::KeyRing;
 use crate::storage::kv::{KeyValueStore, Txn};
 use crate::storage::schema;
 
-/// Plaintext bytes per block (the last block of a packer may hold fewer). Stores from
-/// before held blocks of 1 MiB, which read as they are; a turnback from before would call
-/// a larger block corrupt, so the store's schema version says blocks may be this long
-/// (`kv::sqlite`).
-pub const BLOCK_LEN: usize = 4 * 1024 * 1024;
+/// Plaintext bytes per block (the last block of a packer may hold fewer).
+pub const BLOCK_LEN: usize = 1024 * 1024;
 /// zstd level for blocks: close to level 3's ratio on source trees at a lower cost.
 const BLOCK_LEVEL: i32 = 3;
 const BLOCK_MAGIC: &[u8; 3] = b"TB1";
@@ -52,8 +48,8 @@ const BLOCK_SCHEMA: u16 = 1;
 const INDEX_VERSION: u8 = 1;
 /// How a read names a block that is not there (after one retry: gc may have just moved it).
 const MISSING_BLOCK: &str = "its block is missing from the store";
-/// Decrypted blocks kept per thread for reads (a rewind reads neighbours together): 8 MiB.
-const CACHED_BLOCKS: usize = 2;
+/// Decrypted blocks kept per thread for reads (a rewind reads neighbours together).
+const CACHED_BLOCKS: usize = 8;
 
 /// A block id (UUID v7 bytes: blocks written together sort together).
 pub(crate) type BlockId = [u8; 16];

@@ -22,10 +22,8 @@ use crate::storage::kv::{KeyValueStore, Ns, Txn, Visit, prefix_end};
 use crate::storage::schema;
 
 /// Version 3 keeps index digests (`storage/digest.rs`): a turnback from before (version 2)
-/// would write index rows without them, so it must refuse the store. Version 4 packs
-/// content in blocks of up to 4 MiB (`storage/pack.rs`), which a turnback of version 3 would
-/// call corrupt.
-const SCHEMA_VERSION: i64 = 4;
+/// would write index rows without them, so it must refuse the store.
+const SCHEMA_VERSION: i64 = 3;
 
 /// The production backend: one SQLite database file.
 pub struct SqliteKv {
@@ -149,7 +147,7 @@ fn migrate(conn: &Connection) -> Result<()> {
             conn.execute_batch(&format!(
                 "{tables}
                  ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = {SCHEMA_VERSION};"
+                 PRAGMA user_version = 3;"
             ))?;
         } else if version < 2 {
             conn.execute_batch(&format!(
@@ -158,13 +156,12 @@ fn migrate(conn: &Connection) -> Result<()> {
                  INSERT INTO kv_small (ns, key, value) SELECT ns, key, value FROM kv WHERE ns NOT IN ({large});
                  DROP TABLE kv;
                  ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = {SCHEMA_VERSION};"
+                 PRAGMA user_version = 3;"
             ))?;
-        } else {
-            // Versions 3 and 4: no table changes. Index digests are computed, once, when the
-            // store is first opened with its key (`digest::upgrade`, told by the key check);
-            // blocks of 1 MiB read as they are.
-            conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))?;
+        } else if version < 3 {
+            // Version 3: no table changes. Its index digests are computed, once, when the
+            // store is first opened with its key (`digest::upgrade`, told by the key check).
+            conn.execute_batch("PRAGMA user_version = 3;")?;
         }
         Ok(())
     })();
@@ -520,23 +517,6 @@ mod tests {
         assert_eq!(large, 1, "large values moved to their own table");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(version, SCHEMA_VERSION);
-    }
-
-    #[test]
-    fn a_version_3_store_becomes_version_4_with_its_data() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("store.db");
-        {
-            let kv = SqliteKv::open(&path).unwrap();
-            let mut txn = kv.begin().unwrap();
-            txn.put(schema::BLOCKS, &[1], &[2, 3]).unwrap();
-            txn.commit().unwrap();
-            kv.conn().unwrap().execute_batch("PRAGMA user_version = 3;").unwrap();
-        }
-        let kv = SqliteKv::open(&path).unwrap();
-        assert_eq!(kv.get(schema::BLOCKS, &[1]).unwrap(), Some(vec![2, 3]));
-        let version: i64 = kv.conn().unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, 4, "a turnback of version 3 would call this store's longer blocks corrupt");
     }
 
     #[test]
