@@ -385,7 +385,8 @@ impl<T: Send> Walker<'_, T> {
             self.note_skipped(rel, std::io::Error::from(e).to_string());
             return None;
         }
-        names.sort_unstable_by(|a, b| component_order(a.name(), b.name()));
+        // One directory's names hold no separator: their component order is byte order.
+        names.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         Some((names, found))
     }
 
