@@ -39,6 +39,10 @@ use crate::watch::WatchMark;
 
 /// Bytes of file content read and sealed per batch (bounds memory).
 const BATCH_BYTES: u64 = 8 * 1024 * 1024;
+/// Files read per batch at most: a batch of small files costs memory per file (its id,
+/// index entry and read buffer, held by every stage a batch passes through), not only
+/// per byte.
+const BATCH_FILES: usize = 32 * 1024;
 /// Files larger than this are read, hashed and packed in pieces ([`stream_file`]), not
 /// whole: memory does not grow with the size of any file.
 const STREAM_FROM: u64 = 8 * 1024 * 1024;
@@ -425,7 +429,7 @@ pub(super) fn read_and_pack(
             let mut done_bytes = 0u64;
             let (large, to_read): (Vec<usize>, Vec<usize>) =
                 plan.to_read.iter().partition(|&&i| walked.get(i).stat.size > STREAM_FROM);
-            for (n, batch) in batches(&to_read, walked).into_iter().enumerate() {
+            for (n, batch) in batches(&to_read, |i| walked.get(i).stat.size).into_iter().enumerate() {
                 // The writer has work from the second batch on.
                 let writing = n > 0;
                 cancelled(opts)?;
@@ -525,7 +529,7 @@ fn pack_batch(read: &ReadBatch, unseen: &mut Unseen) -> Packer {
         }
     }
     if !packer.is_empty() {
-        unseen.sent(packer.ids().clone());
+        unseen.sent(packer.take_ids());
     }
     packer
 }
@@ -967,15 +971,17 @@ fn limit_reason(files: u64, max_files: u64, bytes: u64, max_bytes: u64, what: &s
     }
 }
 
-fn batches<'a>(to_read: &'a [usize], walked: &Scan<'_>) -> Vec<&'a [usize]> {
+/// `to_read` cut into read batches of [`BATCH_BYTES`] (the last file may overshoot) or
+/// [`BATCH_FILES`], whichever comes first; `size` gives an entry's size.
+fn batches(to_read: &[usize], size: impl Fn(usize) -> u64) -> Vec<&[usize]> {
     let mut out = Vec::new();
-    let (mut start, mut size) = (0, 0u64);
+    let (mut start, mut bytes) = (0, 0u64);
     for (k, &i) in to_read.iter().enumerate() {
-        size += walked.get(i).stat.size;
-        if size >= BATCH_BYTES {
+        bytes += size(i);
+        if bytes >= BATCH_BYTES || k + 1 - start >= BATCH_FILES {
             out.push(&to_read[start..=k]);
             start = k + 1;
-            size = 0;
+            bytes = 0;
         }
     }
     if start < to_read.len() {
@@ -1167,6 +1173,22 @@ mod tests {
         ids.set_read(0, ContentId([8; 32]));
         ids.set_read(4, ContentId([9; 32]));
         assert_eq!(got(&ids), [(id(8), true), (id(0), false), (id(7), true), (None, false), (id(9), true)]);
+    }
+
+    #[test]
+    fn a_batch_ends_at_its_bytes_or_its_files_whichever_comes_first() {
+        let lens = |b: &[&[usize]]| b.iter().map(|x| x.len()).collect::<Vec<_>>();
+        // Many empty files: cut by count, the rest in a last batch.
+        let small: Vec<usize> = (0..BATCH_FILES * 2 + 5).collect();
+        assert_eq!(lens(&batches(&small, |_| 0)), vec![BATCH_FILES, BATCH_FILES, 5]);
+        // Large files: cut by bytes, the file that reaches the bound ending its batch.
+        let big: Vec<usize> = (0..7).collect();
+        assert_eq!(lens(&batches(&big, |_| BATCH_BYTES / 2)), vec![2, 2, 2, 1]);
+        assert_eq!(lens(&batches(&big, |_| BATCH_BYTES / 2 - 1)), vec![3, 3, 1]);
+        // Every entry in exactly one batch, in order.
+        let all: Vec<usize> = batches(&small, |i| (i as u64 % 7) << 10).concat();
+        assert_eq!(all, small);
+        assert!(batches(&[], |_| 1).is_empty());
     }
 
     #[test]

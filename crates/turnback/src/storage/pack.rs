@@ -207,9 +207,10 @@ impl Packer {
         self.entries.is_empty()
     }
 
-    /// The ids of the objects added.
-    pub fn ids(&self) -> &HashSet<ContentId> {
-        &self.added
+    /// The ids of the objects added, taken out (a later [`add`](Self::add) of one of them
+    /// would add it again).
+    pub fn take_ids(&mut self) -> HashSet<ContentId> {
+        std::mem::take(&mut self.added)
     }
 
     /// Appends the object `id` (whose content is `bytes`) unless it was added already.
