@@ -193,7 +193,8 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
 
 /// [`seal_at_level`] appending `nonce || ciphertext || tag` to `out` (after whatever header
 /// its caller wrote there): compressed straight into `out` and encrypted in place, so a
-/// block is allocated once, not once per step.
+/// block is allocated once, not once per step. On an error `out` holds a partial value,
+/// to be thrown away.
 pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> {
     use aes_gcm::aead::AeadInOut;
     let mut nonce = [0u8; NONCE_LEN];
