@@ -208,6 +208,10 @@ pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level:
         .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
         .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
     out.extend_from_slice(&tag);
+    // Room was made for the worst case; what compressed well gives the rest back.
+    if out.capacity() > out.len() + out.len() / 4 {
+        out.shrink_to_fit();
+    }
     Ok(())
 }
 
@@ -245,10 +249,6 @@ pub fn seal_streamed(
         .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
         .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
     out.extend_from_slice(&tag);
-    // Room was made for the worst case; what compressed well gives the rest back.
-    if out.capacity() > out.len() + out.len() / 4 {
-        out.shrink_to_fit();
-    }
     Ok(())
 }
 
@@ -400,6 +400,26 @@ mod tests {
             bad[i] ^= 0x01;
             assert_eq!(open(&key, binding(b"a"), &bad, 100).unwrap_err().code, ErrorCode::Corrupt, "byte {i}");
         }
+    }
+
+    #[test]
+    fn what_is_sealed_into_a_value_follows_its_header_and_keeps_no_worst_case_room() {
+        let key = SecretKey::random().unwrap();
+        let text: Vec<u8> = (0..1u32 << 18).flat_map(|i| (i % 613).to_le_bytes()).collect();
+        let mut value = b"head".to_vec();
+        seal_into(&key, binding(b"a"), &text, 3, &mut value).unwrap();
+        assert_eq!(&value[..4], b"head", "appended after what `out` held");
+        assert_eq!(open(&key, binding(b"a"), &value[4..], text.len()).unwrap(), text);
+        assert!(value.len() < text.len() / 4, "compressed: {} bytes", value.len());
+        assert!(value.capacity() <= value.len() + value.len() / 4, "the worst case's room given back");
+        // The same bytes as sealed whole after the header (same length: nonce, frame, tag).
+        let whole = seal_at_level(&key, binding(b"a"), &text, 3).unwrap();
+        assert_eq!(whole.len(), value.len() - 4);
+        // Incompressible bytes fit the room made for them.
+        let noise: Vec<u8> = (0..100_000u64).map(|i| (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as u8).collect();
+        let mut value = b"h".to_vec();
+        seal_into(&key, binding(b"b"), &noise, 3, &mut value).unwrap();
+        assert_eq!(open(&key, binding(b"b"), &value[1..], noise.len()).unwrap(), noise);
     }
 
     #[test]
