@@ -196,18 +196,8 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
 /// block is allocated once, not once per step. On an error `out` holds a partial value,
 /// to be thrown away.
 pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> {
-    use aes_gcm::aead::AeadInOut;
-    let mut nonce = [0u8; NONCE_LEN];
-    fill_random(&mut nonce)?;
     out.reserve(NONCE_LEN + zstd::zstd_safe::compress_bound(plaintext.len()) + TAG_LEN);
-    out.extend_from_slice(&nonce);
-    let start = out.len();
-    compress_into(plaintext, level, out)?;
-    let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
-    let tag = cipher
-        .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
-        .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
-    out.extend_from_slice(&tag);
+    seal_frame(key, binding, out, |out| compress_into(plaintext, level, out))?;
     // Room was made for the worst case; what compressed well gives the rest back.
     if out.capacity() > out.len() + out.len() / 4 {
         out.shrink_to_fit();
@@ -228,22 +218,34 @@ pub fn seal_streamed(
     size: u64,
     write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
 ) -> Result<()> {
-    use aes_gcm::aead::AeadInOut;
     use std::io::Write;
     let failed = |e: std::io::Error| Error::new(ErrorCode::Io, format!("compress: {e}"));
-    let mut nonce = [0u8; NONCE_LEN];
-    fill_random(&mut nonce)?;
-    out.extend_from_slice(&nonce);
-    let start = out.len();
-    {
-        let mut encoder = zstd::stream::write::Encoder::new(&mut *out, level).map_err(failed)?;
+    seal_frame(key, binding, out, |out| {
+        let mut encoder = zstd::stream::write::Encoder::new(out, level).map_err(failed)?;
         encoder.include_contentsize(true).map_err(failed)?;
         encoder.set_pledged_src_size(Some(size)).map_err(failed)?;
         let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, encoder);
         write(&mut buffered).map_err(failed)?;
         buffered.flush().map_err(failed)?;
         buffered.into_inner().map_err(|e| failed(e.into_error()))?.finish().map_err(failed)?;
-    }
+        Ok(())
+    })
+}
+
+/// The one way a sealed value is made: appends a fresh nonce to `out`, then the zstd frame
+/// `frame` appends, encrypted in place, then its tag.
+fn seal_frame(
+    key: &SecretKey,
+    binding: Binding<'_>,
+    out: &mut Vec<u8>,
+    frame: impl FnOnce(&mut Vec<u8>) -> Result<()>,
+) -> Result<()> {
+    use aes_gcm::aead::AeadInOut;
+    let mut nonce = [0u8; NONCE_LEN];
+    fill_random(&mut nonce)?;
+    out.extend_from_slice(&nonce);
+    let start = out.len();
+    frame(out)?;
     let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
     let tag = cipher
         .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
@@ -412,7 +414,7 @@ mod tests {
         assert_eq!(open(&key, binding(b"a"), &value[4..], text.len()).unwrap(), text);
         assert!(value.len() < text.len() / 4, "compressed: {} bytes", value.len());
         assert!(value.capacity() <= value.len() + value.len() / 4, "the worst case's room given back");
-        // The same bytes as sealed whole after the header (same length: nonce, frame, tag).
+        // As long as the same plaintext sealed whole (nonce, frame, tag; the nonces differ).
         let whole = seal_at_level(&key, binding(b"a"), &text, 3).unwrap();
         assert_eq!(whole.len(), value.len() - 4);
         // Incompressible bytes fit the room made for them.

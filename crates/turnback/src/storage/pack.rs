@@ -207,8 +207,8 @@ impl Packer {
         self.entries.is_empty()
     }
 
-    /// The ids of the objects added, taken out (a later [`add`](Self::add) of one of them
-    /// would add it again).
+    /// The ids of the objects added, taken out: the packer is left only to be sealed (an
+    /// [`add`](Self::add) after this would not see them).
     pub fn take_ids(&mut self) -> HashSet<ContentId> {
         std::mem::take(&mut self.added)
     }
