@@ -276,33 +276,33 @@ struct Walker<'a, T> {
     notes: Mutex<Notes>,
 }
 
-/// One directory's findings in component order: its files and links, and in between, what
-/// its subdirectories found.
+/// One directory's findings in component order: its files and links, and, each at the place
+/// it goes among them, what its subdirectories found. An entry costs what `keep` made of it
+/// (a slot per entry, not a slot and a tree node).
 struct Found<T> {
-    items: Vec<Item<T>>,
+    entries: Vec<T>,
+    /// Each subdirectory's findings, with the number of this directory's entries before it.
+    dirs: Vec<(usize, Found<T>)>,
     /// Entries here and below.
     count: usize,
 }
 
 impl<T> Default for Found<T> {
     fn default() -> Self {
-        Found { items: Vec::new(), count: 0 }
+        Found { entries: Vec::new(), dirs: Vec::new(), count: 0 }
     }
-}
-
-enum Item<T> {
-    Entry(T),
-    Dir(Found<T>),
 }
 
 impl<T> Found<T> {
     fn flatten_into(self, out: &mut Vec<T>) {
-        for item in self.items {
-            match item {
-                Item::Entry(e) => out.push(e),
-                Item::Dir(found) => found.flatten_into(out),
-            }
+        let mut entries = self.entries.into_iter();
+        let mut taken = 0;
+        for (at, found) in self.dirs {
+            out.extend(entries.by_ref().take(at - taken));
+            taken = at;
+            found.flatten_into(out);
         }
+        out.extend(entries);
     }
 }
 
@@ -398,20 +398,18 @@ impl<T: Send> Walker<'_, T> {
         let rules = rules.enter(self.root, rel, found, &mut notes);
         self.note_problems(notes);
         let parent_name = if rel.is_empty() { self.root_name } else { Some(name_of(rel)) };
-        let mut items = Vec::with_capacity(names.len());
+        let mut entries = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
         let mut hint = 0;
         for listed in names {
             match self.visit(fd, listed, &rules, parent_name) {
                 Visit::Skip => {}
-                Visit::Record(entry) => items.push(Item::Entry((self.keep)(entry, &mut hint))),
-                Visit::Enter(path) => {
-                    subdirs.push((items.len(), path));
-                    items.push(Item::Dir(Found::default()));
-                }
+                Visit::Record(entry) => entries.push((self.keep)(entry, &mut hint)),
+                Visit::Enter(path) => subdirs.push((entries.len(), path)),
             }
         }
-        let walked: Vec<(usize, Found<T>)> = subdirs
+        entries.shrink_to_fit();
+        let dirs: Vec<(usize, Found<T>)> = subdirs
             .into_par_iter()
             .map(|(at, path)| {
                 let found = match open_dir(fd, OsStr::from_bytes(name_of(&path))) {
@@ -424,12 +422,8 @@ impl<T: Send> Walker<'_, T> {
                 (at, found)
             })
             .collect();
-        let mut count = items.len() - walked.len();
-        for (at, found) in walked {
-            count += found.count;
-            items[at] = Item::Dir(found);
-        }
-        Found { items, count }
+        let count = entries.len() + dirs.iter().map(|(_, found)| found.count).sum::<usize>();
+        Found { entries, dirs, count }
     }
 
     /// The one decision about a listed name in open directory `fd`: left out
