@@ -355,7 +355,11 @@ pub(crate) fn reconcile(store: &Store) -> Result<ReconcileReport> {
 /// Removes every content object nothing keeps alive: no snapshot reaches it and no
 /// checkpoint artifact names it. Returns how many objects and stored bytes went.
 fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
-    let roots = gc::LiveRoots { reached: &|| crate::snapshot::live_objects(store), named_in: &artifact::content_in };
+    let roots = gc::LiveRoots {
+        reached: &|| crate::snapshot::live_objects(store),
+        named_in: &artifact::content_in,
+        unnamed: &|| crate::snapshot::statcache::sweep_pieces(store),
+    };
     let swept = gc::sweep(store, &roots)?;
     Ok((swept.objects, swept.bytes))
 }

@@ -34,6 +34,7 @@
 pub mod diff;
 mod lookup;
 mod patch;
+mod pieces;
 mod prune;
 mod scan;
 pub mod statcache;

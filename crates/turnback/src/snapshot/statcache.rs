@@ -27,6 +27,11 @@
 //!   other entries (symlinks, nested repositories) made, written from the very build that
 //!   made it: a walk that finds every file as cached and the same other entries has that
 //!   tree again, without building it, and one that finds a few files changed patches it.
+//! - The whole cache is stored in [`pieces`](crate::snapshot::pieces) of 1 MiB, written
+//!   ahead of the snapshot's commit; its own row holds only which pieces make it (a
+//!   manifest: the generation, their number and the plaintext's size), written in the
+//!   snapshot's transaction. A row of an older layout holds the whole sealed cache: read as
+//!   before, replaced by a manifest at the next whole write.
 //! - It is derived data: everything in it can be found again by reading the files. A cache
 //!   that does not verify (altered, or malformed) is never a reason to stop taking
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
@@ -37,6 +42,7 @@ use std::io::{self, BufRead, Read};
 use crate::base::varint;
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::walk::{Stat, component_order};
+use crate::snapshot::pieces;
 use crate::storage::content::ContentId;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
@@ -55,6 +61,9 @@ const MAGIC_NO_GENERATION: &[u8; 4] = b"TBS5";
 const MAGIC_NO_SHAPE: &[u8; 4] = b"TBS4";
 /// Entries in byte order (before 2026-12): read, put in component order, rewritten.
 const MAGIC_BYTE_ORDER: &[u8; 4] = b"TBS3";
+/// A whole cache's row that names its pieces: the generation, the number of pieces and the
+/// plaintext's size follow.
+const PIECES_MAGIC: &[u8; 4] = b"TBSP";
 /// A delta: the generation it applies to, its walk's moment, its entries (each given or
 /// removed), its tree ids and shape.
 const DELTA_MAGIC: &[u8; 4] = b"TBD1";
@@ -314,10 +323,7 @@ impl StatCache {
     pub fn load(store: &Store, session: &str) -> Result<Self> {
         let key = session.as_bytes();
         let mut cache = match store.kv().get(schema::STATCACHE, key)? {
-            Some(v) => {
-                let (plain, size) = store.open_bytes_reader(schema::STATCACHE, key, v)?;
-                decode_from(plain, size)?
-            }
+            Some(v) => open_whole(store, session, v)?,
             None => StatCache::default(),
         };
         if let Some(v) = store.kv().get(schema::STATCACHE_DELTA, key)? {
@@ -432,17 +438,19 @@ pub(crate) type Entries<'e, I> = dyn Fn() -> I + 'e;
 
 /// What a snapshot writes of the stat cache.
 pub(crate) enum Write {
-    /// The whole cache (sealed), in place of the old one and its delta.
-    Whole(Vec<u8>),
+    /// The whole cache, in place of the old one and its delta: the sealed row naming its
+    /// pieces (stored already), and its generation.
+    Whole { manifest: Vec<u8>, generation: [u8; 16] },
     /// A delta (sealed) over the whole cache as stored.
     Delta(Vec<u8>),
 }
 
-/// The sealed whole cache to store for `session` ([`put_in`]): a cache of `entries` taken
-/// at `taken_at_ns`, describing a snapshot of the directory nodes `tree_ids` (whose root
-/// and other entries are `shape`, when they are known to go with these entries), of a new
-/// generation. Compressed and sealed as it is encoded: its plaintext is never whole in
-/// memory.
+/// Stores the pieces of a whole cache for `session` (in their own transaction, ahead of the
+/// snapshot's commit) and returns the row that names them ([`put_in`]): a cache of
+/// `entries` taken at `taken_at_ns`, describing a snapshot of the directory nodes
+/// `tree_ids` (whose root and other entries are `shape`, when they are known to go with
+/// these entries), of a new generation. Sealed piece by piece as it is encoded: neither its
+/// plaintext nor its sealed bytes are ever whole in memory.
 pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     store: &Store,
     session: &str,
@@ -453,12 +461,89 @@ pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
 ) -> Result<Write> {
     let mut generation = [0u8; 16];
     getrandom::fill(&mut generation).map_err(|e| Error::new(ErrorCode::Io, format!("random generation: {e}")))?;
-    let mut write = |w: &mut dyn io::Write| encode(w, taken_at_ns, entries, tree_ids, shape, generation);
-    // Encoded once to count it, so that the sealed frame records its size.
-    let mut counted = Counted(0);
-    write(&mut counted).expect("counting writes nothing");
-    let sealed = store.seal_bytes_streamed(schema::STATCACHE, session.as_bytes(), SCHEMA, 1, counted.0, &mut write)?;
-    Ok(Write::Whole(sealed))
+    let mut txn = store.kv().begin()?;
+    let mut writer = pieces::Writer::new(store, &mut *txn, session, generation);
+    {
+        let mut buffered = io::BufWriter::with_capacity(64 * 1024, &mut writer);
+        let written = encode(&mut buffered, taken_at_ns, entries, tree_ids, shape, generation)
+            .and_then(|()| io::Write::flush(&mut buffered));
+        drop(buffered);
+        written.map_err(|e| writer.error(e))?;
+    }
+    let manifest = writer.finish()?;
+    txn.commit()?;
+    crate::base::failpoint::hit("statcache-pieces-stored");
+    let mut row = PIECES_MAGIC.to_vec();
+    row.extend_from_slice(&manifest.generation);
+    row.extend_from_slice(&manifest.pieces.to_le_bytes());
+    row.extend_from_slice(&manifest.size.to_le_bytes());
+    let manifest = store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &row, 1)?;
+    Ok(Write::Whole { manifest, generation })
+}
+
+/// The whole cache of `session` from its row `value`: the pieces it names, or (an older
+/// layout) the cache sealed in the row itself.
+fn open_whole(store: &Store, session: &str, value: Vec<u8>) -> Result<StatCache> {
+    let (mut plain, size) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value)?;
+    let mut magic = [0u8; 4];
+    plain.read_exact(&mut magic).map_err(|_| Input::<&[u8]>::bad())?;
+    if &magic != PIECES_MAGIC {
+        return decode_from(io::Cursor::new(magic).chain(plain), size);
+    }
+    let manifest = read_manifest(plain)?;
+    let mut reader = pieces::Reader::new(store, session, manifest);
+    let decoded = decode_from(&mut reader, Some(manifest.size));
+    // A store error met while reading the pieces is that error, not a malformed cache.
+    let cache = match (decoded, reader.failed.take()) {
+        (Err(_), Some(e)) => return Err(e),
+        (decoded, _) => decoded?,
+    };
+    if cache.generation != manifest.generation {
+        return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
+    }
+    Ok(cache)
+}
+
+/// The rest of a manifest row after its magic.
+fn read_manifest(mut plain: impl Read) -> Result<pieces::Manifest> {
+    let mut row = [0u8; 16 + 4 + 8];
+    plain.read_exact(&mut row).map_err(|_| Input::<&[u8]>::bad())?;
+    if plain.read(&mut [0u8; 1]).map_err(|_| Input::<&[u8]>::bad())? != 0 {
+        return Err(Input::<&[u8]>::bad());
+    }
+    let manifest = pieces::Manifest {
+        generation: row[..16].try_into().expect("16 bytes"),
+        pieces: u32::from_le_bytes(row[16..20].try_into().expect("4 bytes")),
+        size: u64::from_le_bytes(row[20..].try_into().expect("8 bytes")),
+    };
+    if !manifest.holds() {
+        return Err(Error::corrupt("stat cache", "its manifest counts more than its pieces can hold"));
+    }
+    Ok(manifest)
+}
+
+/// The generation of the pieces the whole cache of `session` names, read in `txn`; `None`
+/// if it names none (no cache, an older layout, or a row that does not open).
+fn named_generation(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Option<[u8; 16]>> {
+    let Some(value) = txn.get(schema::STATCACHE, session.as_bytes())? else { return Ok(None) };
+    let Ok(plain) = store.open_bytes(schema::STATCACHE, session.as_bytes(), &value) else { return Ok(None) };
+    Ok(match plain.strip_prefix(PIECES_MAGIC) {
+        Some(rest) => read_manifest(rest).ok().map(|m| m.generation),
+        None => None,
+    })
+}
+
+/// Deletes every stored piece that no session's whole cache names (left by a snapshot that
+/// failed or was cancelled after storing them); returns how many. The caller holds the
+/// objects lock exclusively, so no snapshot is storing pieces meanwhile.
+///
+/// # Errors
+/// The store's.
+pub(crate) fn sweep_pieces(store: &Store) -> Result<u64> {
+    let mut txn = store.kv().begin()?;
+    let gone = pieces::sweep(&mut *txn, &|txn, session| named_generation(store, txn, session))?;
+    txn.commit()?;
+    Ok(gone)
 }
 
 /// The sealed delta to store for `session` over the whole cache of `generation`: `entries`
@@ -476,20 +561,6 @@ pub(crate) fn seal_delta(
     let mut out = Vec::with_capacity(64 + entries.len() * (32 + ENTRY_COLUMNS) + tree_ids.len() * 32);
     encode_delta(&mut out, generation, taken_at_ns, entries, tree_ids, shape).expect("writing to memory");
     Ok(Write::Delta(store.seal_bytes_at_level(schema::STATCACHE_DELTA, session.as_bytes(), SCHEMA, &out, 1)?))
-}
-
-/// A writer that only counts what it is given.
-struct Counted(u64);
-
-impl io::Write for Counted {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0 += buf.len() as u64;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
 }
 
 fn encode_delta(
@@ -657,14 +728,18 @@ pub(crate) fn others_digest<'a>(entries: impl Iterator<Item = (&'a [u8], &'a cra
 /// snapshot pruned since, and the next full walk still takes its ids as stored.
 pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
     let (mut files, mut trees) = (Vec::new(), Vec::new());
-    store.kv().scan(schema::STATCACHE, b"", &mut |k, v| {
-        let opened = store.open_bytes_reader(schema::STATCACHE, k, v.to_vec());
-        if let Ok(cache) = opened.and_then(|(plain, size)| decode_from(plain, size)) {
+    let mut sessions = Vec::new();
+    store.kv().scan_keys(schema::STATCACHE, b"", &mut |k| {
+        sessions.push(String::from_utf8_lossy(k).into_owned());
+        Ok(true)
+    })?;
+    for session in sessions {
+        let Some(value) = store.kv().get(schema::STATCACHE, session.as_bytes())? else { continue };
+        if let Ok(cache) = open_whole(store, &session, value) {
             files.extend(cache.entries.iter().map(|(_, c)| c.id));
             trees.extend(cache.tree_ids);
         }
-        Ok(true)
-    })?;
+    }
     store.kv().scan(schema::STATCACHE_DELTA, b"", &mut |k, v| {
         if let Ok(delta) = store.open_bytes(schema::STATCACHE_DELTA, k, v).and_then(|b| decode_delta(&b)) {
             files.extend(delta.entries.iter().filter_map(|(_, c)| c.map(|c| c.id)));
@@ -680,9 +755,10 @@ pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>
 /// replaces the old one and its delta; a delta replaces the old delta.
 pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, write: &Write) -> Result<()> {
     match write {
-        Write::Whole(value) => {
-            txn.put(schema::STATCACHE, session.as_bytes(), value)?;
-            txn.delete(schema::STATCACHE_DELTA, session.as_bytes()).map(|_| ())
+        Write::Whole { manifest, generation } => {
+            txn.put(schema::STATCACHE, session.as_bytes(), manifest)?;
+            txn.delete(schema::STATCACHE_DELTA, session.as_bytes())?;
+            pieces::delete_in(txn, session, Some(generation))
         }
         Write::Delta(value) => txn.put(schema::STATCACHE_DELTA, session.as_bytes(), value),
     }
@@ -692,7 +768,8 @@ pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, write: &Write) -> Result<
 /// everything).
 pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
     txn.delete(schema::STATCACHE, session.as_bytes())?;
-    txn.delete(schema::STATCACHE_DELTA, session.as_bytes()).map(|_| ())
+    txn.delete(schema::STATCACHE_DELTA, session.as_bytes())?;
+    pieces::delete_in(txn, session, None)
 }
 
 #[cfg(test)]

@@ -205,33 +205,6 @@ pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level:
     Ok(())
 }
 
-/// [`seal_at_level`] for a large plaintext written by `write` as it is made: compressed as
-/// it comes (the plaintext is never whole in memory) and encrypted in place, appended to
-/// `out` as nonce, ciphertext and tag. `size` is exactly how many bytes `write` writes: the
-/// frame records it, as a frame sealed whole does, so whoever opens it can bound what it
-/// allocates by it (a different count fails the seal).
-pub fn seal_streamed(
-    key: &SecretKey,
-    binding: Binding<'_>,
-    out: &mut Vec<u8>,
-    level: i32,
-    size: u64,
-    write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
-) -> Result<()> {
-    use std::io::Write;
-    let failed = |e: std::io::Error| Error::new(ErrorCode::Io, format!("compress: {e}"));
-    seal_frame(key, binding, out, |out| {
-        let mut encoder = zstd::stream::write::Encoder::new(out, level).map_err(failed)?;
-        encoder.include_contentsize(true).map_err(failed)?;
-        encoder.set_pledged_src_size(Some(size)).map_err(failed)?;
-        let mut buffered = std::io::BufWriter::with_capacity(64 * 1024, encoder);
-        write(&mut buffered).map_err(failed)?;
-        buffered.flush().map_err(failed)?;
-        buffered.into_inner().map_err(|e| failed(e.into_error()))?.finish().map_err(failed)?;
-        Ok(())
-    })
-}
-
 /// The one way a sealed value is made: appends a fresh nonce to `out`, then the zstd frame
 /// `frame` appends, encrypted in place, then its tag.
 fn seal_frame(
@@ -422,23 +395,6 @@ mod tests {
         let mut value = b"h".to_vec();
         seal_into(&key, binding(b"b"), &noise, 3, &mut value).unwrap();
         assert_eq!(open(&key, binding(b"b"), &value[1..], noise.len()).unwrap(), noise);
-    }
-
-    #[test]
-    fn what_is_sealed_as_it_is_written_opens_as_if_sealed_whole() {
-        let key = SecretKey::random().unwrap();
-        let text: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 613).to_le_bytes()).collect();
-        let mut sealed = b"head".to_vec();
-        let mut write = |w: &mut dyn std::io::Write| text.chunks(7).try_for_each(|c| w.write_all(c));
-        seal_streamed(&key, binding(b"a"), &mut sealed, 1, text.len() as u64, &mut write).unwrap();
-        let (_, size) = open_reader(&key, binding(b"a"), sealed.clone(), 4, usize::MAX).unwrap();
-        assert_eq!(size, Some(text.len() as u64), "the frame records its size");
-        assert!(seal_streamed(&key, binding(b"a"), &mut Vec::new(), 1, 5, &mut write).is_err(), "a size that lies");
-        assert_eq!(&sealed[..4], b"head", "appended after what `out` held");
-        assert_eq!(open(&key, binding(b"a"), &sealed[4..], text.len()).unwrap(), text);
-        assert!(open(&key, binding(b"a"), &sealed[4..], text.len() - 1).is_err(), "bounded by max_len");
-        assert!(sealed.len() < text.len() / 4, "compressed");
-        assert_eq!(open(&key, binding(b"b"), &sealed[4..], text.len()).unwrap_err().code, ErrorCode::Corrupt);
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub(crate) struct LiveRoots<'a> {
     /// Objects named by records written without the lock (artifacts), read inside each
     /// deleting transaction.
     pub named_in: &'a dyn Fn(&mut dyn Txn) -> Result<HashSet<ContentId>>,
+    /// Removes what snapshots store ahead of their commit and no record names (the pieces of
+    /// a stat cache whose snapshot failed), while the lock keeps snapshots out.
+    pub unnamed: &'a dyn Fn() -> Result<u64>,
 }
 
 /// What a sweep removed.
@@ -37,6 +40,7 @@ pub(crate) struct Swept {
 /// Removes every object that `roots` do not keep alive, then repacks sparse blocks.
 pub(crate) fn sweep(store: &Store, roots: &LiveRoots<'_>) -> Result<Swept> {
     let _exclusive = lock::objects(&store.locks_dir(), true)?;
+    (roots.unnamed)()?;
     let mut live = (roots.reached)()?;
     let mut txn = store.kv().begin()?;
     live.extend((roots.named_in)(&mut *txn)?);

@@ -94,6 +94,9 @@ tables! {
     STATCACHE = "statcache" in "snapshot/statcache.rs", sealed, large, derived;
     /// Per-session deltas over the stat caches (what changed since each was written whole).
     STATCACHE_DELTA = "statcache-delta" in "snapshot/statcache.rs", sealed, derived;
+    /// The pieces of the whole stat caches, by session, generation and number (a whole
+    /// cache's row holds only which pieces make it).
+    STATCACHE_PIECES = "statcache-pieces" in "snapshot/pieces.rs", sealed, large, derived;
     /// Registered workspaces, by keyed lookup id of their path.
     WORKSPACES = "workspaces" in "session/workspace.rs", sealed;
     /// Session records.

@@ -235,27 +235,6 @@ impl Store {
         Ok(out)
     }
 
-    /// [`seal_bytes_at_level`](Self::seal_bytes_at_level) for large bytes `write` makes as
-    /// they are sealed ([`crypto::seal_streamed`]): never whole in memory as plaintext.
-    /// `size` is exactly how many bytes it writes.
-    pub(crate) fn seal_bytes_streamed(
-        &self,
-        ns: Ns,
-        key: &[u8],
-        schema: u16,
-        level: i32,
-        size: u64,
-        write: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
-    ) -> Result<Vec<u8>> {
-        let (version, data_key) = self.keys.current_key();
-        let kind = format!("record:{ns}");
-        let binding = Binding { kind: &kind, id: key, class: "record", schema, key_version: version };
-        let mut out = Vec::new();
-        header::write(&mut out, RECORD_MAGIC, header::Header { key_version: version, schema });
-        crypto::seal_streamed(data_key, binding, &mut out, level, size, write)?;
-        Ok(out)
-    }
-
     /// Opens a record sealed by [`seal_record`](Self::seal_record) under `ns`/`key`.
     ///
     /// # Errors

@@ -753,35 +753,40 @@ fn an_old_delta_put_back_under_a_newer_whole_cache_is_dropped_not_trusted() {
     assert!(take(&env).stat_cache_dropped.is_some());
 }
 
+/// The piece keys stored for the session's whole stat cache.
+fn piece_keys(env: &Env) -> Vec<Vec<u8>> {
+    env.keys_in(crate::storage::schema::STATCACHE_PIECES)
+}
+
 #[test]
-fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it() {
+fn opening_a_whole_stat_cache_is_bounded_by_the_size_it_records_in_either_layout() {
     let env = Env::new();
     write(&env, "a.txt", "a");
     take(&env);
     let key = env.session.id.as_bytes();
-    let stored = env.store.kv().get(crate::storage::schema::STATCACHE, key).unwrap().unwrap();
-    let (_, size) = env.store.open_bytes_reader(crate::storage::schema::STATCACHE, key, stored).unwrap();
-    assert!(size.is_some_and(|s| s > 0 && s < 4096), "the frame records the plaintext's size: {size:?}");
-    // A cache whose entries claim far more than its bytes hold is refused, not allocated.
     let ns = crate::storage::schema::STATCACHE;
-    let load_sealed = |plain: &[u8]| {
-        let mut write = |w: &mut dyn std::io::Write| w.write_all(plain);
-        let sealed = env.store.seal_bytes_streamed(ns, key, 1, 1, plain.len() as u64, &mut write).unwrap();
-        let mut txn = env.store.kv().begin().unwrap();
-        txn.put(ns, key, &sealed).unwrap();
-        txn.commit().unwrap();
+    assert_eq!(piece_keys(&env).len(), 1, "a small cache is one piece");
+    let load = || {
         turnback_fuzz::take_largest();
         let err = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap_err();
         assert_eq!(err.code, crate::error::ErrorCode::Corrupt);
         turnback_fuzz::take_largest()
     };
+    // The older layout: the whole cache sealed in its own row, its size in its frame.
+    let load_sealed = |plain: &[u8]| {
+        let sealed = env.store.seal_bytes(ns, key, 1, plain).unwrap();
+        let mut txn = env.store.kv().begin().unwrap();
+        txn.put(ns, key, &sealed).unwrap();
+        txn.commit().unwrap();
+        load()
+    };
     // 2,000,000 entries claimed by a few bytes: refused before room is made for them (the
     // count is held to the recorded size; at the 256 MiB record bound it would be 200 MB).
-    let mut plain = b"TBS6".to_vec();
-    plain.extend_from_slice(&0i128.to_le_bytes());
-    crate::base::varint::put(&mut plain, 2_000_000);
-    let largest = load_sealed(&plain);
-    assert!(largest < 1 << 20, "a {largest}-byte allocation for a {}-byte cache", plain.len());
+    let mut claims = b"TBS6".to_vec();
+    claims.extend_from_slice(&0i128.to_le_bytes());
+    crate::base::varint::put(&mut claims, 2_000_000);
+    let largest = load_sealed(&claims);
+    assert!(largest < 1 << 20, "a {largest}-byte allocation for a {}-byte cache", claims.len());
     // 3,000 paths each sharing 1 MiB with the one before, from about 1 MiB of plaintext.
     let mut plain = b"TBS6".to_vec();
     plain.extend_from_slice(&0i128.to_le_bytes());
@@ -794,6 +799,112 @@ fn the_whole_stat_cache_is_sealed_with_its_size_so_opening_it_is_bounded_by_it()
         crate::base::varint::put(&mut plain, 0);
     }
     load_sealed(&plain);
+    // In pieces: the same claim in a piece whose manifest counts its true size is refused
+    // the same way; a manifest that counts more than its pieces hold is refused too.
+    let generation = [7u8; 16];
+    let mut piece_key = key.to_vec();
+    piece_key.push(0);
+    piece_key.extend_from_slice(&generation);
+    piece_key.extend_from_slice(&0u32.to_be_bytes());
+    let pieces_ns = crate::storage::schema::STATCACHE_PIECES;
+    let piece = env.store.seal_bytes(pieces_ns, &piece_key, 1, &claims).unwrap();
+    let manifest = |size: u64| {
+        let mut row = b"TBSP".to_vec();
+        row.extend_from_slice(&generation);
+        row.extend_from_slice(&1u32.to_le_bytes());
+        row.extend_from_slice(&size.to_le_bytes());
+        env.store.seal_bytes(ns, key, 1, &row).unwrap()
+    };
+    for size in [claims.len() as u64, 1 << 30] {
+        let mut txn = env.store.kv().begin().unwrap();
+        txn.put(pieces_ns, &piece_key, &piece).unwrap();
+        txn.put(ns, key, &manifest(size)).unwrap();
+        txn.commit().unwrap();
+        let largest = load();
+        assert!(largest < 1 << 20, "a {largest}-byte allocation for a manifest counting {size} bytes");
+    }
+}
+
+#[test]
+fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() {
+    let env = Env::new();
+    // Enough files for several pieces (4 KiB each in tests).
+    for i in 0..600 {
+        write(&env, &format!("d{}/f{i}", i % 9), "x");
+        age(&env, &format!("d{}/f{i}", i % 9));
+    }
+    take(&env);
+    let keys = piece_keys(&env);
+    assert!(keys.len() >= 3, "{} pieces", keys.len());
+    let ns = crate::storage::schema::STATCACHE_PIECES;
+    let value = |k: &[u8]| env.store.kv().get(ns, k).unwrap().unwrap();
+    let put = |k: &[u8], v: Option<&[u8]>| {
+        let mut txn = env.store.kv().begin().unwrap();
+        match v {
+            Some(v) => txn.put(ns, k, v).unwrap(),
+            None => assert!(txn.delete(ns, k).unwrap()),
+        }
+        txn.commit().unwrap();
+    };
+    let loads = || crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).map(|c| c.entries.len());
+    assert_eq!(loads().unwrap(), 600);
+    let (first, second) = (value(&keys[0]), value(&keys[1]));
+    // Each attack, then the pieces put back: the cache opens again.
+    type Step<'a> = Box<dyn Fn() + 'a>;
+    let attacks: [(&str, Step, Step); 4] = [
+        (
+            "a byte altered",
+            Box::new(|| {
+                let mut v = first.clone();
+                let last = v.len() - 1;
+                v[last] ^= 1;
+                put(&keys[0], Some(&v));
+            }),
+            Box::new(|| put(&keys[0], Some(&first))),
+        ),
+        (
+            "two pieces swapped",
+            Box::new(|| {
+                put(&keys[0], Some(&second));
+                put(&keys[1], Some(&first));
+            }),
+            Box::new(|| {
+                put(&keys[0], Some(&first));
+                put(&keys[1], Some(&second));
+            }),
+        ),
+        ("a piece missing", Box::new(|| put(&keys[1], None)), Box::new(|| put(&keys[1], Some(&second)))),
+        (
+            "a piece of another generation",
+            Box::new(|| {
+                let mut other = keys[0].clone();
+                let at = other.len() - 5;
+                other[at] ^= 1;
+                put(&other, Some(&first));
+                put(&keys[0], None);
+            }),
+            Box::new(|| put(&keys[0], Some(&first))),
+        ),
+    ];
+    for (what, attack, undo) in &attacks {
+        attack();
+        let err = loads().unwrap_err();
+        assert_eq!(err.code, crate::error::ErrorCode::Corrupt, "{what}: {err:?}");
+        undo();
+        assert_eq!(loads().unwrap(), 600, "{what}, undone");
+    }
+    // The stray piece of the last attack is named by no cache: gc takes it, and only it.
+    assert_eq!(piece_keys(&env).len(), keys.len() + 1);
+    maintenance::gc(&env.store).unwrap();
+    assert_eq!(piece_keys(&env), keys);
+    // Damaged, the cache is dropped with its pieces, and the snapshot reads everything.
+    attacks[0].1();
+    let r = take(&env);
+    assert!(r.stat_cache_dropped.is_some());
+    assert_eq!(r.read_files, 600);
+    let rewritten = piece_keys(&env);
+    assert!(!rewritten.is_empty() && rewritten.iter().all(|k| !keys.contains(k)), "a new generation's pieces only");
+    assert_eq!(loads().unwrap(), 600);
 }
 
 #[test]
@@ -827,9 +938,12 @@ fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_g
     assert!(snapshot::list(&env.store, &env.session.id).unwrap().is_empty(), "nothing recorded");
     let ahead = objects(&env) - before;
     assert!(ahead > 0, "the tree's nodes were stored ahead of the commit");
+    assert!(!piece_keys(&env).is_empty(), "the stat cache's pieces were stored ahead of the commit");
+    assert_eq!(cache_rows(&env), (None, None), "and nothing names them");
     let report = maintenance::gc(&env.store).unwrap();
     assert!(report.objects_removed >= ahead as u64, "{} < {ahead}", report.objects_removed);
     assert_eq!(objects(&env), before, "gc removed every node stored ahead");
+    assert!(piece_keys(&env).is_empty(), "and every piece");
     // Taken again, the snapshot records the whole tree and verifies.
     let r = take(&env);
     assert_eq!(r.files, 3000);
