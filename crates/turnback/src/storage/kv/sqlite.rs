@@ -75,9 +75,10 @@ impl SqliteKv {
             if !mode.eq_ignore_ascii_case("wal") {
                 return Err(Error::new(ErrorCode::Io, format!("database refused WAL mode ({mode})")));
             }
-            // A 32 MiB page cache (the default is 2 MiB): a snapshot checks and writes
-            // index entries for every new file, at random places in the B-tree.
-            conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;")?;
+            // A 16 MiB page cache (the default is 2 MiB): a snapshot checks and writes
+            // index entries for every new file, at random places in the B-tree. 32 MiB
+            // took no less time on a million files' first snapshot, and 30 MB more memory.
+            conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;")?;
             migrate(&conn)
         })?;
         Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None), snapshot: false })
