@@ -399,7 +399,7 @@ fn over_limit(walked: &Scan<'_>, baseline: &Baseline<'_>, limits: &SnapshotLimit
 /// Phase 5: reads, hashes and packs what the store lacks, on the thread pool; each batch
 /// is compressed and encrypted while the next one is read, and stored by a writer thread.
 /// Files that vanished or became unreadable since the walk are left out with the reason.
-/// Returns the bytes stored.
+/// Takes the plan's list of files to read; returns the bytes stored.
 pub(super) fn read_and_pack(
     store: &Store,
     root: &Path,
@@ -427,8 +427,11 @@ pub(super) fn read_and_pack(
         let reading = (|| -> Result<()> {
             let mut previous: Option<Packer> = None;
             let mut done_bytes = 0u64;
-            let (large, to_read): (Vec<usize>, Vec<usize>) =
-                plan.to_read.iter().partition(|&&i| walked.get(i).stat.size > STREAM_FROM);
+            // Split in place (a million files' list is 8 MB; a copy of it is 8 MB more).
+            let mut to_read = std::mem::take(&mut plan.to_read);
+            let large: Vec<usize> =
+                to_read.iter().copied().filter(|&i| walked.get(i).stat.size > STREAM_FROM).collect();
+            to_read.retain(|&i| walked.get(i).stat.size <= STREAM_FROM);
             for (n, batch) in batches(&to_read, |i| walked.get(i).stat.size).into_iter().enumerate() {
                 // The writer has work from the second batch on.
                 let writing = n > 0;
