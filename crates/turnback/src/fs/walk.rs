@@ -138,10 +138,32 @@ impl<T> Default for Walk<T> {
     }
 }
 
-/// What a walk keeps of each entry it records, called on the walk's threads in component
-/// order within each directory; `hint` is the directory's own (0 at its first entry), for
-/// the caller to carry from one entry to the next.
-pub type Keep<'a, T> = &'a (dyn Fn(Entry, &mut usize) -> T + Sync);
+/// What a walk keeps of each entry it records ([`walk_keeping`]), made on the walk's threads
+/// directory by directory: [`keep`](Keeper::keep) is given each entry of a directory in
+/// component order with the directory's own state (new at its first entry), and
+/// [`close`](Keeper::close) that state and what was kept of the directory's entries once
+/// they are all found, before anything below it is walked.
+pub trait Keeper<T>: Sync {
+    /// What the keeper carries from one entry of a directory to the next.
+    type Dir: Default;
+
+    /// What is kept of `entry`.
+    fn keep(&self, dir: &mut Self::Dir, entry: Entry) -> T;
+
+    /// Finishes what was kept of a directory's entries.
+    fn close(&self, _dir: Self::Dir, _kept: &mut [T]) {}
+}
+
+/// Keeps every entry as found.
+struct AsFound;
+
+impl Keeper<Entry> for AsFound {
+    type Dir = ();
+
+    fn keep(&self, _: &mut (), entry: Entry) -> Entry {
+        entry
+    }
+}
 
 /// The directories a partial walk listed whole and those it did not enter.
 #[derive(Debug, Default)]
@@ -209,7 +231,7 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 /// # Errors
 /// `io` if `root` cannot be read.
 pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<Scope<'_>>) -> Result<Walk> {
-    walk_keeping(root, skip_dirs, scope, &|entry, _| entry)
+    walk_keeping(root, skip_dirs, scope, &AsFound)
 }
 
 /// [`walk_scoped`], keeping of each entry what `keep` makes of it as soon as it is found
@@ -218,11 +240,11 @@ pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<
 ///
 /// # Errors
 /// `io` if `root` cannot be read.
-pub fn walk_keeping<T: Send>(
+pub fn walk_keeping<T: Send, K: Keeper<T>>(
     root: &Path,
     skip_dirs: &[std::path::PathBuf],
     scope: Option<Scope<'_>>,
-    keep: Keep<'_, T>,
+    keep: &K,
 ) -> Result<Walk<T>> {
     let root = root.canonicalize().context(root)?;
     let root_bytes = root.as_os_str().as_bytes();
@@ -263,7 +285,7 @@ struct Notes {
 }
 
 /// What one walk shares between its threads.
-struct Walker<'a, T> {
+struct Walker<'a, K> {
     /// Absolute and canonical.
     root: &'a Path,
     /// The root's own name: the parent name of its top-level entries.
@@ -271,7 +293,7 @@ struct Walker<'a, T> {
     /// Directories never entered (relative to the root).
     skip: Vec<Vec<u8>>,
     scope: Option<Scope<'a>>,
-    keep: Keep<'a, T>,
+    keep: &'a K,
     excluded: AtomicU64,
     notes: Mutex<Notes>,
 }
@@ -356,7 +378,7 @@ pub(crate) fn read_names(fd: &OwnedFd, add: &mut dyn FnMut(&[u8], FileType)) -> 
     Ok(())
 }
 
-impl<T: Send> Walker<'_, T> {
+impl<K> Walker<'_, K> {
     fn note_skipped(&self, rel: &[u8], reason: String) {
         let path = String::from_utf8_lossy(rel).into_owned();
         self.notes.lock().unwrap_or_else(|p| p.into_inner()).skipped.push(Skipped { path, reason });
@@ -392,7 +414,10 @@ impl<T: Send> Walker<'_, T> {
 
     /// Walks directory `rel` (open as `fd`; `rules` are those of its parent): its findings in
     /// component order.
-    fn dir(&self, fd: &OwnedFd, rel: &[u8], rules: &Rules) -> Found<T> {
+    fn dir<T: Send>(&self, fd: &OwnedFd, rel: &[u8], rules: &Rules) -> Found<T>
+    where
+        K: Keeper<T>,
+    {
         let Some((names, found)) = self.list(fd, rel) else { return Found::default() };
         let mut notes = Vec::new();
         let rules = rules.enter(self.root, rel, found, &mut notes);
@@ -400,14 +425,15 @@ impl<T: Send> Walker<'_, T> {
         let parent_name = if rel.is_empty() { self.root_name } else { Some(name_of(rel)) };
         let mut entries = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
-        let mut hint = 0;
+        let mut kept = K::Dir::default();
         for listed in names {
             match self.visit(fd, listed, &rules, parent_name) {
                 Visit::Skip => {}
-                Visit::Record(entry) => entries.push((self.keep)(entry, &mut hint)),
+                Visit::Record(entry) => entries.push(self.keep.keep(&mut kept, entry)),
                 Visit::Enter(path) => subdirs.push((entries.len(), path)),
             }
         }
+        self.keep.close(kept, &mut entries);
         entries.shrink_to_fit();
         let dirs: Vec<(usize, Found<T>)> = subdirs
             .into_par_iter()
