@@ -162,7 +162,12 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
         for (k, v) in entries {
             counts.records += 1;
             if deep && let Err(e) = store.open_bytes(ns, &k, &v) {
-                let mut p = problem(format!("{ns} record {}", String::from_utf8_lossy(&k)), &e);
+                // A key that is not text (a stat cache piece's) is shown in hex.
+                let key = match std::str::from_utf8(&k) {
+                    Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
+                    _ => crate::base::hex::hex(&k),
+                };
+                let mut p = problem(format!("{ns} record {key}"), &e);
                 if table.derived {
                     // Nothing is lost, and no backup is needed.
                     p.recovery_actions =

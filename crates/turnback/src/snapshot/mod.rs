@@ -251,7 +251,8 @@ pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str)
         }
         deleted += 1;
     }
-    statcache::delete_in(txn, session)?;
+    // The caller holds the session's lock: no snapshot of it is storing pieces.
+    statcache::delete_all_in(txn, session)?;
     Ok(deleted)
 }
 

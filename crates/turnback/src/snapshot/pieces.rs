@@ -10,9 +10,10 @@
 //!   seal: a piece moved to another number, generation or session does not open.
 //! - Pieces are written in their own transaction before the record that names them
 //!   ([`Manifest`], in the stat cache's own row) commits; until then nothing reads them.
-//!   Pieces no manifest names (a snapshot that failed or was cancelled after writing them)
-//!   go when the session's next whole cache is stored, when its cache is deleted, or at
-//!   `gc` ([`sweep`]).
+//!   Pieces no manifest names (a snapshot that failed or was cancelled after writing them,
+//!   a cache deleted by a caller without the session's lock) go when the session's next
+//!   whole cache is stored, when its cache is dropped or the session deleted (under its
+//!   lock), or at `gc` ([`sweep`]).
 //! - A reader gives exactly the bytes the manifest counts, from exactly its pieces, or
 //!   fails: a piece missing, altered or of another size is `corrupt`.
 

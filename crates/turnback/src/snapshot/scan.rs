@@ -15,7 +15,7 @@
 //! - A scan refers to one cache, the one it was matched against; everything that reads its
 //!   indices asks the scan for it ([`Scan::cache`]).
 //! - Memory: a file kept by reference costs a 16-byte slot; any other file (changed, new,
-//!   every file of a first snapshot) a slot and a record of 56 bytes and its path in one
+//!   every file of a first snapshot) a slot and a record of 52 bytes and its path in one
 //!   buffer the scan holds (no allocation of its own: a million files' first snapshot held
 //!   two each, about 110 MB with the allocator's overhead, where the records take 70 MB);
 //!   anything else, and an entry walked before the cache was loaded until the scan is made,

@@ -1,8 +1,8 @@
 //! The per-session stat cache: what each file looked like when its content was last read.
 //!
 //! Invariants:
-//! - It is stored sealed (paths are secret) and written in the same transaction as the
-//!   snapshot it describes. A watched snapshot (see
+//! - It is stored sealed (paths are secret); the row that names it is written in the same
+//!   transaction as the snapshot it describes (a whole cache's pieces just before). A watched snapshot (see
 //!   [`watched`](crate::snapshot)) does not rewrite it, so it may describe an older snapshot
 //!   of the session, even one pruned since: every content and tree id it names is therefore
 //!   a root of `gc` ([`named_ids`], used by [`live_objects`](crate::snapshot::live_objects)),
@@ -347,7 +347,8 @@ impl StatCache {
             Ok(cache) => Ok((cache, None)),
             Err(e) if e.code == ErrorCode::Corrupt => {
                 let mut txn = store.kv().begin()?;
-                delete_in(&mut *txn, session)?;
+                // The snapshot that loads it holds the session's lock.
+                delete_all_in(&mut *txn, session)?;
                 txn.commit()?;
                 let why = format!(
                     "the session's stat cache did not verify ({}); it was dropped and every file read in full",
@@ -526,11 +527,15 @@ fn read_manifest(mut plain: impl Read) -> Result<pieces::Manifest> {
 /// if it names none (no cache, an older layout, or a row that does not open).
 fn named_generation(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Option<[u8; 16]>> {
     let Some(value) = txn.get(schema::STATCACHE, session.as_bytes())? else { return Ok(None) };
-    let Ok(plain) = store.open_bytes(schema::STATCACHE, session.as_bytes(), &value) else { return Ok(None) };
-    Ok(match plain.strip_prefix(PIECES_MAGIC) {
-        Some(rest) => read_manifest(rest).ok().map(|m| m.generation),
-        None => None,
-    })
+    // Only its head is decompressed: a row of the older layout holds the whole cache.
+    let Ok((mut plain, _)) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value) else {
+        return Ok(None);
+    };
+    let mut magic = [0u8; 4];
+    if plain.read_exact(&mut magic).is_err() || &magic != PIECES_MAGIC {
+        return Ok(None);
+    }
+    Ok(read_manifest(plain).ok().map(|m| m.generation))
 }
 
 /// Deletes every stored piece that no session's whole cache names (left by a snapshot that
@@ -735,9 +740,15 @@ pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>
     })?;
     for session in sessions {
         let Some(value) = store.kv().get(schema::STATCACHE, session.as_bytes())? else { continue };
-        if let Ok(cache) = open_whole(store, &session, value) {
-            files.extend(cache.entries.iter().map(|(_, c)| c.id));
-            trees.extend(cache.tree_ids);
+        // A cache that does not verify names nothing; an error reading one that may (its
+        // pieces are read one by one) stops gc, which must not sweep what it names.
+        match open_whole(store, &session, value) {
+            Ok(cache) => {
+                files.extend(cache.entries.iter().map(|(_, c)| c.id));
+                trees.extend(cache.tree_ids);
+            }
+            Err(e) if e.code == ErrorCode::Corrupt => {}
+            Err(e) => return Err(e),
         }
     }
     store.kv().scan(schema::STATCACHE_DELTA, b"", &mut |k, v| {
@@ -765,10 +776,18 @@ pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, write: &Write) -> Result<
 }
 
 /// Removes the cache of `session`, whole and delta, inside `txn` (the next snapshot reads
-/// everything).
+/// everything). Its pieces, named by nothing now, are left to the session's next whole
+/// cache or `gc`: a caller without the session's lock must not delete the pieces another
+/// process is storing for the snapshot it is taking ([`delete_all_in`] does, with it).
 pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
     txn.delete(schema::STATCACHE, session.as_bytes())?;
-    txn.delete(schema::STATCACHE_DELTA, session.as_bytes())?;
+    txn.delete(schema::STATCACHE_DELTA, session.as_bytes()).map(|_| ())
+}
+
+/// [`delete_in`], and every piece of the session's, for a caller that holds its lock (no
+/// snapshot of it is storing pieces meanwhile).
+pub(crate) fn delete_all_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
+    delete_in(txn, session)?;
     pieces::delete_in(txn, session, None)
 }
 

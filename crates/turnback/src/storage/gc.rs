@@ -37,7 +37,8 @@ pub(crate) struct Swept {
     pub bytes: u64,
 }
 
-/// Removes every object that `roots` do not keep alive, then repacks sparse blocks.
+/// Removes what snapshots stored ahead and nothing names (`roots.unnamed`), every object
+/// that `roots` do not keep alive, then repacks sparse blocks.
 pub(crate) fn sweep(store: &Store, roots: &LiveRoots<'_>) -> Result<Swept> {
     let _exclusive = lock::objects(&store.locks_dir(), true)?;
     (roots.unnamed)()?;

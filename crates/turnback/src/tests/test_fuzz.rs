@@ -122,6 +122,9 @@ fn fuzz_sealed_envelope() {
         Fuzz::new("sealed-envelope", &corpus("sealed-envelope"), Shape::Bytes).seed("stat cache", sealed.clone());
     let record = env.store.seal_bytes(schema::HISTORY, b"k", 1, br#"{"role":"user","content":"hi"}"#).unwrap();
     fuzz = fuzz.seed("small record", record.clone());
+    // A piece of the whole stat cache: the largest sealed frame the store holds.
+    let piece_key = env.keys_in(schema::STATCACHE_PIECES).remove(0);
+    fuzz = fuzz.seed("stat cache piece", value(&env, schema::STATCACHE_PIECES, &piece_key));
     fuzz.run(|input| {
         let r = env.store.open_bytes(schema::STATCACHE, session.as_bytes(), input);
         let other = env.store.open_bytes(schema::HISTORY, b"k", input);

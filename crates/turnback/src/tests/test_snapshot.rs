@@ -849,6 +849,13 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
     let loads = || crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).map(|c| c.entries.len());
     assert_eq!(loads().unwrap(), 600);
     let (first, second) = (value(&keys[0]), value(&keys[1]));
+    // The same piece's key with its generation's first byte changed.
+    let other_generation = |key: &[u8]| {
+        let mut other = key.to_vec();
+        let at = other.len() - 4 - 16;
+        other[at] ^= 1;
+        other
+    };
     // Each attack, then the pieces put back: the cache opens again.
     type Step<'a> = Box<dyn Fn() + 'a>;
     let attacks: [(&str, Step, Step); 4] = [
@@ -875,13 +882,11 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
         ),
         ("a piece missing", Box::new(|| put(&keys[1], None)), Box::new(|| put(&keys[1], Some(&second)))),
         (
-            "a piece of another generation",
+            "a piece sealed for another generation",
             Box::new(|| {
-                let mut other = keys[0].clone();
-                let at = other.len() - 5;
-                other[at] ^= 1;
-                put(&other, Some(&first));
-                put(&keys[0], None);
+                let plain = env.store.open_bytes(ns, &keys[0], &first).unwrap();
+                let sealed = env.store.seal_bytes(ns, &other_generation(&keys[0]), 1, &plain).unwrap();
+                put(&keys[0], Some(&sealed));
             }),
             Box::new(|| put(&keys[0], Some(&first))),
         ),
@@ -893,7 +898,8 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
         undo();
         assert_eq!(loads().unwrap(), 600, "{what}, undone");
     }
-    // The stray piece of the last attack is named by no cache: gc takes it, and only it.
+    // A stray piece (another generation's) is named by no cache: gc takes it, and only it.
+    put(&other_generation(&keys[0]), Some(&first));
     assert_eq!(piece_keys(&env).len(), keys.len() + 1);
     maintenance::gc(&env.store).unwrap();
     assert_eq!(piece_keys(&env), keys);
@@ -905,6 +911,15 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
     let rewritten = piece_keys(&env);
     assert!(!rewritten.is_empty() && rewritten.iter().all(|k| !keys.contains(k)), "a new generation's pieces only");
     assert_eq!(loads().unwrap(), 600);
+    // Deleted without the session's lock (a cancelled turn's snapshot discarded), the cache
+    // leaves its pieces to gc: another process may be storing pieces of that session.
+    let mut txn = env.store.kv().begin().unwrap();
+    crate::snapshot::statcache::delete_in(&mut *txn, &env.session.id).unwrap();
+    txn.commit().unwrap();
+    assert_eq!(cache_rows(&env), (None, None));
+    assert_eq!(piece_keys(&env), rewritten);
+    maintenance::gc(&env.store).unwrap();
+    assert!(piece_keys(&env).is_empty());
 }
 
 #[test]
