@@ -358,7 +358,7 @@ fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
     let roots = gc::LiveRoots {
         reached: &|| crate::snapshot::live_objects(store),
         named_in: &artifact::content_in,
-        unnamed: &|| crate::snapshot::statcache::sweep_pieces(store),
+        sweep_stored_ahead: &|| crate::snapshot::statcache::sweep_pieces(store),
     };
     let swept = gc::sweep(store, &roots)?;
     Ok((swept.objects, swept.bytes))

@@ -234,9 +234,9 @@ pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<
     walk_keeping(root, skip_dirs, scope, &AsFound)
 }
 
-/// [`walk_scoped`], keeping of each entry what `keep` makes of it as soon as it is found
+/// [`walk_scoped`], keeping of each entry what `keeper` makes of it as soon as it is found
 /// (a snapshot keeps a file its stat cache describes unchanged as a reference to the
-/// cache's entry), so that what the walk holds is what `keep` made.
+/// cache's entry), so that what the walk holds is what `keeper` made.
 ///
 /// # Errors
 /// `io` if `root` cannot be read.
@@ -244,7 +244,7 @@ pub fn walk_keeping<T: Send, K: Keeper<T>>(
     root: &Path,
     skip_dirs: &[std::path::PathBuf],
     scope: Option<Scope<'_>>,
-    keep: &K,
+    keeper: &K,
 ) -> Result<Walk<T>> {
     let root = root.canonicalize().context(root)?;
     let root_bytes = root.as_os_str().as_bytes();
@@ -260,7 +260,7 @@ pub fn walk_keeping<T: Send, K: Keeper<T>>(
         root_name: root.file_name().map(OsStrExt::as_bytes),
         skip,
         scope,
-        keep,
+        keeper,
         excluded: AtomicU64::new(0),
         notes: Mutex::new(Notes::default()),
     };
@@ -293,13 +293,13 @@ struct Walker<'a, K> {
     /// Directories never entered (relative to the root).
     skip: Vec<Vec<u8>>,
     scope: Option<Scope<'a>>,
-    keep: &'a K,
+    keeper: &'a K,
     excluded: AtomicU64,
     notes: Mutex<Notes>,
 }
 
 /// One directory's findings in component order: its files and links, and, each at the place
-/// it goes among them, what its subdirectories found. An entry costs what `keep` made of it
+/// it goes among them, what its subdirectories found. An entry costs what the keeper made of it
 /// (a slot per entry, not a slot and a tree node).
 struct Found<T> {
     entries: Vec<T>,
@@ -425,15 +425,16 @@ impl<K> Walker<'_, K> {
         let parent_name = if rel.is_empty() { self.root_name } else { Some(name_of(rel)) };
         let mut entries = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
-        let mut kept = K::Dir::default();
+        let mut state = K::Dir::default();
         for listed in names {
             match self.visit(fd, listed, &rules, parent_name) {
                 Visit::Skip => {}
-                Visit::Record(entry) => entries.push(self.keep.keep(&mut kept, entry)),
+                Visit::Record(entry) => entries.push(self.keeper.keep(&mut state, entry)),
                 Visit::Enter(path) => subdirs.push((entries.len(), path)),
             }
         }
-        self.keep.close(kept, &mut entries);
+        self.keeper.close(state, &mut entries);
+        // Made for every name listed, subdirectories too; held until the walk is flattened.
         entries.shrink_to_fit();
         let dirs: Vec<(usize, Found<T>)> = subdirs
             .into_par_iter()

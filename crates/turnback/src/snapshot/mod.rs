@@ -13,10 +13,11 @@
 //!   restores it. The other limits are checked, on what is kept, after the walk and before
 //!   any content is read or stored; a snapshot over one is recorded as skipped with the
 //!   reason, and nothing else.
-//! - Content objects (and a large tree's nodes, past a few MiB of them) are written before
-//!   the transaction that commits the snapshot record (with its other trees and the new
-//!   stat cache) and are protected from `gc` meanwhile by the shared objects lock; a
-//!   crash in between leaves only unreferenced objects, which `gc` removes. Snapshots of
+//! - Content objects (and a large tree's nodes, past a few MiB of them, and a whole stat
+//!   cache's pieces) are written before the transaction that commits the snapshot record
+//!   (with its other trees and the new stat cache's row) and are protected from `gc`
+//!   meanwhile by the shared objects lock; a crash in between leaves only what nothing
+//!   names, which `gc` removes. Snapshots of
 //!   one session are taken one at a time (the session lock): a second waits, it is never
 //!   skipped.
 //! - The stat cache describes the session's latest fully walked snapshot; the content and
@@ -34,7 +35,7 @@
 pub mod diff;
 mod lookup;
 mod patch;
-mod pieces;
+pub(crate) mod pieces;
 mod prune;
 mod scan;
 pub mod statcache;

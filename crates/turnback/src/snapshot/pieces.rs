@@ -1,28 +1,32 @@
 //! A whole stat cache stored as numbered pieces: its plaintext is cut every
-//! [`PIECE_BYTES`] and each piece sealed as a record of its own, written ahead of the
-//! commit that names it. Neither writing nor reading ever holds more than one piece (a
-//! million files' cache is about 40 MB sealed; held whole, it was the largest allocation of
-//! a first snapshot and of every load).
+//! [`PIECE_BYTES`] and each piece sealed as a record of its own, stored ahead of the
+//! commit that names it ([`write`]) and read back one piece at a time ([`read`]). Neither
+//! ever holds more than one piece of its sealed bytes (a million files' cache is about
+//! 40 MB sealed; held whole, it was the largest allocation of a first snapshot and of every
+//! load).
 //!
 //! Invariants:
 //! - A piece's key is its session, a `0` byte (no session id holds one), the generation of
 //!   the cache it belongs to and its number (big-endian), and the key is bound into its
 //!   seal: a piece moved to another number, generation or session does not open.
-//! - Pieces are written in their own transaction before the record that names them
-//!   ([`Manifest`], in the stat cache's own row) commits; until then nothing reads them.
-//!   Pieces no manifest names (a snapshot that failed or was cancelled after writing them,
-//!   a cache deleted by a caller without the session's lock) go when the session's next
-//!   whole cache is stored, when its cache is dropped or the session deleted (under its
+//! - Pieces are stored in transactions of their own, a few MiB each (so that other writers
+//!   of the store do not wait for a whole cache), before the row that names them
+//!   ([`Manifest`], in the stat cache's own row) commits; until then no snapshot reads
+//!   them. Pieces no manifest names (a snapshot that failed or was cancelled after storing
+//!   them, a cache deleted by a caller without the session's lock) go when the session's
+//!   next whole cache is stored, when its cache is dropped or the session deleted (under its
 //!   lock), or at `gc` ([`sweep`]).
-//! - A reader gives exactly the bytes the manifest counts, from exactly its pieces, or
-//!   fails: a piece missing, altered or of another size is `corrupt`.
+//! - A reading gives exactly the bytes the manifest counts, from exactly its pieces, or
+//!   fails: a piece missing, altered or of another size is `corrupt`, and a manifest that
+//!   counts more than its pieces can hold, or than a record may be, is refused before
+//!   anything is read.
 
 use std::io::{self, Read, Write};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use crate::storage::kv::Txn;
 use crate::storage::schema;
-use crate::storage::store::Store;
+use crate::storage::store::{RECORD_MAX, Store};
 
 /// Plaintext bytes per piece written (the last one may hold fewer): small in tests, so
 /// that a test's cache spans several.
@@ -41,12 +45,30 @@ pub(crate) struct Manifest {
     pub size: u64,
 }
 
+/// Bytes of a [`Manifest`].
+pub(crate) const MANIFEST_BYTES: usize = 16 + 4 + 8;
+
 impl Manifest {
-    /// Whether its pieces can hold its size: each holds at least a byte and at most
-    /// [`PIECE_MAX`]. (Its size bounds what a reader allocates, so one that claims more
-    /// than its pieces could hold is refused before anything is read.)
-    pub(crate) fn holds(&self) -> bool {
-        u64::from(self.pieces) <= self.size && self.size <= u64::from(self.pieces) * PIECE_MAX as u64
+    pub(crate) fn to_bytes(self) -> [u8; MANIFEST_BYTES] {
+        let mut out = [0u8; MANIFEST_BYTES];
+        out[..16].copy_from_slice(&self.generation);
+        out[16..20].copy_from_slice(&self.pieces.to_le_bytes());
+        out[20..].copy_from_slice(&self.size.to_le_bytes());
+        out
+    }
+
+    /// The manifest `bytes` hold, if its pieces can hold its size: each at least a byte and
+    /// at most [`PIECE_MAX`], and a record's most in all (its size bounds what a reader
+    /// allocates, so a claim past what its pieces could hold is refused unread).
+    pub(crate) fn from_bytes(bytes: &[u8; MANIFEST_BYTES]) -> Option<Self> {
+        let manifest = Manifest {
+            generation: bytes[..16].try_into().expect("16 bytes"),
+            pieces: u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes")),
+            size: u64::from_le_bytes(bytes[20..].try_into().expect("8 bytes")),
+        };
+        let (pieces, size) = (u64::from(manifest.pieces), manifest.size);
+        let holds = pieces <= size && size <= pieces * PIECE_MAX as u64 && size <= RECORD_MAX as u64;
+        holds.then_some(manifest)
     }
 }
 
@@ -57,57 +79,85 @@ fn prefix(session: &str) -> Vec<u8> {
     key
 }
 
-fn key(session: &str, generation: &[u8; 16], n: u32) -> Vec<u8> {
+/// The key of piece `n` of `session`'s cache of `generation`.
+pub(crate) fn key(session: &str, generation: &[u8; 16], n: u32) -> Vec<u8> {
     let mut key = prefix(session);
     key.extend_from_slice(generation);
     key.extend_from_slice(&n.to_be_bytes());
     key
 }
 
-/// Seals what is written to it as the pieces of `session`'s cache of `generation`, each
-/// stored in `txn` as it fills.
-pub(crate) struct Writer<'a> {
+/// Stores what `encode` writes as the pieces of `session`'s cache of `generation`, each
+/// sealed as it fills; the manifest of what was stored.
+///
+/// # Errors
+/// The store's, or `encode`'s.
+pub(crate) fn write(
+    store: &Store,
+    session: &str,
+    generation: [u8; 16],
+    encode: &mut dyn FnMut(&mut dyn Write) -> io::Result<()>,
+) -> Result<Manifest> {
+    let mut writer = Writer {
+        store,
+        txn: None,
+        session,
+        generation,
+        piece: Vec::with_capacity(PIECE_BYTES),
+        pieces: 0,
+        size: 0,
+        failed: None,
+    };
+    let written = {
+        let mut buffered = io::BufWriter::with_capacity(64 * 1024, &mut writer);
+        encode(&mut buffered).and_then(|()| buffered.flush())
+    };
+    if let Err(e) = written {
+        return Err(writer.failed.take().unwrap_or_else(|| Error::new(ErrorCode::Io, format!("stat cache: {e}"))));
+    }
+    if !writer.piece.is_empty() {
+        writer.store_piece()?;
+    }
+    if let Some(txn) = writer.txn.take() {
+        txn.commit()?;
+    }
+    Ok(Manifest { generation, pieces: writer.pieces, size: writer.size })
+}
+
+/// Pieces stored per transaction.
+const PIECES_PER_COMMIT: u32 = 8;
+
+/// What [`write`] writes through.
+struct Writer<'a> {
     store: &'a Store,
-    txn: &'a mut dyn Txn,
+    txn: Option<Box<dyn Txn + 'a>>,
     session: &'a str,
     generation: [u8; 16],
     piece: Vec<u8>,
     pieces: u32,
     size: u64,
-    /// The store's error, if one stopped the writing (io errors carry only text).
+    /// The store's error, if one stopped the writing (an `io::Error` carries only text).
     failed: Option<Error>,
 }
 
-impl<'a> Writer<'a> {
-    pub(crate) fn new(store: &'a Store, txn: &'a mut dyn Txn, session: &'a str, generation: [u8; 16]) -> Self {
-        let piece = Vec::with_capacity(PIECE_BYTES);
-        Writer { store, txn, session, generation, piece, pieces: 0, size: 0, failed: None }
-    }
-
+impl Writer<'_> {
     fn store_piece(&mut self) -> Result<()> {
         let key = key(self.session, &self.generation, self.pieces);
         let sealed = self.store.seal_bytes_at_level(schema::STATCACHE_PIECES, &key, SCHEMA, &self.piece, LEVEL)?;
-        self.txn.put(schema::STATCACHE_PIECES, &key, &sealed)?;
+        let txn = match &mut self.txn {
+            Some(txn) => txn,
+            None => self.txn.insert(self.store.kv().begin()?),
+        };
+        txn.put(schema::STATCACHE_PIECES, &key, &sealed)?;
         self.pieces = self.pieces.checked_add(1).ok_or_else(|| Error::invalid("a stat cache of 2^32 pieces"))?;
         self.size += self.piece.len() as u64;
         self.piece.clear();
-        Ok(())
-    }
-
-    /// Stores the last piece; the manifest of what was written.
-    ///
-    /// # Errors
-    /// The store's.
-    pub(crate) fn finish(mut self) -> Result<Manifest> {
-        if !self.piece.is_empty() {
-            self.store_piece()?;
+        if self.pieces.is_multiple_of(PIECES_PER_COMMIT)
+            && let Some(txn) = self.txn.take()
+        {
+            txn.commit()?;
         }
-        Ok(Manifest { generation: self.generation, pieces: self.pieces, size: self.size })
-    }
-
-    /// The store's error behind `e`, a write error of this writer, if it had one.
-    pub(crate) fn error(&mut self, e: io::Error) -> Error {
-        self.failed.take().unwrap_or_else(|| Error::new(crate::error::ErrorCode::Io, format!("stat cache: {e}")))
+        Ok(())
     }
 }
 
@@ -130,8 +180,28 @@ impl Write for Writer<'_> {
     }
 }
 
-/// The plaintext of the pieces `manifest` names, one piece in memory at a time.
-pub(crate) struct Reader<'a> {
+/// What `decode` makes of the plaintext of the pieces `manifest` names, read one piece at a
+/// time.
+///
+/// # Errors
+/// `decode`'s; but if reading a piece failed (the store's error, or the piece's
+/// corruption), that error, which says more than the decoder's "malformed".
+pub(crate) fn read<T>(
+    store: &Store,
+    session: &str,
+    manifest: Manifest,
+    decode: impl FnOnce(&mut dyn Read) -> Result<T>,
+) -> Result<T> {
+    let mut reader = Reader { store, session, manifest, next: 0, piece: Vec::new(), at: 0, read: 0, failed: None };
+    let decoded = decode(&mut reader);
+    match (decoded, reader.failed) {
+        (Err(_), Some(e)) => Err(e),
+        (decoded, _) => decoded,
+    }
+}
+
+/// What [`read`] reads through.
+struct Reader<'a> {
     store: &'a Store,
     session: &'a str,
     manifest: Manifest,
@@ -139,15 +209,11 @@ pub(crate) struct Reader<'a> {
     piece: Vec<u8>,
     at: usize,
     read: u64,
-    /// The store's error, if reading stopped on one that is not corruption.
-    pub(crate) failed: Option<Error>,
+    /// The error that stopped reading: the store's, or a piece's corruption.
+    failed: Option<Error>,
 }
 
-impl<'a> Reader<'a> {
-    pub(crate) fn new(store: &'a Store, session: &'a str, manifest: Manifest) -> Self {
-        Reader { store, session, manifest, next: 0, piece: Vec::new(), at: 0, read: 0, failed: None }
-    }
-
+impl Reader<'_> {
     /// Piece `n`, opened.
     fn piece(&self, n: u32) -> Result<Vec<u8>> {
         let key = key(self.session, &self.manifest.generation, n);
@@ -191,12 +257,16 @@ impl Read for Reader<'_> {
     }
 }
 
+/// The generation in piece key `key` of a session whose key prefix is `prefix` bytes long.
+fn generation_in(key: &[u8], prefix: usize) -> Option<&[u8]> {
+    key.get(prefix..prefix + 16)
+}
+
 /// Deletes every piece of `session` inside `txn` but those of generation `keep`.
 pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str, keep: Option<&[u8; 16]>) -> Result<()> {
     let prefix = prefix(session);
     for key in txn.keys(schema::STATCACHE_PIECES, &prefix)? {
-        let generation = key.get(prefix.len()..prefix.len() + 16);
-        if keep.is_none_or(|g| generation != Some(g.as_slice())) {
+        if keep.is_none_or(|g| generation_in(&key, prefix.len()) != Some(g.as_slice())) {
             txn.delete(schema::STATCACHE_PIECES, &key)?;
         }
     }
@@ -222,7 +292,7 @@ pub(crate) fn sweep(txn: &mut dyn Txn, generation_of: &GenerationOf<'_>) -> Resu
             };
             session = Some(key[..zero].to_vec());
         }
-        if named.is_none_or(|g| key.get(zero + 1..zero + 17) != Some(g.as_slice())) {
+        if named.is_none_or(|g| generation_in(&key, zero + 1) != Some(g.as_slice())) {
             txn.delete(schema::STATCACHE_PIECES, &key)?;
             gone += 1;
         }

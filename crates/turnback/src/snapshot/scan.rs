@@ -9,9 +9,9 @@
 //!   entry's, which equal what was walked).
 //! - Once a [`Scan`] is made, every entry knows the index of its cache entry if the cache
 //!   has its path (the entries walked before the cache was loaded are matched then, in one
-//!   pass). A cache holds fewer than 2^31 entries (its record is at most
-//!   [`RECORD_MAX`](crate::storage::store::RECORD_MAX), and an entry takes over 90 bytes),
-//!   so an index fits in 31 bits.
+//!   pass). A cache holds fewer than 2^31 entries (its plaintext is at most
+//!   [`RECORD_MAX`](crate::storage::store::RECORD_MAX), whether sealed in one record or in
+//!   pieces, and an entry takes over 90 bytes), so an index fits in 31 bits.
 //! - A scan refers to one cache, the one it was matched against; everything that reads its
 //!   indices asks the scan for it ([`Scan::cache`]).
 //! - Memory: a file kept by reference costs a 16-byte slot; any other file (changed, new,
@@ -49,7 +49,7 @@ pub(super) enum Slot {
     /// A file with the stat of this cache entry.
     Cached(u32),
     /// Any other file (every file of a first snapshot): where its record starts in the
-    /// scan's [`Files`].
+    /// scan's [`FileRecords`].
     File(u64),
     /// Anything else (a symlink, a nested repository), with the index of its cache entry
     /// if the cache has its path.
@@ -67,12 +67,12 @@ pub(super) struct Own {
 /// its stat (mode, size, mtime, ctime, device, inode), the index of its cache entry
 /// (`u32::MAX`: none), its path's length and its path.
 #[derive(Default)]
-pub(super) struct Files(Vec<u8>);
+pub(super) struct FileRecords(Vec<u8>);
 
 /// Bytes of a file record before its path.
 const RECORD_HEAD: usize = 4 + 8 * 5 + 4 + 4;
 
-impl Files {
+impl FileRecords {
     /// Adds a record; where it starts.
     fn put(&mut self, stat: &Stat, cached: Option<u32>, path: &[u8]) -> u64 {
         let at = self.0.len() as u64;
@@ -86,6 +86,17 @@ impl Files {
         self.0.extend_from_slice(&len.to_le_bytes());
         self.0.extend_from_slice(path);
         at
+    }
+
+    /// Appends `other`'s records; where they now start.
+    fn append(&mut self, other: &FileRecords) -> u64 {
+        let base = self.0.len() as u64;
+        self.0.extend_from_slice(&other.0);
+        base
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The record that starts at `at`: its path, stat and cache entry.
@@ -111,7 +122,7 @@ impl Slot {
     /// `entry` matched against `cache`, a file the cache does not vouch for recorded in
     /// `files`; `hint` is where the search starts, and is left just past what was found
     /// (entries come in component order).
-    fn matched(cache: &StatCache, entry: Entry, hint: &mut usize, files: &mut Files) -> Slot {
+    fn matched(cache: &StatCache, entry: Entry, hint: &mut usize, files: &mut FileRecords) -> Slot {
         let cached = match cache.entries.find_from(*hint, &entry.path) {
             Ok(c) => {
                 *hint = c + 1;
@@ -134,10 +145,10 @@ impl Slot {
 
 /// What the walk of a [`Scan`] keeps, directory by directory: each file it finds as cached a
 /// reference to its cache entry, once the cache is loaded; each other file a record in the
-/// directory's own [`Files`], moved into the walk's when the directory is closed.
+/// directory's own [`FileRecords`], moved into the walk's when the directory is closed.
 struct Keeping<'a> {
     loading: &'a OnceLock<StatCache>,
-    files: Mutex<Files>,
+    files: Mutex<FileRecords>,
 }
 
 /// One directory's state in [`Keeping`]: where its search of the cache is, and its files'
@@ -145,7 +156,7 @@ struct Keeping<'a> {
 #[derive(Default)]
 struct DirKept {
     hint: usize,
-    files: Files,
+    files: FileRecords,
 }
 
 impl Keeper<Slot> for Keeping<'_> {
@@ -159,13 +170,10 @@ impl Keeper<Slot> for Keeping<'_> {
     }
 
     fn close(&self, dir: DirKept, kept: &mut [Slot]) {
-        if dir.files.0.is_empty() {
+        if dir.files.is_empty() {
             return;
         }
-        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
-        let base = files.0.len() as u64;
-        files.0.extend_from_slice(&dir.files.0);
-        drop(files);
+        let base = self.files.lock().unwrap_or_else(|p| p.into_inner()).append(&dir.files);
         for slot in kept {
             if let Slot::File(at) = slot {
                 *at += base;
@@ -177,13 +185,13 @@ impl Keeper<Slot> for Keeping<'_> {
 /// A walk of a [`Scan`] before it is matched whole: its slots and its files' records.
 pub(super) struct Walked {
     walk: Walk<Slot>,
-    files: Files,
+    files: FileRecords,
 }
 
 /// A walk merged with the stat cache ([the module](self)).
 pub(super) struct Scan<'c> {
     slots: Vec<Slot>,
-    files: Files,
+    files: FileRecords,
     cache: &'c StatCache,
     /// Paths left out with a reason.
     pub(super) skipped: Vec<Skipped>,
@@ -193,7 +201,7 @@ pub(super) struct Scan<'c> {
 
 const FILE: &Kind = &Kind::File;
 
-fn view<'a>(cache: &'a StatCache, files: &'a Files, slot: &'a Slot) -> Seen<'a> {
+fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot) -> Seen<'a> {
     match slot {
         Slot::Cached(c) => {
             let (path, cached) = (cache.entries.path(*c as usize), cache.entries.cached(*c as usize));
@@ -216,7 +224,7 @@ impl<'c> Scan<'c> {
     /// # Errors
     /// `io` if `root` cannot be read.
     pub(super) fn walk(root: &Path, skip_dirs: &[std::path::PathBuf], loading: &OnceLock<StatCache>) -> Result<Walked> {
-        let keeping = Keeping { loading, files: Mutex::new(Files::default()) };
+        let keeping = Keeping { loading, files: Mutex::new(FileRecords::default()) };
         let walk = walk::walk_keeping(root, skip_dirs, None, &keeping)?;
         let files = keeping.files.into_inner().unwrap_or_else(|p| p.into_inner());
         Ok(Walked { walk, files })
@@ -236,6 +244,7 @@ impl<'c> Scan<'c> {
                 hint = c + 1;
             }
         }
+        // Grown by doubling while the walk went; what it holds now is all it will hold.
         files.0.shrink_to_fit();
         Scan { slots: entries, files, cache, skipped, excluded }
     }
@@ -243,7 +252,7 @@ impl<'c> Scan<'c> {
     /// `entries` (in component order), matched against `cache` (an empty one: none is
     /// asked).
     pub(super) fn of_entries(entries: Vec<Entry>, cache: &'c StatCache) -> Self {
-        let (mut hint, mut files) = (0, Files::default());
+        let (mut hint, mut files) = (0, FileRecords::default());
         let slots = entries.into_iter().map(|entry| Slot::matched(cache, entry, &mut hint, &mut files)).collect();
         Scan { slots, files, cache, skipped: Vec::new(), excluded: 0 }
     }
@@ -345,7 +354,7 @@ mod tests {
         ];
         // Every split between entries walked before the cache was there and after.
         for loaded_at in 0..=walked().len() {
-            let (mut hint, mut files) = (0, Files::default());
+            let (mut hint, mut files) = (0, FileRecords::default());
             let entries = walked()
                 .into_iter()
                 .enumerate()
@@ -365,7 +374,7 @@ mod tests {
     }
 
     #[test]
-    fn a_walks_records_moved_from_each_directory_into_the_scans_read_back_as_walked() {
+    fn file_records_kept_per_directory_read_back_as_walked() {
         // Files in many directories, walked in parallel: each directory's records are moved
         // into the scan's buffer at its own offset when it is closed.
         let dir = tempfile::tempdir().unwrap();
@@ -393,21 +402,29 @@ mod tests {
                 .collect(),
         );
         for loaded in [true, false] {
+            // Loaded before the walk: matched as walked, so each directory holds references
+            // to the cache and records both, moved into the scan's buffer when closed. Not
+            // loaded: every file recorded, matched when the scan is made.
             let loading = OnceLock::new();
             if loaded {
-                let _ = loading.set(StatCache::of_entries(Vec::new()));
+                let _ =
+                    loading.set(StatCache::of_entries(cache.entries.iter().map(|(p, c)| (p.to_vec(), *c)).collect()));
             }
             let walked = Scan::walk(dir.path(), &[], &loading).unwrap();
-            let recorded = walked.files.0.len();
-            let scan = Scan::new(walked, if loaded { loading.get().unwrap() } else { &cache });
-            assert_eq!(seen(&scan), expected, "cache loaded during the walk: {loaded}");
+            let kinds = |slots: &[Slot]| {
+                let count = |f: fn(&Slot) -> bool| slots.iter().filter(|s| f(s)).count();
+                (count(|s| matches!(s, Slot::Cached(_))), count(|s| matches!(s, Slot::File(_))))
+            };
+            let files = expected.iter().filter(|e| e.1 == Kind::File).count();
+            let (cached, recorded) = kinds(&walked.walk.entries);
             if loaded {
-                assert!(recorded > 0, "the files were recorded as they were walked");
-                assert!(scan.slots.iter().all(|s| !matches!(s, Slot::Unmatched(_))));
+                assert_eq!((cached, recorded), (files.div_ceil(3), files - files.div_ceil(3)), "matched as walked");
             } else {
-                let cached = scan.slots.iter().filter(|s| matches!(s, Slot::Cached(_))).count();
-                assert_eq!(cached, expected.iter().filter(|e| e.1 == Kind::File).count().div_ceil(3));
+                assert_eq!(cached, 0, "nothing matched before the cache was there");
             }
+            let scan = Scan::new(walked, loading.get().unwrap_or(&cache));
+            assert_eq!(seen(&scan), expected, "cache loaded during the walk: {loaded}");
+            assert_eq!(kinds(&scan.slots).0, files.div_ceil(3), "every cached file a reference once matched");
         }
     }
 }

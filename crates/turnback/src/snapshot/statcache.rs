@@ -44,6 +44,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fs::walk::{Stat, component_order};
 use crate::snapshot::pieces;
 use crate::storage::content::ContentId;
+use crate::storage::crypto;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -440,19 +441,19 @@ pub(crate) type Entries<'e, I> = dyn Fn() -> I + 'e;
 /// What a snapshot writes of the stat cache.
 pub(crate) enum Write {
     /// The whole cache, in place of the old one and its delta: the sealed row naming its
-    /// pieces (stored already), and its generation.
-    Whole { manifest: Vec<u8>, generation: [u8; 16] },
+    /// pieces (stored already), and their generation.
+    Whole { row: Vec<u8>, generation: [u8; 16] },
     /// A delta (sealed) over the whole cache as stored.
     Delta(Vec<u8>),
 }
 
-/// Stores the pieces of a whole cache for `session` (in their own transaction, ahead of the
-/// snapshot's commit) and returns the row that names them ([`put_in`]): a cache of
+/// Stores the pieces of a whole cache for `session` (in transactions of their own, ahead
+/// of the snapshot's commit) and returns the row that names them ([`put_in`]): a cache of
 /// `entries` taken at `taken_at_ns`, describing a snapshot of the directory nodes
 /// `tree_ids` (whose root and other entries are `shape`, when they are known to go with
-/// these entries), of a new generation. Sealed piece by piece as it is encoded: neither its
-/// plaintext nor its sealed bytes are ever whole in memory.
-pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
+/// these entries), of a new generation. Sealed piece by piece as it is encoded: its
+/// plaintext is never whole in memory, nor its sealed bytes.
+pub(crate) fn store_whole<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     store: &Store,
     session: &str,
     taken_at_ns: i128,
@@ -462,80 +463,74 @@ pub(crate) fn seal<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
 ) -> Result<Write> {
     let mut generation = [0u8; 16];
     getrandom::fill(&mut generation).map_err(|e| Error::new(ErrorCode::Io, format!("random generation: {e}")))?;
-    let mut txn = store.kv().begin()?;
-    let mut writer = pieces::Writer::new(store, &mut *txn, session, generation);
-    {
-        let mut buffered = io::BufWriter::with_capacity(64 * 1024, &mut writer);
-        let written = encode(&mut buffered, taken_at_ns, entries, tree_ids, shape, generation)
-            .and_then(|()| io::Write::flush(&mut buffered));
-        drop(buffered);
-        written.map_err(|e| writer.error(e))?;
-    }
-    let manifest = writer.finish()?;
-    txn.commit()?;
+    let mut encoded = |w: &mut dyn io::Write| encode(w, taken_at_ns, entries, tree_ids, shape, generation);
+    let manifest = pieces::write(store, session, generation, &mut encoded)?;
     crate::base::failpoint::hit("statcache-pieces-stored");
     let mut row = PIECES_MAGIC.to_vec();
-    row.extend_from_slice(&manifest.generation);
-    row.extend_from_slice(&manifest.pieces.to_le_bytes());
-    row.extend_from_slice(&manifest.size.to_le_bytes());
-    let manifest = store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &row, 1)?;
-    Ok(Write::Whole { manifest, generation })
+    row.extend_from_slice(&manifest.to_bytes());
+    let row = store.seal_bytes_at_level(schema::STATCACHE, session.as_bytes(), SCHEMA, &row, 1)?;
+    Ok(Write::Whole { row, generation })
+}
+
+/// What a whole cache's row holds.
+enum Row {
+    /// Which pieces make the cache.
+    Pieces(pieces::Manifest),
+    /// The cache itself, sealed in the row (the older layout): its plaintext as it is read,
+    /// and its size.
+    Whole(crypto::Opened),
+}
+
+/// Opens the row `value` of `session`'s whole cache, decompressing no more of it than its
+/// head.
+///
+/// # Errors
+/// `corrupt` if it does not open or its manifest is malformed.
+fn open_row(store: &Store, session: &str, value: Vec<u8>) -> Result<Row> {
+    let (mut plain, size) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value)?;
+    let mut magic = [0u8; 4];
+    plain.read_exact(&mut magic).map_err(|_| malformed())?;
+    if &magic != PIECES_MAGIC {
+        return Ok(Row::Whole((Box::new(io::Cursor::new(magic).chain(plain)), size)));
+    }
+    let mut manifest = [0u8; pieces::MANIFEST_BYTES];
+    plain.read_exact(&mut manifest).map_err(|_| malformed())?;
+    if plain.read(&mut [0u8; 1]).map_err(|_| malformed())? != 0 {
+        return Err(malformed());
+    }
+    let manifest = pieces::Manifest::from_bytes(&manifest)
+        .ok_or_else(|| Error::corrupt("stat cache", "its manifest counts more than its pieces can hold"))?;
+    Ok(Row::Pieces(manifest))
 }
 
 /// The whole cache of `session` from its row `value`: the pieces it names, or (an older
 /// layout) the cache sealed in the row itself.
 fn open_whole(store: &Store, session: &str, value: Vec<u8>) -> Result<StatCache> {
-    let (mut plain, size) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value)?;
-    let mut magic = [0u8; 4];
-    plain.read_exact(&mut magic).map_err(|_| Input::<&[u8]>::bad())?;
-    if &magic != PIECES_MAGIC {
-        return decode_from(io::Cursor::new(magic).chain(plain), size);
+    match open_row(store, session, value)? {
+        Row::Whole((plain, size)) => decode_from(plain, size),
+        Row::Pieces(manifest) => {
+            let cache = pieces::read(store, session, manifest, |plain| decode_from(plain, Some(manifest.size)))?;
+            if cache.generation != manifest.generation {
+                return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
+            }
+            Ok(cache)
+        }
     }
-    let manifest = read_manifest(plain)?;
-    let mut reader = pieces::Reader::new(store, session, manifest);
-    let decoded = decode_from(&mut reader, Some(manifest.size));
-    // A store error met while reading the pieces is that error, not a malformed cache.
-    let cache = match (decoded, reader.failed.take()) {
-        (Err(_), Some(e)) => return Err(e),
-        (decoded, _) => decoded?,
-    };
-    if cache.generation != manifest.generation {
-        return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
-    }
-    Ok(cache)
-}
-
-/// The rest of a manifest row after its magic.
-fn read_manifest(mut plain: impl Read) -> Result<pieces::Manifest> {
-    let mut row = [0u8; 16 + 4 + 8];
-    plain.read_exact(&mut row).map_err(|_| Input::<&[u8]>::bad())?;
-    if plain.read(&mut [0u8; 1]).map_err(|_| Input::<&[u8]>::bad())? != 0 {
-        return Err(Input::<&[u8]>::bad());
-    }
-    let manifest = pieces::Manifest {
-        generation: row[..16].try_into().expect("16 bytes"),
-        pieces: u32::from_le_bytes(row[16..20].try_into().expect("4 bytes")),
-        size: u64::from_le_bytes(row[20..].try_into().expect("8 bytes")),
-    };
-    if !manifest.holds() {
-        return Err(Error::corrupt("stat cache", "its manifest counts more than its pieces can hold"));
-    }
-    Ok(manifest)
 }
 
 /// The generation of the pieces the whole cache of `session` names, read in `txn`; `None`
-/// if it names none (no cache, an older layout, or a row that does not open).
+/// if it names none (no cache, the older layout, or a row that does not verify).
+///
+/// # Errors
+/// The store's other than a row's corruption (then no piece of the session is swept).
 fn named_generation(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Option<[u8; 16]>> {
     let Some(value) = txn.get(schema::STATCACHE, session.as_bytes())? else { return Ok(None) };
-    // Only its head is decompressed: a row of the older layout holds the whole cache.
-    let Ok((mut plain, _)) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value) else {
-        return Ok(None);
-    };
-    let mut magic = [0u8; 4];
-    if plain.read_exact(&mut magic).is_err() || &magic != PIECES_MAGIC {
-        return Ok(None);
+    match open_row(store, session, value) {
+        Ok(Row::Pieces(manifest)) => Ok(Some(manifest.generation)),
+        Ok(Row::Whole(_)) => Ok(None),
+        Err(e) if e.code == ErrorCode::Corrupt => Ok(None),
+        Err(e) => Err(e),
     }
-    Ok(read_manifest(plain).ok().map(|m| m.generation))
 }
 
 /// Deletes every stored piece that no session's whole cache names (left by a snapshot that
@@ -766,8 +761,8 @@ pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>
 /// replaces the old one and its delta; a delta replaces the old delta.
 pub(crate) fn put_in(txn: &mut dyn Txn, session: &str, write: &Write) -> Result<()> {
     match write {
-        Write::Whole { manifest, generation } => {
-            txn.put(schema::STATCACHE, session.as_bytes(), manifest)?;
+        Write::Whole { row, generation } => {
+            txn.put(schema::STATCACHE, session.as_bytes(), row)?;
             txn.delete(schema::STATCACHE_DELTA, session.as_bytes())?;
             pieces::delete_in(txn, session, Some(generation))
         }
@@ -875,6 +870,11 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
     Ok(DecodedDelta { generation, taken_at_ns, entries, tree_ids, shape })
 }
 
+/// The error of a cache whose bytes do not decode.
+fn malformed() -> Error {
+    Error::corrupt("stat cache", "malformed")
+}
+
 /// An encoded cache read in order, from a slice or a decompressing reader; every failure
 /// (a short read, a read error, a count its size cannot hold) is `corrupt`.
 struct Input<R: Read> {
@@ -890,7 +890,7 @@ impl<R: Read> Input<R> {
     }
 
     fn bad() -> Error {
-        Error::corrupt("stat cache", "malformed")
+        malformed()
     }
 
     fn exact(&mut self, out: &mut [u8]) -> Result<()> {

@@ -5,11 +5,11 @@
 //! what the store lacks (each batch stored by a writer thread while the next is read),
 //! build the trees bottom-up — unless every file is as cached and the walk's other entries
 //! are those of the cache's [`Shape`], when the tree is the one it names — and commit the
-//! record with its trees and the new stat cache in one transaction.
+//! record with its trees and the new stat cache's row in one transaction.
 //!
 //! Invariants: see [the module](crate::snapshot). Nothing of a snapshot is committed until
-//! its last phase; a cancelled or failed snapshot leaves only unreferenced content, which
-//! `gc` removes.
+//! its last phase but what nothing names yet (content, a large tree's nodes, a whole stat
+//! cache's pieces): a cancelled or failed snapshot leaves only that, which `gc` removes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -194,7 +194,7 @@ pub(super) struct ReadPlan<'c> {
     /// between the walk and the read): rare, so kept apart. Every other file read had the
     /// walk's stat.
     stat_after: HashMap<usize, walk::Stat>,
-    /// Entries (indices) to read.
+    /// Entries (indices) to read (taken by phase 5).
     to_read: Vec<usize>,
     files: u64,
     bytes: u64,
@@ -428,10 +428,10 @@ pub(super) fn read_and_pack(
             let mut previous: Option<Packer> = None;
             let mut done_bytes = 0u64;
             // Split in place (a million files' list is 8 MB; a copy of it is 8 MB more).
+            let streamed = |i: usize| walked.get(i).stat.size > STREAM_FROM;
             let mut to_read = std::mem::take(&mut plan.to_read);
-            let large: Vec<usize> =
-                to_read.iter().copied().filter(|&i| walked.get(i).stat.size > STREAM_FROM).collect();
-            to_read.retain(|&i| walked.get(i).stat.size <= STREAM_FROM);
+            let large: Vec<usize> = to_read.iter().copied().filter(|&i| streamed(i)).collect();
+            to_read.retain(|&i| !streamed(i));
             for (n, batch) in batches(&to_read, |i| walked.get(i).stat.size).into_iter().enumerate() {
                 // The writer has work from the second batch on.
                 let writing = n > 0;
@@ -833,8 +833,8 @@ struct CacheUpdate {
     taken_at_ns: i128,
 }
 
-/// Phase 6: builds the trees bottom-up, and the new stat cache unless the old one still
-/// describes this snapshot.
+/// Phase 6: builds the trees bottom-up, and stores the new stat cache's pieces unless the
+/// old one still describes this snapshot.
 fn build_trees(
     store: &Store,
     walked: &Scan<'_>,
@@ -873,7 +873,7 @@ fn build_trees(
             })
         };
         let shape = cache.others.map(|others| Shape { root, others });
-        Some(statcache::seal(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
+        Some(statcache::store_whole(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
     };
     Ok(Built { root, nested: nested_of(walked.iter()), pending, stored: builder.stored, cache })
 }
@@ -934,7 +934,7 @@ fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, taken_at_ns: i128) -> b
 }
 
 /// Phase 7: one transaction — the trees, the record, what the turns are told, and the new
-/// stat cache.
+/// stat cache's row (a whole cache's manifest, or a delta).
 pub(super) fn commit(
     store: &Store,
     record: &mut SnapshotRecord,

@@ -1,4 +1,5 @@
-//! Garbage collection of content: every object no live root reaches is removed.
+//! Garbage collection of content: every object no live root reaches is removed, and
+//! anything else snapshots store ahead of their commit that no record names.
 //!
 //! Invariants: the sweep holds the objects lock exclusively, so no snapshot is writing
 //! objects it has not referenced yet (snapshots hold it shared). Records written without
@@ -23,9 +24,9 @@ pub(crate) struct LiveRoots<'a> {
     /// Objects named by records written without the lock (artifacts), read inside each
     /// deleting transaction.
     pub named_in: &'a dyn Fn(&mut dyn Txn) -> Result<HashSet<ContentId>>,
-    /// Removes what snapshots store ahead of their commit and no record names (the pieces of
-    /// a stat cache whose snapshot failed), while the lock keeps snapshots out.
-    pub unnamed: &'a dyn Fn() -> Result<u64>,
+    /// Removes what snapshots store ahead of their commit (beside content) that no record
+    /// names, while the lock keeps snapshots out.
+    pub sweep_stored_ahead: &'a dyn Fn() -> Result<u64>,
 }
 
 /// What a sweep removed.
@@ -37,11 +38,11 @@ pub(crate) struct Swept {
     pub bytes: u64,
 }
 
-/// Removes what snapshots stored ahead and nothing names (`roots.unnamed`), every object
+/// Removes what snapshots stored ahead and nothing names (`roots.sweep_stored_ahead`), every object
 /// that `roots` do not keep alive, then repacks sparse blocks.
 pub(crate) fn sweep(store: &Store, roots: &LiveRoots<'_>) -> Result<Swept> {
     let _exclusive = lock::objects(&store.locks_dir(), true)?;
-    (roots.unnamed)()?;
+    (roots.sweep_stored_ahead)()?;
     let mut live = (roots.reached)()?;
     let mut txn = store.kv().begin()?;
     live.extend((roots.named_in)(&mut *txn)?);

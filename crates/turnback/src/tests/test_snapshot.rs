@@ -770,6 +770,7 @@ fn opening_a_whole_stat_cache_is_bounded_by_the_size_it_records_in_either_layout
         turnback_fuzz::take_largest();
         let err = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap_err();
         assert_eq!(err.code, crate::error::ErrorCode::Corrupt);
+        assert!(!err.message.contains("missing"), "refused for what it claims, not a piece not found: {err:?}");
         turnback_fuzz::take_largest()
     };
     // The older layout: the whole cache sealed in its own row, its size in its frame.
@@ -801,18 +802,14 @@ fn opening_a_whole_stat_cache_is_bounded_by_the_size_it_records_in_either_layout
     load_sealed(&plain);
     // In pieces: the same claim in a piece whose manifest counts its true size is refused
     // the same way; a manifest that counts more than its pieces hold is refused too.
+    use crate::snapshot::pieces;
     let generation = [7u8; 16];
-    let mut piece_key = key.to_vec();
-    piece_key.push(0);
-    piece_key.extend_from_slice(&generation);
-    piece_key.extend_from_slice(&0u32.to_be_bytes());
+    let piece_key = pieces::key(&env.session.id, &generation, 0);
     let pieces_ns = crate::storage::schema::STATCACHE_PIECES;
     let piece = env.store.seal_bytes(pieces_ns, &piece_key, 1, &claims).unwrap();
     let manifest = |size: u64| {
         let mut row = b"TBSP".to_vec();
-        row.extend_from_slice(&generation);
-        row.extend_from_slice(&1u32.to_le_bytes());
-        row.extend_from_slice(&size.to_le_bytes());
+        row.extend_from_slice(&pieces::Manifest { generation, pieces: 1, size }.to_bytes());
         env.store.seal_bytes(ns, key, 1, &row).unwrap()
     };
     for size in [claims.len() as u64, 1 << 30] {
@@ -905,8 +902,11 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
     assert_eq!(piece_keys(&env), keys);
     // Damaged, the cache is dropped with its pieces, and the snapshot reads everything.
     attacks[0].1();
+    let (_, dropped) = crate::snapshot::statcache::StatCache::load_or_drop(&env.store, &env.session.id).unwrap();
+    assert!(dropped.is_some());
+    assert_eq!(cache_rows(&env), (None, None));
+    assert!(piece_keys(&env).is_empty(), "its pieces went with it");
     let r = take(&env);
-    assert!(r.stat_cache_dropped.is_some());
     assert_eq!(r.read_files, 600);
     let rewritten = piece_keys(&env);
     assert!(!rewritten.is_empty() && rewritten.iter().all(|k| !keys.contains(k)), "a new generation's pieces only");
