@@ -299,8 +299,8 @@ struct Walker<'a, K> {
 }
 
 /// One directory's findings in component order: its files and links, and, each at the place
-/// it goes among them, what its subdirectories found. An entry costs what the keeper made of it
-/// (a slot per entry, not a slot and a tree node).
+/// it goes among them, what its subdirectories found. An entry costs what the keeper made
+/// of it (a slot per entry, not a slot and a tree node).
 struct Found<T> {
     entries: Vec<T>,
     /// Each subdirectory's findings, with the number of this directory's entries before it.

@@ -168,9 +168,7 @@ impl Write for Writer<'_> {
         if self.piece.len() == PIECE_BYTES
             && let Err(e) = self.store_piece()
         {
-            let text = e.message.clone();
-            self.failed = Some(e);
-            return Err(io::Error::other(text));
+            return Err(stash(&mut self.failed, e));
         }
         Ok(n)
     }
@@ -246,15 +244,21 @@ impl Reader<'_> {
 impl Read for Reader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if let Err(e) = self.fill() {
-            let text = e.message.clone();
-            self.failed = Some(e);
-            return Err(io::Error::other(text));
+            return Err(stash(&mut self.failed, e));
         }
         let n = buf.len().min(self.piece.len() - self.at);
         buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
         self.at += n;
         Ok(n)
     }
+}
+
+/// Keeps `e` in `failed` for whoever reads or writes through the `io` traits (an
+/// `io::Error` carries only its text) and returns it as one.
+fn stash(failed: &mut Option<Error>, e: Error) -> io::Error {
+    let text = e.message.clone();
+    *failed = Some(e);
+    io::Error::other(text)
 }
 
 /// The generation in piece key `key` of a session whose key prefix is `prefix` bytes long.
@@ -277,12 +281,12 @@ pub(crate) fn delete_in(txn: &mut dyn Txn, session: &str, keep: Option<&[u8; 16]
 pub(crate) type GenerationOf<'a> = dyn Fn(&mut dyn Txn, &str) -> Result<Option<[u8; 16]>> + 'a;
 
 /// Deletes, inside `txn`, every piece that no session's manifest names
-/// (`generation_of` a session: its whole cache's generation, read in `txn`). Returns how
-/// many went. The caller holds what keeps snapshots from writing pieces meanwhile (the
-/// objects lock, exclusively).
-pub(crate) fn sweep(txn: &mut dyn Txn, generation_of: &GenerationOf<'_>) -> Result<u64> {
+/// (`generation_of` a session: its whole cache's generation, read in `txn`). The caller
+/// holds what keeps snapshots from writing pieces meanwhile (the objects lock,
+/// exclusively).
+pub(crate) fn sweep(txn: &mut dyn Txn, generation_of: &GenerationOf<'_>) -> Result<()> {
     let keys = txn.keys(schema::STATCACHE_PIECES, b"")?;
-    let (mut gone, mut session, mut named) = (0, None::<Vec<u8>>, None);
+    let (mut session, mut named) = (None::<Vec<u8>>, None);
     for key in keys {
         let zero = key.iter().position(|b| *b == 0).unwrap_or(key.len());
         if session.as_deref() != Some(&key[..zero]) {
@@ -294,8 +298,7 @@ pub(crate) fn sweep(txn: &mut dyn Txn, generation_of: &GenerationOf<'_>) -> Resu
         }
         if named.is_none_or(|g| generation_in(&key, zero + 1) != Some(g.as_slice())) {
             txn.delete(schema::STATCACHE_PIECES, &key)?;
-            gone += 1;
         }
     }
-    Ok(gone)
+    Ok(())
 }

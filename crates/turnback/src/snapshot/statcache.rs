@@ -2,8 +2,8 @@
 //!
 //! Invariants:
 //! - It is stored sealed (paths are secret); the row that names it is written in the same
-//!   transaction as the snapshot it describes (a whole cache's pieces just before). A watched snapshot (see
-//!   [`watched`](crate::snapshot)) does not rewrite it, so it may describe an older snapshot
+//!   transaction as the snapshot it describes (a whole cache's pieces just before). A
+//!   watched snapshot (see [`watched`](crate::snapshot)) does not rewrite it, so it may describe an older snapshot
 //!   of the session, even one pruned since: every content and tree id it names is therefore
 //!   a root of `gc` ([`named_ids`], used by [`live_objects`](crate::snapshot::live_objects)),
 //!   and a full walk after watched snapshots measures what it adds against the latest
@@ -534,16 +534,15 @@ fn named_generation(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<O
 }
 
 /// Deletes every stored piece that no session's whole cache names (left by a snapshot that
-/// failed or was cancelled after storing them); returns how many. The caller holds the
-/// objects lock exclusively, so no snapshot is storing pieces meanwhile.
+/// failed or was cancelled after storing them). The caller holds the objects lock
+/// exclusively, so no snapshot is storing pieces meanwhile.
 ///
 /// # Errors
 /// The store's.
-pub(crate) fn sweep_pieces(store: &Store) -> Result<u64> {
+pub(crate) fn sweep_pieces(store: &Store) -> Result<()> {
     let mut txn = store.kv().begin()?;
-    let gone = pieces::sweep(&mut *txn, &|txn, session| named_generation(store, txn, session))?;
-    txn.commit()?;
-    Ok(gone)
+    pieces::sweep(&mut *txn, &|txn, session| named_generation(store, txn, session))?;
+    txn.commit()
 }
 
 /// The sealed delta to store for `session` over the whole cache of `generation`: `entries`
@@ -728,6 +727,8 @@ pub(crate) fn others_digest<'a>(entries: impl Iterator<Item = (&'a [u8], &'a cra
 /// snapshot pruned since, and the next full walk still takes its ids as stored.
 pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
     let (mut files, mut trees) = (Vec::new(), Vec::new());
+    // Keys first, then each row: a cache's pieces are read while it is decoded, which a
+    // scan's callback may not do, and a row of the older layout is a whole cache.
     let mut sessions = Vec::new();
     store.kv().scan_keys(schema::STATCACHE, b"", &mut |k| {
         sessions.push(String::from_utf8_lossy(k).into_owned());
@@ -794,7 +795,6 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
 /// Decodes a whole cache from `plain` as it is read (the decompressed plaintext is never
 /// held whole); `size`, the plaintext's size if known, bounds what is allocated for it.
 fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
-    let bad = || Error::corrupt("stat cache", "malformed");
     let mut input = Input::new(plain, size);
     let magic: [u8; 4] = input.array()?;
     let version = match &magic {
@@ -817,7 +817,7 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
     let (tree_ids, shape) = input.trees_and_shape(version >= 5)?;
     let generation = if version == 6 { input.array()? } else { [0; 16] };
     if !input.at_end() {
-        return Err(bad());
+        return Err(malformed());
     }
     let outdated = version < 6;
     Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated, generation, ..Default::default() })
@@ -889,12 +889,8 @@ impl<R: Read> Input<R> {
         Input { r: std::io::BufReader::with_capacity(64 * 1024, r), size: size.unwrap_or(most).min(most) }
     }
 
-    fn bad() -> Error {
-        malformed()
-    }
-
     fn exact(&mut self, out: &mut [u8]) -> Result<()> {
-        self.r.read_exact(out).map_err(|_| Self::bad())
+        self.r.read_exact(out).map_err(|_| malformed())
     }
 
     fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
@@ -904,7 +900,7 @@ impl<R: Read> Input<R> {
     }
 
     fn varint(&mut self) -> Result<usize> {
-        varint::read(&mut self.r).and_then(|v| usize::try_from(v).ok()).ok_or_else(Self::bad)
+        varint::read(&mut self.r).and_then(|v| usize::try_from(v).ok()).ok_or_else(malformed)
     }
 
     /// A count of items of at least `least` bytes each: more than the plaintext can hold is
@@ -912,7 +908,7 @@ impl<R: Read> Input<R> {
     fn count(&mut self, least: usize) -> Result<usize> {
         let count = self.varint()?;
         if count as u64 > self.size / least as u64 {
-            return Err(Self::bad());
+            return Err(malformed());
         }
         Ok(count)
     }
@@ -927,15 +923,15 @@ impl<R: Read> Input<R> {
         for _ in 0..count {
             let (shared, len) = (self.varint()?, self.varint()?);
             if shared > previous.len() {
-                return Err(Self::bad());
+                return Err(malformed());
             }
-            let whole = shared.checked_add(len).ok_or_else(Self::bad)?;
-            budget = budget.checked_sub(whole as u64).ok_or_else(Self::bad)?;
+            let whole = shared.checked_add(len).ok_or_else(malformed)?;
+            budget = budget.checked_sub(whole as u64).ok_or_else(malformed)?;
             previous.truncate(shared);
             // Grown as the bytes come: a length the input does not hold allocates nothing.
-            let read = (&mut self.r).take(len as u64).read_to_end(&mut previous).map_err(|_| Self::bad())?;
+            let read = (&mut self.r).take(len as u64).read_to_end(&mut previous).map_err(|_| malformed())?;
             if read != len {
-                return Err(Self::bad());
+                return Err(malformed());
             }
             push(&previous)?;
         }
@@ -952,7 +948,7 @@ impl<R: Read> Input<R> {
                 let bytes = &mut buf[..chunk.len() * width];
                 self.exact(bytes)?;
                 for (item, value) in chunk.iter_mut().zip(bytes.chunks_exact(width)) {
-                    column.set(cached(item), value).ok_or_else(Self::bad)?;
+                    column.set(cached(item), value).ok_or_else(malformed)?;
                 }
             }
         }
@@ -969,7 +965,7 @@ impl<R: Read> Input<R> {
         let shape = match self.array::<1>()? {
             [0] => None,
             [1] => Some(Shape { root: ContentId(self.array()?), others: self.array()? }),
-            _ => return Err(Self::bad()),
+            _ => return Err(malformed()),
         };
         Ok((tree_ids, shape))
     }

@@ -196,34 +196,22 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
 /// block is allocated once, not once per step. On an error `out` holds a partial value,
 /// to be thrown away.
 pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> {
-    out.reserve(NONCE_LEN + zstd::zstd_safe::compress_bound(plaintext.len()) + TAG_LEN);
-    seal_frame(key, binding, out, |out| compress_into(plaintext, level, out))?;
-    // Room was made for the worst case; what compressed well gives the rest back.
-    if out.capacity() > out.len() + out.len() / 4 {
-        out.shrink_to_fit();
-    }
-    Ok(())
-}
-
-/// The one way a sealed value is made: appends a fresh nonce to `out`, then the zstd frame
-/// `frame` appends, encrypted in place, then its tag.
-fn seal_frame(
-    key: &SecretKey,
-    binding: Binding<'_>,
-    out: &mut Vec<u8>,
-    frame: impl FnOnce(&mut Vec<u8>) -> Result<()>,
-) -> Result<()> {
     use aes_gcm::aead::AeadInOut;
+    out.reserve(NONCE_LEN + zstd::zstd_safe::compress_bound(plaintext.len()) + TAG_LEN);
     let mut nonce = [0u8; NONCE_LEN];
     fill_random(&mut nonce)?;
     out.extend_from_slice(&nonce);
     let start = out.len();
-    frame(out)?;
+    compress_into(plaintext, level, out)?;
     let cipher = Aes256Gcm::new_from_slice(&key.0).expect("32-byte key");
     let tag = cipher
         .encrypt_inout_detached(&Nonce::<Aes256Gcm>::from(nonce), &binding.aad(), (&mut out[start..]).into())
         .map_err(|_| Error::new(ErrorCode::Io, "encryption failed"))?;
     out.extend_from_slice(&tag);
+    // Room was made for the worst case; what compressed well gives the rest back.
+    if out.capacity() > out.len() + out.len() / 4 {
+        out.shrink_to_fit();
+    }
     Ok(())
 }
 

@@ -26,7 +26,7 @@ pub(crate) struct LiveRoots<'a> {
     pub named_in: &'a dyn Fn(&mut dyn Txn) -> Result<HashSet<ContentId>>,
     /// Removes what snapshots store ahead of their commit (beside content) that no record
     /// names, while the lock keeps snapshots out.
-    pub sweep_stored_ahead: &'a dyn Fn() -> Result<u64>,
+    pub sweep_stored_ahead: &'a dyn Fn() -> Result<()>,
 }
 
 /// What a sweep removed.
@@ -38,8 +38,8 @@ pub(crate) struct Swept {
     pub bytes: u64,
 }
 
-/// Removes what snapshots stored ahead and nothing names (`roots.sweep_stored_ahead`), every object
-/// that `roots` do not keep alive, then repacks sparse blocks.
+/// Removes what snapshots stored ahead and nothing names (`roots.sweep_stored_ahead`),
+/// every object that `roots` do not keep alive, then repacks sparse blocks.
 pub(crate) fn sweep(store: &Store, roots: &LiveRoots<'_>) -> Result<Swept> {
     let _exclusive = lock::objects(&store.locks_dir(), true)?;
     (roots.sweep_stored_ahead)()?;
