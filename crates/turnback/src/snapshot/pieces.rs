@@ -253,6 +253,53 @@ impl Read for Reader<'_> {
     }
 }
 
+/// Reads bytes at any offset of the plaintext a manifest names, holding the last piece it
+/// opened: the pieces [`write`] stored are all [`PIECE_BYTES`] long but the last, so the
+/// piece an offset lies in is computed, not searched for. A piece of another length, or
+/// one that does not open, is `corrupt`.
+pub(crate) struct At<'a> {
+    reader: Reader<'a>,
+    /// The number of the piece in `reader.piece`.
+    held: Option<u32>,
+}
+
+impl<'a> At<'a> {
+    pub(crate) fn new(store: &'a Store, session: &'a str, manifest: Manifest) -> Self {
+        let reader = Reader { store, session, manifest, next: 0, piece: Vec::new(), at: 0, read: 0, failed: None };
+        At { reader, held: None }
+    }
+
+    /// Fills `out` with the plaintext from `offset` on.
+    ///
+    /// # Errors
+    /// The store's; `corrupt` past the plaintext's end or for a piece not as written.
+    pub(crate) fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
+        let size = self.reader.manifest.size;
+        if offset.checked_add(out.len() as u64).is_none_or(|end| end > size) {
+            return Err(Error::corrupt("stat cache", "a read past the end of its pieces"));
+        }
+        let mut done = 0;
+        while done < out.len() {
+            let at = offset + done as u64;
+            let n = u32::try_from(at / PIECE_BYTES as u64).map_err(|_| Error::corrupt("stat cache", "too many pieces"))?;
+            if self.held != Some(n) {
+                let piece = self.reader.piece(n)?;
+                let expected = (size - u64::from(n) * PIECE_BYTES as u64).min(PIECE_BYTES as u64);
+                if piece.len() as u64 != expected {
+                    return Err(Error::corrupt("stat cache", format!("piece {n} is not as written")));
+                }
+                self.reader.piece = piece;
+                self.held = Some(n);
+            }
+            let within = (at % PIECE_BYTES as u64) as usize;
+            let take = (out.len() - done).min(self.reader.piece.len() - within);
+            out[done..done + take].copy_from_slice(&self.reader.piece[within..within + take]);
+            done += take;
+        }
+        Ok(())
+    }
+}
+
 /// Keeps `e` in `failed` for whoever reads or writes through the `io` traits (an
 /// `io::Error` carries only its text) and returns it as one.
 fn stash(failed: &mut Option<Error>, e: Error) -> io::Error {

@@ -134,7 +134,7 @@ impl Slot {
             }
         };
         match cached {
-            Some(c) if entry.kind == Kind::File && cache.entries.cached(c as usize).stat == entry.stat => {
+            Some(c) if entry.kind == Kind::File && *cache.entries.stat(c as usize) == entry.stat => {
                 Slot::Cached(c)
             }
             _ if entry.kind == Kind::File => Slot::File(files.put(&entry.stat, cached, &entry.path)),
@@ -204,8 +204,8 @@ const FILE: &Kind = &Kind::File;
 fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot) -> Seen<'a> {
     match slot {
         Slot::Cached(c) => {
-            let (path, cached) = (cache.entries.path(*c as usize), cache.entries.cached(*c as usize));
-            Seen { path, kind: FILE, stat: cached.stat, cached: Some(*c as usize) }
+            let (path, stat) = (cache.entries.path(*c as usize), *cache.entries.stat(*c as usize));
+            Seen { path, kind: FILE, stat, cached: Some(*c as usize) }
         }
         Slot::File(at) => {
             let (path, stat, cached) = files.get(*at);
@@ -393,22 +393,22 @@ mod tests {
         let expected: Vec<(Vec<u8>, Kind, Stat)> =
             found.iter().map(|e| (e.path.clone(), e.kind.clone(), e.stat)).collect();
         // Every third file cached as walked: the rest are recorded.
-        let cache = StatCache::of_entries(
+        let cached = || -> Vec<(Vec<u8>, Cached)> {
             found
                 .iter()
                 .filter(|e| e.kind == Kind::File)
                 .step_by(3)
                 .map(|e| (e.path.clone(), Cached { stat: e.stat, id: ContentId([1; 32]) }))
-                .collect(),
-        );
+                .collect()
+        };
+        let cache = StatCache::of_entries(cached());
         for loaded in [true, false] {
             // Loaded before the walk: matched as walked, so each directory holds references
             // to the cache and records both, moved into the scan's buffer when closed. Not
             // loaded: every file recorded, matched when the scan is made.
             let loading = OnceLock::new();
             if loaded {
-                let _ =
-                    loading.set(StatCache::of_entries(cache.entries.iter().map(|(p, c)| (p.to_vec(), *c)).collect()));
+                let _ = loading.set(StatCache::of_entries(cached()));
             }
             let walked = Scan::walk(dir.path(), &[], &loading).unwrap();
             let kinds = |slots: &[Slot]| {

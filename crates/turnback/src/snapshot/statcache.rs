@@ -115,13 +115,14 @@ pub struct Shape {
 
 /// The cached files in component order (kept by whoever adds them): each one's path, in
 /// one buffer shared by all (not an allocation each: a million files' paths cost their
-/// bytes), and what it was. The buffer holds at most 4 GiB of paths (a cache with more does
-/// not load: [`TOO_LONG`]); it may also hold paths no file refers to any more (removed by
-/// a delta), until the next whole cache.
+/// bytes), and its stat when read. Their content ids are kept apart ([`StatCache`]): a
+/// snapshot that finds most files unchanged never asks for them. The buffer holds at most
+/// 4 GiB of paths (a cache with more does not load: [`TOO_LONG`]); it may also hold paths
+/// no file refers to any more (removed by a delta), until the next whole cache.
 #[derive(Default, Clone)]
 pub struct Files {
     paths: Vec<u8>,
-    items: Vec<(Span, Cached)>,
+    items: Vec<(Span, Stat)>,
 }
 
 /// Where a path lies in [`Files`]' buffer.
@@ -147,14 +148,14 @@ impl Files {
         self.span(self.items[i].0)
     }
 
-    /// What file `i` was.
-    pub fn cached(&self, i: usize) -> &Cached {
+    /// File `i`'s stat when it was read.
+    pub fn stat(&self, i: usize) -> &Stat {
         &self.items[i].1
     }
 
-    /// Each path and what it was, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Cached)> + '_ {
-        self.items.iter().map(|(span, c)| (self.span(*span), c))
+    /// Each path and its stat, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Stat)> + '_ {
+        self.items.iter().map(|(span, s)| (self.span(*span), s))
     }
 
     fn span(&self, span: Span) -> &[u8] {
@@ -171,9 +172,9 @@ impl Files {
     }
 
     /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths.
-    pub(crate) fn push(&mut self, path: &[u8], cached: Cached) -> Option<()> {
+    fn push(&mut self, path: &[u8], stat: Stat) -> Option<()> {
         let span = self.intern(path)?;
-        self.items.push((span, cached));
+        self.items.push((span, stat));
         Some(())
     }
 
@@ -209,11 +210,14 @@ impl Files {
         self.items.windows(2).all(|w| component_order(self.span(w[0].0), self.span(w[1].0)).is_lt())
     }
 
-    /// Puts them in order, keeping one file per path (an older layout's byte order).
-    fn sort(&mut self) {
+    /// Puts them in order with their `ids`, keeping one file per path (an older layout's
+    /// byte order).
+    fn sort(&mut self, ids: &mut Vec<ContentId>) {
         let paths = &self.paths;
-        self.items.sort_by(|a, b| component_order(span_of(paths, a.0), span_of(paths, b.0)));
-        self.items.dedup_by(|a, b| span_of(paths, a.0) == span_of(paths, b.0));
+        let mut both: Vec<((Span, Stat), ContentId)> = self.items.drain(..).zip(ids.drain(..)).collect();
+        both.sort_by(|a, b| component_order(span_of(paths, a.0.0), span_of(paths, b.0.0)));
+        both.dedup_by(|a, b| span_of(paths, a.0.0) == span_of(paths, b.0.0));
+        (self.items, *ids) = both.into_iter().unzip();
     }
 }
 
@@ -224,15 +228,6 @@ fn span_of(paths: &[u8], span: Span) -> &[u8] {
 /// Why a cache with more than 4 GiB of paths does not load.
 const TOO_LONG: &str = "its paths are longer than 4 GiB in all";
 
-#[cfg(test)]
-impl<P: AsRef<[u8]>> FromIterator<(P, Cached)> for Files {
-    fn from_iter<I: IntoIterator<Item = (P, Cached)>>(iter: I) -> Self {
-        let mut files = Files::default();
-        iter.into_iter().for_each(|(p, c)| files.push(p.as_ref(), c).expect("small"));
-        files
-    }
-}
-
 impl PartialEq for Files {
     fn eq(&self, other: &Self) -> bool {
         self.iter().eq(other.iter())
@@ -241,7 +236,7 @@ impl PartialEq for Files {
 
 impl std::fmt::Debug for Files {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.iter().map(|(p, c)| (String::from_utf8_lossy(p), c))).finish()
+        f.debug_list().entries(self.iter().map(|(p, s)| (String::from_utf8_lossy(p), s))).finish()
     }
 }
 
@@ -250,11 +245,13 @@ impl std::fmt::Debug for Files {
 pub struct StatCache {
     /// When the walk that wrote the whole cache began (ns since epoch).
     pub taken_at_ns: i128,
-    /// Each path and what it was, in component order ([`component_order`], the order of a
+    /// Each path and its stat, in component order ([`component_order`], the order of a
     /// walk), so that a walk in order finds each path where the last one was found or just
     /// past it ([`Files::find_from`]). A snapshot's scan and read plan hold
     /// indices into it: it does not change once loaded.
     pub entries: Files,
+    /// The whole cache's content ids, in its own order (before the delta).
+    whole_ids: WholeIds,
     /// The directory node ids of the snapshot the whole cache describes.
     pub tree_ids: Vec<ContentId>,
     /// The tree its files made, if it was written with one (the delta's, if it has one).
@@ -270,13 +267,38 @@ pub struct StatCache {
     named_trees: std::sync::OnceLock<std::collections::HashSet<ContentId>>,
 }
 
+/// Where the whole cache's content ids are.
+#[derive(Debug)]
+enum WholeIds {
+    /// In memory, one per entry of the whole cache (an older layout's row, a test's cache).
+    Resident(Vec<ContentId>),
+    /// Left in the pieces they were read from: `count` ids, 32 bytes each, from byte `at`
+    /// of the plaintext the manifest names (a million files' ids are 32 MB, which a
+    /// snapshot that finds most files unchanged never needs).
+    InPieces { session: String, manifest: pieces::Manifest, at: u64, count: usize },
+}
+
+impl Default for WholeIds {
+    fn default() -> Self {
+        WholeIds::Resident(Vec::new())
+    }
+}
+
+/// In [`Delta::origin`], the flag of an entry the delta gave (the rest is its index in
+/// [`Delta::ids`]); without it, the index of the whole cache's entry.
+const FROM_DELTA: u32 = 1 << 31;
+
 /// What a delta laid over the whole cache.
 #[derive(Debug, Default)]
 pub struct Delta {
     /// When the walk that wrote it began.
     pub taken_at_ns: i128,
-    /// Per entry, whether the delta gave it (empty: none did).
-    given: Vec<bool>,
+    /// Per entry, where its content id is: the whole cache's entry, or (with [`FROM_DELTA`])
+    /// the delta's (empty: the delta gave and removed nothing, entry `i` is the whole
+    /// cache's `i`).
+    origin: Vec<u32>,
+    /// The content ids of the entries it gave.
+    ids: Vec<ContentId>,
     /// The paths of the whole cache it removes.
     pub removed: Vec<Vec<u8>>,
     /// The directory node ids made since the whole cache (its trees and these name every
@@ -284,16 +306,67 @@ pub struct Delta {
     pub tree_ids: Vec<ContentId>,
 }
 
+/// Where an entry's content id is.
+enum Origin {
+    Whole(usize),
+    Delta(usize),
+}
+
 impl StatCache {
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
     pub fn given(&self, i: usize) -> bool {
-        self.delta.given.get(i).copied().unwrap_or(false)
+        matches!(self.origin(i), Origin::Delta(_))
+    }
+
+    fn origin(&self, i: usize) -> Origin {
+        match self.delta.origin.get(i) {
+            None => Origin::Whole(i),
+            Some(&o) if o & FROM_DELTA != 0 => Origin::Delta((o & !FROM_DELTA) as usize),
+            Some(&o) => Origin::Whole(o as usize),
+        }
     }
 
     /// Whether `stat` proves file entry `i` unchanged since it was read.
     pub fn clean(&self, i: usize, stat: &Stat) -> bool {
         let walked_at = if self.given(i) { self.delta.taken_at_ns } else { self.taken_at_ns };
-        self.entries.cached(i).stat == *stat && settled(stat, walked_at)
+        self.entries.stat(i) == stat && settled(stat, walked_at)
+    }
+
+    /// The content ids of entries `wanted`, in their order: those the whole cache left in
+    /// its pieces are read from them again, each piece at most once if `wanted` is in
+    /// order.
+    ///
+    /// # Errors
+    /// The store's; `corrupt` if a piece no longer opens as it did when the cache loaded.
+    pub fn ids_of(&self, store: &Store, wanted: &[usize]) -> Result<Vec<ContentId>> {
+        let mut out = Vec::with_capacity(wanted.len());
+        let mut reader = match &self.whole_ids {
+            WholeIds::Resident(_) => None,
+            WholeIds::InPieces { session, manifest, .. } => Some(pieces::At::new(store, session, *manifest)),
+        };
+        for &i in wanted {
+            out.push(match (self.origin(i), &self.whole_ids, &mut reader) {
+                (Origin::Delta(k), ..) => *self.delta.ids.get(k).ok_or_else(malformed)?,
+                (Origin::Whole(w), WholeIds::Resident(ids), _) => *ids.get(w).ok_or_else(malformed)?,
+                (Origin::Whole(w), WholeIds::InPieces { at, count, .. }, Some(reader)) if w < *count => {
+                    let mut id = [0u8; 32];
+                    reader.read_at(at + 32 * w as u64, &mut id)?;
+                    ContentId(id)
+                }
+                (Origin::Whole(_), ..) => return Err(malformed()),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Every entry's content id, in order (32 bytes each, read from the pieces if they are
+    /// there: for a whole build, which writes them all).
+    ///
+    /// # Errors
+    /// As [`ids_of`](Self::ids_of).
+    pub fn all_ids(&self, store: &Store) -> Result<Vec<ContentId>> {
+        let every: Vec<usize> = (0..self.entries.len()).collect();
+        self.ids_of(store, &every)
     }
 
     /// Whether `id` is a node of a tree this cache describes (the whole cache's or one
@@ -304,17 +377,37 @@ impl StatCache {
         named.contains(id)
     }
 
-    /// A cache of `entries` (in component order) and nothing else.
+    /// A cache of `entries` (in component order) and nothing else, its ids in memory.
     #[cfg(test)]
     pub(crate) fn of_entries(entries: Vec<(Vec<u8>, Cached)>) -> Self {
-        StatCache { entries: entries.into_iter().collect(), ..Default::default() }
+        let mut cache = StatCache::default();
+        entries.into_iter().for_each(|(p, c)| cache.push(&p, c));
+        cache
+    }
+
+    /// Adds an entry at the end of a whole cache whose ids are in memory.
+    #[cfg(test)]
+    pub(crate) fn push(&mut self, path: &[u8], cached: Cached) {
+        self.entries.push(path, cached.stat).expect("small");
+        let WholeIds::Resident(ids) = &mut self.whole_ids else { panic!("ids in memory") };
+        ids.push(cached.id);
+    }
+
+    /// Entry `i`'s content id, from a cache whose ids are in memory.
+    #[cfg(test)]
+    pub(crate) fn id(&self, i: usize) -> ContentId {
+        match (self.origin(i), &self.whole_ids) {
+            (Origin::Delta(k), _) => self.delta.ids[k],
+            (Origin::Whole(w), WholeIds::Resident(ids)) => ids[w],
+            (Origin::Whole(_), WholeIds::InPieces { .. }) => panic!("ids in memory"),
+        }
     }
 
     /// The content id of `path` if its stat proves it unchanged since it was read.
     #[cfg(test)]
     fn clean_id(&self, path: &[u8], stat: &Stat) -> Option<ContentId> {
         let i = self.entries.search(0, self.entries.len(), path).ok()?;
-        self.clean(i, stat).then_some(self.entries.cached(i).id)
+        self.clean(i, stat).then(|| self.id(i))
     }
 
     /// Loads the cache of `session` (empty if none).
@@ -324,7 +417,7 @@ impl StatCache {
     pub fn load(store: &Store, session: &str) -> Result<Self> {
         let key = session.as_bytes();
         let mut cache = match store.kv().get(schema::STATCACHE, key)? {
-            Some(v) => open_whole(store, session, v)?,
+            Some(v) => open_whole(store, session, v, Ids::Left)?,
             None => StatCache::default(),
         };
         if let Some(v) = store.kv().get(schema::STATCACHE_DELTA, key)? {
@@ -366,17 +459,24 @@ impl StatCache {
     /// dropped). `None` past 4 GiB of paths, the cache then half changed: thrown away.
     fn lay(&mut self, delta: DecodedDelta) -> Option<()> {
         let files = &mut self.entries;
-        let mut given = vec![false; files.len()];
+        // Below 2^31 entries (module invariant of the scan): no whole index has the flag.
+        let mut origin: Vec<u32> = (0..u32::try_from(files.len()).ok()?).collect();
+        let mut ids = Vec::new();
+        let mut given = |id: ContentId| -> Option<u32> {
+            let k = u32::try_from(ids.len()).ok().filter(|k| k & FROM_DELTA == 0)?;
+            ids.push(id);
+            Some(FROM_DELTA | k)
+        };
         let (mut joining, mut gone) = (Vec::new(), Vec::new());
         for (path, value) in delta.entries {
             match (files.search(0, files.len(), &path), value) {
                 (Ok(i), Some(c)) => {
-                    files.items[i].1 = c;
-                    given[i] = true;
+                    files.items[i].1 = c.stat;
+                    origin[i] = given(c.id)?;
                 }
                 (Ok(i), None) => gone.push(i),
                 // Its path joins the buffer now; its place among the files is found below.
-                (Err(_), Some(c)) => joining.push((files.intern(&path)?, c)),
+                (Err(_), Some(c)) => joining.push(((files.intern(&path)?, c.stat), given(c.id)?)),
                 (Err(_), None) => {}
             }
         }
@@ -393,41 +493,42 @@ impl StatCache {
                     continue;
                 }
                 files.items.swap(write, read);
-                given.swap(write, read);
+                origin.swap(write, read);
                 write += 1;
             }
             files.items.truncate(write);
-            given.truncate(write);
+            origin.truncate(write);
         }
         if !joining.is_empty() {
             // Merge from the back into the room made at the end (both lists are in order).
             let (old, n) = (files.len(), joining.len());
-            files.items.resize(old + n, (Span { start: 0, len: 0 }, BLANK));
-            given.resize(old + n, false);
+            files.items.resize(old + n, (Span { start: 0, len: 0 }, BLANK.stat));
+            origin.resize(old + n, 0);
             let (mut i, mut w) = (old, old + n);
             while let Some(last) = joining.last() {
                 w -= 1;
-                if i > 0 && component_order(files.path(i - 1), files.span(last.0)).is_gt() {
+                if i > 0 && component_order(files.path(i - 1), files.span(last.0.0)).is_gt() {
                     i -= 1;
                     files.items.swap(i, w);
-                    given.swap(i, w);
+                    origin.swap(i, w);
                 } else {
-                    files.items[w] = joining.pop().expect("non-empty");
-                    given[w] = true;
+                    let (item, from) = joining.pop().expect("non-empty");
+                    files.items[w] = item;
+                    origin[w] = from;
                 }
             }
         }
         if let Some(shape) = delta.shape {
             self.shape = Some(shape);
         }
-        self.delta = Delta { taken_at_ns: delta.taken_at_ns, given, removed, tree_ids: delta.tree_ids };
+        self.delta = Delta { taken_at_ns: delta.taken_at_ns, origin, ids, removed, tree_ids: delta.tree_ids };
         Some(())
     }
 
-    /// Its encoding as a whole cache ([`encode`]).
+    /// Its encoding as a whole cache ([`encode`]), from a cache whose ids are in memory.
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        let entries = || self.entries.iter().map(|(p, c)| (p, *c));
+        let entries = || self.entries.iter().enumerate().map(|(i, (p, s))| (p, Cached { stat: *s, id: self.id(i) }));
         let mut out = Vec::new();
         encode(&mut out, self.taken_at_ns, &entries, &self.tree_ids, self.shape, self.generation).expect("in memory");
         out
@@ -504,18 +605,27 @@ fn open_row(store: &Store, session: &str, value: Vec<u8>) -> Result<Row> {
 }
 
 /// The whole cache of `session` from its row `value`: the pieces it names, or (an older
-/// layout) the cache sealed in the row itself.
-fn open_whole(store: &Store, session: &str, value: Vec<u8>) -> Result<StatCache> {
+/// layout) the cache sealed in the row itself. Its content ids are left in its pieces
+/// unless `ids` asks for them in memory (a cache of the older layout has them in memory).
+fn open_whole(store: &Store, session: &str, value: Vec<u8>, ids: Ids) -> Result<StatCache> {
     match open_row(store, session, value)? {
-        Row::Whole((plain, size)) => decode_from(plain, size),
+        Row::Whole((plain, size)) => decode_from(plain, size, None),
         Row::Pieces(manifest) => {
-            let cache = pieces::read(store, session, manifest, |plain| decode_from(plain, Some(manifest.size)))?;
+            let left = (ids == Ids::Left).then_some((session, manifest));
+            let cache = pieces::read(store, session, manifest, |plain| decode_from(plain, Some(manifest.size), left))?;
             if cache.generation != manifest.generation {
                 return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
             }
             Ok(cache)
         }
     }
+}
+
+/// Whether a whole cache's content ids are read into memory or left in its pieces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ids {
+    InMemory,
+    Left,
 }
 
 /// The generation of the pieces the whole cache of `session` names, read in `txn`; `None`
@@ -621,8 +731,9 @@ fn put_paths<'p>(out: &mut dyn io::Write, paths: impl Iterator<Item = &'p [u8]>)
     Ok(())
 }
 
-/// One column of the entries' fields, in [`COLUMNS`] order: the writer and the reader
-/// share this one table, so their layouts cannot drift apart.
+/// One column of the entries' stats, in [`COLUMNS`] order: the writer and the reader
+/// share this one table, so their layouts cannot drift apart. The ids' column follows
+/// them.
 #[derive(Clone, Copy)]
 enum Column {
     Mode,
@@ -631,12 +742,10 @@ enum Column {
     Ctime,
     Device,
     Inode,
-    Id,
 }
 
-/// Every mode, then every size, mtime, ctime, device, inode and id.
-const COLUMNS: [Column; 7] =
-    [Column::Mode, Column::Size, Column::Mtime, Column::Ctime, Column::Device, Column::Inode, Column::Id];
+/// Every mode, then every size, mtime, ctime, device and inode (then every id).
+const COLUMNS: [Column; 6] = [Column::Mode, Column::Size, Column::Mtime, Column::Ctime, Column::Device, Column::Inode];
 
 impl Column {
     /// Bytes per entry. Times are kept as 16 bytes (the layout predates the 8-byte fields
@@ -646,42 +755,41 @@ impl Column {
             Column::Mode => 4,
             Column::Size | Column::Device | Column::Inode => 8,
             Column::Mtime | Column::Ctime => 16,
-            Column::Id => 32,
         }
     }
 
-    fn put(self, out: &mut dyn io::Write, c: &Cached) -> io::Result<()> {
+    fn put(self, out: &mut dyn io::Write, s: &Stat) -> io::Result<()> {
         match self {
-            Column::Mode => out.write_all(&c.stat.mode.to_le_bytes()),
-            Column::Size => out.write_all(&c.stat.size.to_le_bytes()),
-            Column::Mtime => out.write_all(&i128::from(c.stat.mtime_ns).to_le_bytes()),
-            Column::Ctime => out.write_all(&i128::from(c.stat.ctime_ns).to_le_bytes()),
-            Column::Device => out.write_all(&c.stat.device.to_le_bytes()),
-            Column::Inode => out.write_all(&c.stat.inode.to_le_bytes()),
-            Column::Id => out.write_all(&c.id.0),
+            Column::Mode => out.write_all(&s.mode.to_le_bytes()),
+            Column::Size => out.write_all(&s.size.to_le_bytes()),
+            Column::Mtime => out.write_all(&i128::from(s.mtime_ns).to_le_bytes()),
+            Column::Ctime => out.write_all(&i128::from(s.ctime_ns).to_le_bytes()),
+            Column::Device => out.write_all(&s.device.to_le_bytes()),
+            Column::Inode => out.write_all(&s.inode.to_le_bytes()),
         }
     }
 
-    /// Sets this field of `c` from its [`width`](Self::width) bytes `v`; `None` for a time
+    /// Sets this field of `s` from its [`width`](Self::width) bytes `v`; `None` for a time
     /// past what 8 bytes hold.
-    fn set(self, c: &mut Cached, v: &[u8]) -> Option<()> {
+    fn set(self, s: &mut Stat, v: &[u8]) -> Option<()> {
         let u64_of = |v: &[u8]| u64::from_le_bytes(v.try_into().expect("8 bytes"));
         let time_of = |v: &[u8]| i64::try_from(i128::from_le_bytes(v.try_into().expect("16 bytes"))).ok();
         match self {
-            Column::Mode => c.stat.mode = u32::from_le_bytes(v.try_into().expect("4 bytes")),
-            Column::Size => c.stat.size = u64_of(v),
-            Column::Mtime => c.stat.mtime_ns = time_of(v)?,
-            Column::Ctime => c.stat.ctime_ns = time_of(v)?,
-            Column::Device => c.stat.device = u64_of(v),
-            Column::Inode => c.stat.inode = u64_of(v),
-            Column::Id => c.id = ContentId(v.try_into().expect("32 bytes")),
+            Column::Mode => s.mode = u32::from_le_bytes(v.try_into().expect("4 bytes")),
+            Column::Size => s.size = u64_of(v),
+            Column::Mtime => s.mtime_ns = time_of(v)?,
+            Column::Ctime => s.ctime_ns = time_of(v)?,
+            Column::Device => s.device = u64_of(v),
+            Column::Inode => s.inode = u64_of(v),
         }
         Some(())
     }
 }
 
+/// The stat columns, then the ids.
 fn put_columns<I: Iterator<Item = Cached>>(out: &mut dyn io::Write, cached: &dyn Fn() -> I) -> io::Result<()> {
-    COLUMNS.iter().try_for_each(|column| cached().try_for_each(|c| column.put(out, &c)))
+    COLUMNS.iter().try_for_each(|column| cached().try_for_each(|c| column.put(out, &c.stat)))?;
+    cached().try_for_each(|c| out.write_all(&c.id.0))
 }
 
 fn put_trees_and_shape(out: &mut dyn io::Write, tree_ids: &[ContentId], shape: Option<Shape>) -> io::Result<()> {
@@ -738,9 +846,10 @@ pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>
         let Some(value) = store.kv().get(schema::STATCACHE, session.as_bytes())? else { continue };
         // A cache that does not verify names nothing; an error reading one that may (its
         // pieces are read one by one) stops gc, which must not sweep what it names.
-        match open_whole(store, &session, value) {
+        match open_whole(store, &session, value, Ids::InMemory) {
             Ok(cache) => {
-                files.extend(cache.entries.iter().map(|(_, c)| c.id));
+                let WholeIds::Resident(ids) = cache.whole_ids else { unreachable!("asked in memory") };
+                files.extend(ids);
                 trees.extend(cache.tree_ids);
             }
             Err(e) if e.code == ErrorCode::Corrupt => {}
@@ -789,12 +898,14 @@ pub(crate) fn delete_all_in(txn: &mut dyn Txn, session: &str) -> Result<()> {
 
 #[cfg(test)]
 fn decode(bytes: &[u8]) -> Result<StatCache> {
-    decode_from(bytes, Some(bytes.len() as u64))
+    decode_from(bytes, Some(bytes.len() as u64), None)
 }
 
 /// Decodes a whole cache from `plain` as it is read (the decompressed plaintext is never
 /// held whole); `size`, the plaintext's size if known, bounds what is allocated for it.
-fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
+/// With `left` (the session and manifest of the pieces `plain` is read from), the content
+/// ids are read past and left in the pieces ([`WholeIds::InPieces`]).
+fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::Manifest)>) -> Result<StatCache> {
     let mut input = Input::new(plain, size);
     let magic: [u8; 4] = input.array()?;
     let version = match &magic {
@@ -808,11 +919,28 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
     let mut entries = Files { paths: Vec::new(), items: Vec::with_capacity(count) };
-    input.paths(count, &mut |path| entries.push(path, BLANK).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG)))?;
-    input.columns(&mut entries.items, |e| &mut e.1)?;
-    // Written in order by this version; an older one's byte order is sorted once here.
-    if version == 3 || !entries.in_order() {
-        entries.sort();
+    input
+        .paths(count, &mut |path| entries.push(path, BLANK.stat).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG)))?;
+    input.stats(&mut entries.items, |e| &mut e.1)?;
+    // Written in order since `TBS4`; an older one's byte order is sorted once here, with
+    // its ids in memory.
+    let left = left.filter(|_| version > 3 && entries.in_order());
+    let mut whole_ids = match left {
+        Some((session, manifest)) => {
+            let at = input.position();
+            input.skip(32 * count as u64)?;
+            WholeIds::InPieces { session: session.to_string(), manifest, at, count }
+        }
+        None => {
+            let mut ids = vec![ContentId([0; 32]); count];
+            input.ids(&mut ids, |id| id)?;
+            WholeIds::Resident(ids)
+        }
+    };
+    if let WholeIds::Resident(ids) = &mut whole_ids
+        && !entries.in_order()
+    {
+        entries.sort(ids);
     }
     let (tree_ids, shape) = input.trees_and_shape(version >= 5)?;
     let generation = if version == 6 { input.array()? } else { [0; 16] };
@@ -820,7 +948,7 @@ fn decode_from(plain: impl Read, size: Option<u64>) -> Result<StatCache> {
         return Err(malformed());
     }
     let outdated = version < 6;
-    Ok(StatCache { taken_at_ns, entries, tree_ids, shape, outdated, generation, ..Default::default() })
+    Ok(StatCache { taken_at_ns, entries, whole_ids, tree_ids, shape, outdated, generation, ..Default::default() })
 }
 
 /// A cache entry before its columns are read.
@@ -856,7 +984,8 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
         return Err(bad());
     }
     let mut cached = vec![BLANK; given.iter().filter(|g| **g == 1).count()];
-    input.columns(&mut cached, |c| c)?;
+    input.stats(&mut cached, |c| &mut c.stat)?;
+    input.ids(&mut cached, |c| &mut c.id)?;
     let mut cached = cached.into_iter();
     let entries: Vec<(Vec<u8>, Option<Cached>)> =
         paths.into_iter().zip(given).map(|(p, g)| (p, if g == 1 { cached.next() } else { None })).collect();
@@ -875,10 +1004,24 @@ fn malformed() -> Error {
     Error::corrupt("stat cache", "malformed")
 }
 
+/// A reader that counts what it gave.
+struct Counted<R> {
+    r: R,
+    read: u64,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.r.read(buf)?;
+        self.read += n as u64;
+        Ok(n)
+    }
+}
+
 /// An encoded cache read in order, from a slice or a decompressing reader; every failure
 /// (a short read, a read error, a count its size cannot hold) is `corrupt`.
 struct Input<R: Read> {
-    r: std::io::BufReader<R>,
+    r: std::io::BufReader<Counted<R>>,
     /// The plaintext's size if known, else the most a record may be.
     size: u64,
 }
@@ -886,7 +1029,8 @@ struct Input<R: Read> {
 impl<R: Read> Input<R> {
     fn new(r: R, size: Option<u64>) -> Self {
         let most = crate::storage::store::RECORD_MAX as u64;
-        Input { r: std::io::BufReader::with_capacity(64 * 1024, r), size: size.unwrap_or(most).min(most) }
+        let r = std::io::BufReader::with_capacity(64 * 1024, Counted { r, read: 0 });
+        Input { r, size: size.unwrap_or(most).min(most) }
     }
 
     fn exact(&mut self, out: &mut [u8]) -> Result<()> {
@@ -938,9 +1082,9 @@ impl<R: Read> Input<R> {
         Ok(())
     }
 
-    /// The columns of `items`' cache entries as [`put_columns`] wrote them, filled in
-    /// place one column at a time.
-    fn columns<T>(&mut self, items: &mut [T], cached: fn(&mut T) -> &mut Cached) -> Result<()> {
+    /// The stat columns of `items` as [`put_columns`] wrote them, filled in place one
+    /// column at a time (the id column follows them: [`Input::ids`]).
+    fn stats<T>(&mut self, items: &mut [T], stat: fn(&mut T) -> &mut Stat) -> Result<()> {
         let mut buf = vec![0u8; 64 * 1024];
         for column in COLUMNS {
             let width = column.width();
@@ -948,11 +1092,30 @@ impl<R: Read> Input<R> {
                 let bytes = &mut buf[..chunk.len() * width];
                 self.exact(bytes)?;
                 for (item, value) in chunk.iter_mut().zip(bytes.chunks_exact(width)) {
-                    column.set(cached(item), value).ok_or_else(malformed)?;
+                    column.set(stat(item), value).ok_or_else(malformed)?;
                 }
             }
         }
         Ok(())
+    }
+
+    /// The id column of `items`, filled in place.
+    fn ids<T>(&mut self, items: &mut [T], id: fn(&mut T) -> &mut ContentId) -> Result<()> {
+        items.iter_mut().try_for_each(|item| self.array().map(|bytes| *id(item) = ContentId(bytes)))
+    }
+
+    /// Reads past `n` bytes.
+    fn skip(&mut self, n: u64) -> Result<()> {
+        let skipped = io::copy(&mut (&mut self.r).take(n), &mut io::sink()).map_err(|_| malformed())?;
+        if skipped != n {
+            return Err(malformed());
+        }
+        Ok(())
+    }
+
+    /// How many bytes of the plaintext have been read.
+    fn position(&self) -> u64 {
+        self.r.get_ref().read - self.r.buffer().len() as u64
     }
 
     /// The tree ids, then the shape if the layout has one (`with_shape`).
@@ -988,8 +1151,8 @@ mod tests {
     fn round_trips_and_trusts_only_old_unchanged_files() {
         let mut cache =
             StatCache { taken_at_ns: 10_000_000_000, tree_ids: vec![ContentId([7; 32])], ..Default::default() };
-        cache.entries.push(b"old.txt", Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) }).unwrap();
-        cache.entries.push(b"racy.txt", Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) }).unwrap();
+        cache.push(b"old.txt", Cached { stat: stat(1_000_000_000), id: ContentId([1; 32]) });
+        cache.push(b"racy.txt", Cached { stat: stat(9_500_000_000), id: ContentId([2; 32]) });
         let back = decode(&cache.encode()).unwrap();
         assert_eq!((back.taken_at_ns, back.tree_ids.clone()), (cache.taken_at_ns, cache.tree_ids.clone()));
         assert_eq!(back.clean_id(b"old.txt", &stat(1_000_000_000)), Some(ContentId([1; 32])));
@@ -1002,7 +1165,7 @@ mod tests {
     fn shared_prefixes_round_trip_and_any_truncation_is_malformed_not_a_panic() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
         for (i, p) in ["src/a.rs", "src/ab.rs", "src/b/c.rs", "z", "ünï/ß.txt"].iter().enumerate() {
-            cache.entries.push(p.as_bytes(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }).unwrap();
+            cache.push(p.as_bytes(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) });
         }
         cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
         let bytes = cache.encode();
@@ -1019,13 +1182,11 @@ mod tests {
     #[test]
     fn an_older_cache_in_byte_order_is_read_in_component_order_and_marked_for_rewriting() {
         let paths = ["a.c", "a/b", "a/b.c", "a/b/c", "b"];
-        let cache = StatCache {
-            entries: paths
-                .iter()
-                .map(|p| (p.as_bytes().to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) }))
-                .collect(),
-            ..Default::default()
-        };
+        // Each path's id is its first byte and length: it must follow its path when sorted.
+        let id_of = |p: &[u8]| ContentId([p[0] + p.len() as u8; 32]);
+        let cache = StatCache::of_entries(
+            paths.iter().map(|p| (p.as_bytes().to_vec(), Cached { stat: stat(1), id: id_of(p.as_bytes()) })).collect(),
+        );
         let mut bytes = cache.encode();
         bytes[..4].copy_from_slice(MAGIC_BYTE_ORDER);
         bytes.truncate(bytes.len() - 16);
@@ -1033,6 +1194,8 @@ mod tests {
         let back = decode(&bytes).unwrap();
         let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p).collect();
         assert_eq!(order, [&b"a/b"[..], b"a/b/c", b"a/b.c", b"a.c", b"b"]);
+        let ids: Vec<ContentId> = (0..order.len()).map(|i| back.id(i)).collect();
+        assert_eq!(ids, order.iter().map(|p| id_of(p)).collect::<Vec<_>>(), "each id follows its path");
         assert!(back.outdated);
         assert!(!decode(&back.encode()).unwrap().outdated, "rewritten in component order");
         // A walk's paths, asked in order from where the last was found, are found where
@@ -1061,14 +1224,9 @@ mod tests {
         }
         paths.sort_by(|a, b| component_order(a, b));
         paths.dedup();
-        let cache = StatCache {
-            entries: paths
-                .iter()
-                .step_by(2)
-                .map(|p| (p.clone(), Cached { stat: stat(1), id: ContentId([1; 32]) }))
-                .collect(),
-            ..Default::default()
-        };
+        let cache = StatCache::of_entries(
+            paths.iter().step_by(2).map(|p| (p.clone(), Cached { stat: stat(1), id: ContentId([1; 32]) })).collect(),
+        );
         let n = cache.entries.len();
         for p in &paths {
             let whole = cache.entries.search(0, n, p);
@@ -1082,7 +1240,7 @@ mod tests {
     #[test]
     fn a_cache_without_a_shape_is_read_and_marked_for_rewriting() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
-        cache.entries.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) }).unwrap();
+        cache.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) });
         let mut bytes = cache.encode();
         bytes[..4].copy_from_slice(MAGIC_NO_SHAPE);
         bytes.truncate(bytes.len() - 16);
@@ -1094,7 +1252,7 @@ mod tests {
     #[test]
     fn a_cache_without_a_generation_is_read_and_marked_for_rewriting() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
-        cache.entries.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) }).unwrap();
+        cache.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) });
         cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
         cache.generation = [7; 16];
         let mut bytes = cache.encode();
@@ -1112,7 +1270,7 @@ mod tests {
             .enumerate()
             .map(|(i, p)| (p.as_bytes().to_vec(), Cached { stat: stat(i as i64), id: ContentId([i as u8; 32]) }))
             .collect();
-        StatCache { taken_at_ns: 10_000_000_000, entries, tree_ids: vec![ContentId([1; 32])], ..Default::default() }
+        StatCache { taken_at_ns: 10_000_000_000, tree_ids: vec![ContentId([1; 32])], ..StatCache::of_entries(entries) }
     }
 
     /// A delta as [`seal_delta`] encodes it, decoded.
@@ -1140,6 +1298,8 @@ mod tests {
         assert_eq!(order, [&b"a/w"[..], b"b", b"d", b"e"]);
         let given_now: Vec<bool> = (0..4).map(|i| cache.given(i)).collect();
         assert_eq!(given_now, [true, true, true, false]);
+        let ids: Vec<ContentId> = (0..4).map(|i| cache.id(i)).collect();
+        assert_eq!(ids, [50, 60, 70, 3].map(|b| ContentId([b; 32])), "each id from where its entry came");
         assert_eq!(
             cache.delta.removed,
             [b"a/x".to_vec(), b"c/d".to_vec()],
@@ -1152,7 +1312,7 @@ mod tests {
         assert_eq!(cache.clean_id(b"e", &stat(3)), Some(ContentId([3; 32])));
         assert_eq!(cache.clean_id(b"d", &stat(70)), Some(ContentId([70; 32])));
         let mut late = whole(&["f"]);
-        late.entries.items[0].1.stat = stat(9_000_000_000);
+        late.entries.items[0].1 = stat(9_000_000_000);
         assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), None);
         late.lay(delta_of(&[("f", Some(Cached { stat: stat(9_000_000_000), id: ContentId([4; 32]) }))], [0; 16]))
             .expect("small");

@@ -151,13 +151,13 @@ pub(super) fn take(
     let built = match record.skipped {
         Some(_) => None,
         None => {
-            let unchanged = cache_still_holds(&walked, &plan, taken_at_ns);
+            let unchanged = cache_still_holds(store, &walked, &plan, taken_at_ns)?;
             // A shape goes with the walk's files only if every file's node was made from the
             // stat cached for it (a file that changed while it was read has the walk's size
             // and mode in its node, the read's in the cache): then the digest of its other
             // entries, asked by the decision and by a whole build, is taken once.
             let others = plan.read_as_walked().then(|| others_digest(&walked));
-            let patched = match how_to_build(&walked, &plan, others, unchanged) {
+            let patched = match how_to_build(store, &walked, &plan, others, unchanged)? {
                 // Every file as cached and the same other entries: the tree is the one the
                 // cache's shape names, stored (a root of gc) and not built again.
                 Build::Same(shape) => Some(Built {
@@ -188,8 +188,8 @@ pub(super) fn take(
 }
 
 /// What the walk found, and what the stat cache cannot vouch for.
-pub(super) struct ReadPlan<'c> {
-    ids: Ids<'c>,
+pub(super) struct ReadPlan {
+    ids: Ids,
     /// By walked entry, the stat of a file read that differs from the walk's (it changed
     /// between the walk and the read): rare, so kept apart. Every other file read had the
     /// walk's stat.
@@ -201,10 +201,27 @@ pub(super) struct ReadPlan<'c> {
     pub(super) read_bytes: u64,
 }
 
-impl ReadPlan<'_> {
-    /// Walked entry `i`'s content id, once known (from the cache, or read).
-    pub(super) fn id(&self, i: usize) -> Option<ContentId> {
+impl ReadPlan {
+    /// How walked entry `i`'s content id is known, if it is.
+    fn known(&self, i: usize) -> Option<Known> {
         self.ids.get(i)
+    }
+
+    /// Walked entry `i`'s content id, if this snapshot read it.
+    pub(super) fn read_id(&self, i: usize) -> Option<ContentId> {
+        match self.ids.get(i) {
+            Some(Known::Read(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    /// Walked entry `i`'s content id, once known, given `cache_ids`, every cache entry's
+    /// ([`StatCache::all_ids`]).
+    fn id_in(&self, i: usize, cache_ids: &[ContentId]) -> Option<ContentId> {
+        match self.ids.get(i)? {
+            Known::Cached(c) => cache_ids.get(c).copied(),
+            Known::Read(id) => Some(id),
+        }
     }
 
     /// Whether walked entry `i` was read (and hashed) by this snapshot.
@@ -225,23 +242,31 @@ impl ReadPlan<'_> {
     }
 }
 
-/// Per walked entry, its content id once known: its cache entry's, which vouches for it,
-/// or the one read. Four bytes an entry, not a copy of each id (a million files' ids are
-/// in the cache already).
-struct Ids<'c> {
-    cache: &'c StatCache,
+/// Per walked entry, how its content id is known: its cache entry vouches for it, or it
+/// was read. Four bytes an entry, not a copy of each id (a million files' ids are in the
+/// cache's pieces already, and a snapshot that builds no tree whole never asks for them).
+struct Ids {
     /// Per entry: [`Ids::UNKNOWN`], its cache entry's index, or [`Ids::READ`] and the
     /// index in `read`.
     at: Vec<u32>,
     read: Vec<ContentId>,
 }
 
-impl<'c> Ids<'c> {
+/// How an entry's content id is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// It is this cache entry's.
+    Cached(usize),
+    /// It was read.
+    Read(ContentId),
+}
+
+impl Ids {
     const UNKNOWN: u32 = u32::MAX;
     const READ: u32 = 1 << 31;
 
-    fn new(cache: &'c StatCache, entries: usize) -> Self {
-        Ids { cache, at: Vec::with_capacity(entries), read: Vec::new() }
+    fn new(entries: usize) -> Self {
+        Ids { at: Vec::with_capacity(entries), read: Vec::new() }
     }
 
     /// The next entry's: cache entry `c`'s id, if given (an index of 2^31 or more, which no
@@ -258,11 +283,11 @@ impl<'c> Ids<'c> {
         self.at[i] = Self::READ | at;
     }
 
-    fn get(&self, i: usize) -> Option<ContentId> {
+    fn get(&self, i: usize) -> Option<Known> {
         match self.at[i] {
             Self::UNKNOWN => None,
-            at if at & Self::READ != 0 => Some(self.read[(at & !Self::READ) as usize]),
-            c => Some(self.cache.entries.cached(c as usize).id),
+            at if at & Self::READ != 0 => Some(Known::Read(self.read[(at & !Self::READ) as usize])),
+            c => Some(Known::Cached(c as usize)),
         }
     }
 
@@ -273,10 +298,10 @@ impl<'c> Ids<'c> {
 
 /// Phase 3: which of the files kept must be read — everything the stat cache cannot vouch
 /// for.
-pub(super) fn classify<'c>(walked: &Scan<'c>) -> ReadPlan<'c> {
+pub(super) fn classify(walked: &Scan<'_>) -> ReadPlan {
     let cache = walked.cache();
     let mut plan = ReadPlan {
-        ids: Ids::new(cache, walked.len()),
+        ids: Ids::new(walked.len()),
         stat_after: HashMap::new(),
         to_read: Vec::new(),
         files: 0,
@@ -293,7 +318,7 @@ pub(super) fn classify<'c>(walked: &Scan<'c>) -> ReadPlan<'c> {
             _ => None,
         };
         plan.ids.push(vouched);
-        if plan.ids.get(i).is_none() && *e.kind == Kind::File {
+        if plan.known(i).is_none() && *e.kind == Kind::File {
             plan.to_read.push(i);
             plan.read_bytes += e.stat.size;
         }
@@ -335,7 +360,7 @@ impl<'a> Baseline<'a> {
     fn adds(&self, e: &Seen<'_>) -> bool {
         match self {
             Baseline::PreRewind | Baseline::First => true,
-            Baseline::Cache(cache) => e.cached.is_none_or(|c| cache.entries.cached(c).stat != e.stat),
+            Baseline::Cache(cache) => e.cached.is_none_or(|c| *cache.entries.stat(c) != e.stat),
             Baseline::Tree(before) => before.get(e.path).is_none_or(|n| n.size != e.stat.size),
         }
     }
@@ -686,25 +711,34 @@ enum Build<'w> {
 /// digest, is given only when the files were read as walked); patched only while the
 /// cache's delta stays small ([`statcache::delta_fits`]) and the cache is of this layout.
 /// Everything else is built whole.
-fn how_to_build<'w>(walked: &'w Scan<'w>, plan: &ReadPlan, others: Option<[u8; 32]>, unchanged: bool) -> Build<'w> {
+///
+/// # Errors
+/// The cache's, asked for the content ids of what changed.
+fn how_to_build<'w>(
+    store: &Store,
+    walked: &'w Scan<'w>,
+    plan: &ReadPlan,
+    others: Option<[u8; 32]>,
+    unchanged: bool,
+) -> Result<Build<'w>> {
     let cache = walked.cache();
     let Some(shape) = cache.shape.filter(|s| others == Some(s.others)) else {
-        return Build::Whole;
+        return Ok(Build::Whole);
     };
     if unchanged {
-        return Build::Same(shape);
+        return Ok(Build::Same(shape));
     }
     if cache.outdated {
-        return Build::Whole;
+        return Ok(Build::Whole);
     }
-    match changes(walked, plan) {
+    Ok(match changes(store, walked, plan)? {
         Some(changes)
             if statcache::delta_fits(changes.cache.len(), cache.delta.tree_ids.len(), cache.entries.len()) =>
         {
             Build::Patch(shape, changes)
         }
         _ => Build::Whole,
-    }
+    })
 }
 
 /// What a walk changed against the stat cache it was matched with.
@@ -717,71 +751,108 @@ struct Changes<'w> {
     leaves: Vec<Leaf<'w>>,
 }
 
+/// A change whose old content id is the cache's, asked of it once all are known.
+enum Pending<'w> {
+    /// The cache's file at this path is gone: a leaf from its node to nothing.
+    Gone(&'w [u8]),
+    /// The file at this path was read again: a leaf from the cache's node to this one, if
+    /// they differ.
+    Read(&'w [u8], Node),
+    /// Given by the old delta and vouched for by it now: carried into the new one, at this
+    /// index of [`Changes::cache`].
+    Carried(usize),
+}
+
 /// Matches the walk's files (with the ids the plan has for them) with the cache's entries;
 /// `None` once the changes are more than a delta may hold, at the latest one entry after
 /// (the whole cache is written then, and a change of a large tree's every file is not
-/// listed first).
-fn changes<'w>(walked: &'w Scan<'w>, plan: &ReadPlan) -> Option<Changes<'w>> {
+/// listed first). The cache's content ids are asked only of the entries that changed.
+///
+/// # Errors
+/// The cache's, asked for those ids ([`StatCache::ids_of`]).
+fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<Option<Changes<'w>>> {
     let cache = walked.cache();
     let most = statcache::delta_max_entries(cache.entries.len());
     let mut out = Changes { cache: Vec::new(), leaves: Vec::new() };
-    let node = |path: &[u8], stat: &walk::Stat, id: ContentId| Node {
-        name: name_of(path).to_vec(),
-        mode: stat.mode,
-        size: stat.size,
-        kind: NodeKind::File(id),
-    };
-    let gone = |out: &mut Changes<'w>, k: usize| {
-        let (path, c) = (cache.entries.path(k), cache.entries.cached(k));
+    // Cache entries whose ids are asked, in order, and what each is for.
+    let mut pending: Vec<(usize, Pending<'w>)> = Vec::new();
+    let gone = |out: &mut Changes<'w>, pending: &mut Vec<(usize, Pending<'w>)>, k: usize| {
+        let path = cache.entries.path(k);
         out.cache.push((path, None));
-        out.leaves.push(Leaf { path, was: Some(node(path, &c.stat, c.id)), now: None });
+        pending.push((k, Pending::Gone(path)));
     };
     // Cache entries below `next` are matched or gone (both lists are in component order).
     let mut next = 0;
     for (i, e) in walked.iter().enumerate() {
         let cached = e.cached;
         if out.cache.len() + cached.map_or(0, |c| c.saturating_sub(next)) > most {
-            return None;
+            return Ok(None);
         }
         if let Some(c) = cached {
-            (next..c).for_each(|k| gone(&mut out, k));
+            (next..c).for_each(|k| gone(&mut out, &mut pending, k));
             next = c + 1;
         }
-        let id = plan.id(i).filter(|_| *e.kind == Kind::File);
-        let (Some(id), path) = (id, e.path) else {
+        let known = plan.known(i).filter(|_| *e.kind == Kind::File);
+        match (known, cached) {
             // Not a file now, or not read: whatever the cache held there is gone.
-            cached.into_iter().for_each(|c| gone(&mut out, c));
-            continue;
-        };
-        let now = Cached { stat: plan.stat_of(i, &e), id };
-        let new_node = node(path, &e.stat, id);
-        let Some(c) = cached else {
-            out.cache.push((path, Some(now)));
-            out.leaves.push(Leaf { path, was: None, now: Some(new_node) });
-            continue;
-        };
-        let old = *cache.entries.cached(c);
-        if old != now || cache.given(c) || plan.was_read(i) {
-            out.cache.push((path, Some(now)));
-        }
-        let was = node(path, &old.stat, old.id);
-        if was != new_node {
-            out.leaves.push(Leaf { path, was: Some(was), now: Some(new_node) });
+            (None, _) => cached.into_iter().for_each(|c| gone(&mut out, &mut pending, c)),
+            // Vouched for by its cache entry, whose stat it has: the same node. An entry
+            // the old delta gave is carried into the new one.
+            (Some(Known::Cached(c)), _) => {
+                if cache.given(c) {
+                    pending.push((c, Pending::Carried(out.cache.len())));
+                    out.cache.push((e.path, Some(Cached { stat: *cache.entries.stat(c), id: ContentId([0; 32]) })));
+                }
+            }
+            (Some(Known::Read(id)), cached) => {
+                let now = node(e.path, &e.stat, id);
+                out.cache.push((e.path, Some(Cached { stat: plan.stat_of(i, &e), id })));
+                match cached {
+                    Some(c) => pending.push((c, Pending::Read(e.path, now))),
+                    None => out.leaves.push(Leaf { path: e.path, was: None, now: Some(now) }),
+                }
+            }
         }
     }
     if out.cache.len() + cache.entries.len().saturating_sub(next) > most {
-        return None;
+        return Ok(None);
     }
-    (next..cache.entries.len()).for_each(|k| gone(&mut out, k));
+    (next..cache.entries.len()).for_each(|k| gone(&mut out, &mut pending, k));
+    let wanted: Vec<usize> = pending.iter().map(|(c, _)| *c).collect();
+    let ids = cache.ids_of(store, &wanted)?;
+    for ((c, what), id) in pending.into_iter().zip(ids) {
+        let stat = cache.entries.stat(c);
+        match what {
+            Pending::Gone(path) => out.leaves.push(Leaf { path, was: Some(node(path, stat, id)), now: None }),
+            Pending::Read(path, now) => {
+                let was = node(path, stat, id);
+                if was != now {
+                    out.leaves.push(Leaf { path, was: Some(was), now: Some(now) });
+                }
+            }
+            Pending::Carried(k) => {
+                if let Some(carried) = &mut out.cache[k].1 {
+                    carried.id = id;
+                }
+            }
+        }
+    }
     // What the old delta removed from the whole cache and the walk did not find again.
     for path in &cache.delta.removed {
-        let found = walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.id(i).is_some());
+        let found =
+            walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.known(i).is_some());
         if !found {
             out.cache.push((path, None));
         }
     }
     out.cache.sort_by(|a, b| walk::component_order(a.0, b.0));
-    Some(out)
+    out.leaves.sort_by(|a, b| walk::component_order(a.path, b.path));
+    Ok(Some(out))
+}
+
+/// A file's node in a tree: its name, mode, size and content.
+fn node(path: &[u8], stat: &walk::Stat, id: ContentId) -> Node {
+    Node { name: name_of(path).to_vec(), mode: stat.mode, size: stat.size, kind: NodeKind::File(id) }
 }
 
 /// Phase 6, patched: the shape's tree with the walk's changes, and a delta over the stat
@@ -843,11 +914,13 @@ fn build_trees(
     session_id: &str,
 ) -> Result<Built> {
     let mut builder = TreeBuilder::new(walked.cache());
+    // Every file the cache vouches for needs its id here (none in a first snapshot).
+    let cache_ids = walked.cache().all_ids(store)?;
     for (i, e) in walked.iter().enumerate() {
         let (dir, name) = (dir_of(e.path), name_of(e.path).to_vec());
         let node = match e.kind {
             Kind::File => {
-                let Some(id) = plan.id(i) else { continue };
+                let Some(id) = plan.id_in(i, &cache_ids) else { continue };
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
             }
             Kind::Symlink(target) => {
@@ -868,7 +941,7 @@ fn build_trees(
         let tree_ids: Vec<ContentId> = builder.seen.iter().copied().collect();
         let files = || {
             walked.iter().enumerate().filter_map(|(i, e)| {
-                let id = plan.id(i).filter(|_| *e.kind == Kind::File)?;
+                let id = plan.id_in(i, &cache_ids).filter(|_| *e.kind == Kind::File)?;
                 Some((e.path, Cached { stat: plan.stat_of(i, &e), id }))
             })
         };
@@ -913,24 +986,38 @@ const SETTLE_LATER_BYTES: u64 = 4 << 20;
 /// agent's edit is snapshotted at once and again moments later, and reading the file it
 /// edited costs far less than rewriting the cache of a large tree; the next rewrite for
 /// any other reason settles them.
-fn cache_still_holds(walked: &Scan<'_>, plan: &ReadPlan, taken_at_ns: i128) -> bool {
+///
+/// # Errors
+/// The cache's, asked for the ids of the files read again with the stat it holds.
+fn cache_still_holds(store: &Store, walked: &Scan<'_>, plan: &ReadPlan, taken_at_ns: i128) -> Result<bool> {
     let cache = walked.cache();
     if cache.outdated || plan.files as usize != cache.entries.len() {
-        return false;
+        return Ok(false);
     }
     let (mut settling, mut settling_bytes) = (0usize, 0u64);
+    // Files read again with the cached stat: the cache still holds if their ids are its.
+    let (mut again, mut read_ids) = (Vec::new(), Vec::new());
     for (i, e) in walked.iter().enumerate().filter(|(_, e)| *e.kind == Kind::File) {
         let stat = plan.stat_of(i, &e);
-        let cached = e.cached.map(|c| cache.entries.cached(c));
-        if !plan.id(i).is_some_and(|id| cached.is_some_and(|c| c.id == id && c.stat == stat)) {
-            return false;
+        let Some(c) = e.cached.filter(|&c| *cache.entries.stat(c) == stat) else { return Ok(false) };
+        match plan.known(i) {
+            // Its id is this very entry's.
+            Some(Known::Cached(vouched)) if vouched == c => {}
+            Some(Known::Read(id)) => {
+                again.push(c);
+                read_ids.push(id);
+            }
+            _ => return Ok(false),
         }
         if plan.was_read(i) && statcache::settled(&stat, taken_at_ns) {
             settling += 1;
             settling_bytes += stat.size;
         }
     }
-    settling <= SETTLE_LATER_FILES && settling_bytes <= SETTLE_LATER_BYTES
+    if settling > SETTLE_LATER_FILES || settling_bytes > SETTLE_LATER_BYTES {
+        return Ok(false);
+    }
+    Ok(cache.ids_of(store, &again)? == read_ids)
 }
 
 /// Phase 7: one transaction — the trees, the record, what the turns are told, and the new
@@ -1160,22 +1247,19 @@ mod tests {
 
     #[test]
     fn an_entry_has_its_cache_entrys_id_until_it_is_read_and_then_the_id_read() {
-        let stat = walk::Stat { mode: 0o100644, size: 1, mtime_ns: 1, ctime_ns: 1, device: 1, inode: 1 };
-        let cache = StatCache::of_entries(
-            (0..3u8).map(|n| (vec![b'a' + n], Cached { stat, id: ContentId([n; 32]) })).collect(),
-        );
-        let mut ids = Ids::new(&cache, 5);
+        let mut ids = Ids::new(5);
         // Vouched for by cache entries 2 and 0; unknown; an index past the flag's room.
         for c in [Some(2), Some(0), None, Some(Ids::READ as usize), Some(usize::MAX)] {
             ids.push(c);
         }
-        let got = |ids: &Ids<'_>| (0..5).map(|i| (ids.get(i), ids.was_read(i))).collect::<Vec<_>>();
-        let id = |n: u8| Some(ContentId([n; 32]));
-        assert_eq!(got(&ids), [(id(2), false), (id(0), false), (None, false), (None, false), (None, false)]);
+        let got = |ids: &Ids| (0..5).map(|i| (ids.get(i), ids.was_read(i))).collect::<Vec<_>>();
+        let read = |n: u8| Some(Known::Read(ContentId([n; 32])));
+        let cached = |c: usize| Some(Known::Cached(c));
+        assert_eq!(got(&ids), [(cached(2), false), (cached(0), false), (None, false), (None, false), (None, false)]);
         ids.set_read(2, ContentId([7; 32]));
         ids.set_read(0, ContentId([8; 32]));
         ids.set_read(4, ContentId([9; 32]));
-        assert_eq!(got(&ids), [(id(8), true), (id(0), false), (id(7), true), (None, false), (id(9), true)]);
+        assert_eq!(got(&ids), [(read(8), true), (cached(0), false), (read(7), true), (None, false), (read(9), true)]);
     }
 
     #[test]

@@ -205,12 +205,12 @@ pub(super) fn patch(
     let stored = read_and_pack(store, source.root, &reading, &mut plan, opts, &mut scratch)?;
     if !scratch.left_out.is_empty()
         || !scratch.skipped_paths.is_empty()
-        || (0..reading.len()).any(|i| plan.id(i).is_none())
+        || (0..reading.len()).any(|i| plan.read_id(i).is_none())
     {
         return Ok(None);
     }
     let read_ids: HashMap<&[u8], ContentId> =
-        reading.iter().enumerate().map(|(i, e)| (e.path, plan.id(i).expect("checked"))).collect();
+        reading.iter().enumerate().map(|(i, e)| (e.path, plan.read_id(i).expect("checked"))).collect();
 
     // What the change adds, against the limits of a later snapshot.
     let (mut new_files, mut new_bytes) = (0u64, 0u64);

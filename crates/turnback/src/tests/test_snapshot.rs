@@ -923,6 +923,68 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
 }
 
 #[test]
+fn a_whole_caches_ids_left_in_its_pieces_are_read_at_their_place_and_through_its_delta() {
+    use crate::error::ErrorCode;
+    use crate::snapshot::statcache::StatCache;
+    let env = Env::new();
+    // Distinct contents, so that every id differs: enough for several pieces (4 KiB each
+    // in tests), so that the id column starts inside one and ids straddle their ends.
+    for i in 0..600 {
+        write(&env, &format!("d{}/f{i}", i % 9), &format!("content {i}"));
+        age(&env, &format!("d{}/f{i}", i % 9));
+    }
+    // Each cached path's id as the snapshot `r` recorded it, in the cache's order.
+    let expected = |r: &SnapshotRecord, cache: &StatCache| -> Vec<ContentId> {
+        let files = paths(&env, r);
+        (0..cache.entries.len())
+            .map(|i| match &files[std::str::from_utf8(cache.entries.path(i)).unwrap()] {
+                NodeKind::File(id) => *id,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    let r = take(&env);
+    assert!(piece_keys(&env).len() >= 3);
+    let cache = StatCache::load(&env.store, &env.session.id).unwrap();
+    let all = cache.all_ids(&env.store).unwrap();
+    assert!(all == expected(&r, &cache), "every id as the snapshot recorded it");
+    assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), 600, "600 distinct ids");
+    // Asked out of order, and again: each from its place.
+    let scattered = [599, 0, 313, 128, 128, 1, 598];
+    let got = cache.ids_of(&env.store, &scattered).unwrap();
+    assert_eq!(got, scattered.map(|i| all[i]));
+
+    // A delta over it: a file changed, one gone, one new; each id comes from the delta or
+    // from the whole cache's pieces, at the place of its whole entry.
+    write(&env, "d0/f0", "changed");
+    age(&env, "d0/f0");
+    std::fs::remove_file(env.path("d4/f4")).unwrap();
+    write(&env, "d4/f4a", "new");
+    age(&env, "d4/f4a");
+    let r = take(&env);
+    assert_eq!(r.read_files, 2);
+    assert!(cache_rows(&env).1.is_some(), "a delta was written");
+    let cache = StatCache::load(&env.store, &env.session.id).unwrap();
+    assert_eq!(cache.entries.len(), 600);
+    assert!(cache.all_ids(&env.store).unwrap() == expected(&r, &cache), "through the delta");
+    // The next snapshot finds nothing changed, asking no id of the cache.
+    assert_eq!(take(&env).read_files, 0);
+
+    // Its pieces altered after the cache was loaded: asking for an id is `corrupt`.
+    let ns = crate::storage::schema::STATCACHE_PIECES;
+    for key in piece_keys(&env) {
+        let mut v = env.store.kv().get(ns, &key).unwrap().unwrap();
+        let n = v.len() - 1;
+        v[n] ^= 1;
+        let mut txn = env.store.kv().begin().unwrap();
+        txn.put(ns, &key, &v).unwrap();
+        txn.commit().unwrap();
+    }
+    let err = cache.ids_of(&env.store, &[599]).unwrap_err();
+    assert_eq!(err.code, ErrorCode::Corrupt, "{err:?}");
+}
+
+#[test]
 fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_gc_removes_them() {
     use std::sync::atomic::{AtomicBool, Ordering};
     // Enough files in enough directories that their nodes pass what is held for the commit
