@@ -142,13 +142,21 @@ impl<T> Default for Walk<T> {
 /// directory by directory: [`keep`](Keeper::keep) is given each entry of a directory in
 /// component order with the directory's own state (new at its first entry), and
 /// [`close`](Keeper::close) that state and what was kept of the directory's entries once
-/// they are all found, before anything below it is walked.
+/// they are all found, before anything below it is walked. What is kept of an entry may
+/// be [`join`](Keeper::join)ed to what was kept of the one just before it in the walk's
+/// order (never across a subdirectory's entries): a kept item may stand for several
+/// entries.
 pub trait Keeper<T>: Sync {
     /// What the keeper carries from one entry of a directory to the next.
     type Dir: Default;
 
     /// What is kept of `entry`.
     fn keep(&self, dir: &mut Self::Dir, entry: Entry) -> T;
+
+    /// Joins `next` to `last` if it can (`None`), or gives it back to be kept after it.
+    fn join(&self, _last: &mut T, next: T) -> Option<T> {
+        Some(next)
+    }
 
     /// Finishes what was kept of a directory's entries.
     fn close(&self, _dir: Self::Dir, _kept: &mut [T]) {}
@@ -305,7 +313,7 @@ struct Found<T> {
     entries: Vec<T>,
     /// Each subdirectory's findings, with the number of this directory's entries before it.
     dirs: Vec<(usize, Found<T>)>,
-    /// Entries here and below.
+    /// Items kept here and below.
     count: usize,
 }
 
@@ -423,13 +431,22 @@ impl<K> Walker<'_, K> {
         let rules = rules.enter(self.root, rel, found, &mut notes);
         self.note_problems(notes);
         let parent_name = if rel.is_empty() { self.root_name } else { Some(name_of(rel)) };
-        let mut entries = Vec::with_capacity(names.len());
+        let mut entries: Vec<T> = Vec::with_capacity(names.len());
         let mut subdirs = Vec::new();
         let mut state = K::Dir::default();
         for listed in names {
             match self.visit(fd, listed, &rules, parent_name) {
                 Visit::Skip => {}
-                Visit::Record(entry) => entries.push(self.keeper.keep(&mut state, entry)),
+                Visit::Record(entry) => {
+                    let kept = self.keeper.keep(&mut state, entry);
+                    // Joined only to an item after the last subdirectory's place.
+                    let joinable = subdirs.last().is_none_or(|(at, _)| *at < entries.len());
+                    let kept = match entries.last_mut() {
+                        Some(last) if joinable => self.keeper.join(last, kept),
+                        _ => Some(kept),
+                    };
+                    entries.extend(kept);
+                }
                 Visit::Enter(path) => subdirs.push((entries.len(), path)),
             }
         }

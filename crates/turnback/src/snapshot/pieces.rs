@@ -281,7 +281,8 @@ impl<'a> At<'a> {
         let mut done = 0;
         while done < out.len() {
             let at = offset + done as u64;
-            let n = u32::try_from(at / PIECE_BYTES as u64).map_err(|_| Error::corrupt("stat cache", "too many pieces"))?;
+            let n =
+                u32::try_from(at / PIECE_BYTES as u64).map_err(|_| Error::corrupt("stat cache", "too many pieces"))?;
             if self.held != Some(n) {
                 let piece = self.reader.piece(n)?;
                 let expected = (size - u64::from(n) * PIECE_BYTES as u64).min(PIECE_BYTES as u64);

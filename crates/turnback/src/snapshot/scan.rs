@@ -4,9 +4,11 @@
 //! more than its cache, never the tree's every path twice.
 //!
 //! Invariants:
-//! - Slots are in component order, the walk's, one per entry it recorded; [`Scan::get`]
-//!   gives each back as found (a [`Slot::Cached`] file's path and stat are its cache
-//!   entry's, which equal what was walked).
+//! - Slots are in component order, the walk's; each stands for one entry it recorded but a
+//!   [`Slot::Cached`] run, which stands for as many files as it counts, the consecutive
+//!   entries of the cache from its first (no walk in order finds those otherwise).
+//!   [`Scan::get`] gives each entry back as found (a cached file's path and stat are its
+//!   cache entry's, which equal what was walked).
 //! - Once a [`Scan`] is made, every entry knows the index of its cache entry if the cache
 //!   has its path (the entries walked before the cache was loaded are matched then, in one
 //!   pass). A cache holds fewer than 2^31 entries (its plaintext is at most
@@ -14,7 +16,8 @@
 //!   pieces, and an entry takes over 90 bytes), so an index fits in 31 bits.
 //! - A scan refers to one cache, the one it was matched against; everything that reads its
 //!   indices asks the scan for it ([`Scan::cache`]).
-//! - Memory: a file kept by reference costs a 16-byte slot; any other file (changed, new,
+//! - Memory: a run of files kept by reference costs one 16-byte slot (a tree that changed
+//!   little is a few slots per directory, not one per file); any other file (changed, new,
 //!   every file of a first snapshot) a slot and a record of 52 bytes and its path in one
 //!   buffer the scan holds (no allocation of its own: a million files' first snapshot held
 //!   two each, about 110 MB with the allocator's overhead, where the records take 70 MB);
@@ -44,17 +47,18 @@ impl<'a> Seen<'a> {
     }
 }
 
-/// One walked entry as a snapshot keeps it.
+/// One walked entry as a snapshot keeps it, or a run of them.
 pub(super) enum Slot {
-    /// A file with the stat of this cache entry.
-    Cached(u32),
+    /// `len` files (at least one), with the stats of as many cache entries from `start` on.
+    Cached { start: u32, len: u32 },
     /// Any other file (every file of a first snapshot): where its record starts in the
     /// scan's [`FileRecords`].
     File(u64),
     /// Anything else (a symlink, a nested repository), with the index of its cache entry
     /// if the cache has its path.
     Own(Box<Own>),
-    /// Walked before the cache was loaded: matched when the [`Scan`] is made.
+    /// Not a file, walked before the cache was loaded: matched when the [`Scan`] is made
+    /// (a file walked then is a record, [`Slot::File`], matched then too).
     Unmatched(Box<Entry>),
 }
 
@@ -65,16 +69,21 @@ pub(super) struct Own {
 
 /// The records of the files a scan holds itself ([`Slot::File`]), one after another: each
 /// its stat (mode, size, mtime, ctime, device, inode), the index of its cache entry
-/// (`u32::MAX`: none), its path's length and its path.
+/// ([`NO_ENTRY`]: none; [`NOT_MATCHED`]: not asked yet), its path's length and its path.
 #[derive(Default)]
 pub(super) struct FileRecords(Vec<u8>);
 
 /// Bytes of a file record before its path.
 const RECORD_HEAD: usize = 4 + 8 * 5 + 4 + 4;
+/// Where a record's cache entry is: the cache has none for its path.
+const NO_ENTRY: u32 = u32::MAX;
+/// … the cache was not asked yet (no cache holds 2^32 - 2 entries).
+const NOT_MATCHED: u32 = u32::MAX - 1;
 
 impl FileRecords {
-    /// Adds a record; where it starts.
-    fn put(&mut self, stat: &Stat, cached: Option<u32>, path: &[u8]) -> u64 {
+    /// Adds a record (`cached`: the index of its cache entry, [`NO_ENTRY`] or
+    /// [`NOT_MATCHED`]); where it starts.
+    fn put(&mut self, stat: &Stat, cached: u32, path: &[u8]) -> u64 {
         let at = self.0.len() as u64;
         let len = u32::try_from(path.len()).expect("a path shorter than 4 GiB");
         self.0.reserve(RECORD_HEAD + path.len());
@@ -82,10 +91,51 @@ impl FileRecords {
         for field in [stat.size, stat.mtime_ns as u64, stat.ctime_ns as u64, stat.device, stat.inode] {
             self.0.extend_from_slice(&field.to_le_bytes());
         }
-        self.0.extend_from_slice(&cached.unwrap_or(u32::MAX).to_le_bytes());
+        self.0.extend_from_slice(&cached.to_le_bytes());
         self.0.extend_from_slice(&len.to_le_bytes());
         self.0.extend_from_slice(path);
         at
+    }
+
+    /// The cache entry field of the record at `at`.
+    fn cached_field(&self, at: u64) -> u32 {
+        let at = at as usize + 44;
+        u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
+    }
+
+    /// Sets the cache entry of the record at `at`.
+    fn set_cached(&mut self, at: u64, cached: Option<u32>) {
+        let at = at as usize + 44;
+        self.0[at..at + 4].copy_from_slice(&cached.unwrap_or(NO_ENTRY).to_le_bytes());
+    }
+
+    /// Bytes of the record at `at`.
+    fn record_len(&self, at: u64) -> usize {
+        let at = at as usize + 48;
+        RECORD_HEAD + u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes")) as usize
+    }
+
+    /// Keeps only the records `slots` refer to, moved down in place (and their slots with
+    /// them), and gives back the room of the others.
+    fn keep_only(&mut self, slots: &mut [Slot]) {
+        let mut live: Vec<(u64, usize)> = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Slot::File(at) => Some((*at, i)),
+                _ => None,
+            })
+            .collect();
+        live.sort_unstable();
+        let mut write = 0;
+        for (at, i) in live {
+            let len = self.record_len(at);
+            self.0.copy_within(at as usize..at as usize + len, write);
+            slots[i] = Slot::File(write as u64);
+            write += len;
+        }
+        self.0.truncate(write);
+        self.0.shrink_to_fit();
     }
 
     /// Appends `other`'s records; where they now start.
@@ -112,18 +162,39 @@ impl FileRecords {
             device: u64_at(28),
             inode: u64_at(36),
         };
-        let cached = Some(u32_at(44)).filter(|&c| c != u32::MAX).map(|c| c as usize);
+        let cached = Some(u32_at(44)).filter(|&c| c < NOT_MATCHED).map(|c| c as usize);
         let len = u32_at(48) as usize;
         (&b[RECORD_HEAD..RECORD_HEAD + len], stat, cached)
     }
 }
 
 impl Slot {
-    /// `entry` matched against `cache`, a file the cache does not vouch for recorded in
-    /// `files`; `hint` is where the search starts, and is left just past what was found
-    /// (entries come in component order).
-    fn matched(cache: &StatCache, entry: Entry, hint: &mut usize, files: &mut FileRecords) -> Slot {
-        let cached = match cache.entries.find_from(*hint, &entry.path) {
+    /// How many entries it stands for.
+    fn len(&self) -> usize {
+        match self {
+            Slot::Cached { len, .. } => *len as usize,
+            _ => 1,
+        }
+    }
+
+    /// Joins `next` to it if both are runs of the cache and `next`'s follows on (`None`),
+    /// or gives `next` back.
+    fn join(&mut self, next: Slot) -> Option<Slot> {
+        match (self, next) {
+            (Slot::Cached { start, len }, Slot::Cached { start: next_start, len: next_len })
+                if start.checked_add(*len) == Some(next_start) && len.checked_add(next_len).is_some() =>
+            {
+                *len += next_len;
+                None
+            }
+            (_, next) => Some(next),
+        }
+    }
+
+    /// The index of `path`'s entry in `cache`, if it has one; `hint` is where the search
+    /// starts, and is left just past what was found (entries come in component order).
+    fn find(cache: &StatCache, path: &[u8], hint: &mut usize) -> Option<u32> {
+        match cache.entries.find_from(*hint, path) {
             Ok(c) => {
                 *hint = c + 1;
                 Some(u32::try_from(c).expect("a cache holds fewer than 2^31 entries (RECORD_MAX)"))
@@ -132,13 +203,36 @@ impl Slot {
                 *hint = c;
                 None
             }
-        };
+        }
+    }
+
+    /// `entry` matched against `cache`, a file the cache does not vouch for recorded in
+    /// `files` ([`Slot::find`] for `hint`).
+    fn matched(cache: &StatCache, entry: Entry, hint: &mut usize, files: &mut FileRecords) -> Slot {
+        let cached = Slot::find(cache, &entry.path, hint);
         match cached {
             Some(c) if entry.kind == Kind::File && *cache.entries.stat(c as usize) == entry.stat => {
-                Slot::Cached(c)
+                Slot::Cached { start: c, len: 1 }
             }
-            _ if entry.kind == Kind::File => Slot::File(files.put(&entry.stat, cached, &entry.path)),
+            _ if entry.kind == Kind::File => {
+                Slot::File(files.put(&entry.stat, cached.unwrap_or(NO_ENTRY), &entry.path))
+            }
             _ => Slot::Own(Box::new(Own { entry, cached })),
+        }
+    }
+
+    /// The file recorded at `at` in `files` before the cache was loaded, matched against
+    /// `cache` now ([`Slot::find`] for `hint`): a reference to the cache if it vouches for
+    /// it (its record is then left unused), else the record with its cache entry set.
+    fn matched_record(cache: &StatCache, at: u64, hint: &mut usize, files: &mut FileRecords) -> Slot {
+        let (path, stat, _) = files.get(at);
+        let cached = Slot::find(cache, path, hint);
+        match cached {
+            Some(c) if *cache.entries.stat(c as usize) == stat => Slot::Cached { start: c, len: 1 },
+            _ => {
+                files.set_cached(at, cached);
+                Slot::File(at)
+            }
         }
     }
 }
@@ -165,8 +259,13 @@ impl Keeper<Slot> for Keeping<'_> {
     fn keep(&self, dir: &mut DirKept, entry: Entry) -> Slot {
         match self.loading.get() {
             Some(cache) => Slot::matched(cache, entry, &mut dir.hint, &mut dir.files),
+            None if entry.kind == Kind::File => Slot::File(dir.files.put(&entry.stat, NOT_MATCHED, &entry.path)),
             None => Slot::Unmatched(Box::new(entry)),
         }
+    }
+
+    fn join(&self, last: &mut Slot, next: Slot) -> Option<Slot> {
+        last.join(next)
     }
 
     fn close(&self, dir: DirKept, kept: &mut [Slot]) {
@@ -191,6 +290,11 @@ pub(super) struct Walked {
 /// A walk merged with the stat cache ([the module](self)).
 pub(super) struct Scan<'c> {
     slots: Vec<Slot>,
+    /// Where each slot's first entry is, if any slot is a run of more than one (empty:
+    /// slot `i` is entry `i`).
+    starts: Vec<usize>,
+    /// How many entries.
+    len: usize,
     files: FileRecords,
     cache: &'c StatCache,
     /// Paths left out with a reason.
@@ -201,11 +305,12 @@ pub(super) struct Scan<'c> {
 
 const FILE: &Kind = &Kind::File;
 
-fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot) -> Seen<'a> {
+/// Entry `k` of `slot` (0 but in a run).
+fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot, k: usize) -> Seen<'a> {
     match slot {
-        Slot::Cached(c) => {
-            let (path, stat) = (cache.entries.path(*c as usize), *cache.entries.stat(*c as usize));
-            Seen { path, kind: FILE, stat, cached: Some(*c as usize) }
+        Slot::Cached { start, .. } => {
+            let c = *start as usize + k;
+            Seen { path: cache.entries.path(c), kind: FILE, stat: *cache.entries.stat(c), cached: Some(c) }
         }
         Slot::File(at) => {
             let (path, stat, cached) = files.get(*at);
@@ -231,22 +336,36 @@ impl<'c> Scan<'c> {
     }
 
     /// The scan of `walked` against `cache` (the one it was walked with): the entries
-    /// walked before it was loaded are matched now, in one pass.
+    /// walked before it was loaded are matched now, in one pass, and joined into runs.
     pub(super) fn new(walked: Walked, cache: &'c StatCache) -> Self {
         let Walked { walk: Walk { mut entries, skipped, excluded, .. }, mut files } = walked;
-        let mut hint = 0;
+        let (mut hint, mut unused) = (0, false);
         for slot in &mut entries {
-            if let Slot::Unmatched(_) = slot {
-                // The slot is matched in place (its placeholder is never read).
-                let Slot::Unmatched(entry) = std::mem::replace(slot, Slot::Cached(u32::MAX)) else { unreachable!() };
-                *slot = Slot::matched(cache, *entry, &mut hint, &mut files);
-            } else if let Some(c) = view(cache, &files, slot).cached {
-                hint = c + 1;
+            match slot {
+                Slot::Unmatched(_) => {
+                    // The slot is matched in place (its placeholder is never read).
+                    let placeholder = Slot::Cached { start: u32::MAX, len: 1 };
+                    let Slot::Unmatched(entry) = std::mem::replace(slot, placeholder) else { unreachable!() };
+                    *slot = Slot::matched(cache, *entry, &mut hint, &mut files);
+                }
+                Slot::File(at) if files.cached_field(*at) == NOT_MATCHED => {
+                    *slot = Slot::matched_record(cache, *at, &mut hint, &mut files);
+                    unused |= matches!(slot, Slot::Cached { .. });
+                }
+                _ => {
+                    if let Some(c) = view(cache, &files, slot, slot.len() - 1).cached {
+                        hint = c + 1;
+                    }
+                }
             }
         }
-        // Grown by doubling while the walk went; what it holds now is all it will hold.
-        files.0.shrink_to_fit();
-        Scan { slots: entries, files, cache, skipped, excluded }
+        if unused {
+            files.keep_only(&mut entries);
+        } else {
+            // Grown by doubling while the walk went; what it holds now is all it will hold.
+            files.0.shrink_to_fit();
+        }
+        Scan::of_slots(entries, files, cache, skipped, excluded)
     }
 
     /// `entries` (in component order), matched against `cache` (an empty one: none is
@@ -254,7 +373,52 @@ impl<'c> Scan<'c> {
     pub(super) fn of_entries(entries: Vec<Entry>, cache: &'c StatCache) -> Self {
         let (mut hint, mut files) = (0, FileRecords::default());
         let slots = entries.into_iter().map(|entry| Slot::matched(cache, entry, &mut hint, &mut files)).collect();
-        Scan { slots, files, cache, skipped: Vec::new(), excluded: 0 }
+        Scan::of_slots(slots, files, cache, Vec::new(), 0)
+    }
+
+    /// The scan of `slots`, each run joined to the one before it where it follows on.
+    fn of_slots(
+        slots: Vec<Slot>,
+        files: FileRecords,
+        cache: &'c StatCache,
+        skipped: Vec<Skipped>,
+        excluded: u64,
+    ) -> Self {
+        let mut scan = Scan { slots: Vec::new(), starts: Vec::new(), len: 0, files, cache, skipped, excluded };
+        scan.set_slots(slots);
+        scan
+    }
+
+    /// Takes `slots`, joined where they follow on, and knows where each starts.
+    fn set_slots(&mut self, mut slots: Vec<Slot>) {
+        // Joined in place: what is kept is never more than what was read.
+        let mut kept = 0usize;
+        for read in 0..slots.len() {
+            let next = std::mem::replace(&mut slots[read], Slot::Cached { start: u32::MAX, len: 0 });
+            let next = match kept.checked_sub(1) {
+                Some(last) => slots[last].join(next),
+                None => Some(next),
+            };
+            if let Some(next) = next {
+                slots[kept] = next;
+                kept += 1;
+            }
+        }
+        slots.truncate(kept);
+        slots.shrink_to_fit();
+        self.len = slots.iter().map(Slot::len).sum();
+        self.starts.clear();
+        if self.len != slots.len() {
+            let mut at = 0;
+            self.starts = slots
+                .iter()
+                .map(|s| {
+                    at += s.len();
+                    at - s.len()
+                })
+                .collect();
+        }
+        self.slots = slots;
     }
 
     /// The stat cache it was matched against.
@@ -264,28 +428,72 @@ impl<'c> Scan<'c> {
 
     /// How many entries.
     pub(super) fn len(&self) -> usize {
-        self.slots.len()
+        self.len
     }
 
     /// Entry `i`.
     pub(super) fn get(&self, i: usize) -> Seen<'_> {
-        view(self.cache, &self.files, &self.slots[i])
+        let (slot, k) = self.slot_of(i);
+        view(self.cache, &self.files, slot, k)
+    }
+
+    /// The slot of entry `i`, and which of its entries it is.
+    fn slot_of(&self, i: usize) -> (&Slot, usize) {
+        if self.starts.is_empty() {
+            return (&self.slots[i], 0);
+        }
+        let slot = self.starts.partition_point(|&start| start <= i) - 1;
+        (&self.slots[slot], i - self.starts[slot])
     }
 
     /// Every entry, in order.
     pub(super) fn iter(&self) -> impl Iterator<Item = Seen<'_>> + '_ {
-        self.slots.iter().map(|s| view(self.cache, &self.files, s))
+        let (cache, files) = (self.cache, &self.files);
+        self.slots.iter().flat_map(move |s| (0..s.len()).map(move |k| view(cache, files, s, k)))
     }
 
     /// Keeps the entries `keep` accepts.
     pub(super) fn retain(&mut self, mut keep: impl FnMut(Seen<'_>) -> bool) {
         let (cache, files) = (self.cache, &self.files);
-        self.slots.retain(|s| keep(view(cache, files, s)));
+        let mut kept: Vec<Slot> = Vec::with_capacity(self.slots.len());
+        // Each slot kept is joined to the one before if it follows on: a run keeps the files
+        // it keeps, without a slot for each.
+        let mut push = |slot: Slot| {
+            if let Some(slot) = match kept.last_mut() {
+                Some(last) => last.join(slot),
+                None => Some(slot),
+            } {
+                kept.push(slot);
+            }
+        };
+        for slot in std::mem::take(&mut self.slots) {
+            match slot {
+                Slot::Cached { start, len } => (start..start + len)
+                    .map(|c| Slot::Cached { start: c, len: 1 })
+                    .filter(|one| keep(view(cache, files, one, 0)))
+                    .for_each(&mut push),
+                other => {
+                    if keep(view(cache, files, &other, 0)) {
+                        push(other);
+                    }
+                }
+            }
+        }
+        self.set_slots(kept);
     }
 
     /// The index of the entry at `path`.
     pub(super) fn position(&self, path: &[u8]) -> Option<usize> {
-        self.slots.binary_search_by(|s| walk::component_order(view(self.cache, &self.files, s).path, path)).ok()
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match walk::component_order(self.get(mid).path, path) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(mid),
+            }
+        }
+        None
     }
 }
 
@@ -312,8 +520,8 @@ mod tests {
         (0..scan.len())
             .map(|i| {
                 let f = scan.get(i);
-                let kept = match scan.slots[i] {
-                    Slot::Cached(_) => 'c',
+                let kept = match scan.slot_of(i).0 {
+                    Slot::Cached { .. } => 'c',
                     Slot::File(_) => 'f',
                     Slot::Own(_) => 'o',
                     Slot::Unmatched(_) => 'u',
@@ -359,7 +567,11 @@ mod tests {
                 .into_iter()
                 .enumerate()
                 .map(|(k, e)| {
-                    if k < loaded_at {
+                    // As the walk keeps them before the cache is there: a file recorded,
+                    // anything else boxed.
+                    if k < loaded_at && e.kind == Kind::File {
+                        Slot::File(files.put(&e.stat, NOT_MATCHED, &e.path))
+                    } else if k < loaded_at {
                         Slot::Unmatched(Box::new(e))
                     } else {
                         Slot::matched(&cache, e, &mut hint, &mut files)
@@ -368,6 +580,10 @@ mod tests {
                 .collect();
             let scan = Scan::new(Walked { walk: Walk { entries, ..Walk::default() }, files }, &cache);
             assert_eq!(seen(&scan), expected, "cache loaded after {loaded_at} entries");
+            // The records of files found cached once matched are given back: only the
+            // three files kept as records remain.
+            let recorded: usize = [&b"b/c"[..], b"b/cc", b"g"].iter().map(|p| RECORD_HEAD + p.len()).sum();
+            assert_eq!(scan.files.0.len(), recorded, "cache loaded after {loaded_at} entries");
             assert_eq!(scan.position(b"b.x"), Some(3));
             assert_eq!(scan.position(b"b/d"), None);
         }
@@ -411,9 +627,10 @@ mod tests {
                 let _ = loading.set(StatCache::of_entries(cached()));
             }
             let walked = Scan::walk(dir.path(), &[], &loading).unwrap();
+            // Entries kept by reference and recorded.
             let kinds = |slots: &[Slot]| {
-                let count = |f: fn(&Slot) -> bool| slots.iter().filter(|s| f(s)).count();
-                (count(|s| matches!(s, Slot::Cached(_))), count(|s| matches!(s, Slot::File(_))))
+                let count = |f: fn(&Slot) -> bool| slots.iter().filter(|s| f(s)).map(Slot::len).sum::<usize>();
+                (count(|s| matches!(s, Slot::Cached { .. })), count(|s| matches!(s, Slot::File(_))))
             };
             let files = expected.iter().filter(|e| e.1 == Kind::File).count();
             let (cached, recorded) = kinds(&walked.walk.entries);
@@ -426,5 +643,53 @@ mod tests {
             assert_eq!(seen(&scan), expected, "cache loaded during the walk: {loaded}");
             assert_eq!(kinds(&scan.slots).0, files.div_ceil(3), "every cached file a reference once matched");
         }
+    }
+
+    #[test]
+    fn files_as_cached_are_kept_as_runs_that_read_back_entry_by_entry_in_walk_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let put = |rel: &str| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, rel).unwrap();
+        };
+        // Directory `a` lists b, c/ and d: c's new file comes between b and d, which follow
+        // each other in the cache, so the walk must not join d to b's run across c.
+        for rel in ["a/b", "a/c/n", "a/d", "a/e", "z/1", "z/2", "z/3", "z/4"] {
+            put(rel);
+        }
+        std::os::unix::fs::symlink("a", dir.path().join("z/l")).unwrap();
+        let found = walk::walk(dir.path(), &[]).unwrap().entries;
+        let expected: Vec<(Vec<u8>, Kind, Stat)> =
+            found.iter().map(|e| (e.path.clone(), e.kind.clone(), e.stat)).collect();
+        let cached: Vec<(Vec<u8>, Cached)> = found
+            .iter()
+            .filter(|e| e.kind == Kind::File && e.path != b"a/c/n")
+            .map(|e| (e.path.clone(), Cached { stat: e.stat, id: ContentId([1; 32]) }))
+            .collect();
+        let loading = OnceLock::new();
+        let _ = loading.set(StatCache::of_entries(cached));
+        let cache = loading.get().unwrap();
+        let mut scan = Scan::new(Scan::walk(dir.path(), &[], &loading).unwrap(), cache);
+        let seen = |scan: &Scan<'_>| -> Vec<(Vec<u8>, Kind, Stat)> {
+            (0..scan.len()).map(|i| scan.get(i)).map(|e| (e.path.to_vec(), e.kind.clone(), e.stat)).collect()
+        };
+        assert_eq!(seen(&scan), expected, "entry by entry");
+        let iterated: Vec<_> = scan.iter().map(|e| (e.path.to_vec(), e.kind.clone(), e.stat)).collect();
+        assert_eq!(iterated, expected, "in order");
+        // a/b; a/c/n; a/d..a/e..z/1..z/4 (one run across directories once flattened); z/l.
+        let shape: Vec<(char, usize)> =
+            scan.slots.iter().map(|s| (if matches!(s, Slot::Cached { .. }) { 'c' } else { 'o' }, s.len())).collect();
+        assert_eq!(shape, [('c', 1), ('o', 1), ('c', 6), ('o', 1)]);
+        for (i, e) in expected.iter().enumerate() {
+            assert_eq!(scan.position(&e.0), Some(i), "{}", String::from_utf8_lossy(&e.0));
+        }
+        assert_eq!(scan.position(b"a/c"), None);
+        // Leaving files out of the middle of a run splits it where they were.
+        scan.retain(|e| e.path != b"z/2" && e.path != b"a/e");
+        let left: Vec<_> = expected.iter().filter(|e| e.0 != b"z/2" && e.0 != b"a/e").cloned().collect();
+        assert_eq!(seen(&scan), left);
+        assert_eq!(scan.slots.iter().map(Slot::len).collect::<Vec<_>>(), [1, 1, 1, 1, 2, 1]);
+        assert_eq!(scan.position(b"z/3"), Some(4));
     }
 }

@@ -919,8 +919,9 @@ fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
     let mut entries = Files { paths: Vec::new(), items: Vec::with_capacity(count) };
-    input
-        .paths(count, &mut |path| entries.push(path, BLANK.stat).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG)))?;
+    input.paths(count, &mut |path| {
+        entries.push(path, BLANK.stat).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG))
+    })?;
     input.stats(&mut entries.items, |e| &mut e.1)?;
     // Written in order since `TBS4`; an older one's byte order is sorted once here, with
     // its ids in memory.

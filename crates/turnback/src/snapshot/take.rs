@@ -839,8 +839,7 @@ fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<O
     }
     // What the old delta removed from the whole cache and the walk did not find again.
     for path in &cache.delta.removed {
-        let found =
-            walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.known(i).is_some());
+        let found = walked.position(path).is_some_and(|i| *walked.get(i).kind == Kind::File && plan.known(i).is_some());
         if !found {
             out.cache.push((path, None));
         }
