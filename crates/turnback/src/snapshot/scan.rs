@@ -211,7 +211,7 @@ impl Slot {
     fn matched(cache: &StatCache, entry: Entry, hint: &mut usize, files: &mut FileRecords) -> Slot {
         let cached = Slot::find(cache, &entry.path, hint);
         match cached {
-            Some(c) if entry.kind == Kind::File && *cache.entries.stat(c as usize) == entry.stat => {
+            Some(c) if entry.kind == Kind::File && cache.entries.stat(c as usize) == entry.stat => {
                 Slot::Cached { start: c, len: 1 }
             }
             _ if entry.kind == Kind::File => {
@@ -228,7 +228,7 @@ impl Slot {
         let (path, stat, _) = files.get(at);
         let cached = Slot::find(cache, path, hint);
         match cached {
-            Some(c) if *cache.entries.stat(c as usize) == stat => Slot::Cached { start: c, len: 1 },
+            Some(c) if cache.entries.stat(c as usize) == stat => Slot::Cached { start: c, len: 1 },
             _ => {
                 files.set_cached(at, cached);
                 Slot::File(at)
@@ -310,7 +310,7 @@ fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot, k: usi
     match slot {
         Slot::Cached { start, .. } => {
             let c = *start as usize + k;
-            Seen { path: cache.entries.path(c), kind: FILE, stat: *cache.entries.stat(c), cached: Some(c) }
+            Seen { path: cache.entries.path(c), kind: FILE, stat: cache.entries.stat(c), cached: Some(c) }
         }
         Slot::File(at) => {
             let (path, stat, cached) = files.get(*at);

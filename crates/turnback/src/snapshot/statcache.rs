@@ -115,21 +115,35 @@ pub struct Shape {
 
 /// The cached files in component order (kept by whoever adds them): each one's path, in
 /// one buffer shared by all (not an allocation each: a million files' paths cost their
-/// bytes), and its stat when read. Their content ids are kept apart ([`StatCache`]): a
-/// snapshot that finds most files unchanged never asks for them. The buffer holds at most
-/// 4 GiB of paths (a cache with more does not load: [`TOO_LONG`]); it may also hold paths
-/// no file refers to any more (removed by a delta), until the next whole cache.
+/// bytes), and its stat when read, packed ([`Item`]). Their content ids are kept apart
+/// ([`StatCache`]): a snapshot that finds most files unchanged never asks for them. The
+/// buffer holds at most 4 GiB of paths, and the files are on at most 2^16 devices (a
+/// cache with more does not load: [`TOO_LONG`]); it may also hold paths no file refers to
+/// any more (removed by a delta), until the next whole cache.
 #[derive(Default, Clone)]
 pub struct Files {
     paths: Vec<u8>,
-    items: Vec<(Span, Stat)>,
+    items: Vec<Item>,
+    /// The devices the files are on (an item holds the index of its own) …
+    devices: Vec<u64>,
+    /// … and the index of each.
+    device_at: std::collections::HashMap<u64, u16>,
 }
 
-/// Where a path lies in [`Files`]' buffer.
+/// One file of [`Files`]: where its path lies in the buffer, and its stat with the device
+/// as an index in [`Files::devices`] (a tree's files are on a few). Packed: 46 bytes, not
+/// the 56 of a span and a [`Stat`] (10 MB on a million files).
 #[derive(Debug, Clone, Copy)]
-struct Span {
+#[repr(C, packed(2))]
+struct Item {
     start: u32,
     len: u32,
+    size: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+    inode: u64,
+    mode: u32,
+    device: u16,
 }
 
 impl Files {
@@ -145,36 +159,95 @@ impl Files {
 
     /// File `i`'s path.
     pub fn path(&self, i: usize) -> &[u8] {
-        self.span(self.items[i].0)
+        self.path_of(&self.items[i])
     }
 
     /// File `i`'s stat when it was read.
-    pub fn stat(&self, i: usize) -> &Stat {
-        &self.items[i].1
+    pub fn stat(&self, i: usize) -> Stat {
+        let item = self.items[i];
+        Stat {
+            mode: item.mode,
+            size: item.size,
+            mtime_ns: item.mtime_ns,
+            ctime_ns: item.ctime_ns,
+            device: self.devices[usize::from(item.device)],
+            inode: item.inode,
+        }
     }
 
     /// Each path and its stat, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Stat)> + '_ {
-        self.items.iter().map(|(span, s)| (self.span(*span), s))
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Stat)> + '_ {
+        (0..self.len()).map(|i| (self.path(i), self.stat(i)))
     }
 
-    fn span(&self, span: Span) -> &[u8] {
-        span_of(&self.paths, span)
+    fn path_of(&self, item: &Item) -> &[u8] {
+        let (start, len) = (item.start, item.len);
+        &self.paths[start as usize..][..len as usize]
     }
 
-    /// Adds `path` to the buffer; `None` past 4 GiB of paths (no real cache has them).
-    fn intern(&mut self, path: &[u8]) -> Option<Span> {
+    /// The index of `device` in [`Files::devices`], added if new; `None` past 2^16.
+    fn device(&mut self, device: u64) -> Option<u16> {
+        if let Some(&k) = self.device_at.get(&device) {
+            return Some(k);
+        }
+        let k = u16::try_from(self.devices.len()).ok()?;
+        self.devices.push(device);
+        self.device_at.insert(device, k);
+        Some(k)
+    }
+
+    /// The item of the path at `start`, `len` long, with `stat`; `None` past 2^16 devices.
+    fn item(&mut self, start: u32, len: u32, stat: Stat) -> Option<Item> {
+        Some(Item {
+            start,
+            len,
+            size: stat.size,
+            mtime_ns: stat.mtime_ns,
+            ctime_ns: stat.ctime_ns,
+            inode: stat.inode,
+            mode: stat.mode,
+            device: self.device(stat.device)?,
+        })
+    }
+
+    /// Sets one stat field of file `i` from its encoding `v` in `column`; `None` for a
+    /// value it cannot hold.
+    fn set_column(&mut self, i: usize, column: Column, v: &[u8]) -> Option<()> {
+        let mut stat = Stat { device: 0, ..self.stat(i) };
+        column.set(&mut stat, v)?;
+        let device = match column {
+            Column::Device => self.device(stat.device)?,
+            _ => self.items[i].device,
+        };
+        let Item { start, len, .. } = self.items[i];
+        let Stat { mode, size, mtime_ns, ctime_ns, inode, .. } = stat;
+        self.items[i] = Item { start, len, size, mtime_ns, ctime_ns, inode, mode, device };
+        Some(())
+    }
+
+    /// Sets file `i`'s stat; `None` past 2^16 devices.
+    fn set_stat(&mut self, i: usize, stat: Stat) -> Option<()> {
+        let Item { start, len, .. } = self.items[i];
+        self.items[i] = self.item(start, len, stat)?;
+        Some(())
+    }
+
+    /// Adds `path` to the buffer, as an item with `stat`; `None` past 4 GiB of paths or
+    /// 2^16 devices (no real cache has them).
+    fn intern(&mut self, path: &[u8], stat: Stat) -> Option<Item> {
         let start = u32::try_from(self.paths.len()).ok()?;
         let len = u32::try_from(path.len()).ok()?;
         start.checked_add(len)?;
+        let item = self.item(start, len, stat)?;
         self.paths.extend_from_slice(path);
-        Some(Span { start, len })
+        Some(item)
     }
 
-    /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths.
+    /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths or
+    /// 2^16 devices.
     fn push(&mut self, path: &[u8], stat: Stat) -> Option<()> {
-        let span = self.intern(path)?;
-        self.items.push((span, stat));
+        let item = self.intern(path, stat)?;
+        self.items.push(item);
         Some(())
     }
 
@@ -199,7 +272,7 @@ impl Files {
 
     /// Where `path` is (`Ok`) or would go (`Err`) among `lo..hi`.
     fn search(&self, lo: usize, hi: usize, path: &[u8]) -> std::result::Result<usize, usize> {
-        match self.items[lo..hi].binary_search_by(|(span, _)| component_order(self.span(*span), path)) {
+        match self.items[lo..hi].binary_search_by(|item| component_order(self.path_of(item), path)) {
             Ok(i) => Ok(lo + i),
             Err(i) => Err(lo + i),
         }
@@ -207,26 +280,21 @@ impl Files {
 
     /// Whether every path comes after the one before.
     pub(crate) fn in_order(&self) -> bool {
-        self.items.windows(2).all(|w| component_order(self.span(w[0].0), self.span(w[1].0)).is_lt())
+        self.items.windows(2).all(|w| component_order(self.path_of(&w[0]), self.path_of(&w[1])).is_lt())
     }
 
     /// Puts them in order with their `ids`, keeping one file per path (an older layout's
     /// byte order).
     fn sort(&mut self, ids: &mut Vec<ContentId>) {
-        let paths = &self.paths;
-        let mut both: Vec<((Span, Stat), ContentId)> = self.items.drain(..).zip(ids.drain(..)).collect();
-        both.sort_by(|a, b| component_order(span_of(paths, a.0.0), span_of(paths, b.0.0)));
-        both.dedup_by(|a, b| span_of(paths, a.0.0) == span_of(paths, b.0.0));
+        let mut both: Vec<(Item, ContentId)> = self.items.drain(..).zip(ids.drain(..)).collect();
+        both.sort_by(|a, b| component_order(self.path_of(&a.0), self.path_of(&b.0)));
+        both.dedup_by(|a, b| self.path_of(&a.0) == self.path_of(&b.0));
         (self.items, *ids) = both.into_iter().unzip();
     }
 }
 
-fn span_of(paths: &[u8], span: Span) -> &[u8] {
-    &paths[span.start as usize..][..span.len as usize]
-}
-
 /// Why a cache with more than 4 GiB of paths does not load.
-const TOO_LONG: &str = "its paths are longer than 4 GiB in all";
+const TOO_LONG: &str = "its paths are longer than 4 GiB in all, or its files are on more than 65,536 devices";
 
 impl PartialEq for Files {
     fn eq(&self, other: &Self) -> bool {
@@ -284,19 +352,18 @@ impl Default for WholeIds {
     }
 }
 
-/// In [`Delta::origin`], the flag of an entry the delta gave (the rest is its index in
-/// [`Delta::ids`]); without it, the index of the whole cache's entry.
-const FROM_DELTA: u32 = 1 << 31;
-
 /// What a delta laid over the whole cache.
 #[derive(Debug, Default)]
 pub struct Delta {
     /// When the walk that wrote it began.
     pub taken_at_ns: i128,
-    /// Per entry, where its content id is: the whole cache's entry, or (with [`FROM_DELTA`])
-    /// the delta's (empty: the delta gave and removed nothing, entry `i` is the whole
-    /// cache's `i`).
-    origin: Vec<u32>,
+    /// The entries it gave (replaced or joined), in order, each with the index of its
+    /// content id in `ids`.
+    given: Vec<(u32, u32)>,
+    /// The entries it joined to the whole cache's, in order.
+    joined: Vec<u32>,
+    /// The whole cache's entries it removed (their indices there), in order.
+    gone: Vec<u32>,
     /// The content ids of the entries it gave.
     ids: Vec<ContentId>,
     /// The paths of the whole cache it removes.
@@ -304,6 +371,22 @@ pub struct Delta {
     /// The directory node ids made since the whole cache (its trees and these name every
     /// node of the shape's tree).
     pub tree_ids: Vec<ContentId>,
+}
+
+/// The `n`-th (from 0) of the numbers not in `set` (in order, each once).
+fn nth_outside(set: &[u32], n: usize) -> usize {
+    // Set member `k` has `set[k] - k` numbers outside the set below it: those members with
+    // at most `n` below come before the answer.
+    let (mut lo, mut hi) = (0, set.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if set[mid] as usize - mid <= n {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    n + lo
 }
 
 /// Where an entry's content id is.
@@ -318,18 +401,22 @@ impl StatCache {
         matches!(self.origin(i), Origin::Delta(_))
     }
 
+    /// Where entry `i`'s content id is: the delta's, if it gave it; else the whole
+    /// cache's entry it is, counted past the entries the delta joined before it and
+    /// those it removed.
     fn origin(&self, i: usize) -> Origin {
-        match self.delta.origin.get(i) {
-            None => Origin::Whole(i),
-            Some(&o) if o & FROM_DELTA != 0 => Origin::Delta((o & !FROM_DELTA) as usize),
-            Some(&o) => Origin::Whole(o as usize),
+        let delta = &self.delta;
+        if let Ok(at) = delta.given.binary_search_by_key(&i, |(entry, _)| *entry as usize) {
+            return Origin::Delta(delta.given[at].1 as usize);
         }
+        let kept = i - delta.joined.partition_point(|&entry| (entry as usize) < i);
+        Origin::Whole(nth_outside(&delta.gone, kept))
     }
 
     /// Whether `stat` proves file entry `i` unchanged since it was read.
     pub fn clean(&self, i: usize, stat: &Stat) -> bool {
         let walked_at = if self.given(i) { self.delta.taken_at_ns } else { self.taken_at_ns };
-        self.entries.stat(i) == stat && settled(stat, walked_at)
+        self.entries.stat(i) == *stat && settled(stat, walked_at)
     }
 
     /// The content ids of entries `wanted`, in their order: those the whole cache left in
@@ -456,79 +543,89 @@ impl StatCache {
 
     /// Lays `delta` over the whole cache, in place: entries it gives replace or join the
     /// whole cache's, those it removes go (a removal of a path the whole cache lacks is
-    /// dropped). `None` past 4 GiB of paths, the cache then half changed: thrown away.
+    /// dropped). `None` past 4 GiB of paths or 2^16 devices, the cache then half changed:
+    /// thrown away.
     fn lay(&mut self, delta: DecodedDelta) -> Option<()> {
         let files = &mut self.entries;
-        // Below 2^31 entries (module invariant of the scan): no whole index has the flag.
-        let mut origin: Vec<u32> = (0..u32::try_from(files.len()).ok()?).collect();
+        // Entry indices fit in 32 bits (module invariant of the scan), and so do the
+        // delta's.
+        let index = |i: usize| u32::try_from(i).ok();
         let mut ids = Vec::new();
-        let mut given = |id: ContentId| -> Option<u32> {
-            let k = u32::try_from(ids.len()).ok().filter(|k| k & FROM_DELTA == 0)?;
-            ids.push(id);
-            Some(FROM_DELTA | k)
-        };
-        let (mut joining, mut gone) = (Vec::new(), Vec::new());
+        // The whole cache's entries replaced, and the entries joining: each with its id.
+        let (mut replaced, mut joining, mut gone) = (Vec::new(), Vec::new(), Vec::new());
         for (path, value) in delta.entries {
             match (files.search(0, files.len(), &path), value) {
                 (Ok(i), Some(c)) => {
-                    files.items[i].1 = c.stat;
-                    origin[i] = given(c.id)?;
+                    files.set_stat(i, c.stat)?;
+                    replaced.push((i, index(ids.len())?));
+                    ids.push(c.id);
                 }
-                (Ok(i), None) => gone.push(i),
+                (Ok(i), None) => gone.push(index(i)?),
                 // Its path joins the buffer now; its place among the files is found below.
-                (Err(_), Some(c)) => joining.push(((files.intern(&path)?, c.stat), given(c.id)?)),
+                (Err(_), Some(c)) => {
+                    joining.push((files.intern(&path, c.stat)?, index(ids.len())?));
+                    ids.push(c.id);
+                }
                 (Err(_), None) => {}
             }
         }
         // The removed paths are copied out (their files go below; their bytes stay in the
         // buffer, unreferenced).
-        let removed = gone.iter().map(|&i| files.path(i).to_vec()).collect();
+        let removed = gone.iter().map(|&i| files.path(i as usize).to_vec()).collect();
         if !gone.is_empty() {
             // `gone` is in order (the delta's paths are): compact around it.
             let mut k = 0;
             let mut write = 0;
             for read in 0..files.len() {
-                if k < gone.len() && gone[k] == read {
+                if k < gone.len() && gone[k] as usize == read {
                     k += 1;
                     continue;
                 }
                 files.items.swap(write, read);
-                origin.swap(write, read);
                 write += 1;
             }
             files.items.truncate(write);
-            origin.truncate(write);
         }
+        let mut joined = Vec::with_capacity(joining.len());
+        let mut given = Vec::with_capacity(replaced.len() + joining.len());
         if !joining.is_empty() {
             // Merge from the back into the room made at the end (both lists are in order).
             let (old, n) = (files.len(), joining.len());
-            files.items.resize(old + n, (Span { start: 0, len: 0 }, BLANK.stat));
-            origin.resize(old + n, 0);
+            // Filled from the back below (the first joining item stands in meanwhile).
+            files.items.resize(old + n, joining[0].0);
             let (mut i, mut w) = (old, old + n);
             while let Some(last) = joining.last() {
                 w -= 1;
-                if i > 0 && component_order(files.path(i - 1), files.span(last.0.0)).is_gt() {
+                if i > 0 && component_order(files.path(i - 1), files.path_of(&last.0)).is_gt() {
                     i -= 1;
                     files.items.swap(i, w);
-                    origin.swap(i, w);
                 } else {
-                    let (item, from) = joining.pop().expect("non-empty");
+                    let (item, id) = joining.pop().expect("non-empty");
                     files.items[w] = item;
-                    origin[w] = from;
+                    joined.push(index(w)?);
+                    given.push((index(w)?, id));
                 }
             }
+            joined.reverse();
         }
+        // A replaced entry's place: among the whole cache's that stay, past those joined.
+        for (i, id) in replaced {
+            let kept = i - gone.partition_point(|&g| (g as usize) < i);
+            given.push((index(nth_outside(&joined, kept))?, id));
+        }
+        given.sort_unstable();
         if let Some(shape) = delta.shape {
             self.shape = Some(shape);
         }
-        self.delta = Delta { taken_at_ns: delta.taken_at_ns, origin, ids, removed, tree_ids: delta.tree_ids };
+        let taken_at_ns = delta.taken_at_ns;
+        self.delta = Delta { taken_at_ns, given, joined, gone, ids, removed, tree_ids: delta.tree_ids };
         Some(())
     }
 
     /// Its encoding as a whole cache ([`encode`]), from a cache whose ids are in memory.
     #[cfg(test)]
     fn encode(&self) -> Vec<u8> {
-        let entries = || self.entries.iter().enumerate().map(|(i, (p, s))| (p, Cached { stat: *s, id: self.id(i) }));
+        let entries = || self.entries.iter().enumerate().map(|(i, (p, stat))| (p, Cached { stat, id: self.id(i) }));
         let mut out = Vec::new();
         encode(&mut out, self.taken_at_ns, &entries, &self.tree_ids, self.shape, self.generation).expect("in memory");
         out
@@ -918,11 +1015,11 @@ fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::
     };
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
-    let mut entries = Files { paths: Vec::new(), items: Vec::with_capacity(count) };
+    let mut entries = Files { items: Vec::with_capacity(count), ..Files::default() };
     input.paths(count, &mut |path| {
         entries.push(path, BLANK.stat).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG))
     })?;
-    input.stats(&mut entries.items, |e| &mut e.1)?;
+    input.stats(count, &mut |i, column, value| entries.set_column(i, column, value))?;
     // Written in order since `TBS4`; an older one's byte order is sorted once here, with
     // its ids in memory.
     let left = left.filter(|_| version > 3 && entries.in_order());
@@ -985,7 +1082,7 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
         return Err(bad());
     }
     let mut cached = vec![BLANK; given.iter().filter(|g| **g == 1).count()];
-    input.stats(&mut cached, |c| &mut c.stat)?;
+    input.stats(cached.len(), &mut |i, column, value| column.set(&mut cached[i].stat, value))?;
     input.ids(&mut cached, |c| &mut c.id)?;
     let mut cached = cached.into_iter();
     let entries: Vec<(Vec<u8>, Option<Cached>)> =
@@ -1083,18 +1180,22 @@ impl<R: Read> Input<R> {
         Ok(())
     }
 
-    /// The stat columns of `items` as [`put_columns`] wrote them, filled in place one
-    /// column at a time (the id column follows them: [`Input::ids`]).
-    fn stats<T>(&mut self, items: &mut [T], stat: fn(&mut T) -> &mut Stat) -> Result<()> {
+    /// The stat columns of `count` entries as [`put_columns`] wrote them, handed one field
+    /// at a time to `set` (entry, column, its bytes; `None`: a value it cannot hold). The
+    /// id column follows them ([`Input::ids`]).
+    fn stats(&mut self, count: usize, set: &mut dyn FnMut(usize, Column, &[u8]) -> Option<()>) -> Result<()> {
         let mut buf = vec![0u8; 64 * 1024];
         for column in COLUMNS {
             let width = column.width();
-            for chunk in items.chunks_mut(buf.len() / width) {
-                let bytes = &mut buf[..chunk.len() * width];
+            let mut done = 0;
+            while done < count {
+                let n = (buf.len() / width).min(count - done);
+                let bytes = &mut buf[..n * width];
                 self.exact(bytes)?;
-                for (item, value) in chunk.iter_mut().zip(bytes.chunks_exact(width)) {
-                    column.set(stat(item), value).ok_or_else(malformed)?;
+                for (k, value) in bytes.chunks_exact(width).enumerate() {
+                    set(done + k, column, value).ok_or_else(malformed)?;
                 }
+                done += n;
             }
         }
         Ok(())
@@ -1313,7 +1414,7 @@ mod tests {
         assert_eq!(cache.clean_id(b"e", &stat(3)), Some(ContentId([3; 32])));
         assert_eq!(cache.clean_id(b"d", &stat(70)), Some(ContentId([70; 32])));
         let mut late = whole(&["f"]);
-        late.entries.items[0].1 = stat(9_000_000_000);
+        late.entries.set_stat(0, stat(9_000_000_000)).unwrap();
         assert_eq!(late.clean_id(b"f", &stat(9_000_000_000)), None);
         late.lay(delta_of(&[("f", Some(Cached { stat: stat(9_000_000_000), id: ContentId([4; 32]) }))], [0; 16]))
             .expect("small");
@@ -1338,5 +1439,101 @@ mod tests {
         varint::put(&mut b, 0);
         b.push(0);
         assert!(decode(&b).is_err(), "{} input bytes must not decode into ~100 MB of paths", b.len());
+    }
+
+    #[test]
+    fn files_keep_each_ones_device_and_a_cache_on_more_devices_than_an_item_counts_does_not_load() {
+        // Files on a few devices, interleaved: each reads back with its own.
+        let mut cache = StatCache::default();
+        for (i, device) in [7u64, u64::MAX, 7, 0, u64::MAX].into_iter().enumerate() {
+            let s = Stat { device, ..stat(i as i64) };
+            cache.push(format!("f{i}").as_bytes(), Cached { stat: s, id: ContentId([i as u8; 32]) });
+        }
+        let back = decode(&cache.encode()).unwrap();
+        let devices: Vec<u64> = back.entries.iter().map(|(_, s)| s.device).collect();
+        assert_eq!(devices, [7, u64::MAX, 7, 0, u64::MAX]);
+        assert_eq!(back.entries, cache.entries);
+        // One device more than an item's index holds: the cache does not load.
+        let many = |devices: u64| {
+            let paths: Vec<Vec<u8>> = (0..devices).map(|d| format!("{d:08}").into_bytes()).collect();
+            let entries = || {
+                paths.iter().enumerate().map(|(d, p)| {
+                    (p.as_slice(), Cached { stat: Stat { device: d as u64, ..stat(1) }, id: ContentId([0; 32]) })
+                })
+            };
+            let mut out = Vec::new();
+            encode(&mut out, 0, &entries, &[], None, [0; 16]).unwrap();
+            decode(&out)
+        };
+        assert_eq!(many(1 << 16).unwrap().entries.len(), 1 << 16);
+        let err = many((1 << 16) + 1).unwrap_err();
+        assert_eq!(err.code, ErrorCode::Corrupt, "{err:?}");
+    }
+
+    #[test]
+    fn the_nth_number_outside_a_set_counts_past_its_members() {
+        let outside = |set: &[u32]| -> Vec<usize> { (0..8).map(|n| nth_outside(set, n)).collect() };
+        assert_eq!(outside(&[]), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(outside(&[0, 1, 5]), [2, 3, 4, 6, 7, 8, 9, 10]);
+        assert_eq!(outside(&[3, 4, 6]), [0, 1, 2, 5, 7, 8, 9, 10]);
+    }
+
+    #[test]
+    fn random_deltas_laid_over_a_whole_cache_give_each_entry_its_stat_id_and_origin() {
+        // Whole cache: even-numbered paths; a delta replaces, removes and joins (odd
+        // numbers) at random. Each entry after laying must be what a plain map says.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |m: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % m
+        };
+        let path = |n: u64| format!("p{n:05}").into_bytes();
+        for round in 0..40 {
+            let n = 1 + next(200);
+            let mut cache = StatCache { taken_at_ns: 10_000_000_000, ..Default::default() };
+            let mut model = std::collections::BTreeMap::new();
+            for k in 0..n {
+                let c = Cached { stat: stat(k as i64), id: ContentId([k as u8; 32]) };
+                cache.push(&path(2 * k), c);
+                model.insert(path(2 * k), (c, false));
+            }
+            let mut entries: Vec<(Vec<u8>, Option<Cached>)> = Vec::new();
+            for p in 0..2 * n + 2 {
+                let given = Some(Cached { stat: stat(1000 + p as i64), id: ContentId([200 - (p % 100) as u8; 32]) });
+                let change = match next(5) {
+                    0 => given,
+                    1 => None,
+                    _ => continue,
+                };
+                // Removing a path never cached is dropped; anything else changes the map.
+                match change {
+                    Some(c) => {
+                        model.insert(path(p), (c, true));
+                    }
+                    None => {
+                        model.remove(&path(p));
+                    }
+                }
+                entries.push((path(p), change));
+            }
+            let delta = DecodedDelta {
+                generation: [0; 16],
+                taken_at_ns: 20_000_000_000,
+                entries,
+                tree_ids: Vec::new(),
+                shape: None,
+            };
+            cache.lay(delta).unwrap();
+            let got: Vec<(Vec<u8>, Cached, bool)> = (0..cache.entries.len())
+                .map(|i| {
+                    let c = Cached { stat: cache.entries.stat(i), id: cache.id(i) };
+                    (cache.entries.path(i).to_vec(), c, cache.given(i))
+                })
+                .collect();
+            let expected: Vec<(Vec<u8>, Cached, bool)> = model.into_iter().map(|(p, (c, g))| (p, c, g)).collect();
+            assert!(got == expected, "round {round}: {got:?} != {expected:?}");
+        }
     }
 }

@@ -360,7 +360,7 @@ impl<'a> Baseline<'a> {
     fn adds(&self, e: &Seen<'_>) -> bool {
         match self {
             Baseline::PreRewind | Baseline::First => true,
-            Baseline::Cache(cache) => e.cached.is_none_or(|c| *cache.entries.stat(c) != e.stat),
+            Baseline::Cache(cache) => e.cached.is_none_or(|c| cache.entries.stat(c) != e.stat),
             Baseline::Tree(before) => before.get(e.path).is_none_or(|n| n.size != e.stat.size),
         }
     }
@@ -801,7 +801,7 @@ fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<O
             (Some(Known::Cached(c)), _) => {
                 if cache.given(c) {
                     pending.push((c, Pending::Carried(out.cache.len())));
-                    out.cache.push((e.path, Some(Cached { stat: *cache.entries.stat(c), id: ContentId([0; 32]) })));
+                    out.cache.push((e.path, Some(Cached { stat: cache.entries.stat(c), id: ContentId([0; 32]) })));
                 }
             }
             (Some(Known::Read(id)), cached) => {
@@ -823,9 +823,9 @@ fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<O
     for ((c, what), id) in pending.into_iter().zip(ids) {
         let stat = cache.entries.stat(c);
         match what {
-            Pending::Gone(path) => out.leaves.push(Leaf { path, was: Some(node(path, stat, id)), now: None }),
+            Pending::Gone(path) => out.leaves.push(Leaf { path, was: Some(node(path, &stat, id)), now: None }),
             Pending::Read(path, now) => {
-                let was = node(path, stat, id);
+                let was = node(path, &stat, id);
                 if was != now {
                     out.leaves.push(Leaf { path, was: Some(was), now: Some(now) });
                 }
@@ -998,7 +998,7 @@ fn cache_still_holds(store: &Store, walked: &Scan<'_>, plan: &ReadPlan, taken_at
     let (mut again, mut read_ids) = (Vec::new(), Vec::new());
     for (i, e) in walked.iter().enumerate().filter(|(_, e)| *e.kind == Kind::File) {
         let stat = plan.stat_of(i, &e);
-        let Some(c) = e.cached.filter(|&c| *cache.entries.stat(c) == stat) else { return Ok(false) };
+        let Some(c) = e.cached.filter(|&c| cache.entries.stat(c) == stat) else { return Ok(false) };
         match plan.known(i) {
             // Its id is this very entry's.
             Some(Known::Cached(vouched)) if vouched == c => {}
