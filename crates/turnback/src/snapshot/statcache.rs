@@ -1102,6 +1102,9 @@ fn malformed() -> Error {
     Error::corrupt("stat cache", "malformed")
 }
 
+/// Sets a stat field of an entry from its encoding ([`Input::stats`]).
+type SetField<'a> = dyn FnMut(usize, Column, &[u8]) -> Option<()> + 'a;
+
 /// A reader that counts what it gave.
 struct Counted<R> {
     r: R,
@@ -1183,7 +1186,7 @@ impl<R: Read> Input<R> {
     /// The stat columns of `count` entries as [`put_columns`] wrote them, handed one field
     /// at a time to `set` (entry, column, its bytes; `None`: a value it cannot hold). The
     /// id column follows them ([`Input::ids`]).
-    fn stats(&mut self, count: usize, set: &mut dyn FnMut(usize, Column, &[u8]) -> Option<()>) -> Result<()> {
+    fn stats(&mut self, count: usize, set: &mut SetField<'_>) -> Result<()> {
         let mut buf = vec![0u8; 64 * 1024];
         for column in COLUMNS {
             let width = column.width();
