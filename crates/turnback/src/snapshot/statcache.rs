@@ -187,6 +187,10 @@ impl Files {
 
     /// The index of `device` in [`Files::devices`], added if new; `None` past 2^16.
     fn device(&mut self, device: u64) -> Option<u16> {
+        // The first few looked at in place, without hashing: most trees are on one or two.
+        if let Some(k) = self.devices.iter().take(4).position(|d| *d == device) {
+            return Some(k as u16);
+        }
         if let Some(&k) = self.device_at.get(&device) {
             return Some(k);
         }
@@ -213,15 +217,22 @@ impl Files {
     /// Sets one stat field of file `i` from its encoding `v` in `column`; `None` for a
     /// value it cannot hold.
     fn set_column(&mut self, i: usize, column: Column, v: &[u8]) -> Option<()> {
-        let mut stat = Stat { device: 0, ..self.stat(i) };
-        column.set(&mut stat, v)?;
-        let device = match column {
-            Column::Device => self.device(stat.device)?,
-            _ => self.items[i].device,
-        };
-        let Item { start, len, .. } = self.items[i];
-        let Stat { mode, size, mtime_ns, ctime_ns, inode, .. } = stat;
-        self.items[i] = Item { start, len, size, mtime_ns, ctime_ns, inode, mode, device };
+        let x = column.decode(v)?;
+        match column {
+            Column::Mode => self.items[i].mode = x as u32,
+            Column::Size => self.items[i].size = x,
+            Column::Mtime => self.items[i].mtime_ns = x as i64,
+            Column::Ctime => self.items[i].ctime_ns = x as i64,
+            Column::Device => {
+                // Most files are on the device of the file before them.
+                let before = i.checked_sub(1).map(|b| self.items[b].device);
+                self.items[i].device = match before {
+                    Some(k) if self.devices[usize::from(k)] == x => k,
+                    _ => self.device(x)?,
+                };
+            }
+            Column::Inode => self.items[i].inode = x,
+        }
         Some(())
     }
 
@@ -866,18 +877,28 @@ impl Column {
         }
     }
 
-    /// Sets this field of `s` from its [`width`](Self::width) bytes `v`; `None` for a time
-    /// past what 8 bytes hold.
-    fn set(self, s: &mut Stat, v: &[u8]) -> Option<()> {
-        let u64_of = |v: &[u8]| u64::from_le_bytes(v.try_into().expect("8 bytes"));
-        let time_of = |v: &[u8]| i64::try_from(i128::from_le_bytes(v.try_into().expect("16 bytes"))).ok();
+    /// The field its [`width`](Self::width) bytes `v` hold, as 64 bits (a time's two's
+    /// complement); `None` for a time past what 8 bytes hold.
+    fn decode(self, v: &[u8]) -> Option<u64> {
         match self {
-            Column::Mode => s.mode = u32::from_le_bytes(v.try_into().expect("4 bytes")),
-            Column::Size => s.size = u64_of(v),
-            Column::Mtime => s.mtime_ns = time_of(v)?,
-            Column::Ctime => s.ctime_ns = time_of(v)?,
-            Column::Device => s.device = u64_of(v),
-            Column::Inode => s.inode = u64_of(v),
+            Column::Mode => Some(u64::from(u32::from_le_bytes(v.try_into().expect("4 bytes")))),
+            Column::Size | Column::Device | Column::Inode => Some(u64::from_le_bytes(v.try_into().expect("8 bytes"))),
+            Column::Mtime | Column::Ctime => {
+                i64::try_from(i128::from_le_bytes(v.try_into().expect("16 bytes"))).ok().map(|t| t as u64)
+            }
+        }
+    }
+
+    /// Sets this field of `s` from its encoding `v` ([`decode`](Self::decode)).
+    fn set(self, s: &mut Stat, v: &[u8]) -> Option<()> {
+        let x = self.decode(v)?;
+        match self {
+            Column::Mode => s.mode = x as u32,
+            Column::Size => s.size = x,
+            Column::Mtime => s.mtime_ns = x as i64,
+            Column::Ctime => s.ctime_ns = x as i64,
+            Column::Device => s.device = x,
+            Column::Inode => s.inode = x,
         }
         Some(())
     }
