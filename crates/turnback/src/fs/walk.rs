@@ -121,7 +121,8 @@ pub struct Skipped {
 /// ([`walk_keeping`]).
 #[derive(Debug)]
 pub struct Walk<T = Entry> {
-    /// Recorded paths, sorted by path components.
+    /// Recorded paths, sorted by path components (or what a keeper kept of them, an item
+    /// of which may stand for several: [`Keeper::join`]).
     pub entries: Vec<T>,
     /// Nested repositories that could not be recorded, and other notable skips.
     pub skipped: Vec<Skipped>,

@@ -1,9 +1,9 @@
 //! A whole stat cache stored as numbered pieces: its plaintext is cut every
 //! [`PIECE_BYTES`] and each piece sealed as a record of its own, stored ahead of the
-//! commit that names it ([`write`]) and read back one piece at a time ([`read`]). Neither
-//! ever holds more than one piece of its sealed bytes (a million files' cache is about
-//! 40 MB sealed; held whole, it was the largest allocation of a first snapshot and of every
-//! load).
+//! commit that names it ([`write`]) and read back one piece at a time, in order ([`read`])
+//! or at any offset ([`At`]: the piece an offset lies in is computed). None ever holds
+//! more than one piece of its sealed bytes (a million files' cache is about 40 MB sealed;
+//! held whole, it was the largest allocation of a first snapshot and of every load).
 //!
 //! Invariants:
 //! - A piece's key is its session, a `0` byte (no session id holds one), the generation of
@@ -16,10 +16,11 @@
 //!   them, a cache deleted by a caller without the session's lock) go when the session's
 //!   next whole cache is stored, when its cache is dropped or the session deleted (under its
 //!   lock), or at `gc` ([`sweep`]).
-//! - A reading gives exactly the bytes the manifest counts, from exactly its pieces, or
-//!   fails: a piece missing, altered or of another size is `corrupt`, and a manifest that
-//!   counts more than its pieces can hold, or than a record may be, is refused before
-//!   anything is read.
+//! - Every piece but the last holds exactly [`PIECE_BYTES`], the last the rest: a manifest
+//!   whose number of pieces does not go with its size that way, or that counts more than a
+//!   record may be, is refused before anything is read, and a piece of any other length is
+//!   `corrupt`. A reading gives exactly the bytes the manifest counts, from exactly its
+//!   pieces, or fails: a piece missing or altered is `corrupt` too.
 
 use std::io::{self, Read, Write};
 
@@ -28,11 +29,9 @@ use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::{RECORD_MAX, Store};
 
-/// Plaintext bytes per piece written (the last one may hold fewer): small in tests, so
-/// that a test's cache spans several.
-pub(crate) const PIECE_BYTES: usize = if cfg!(test) { 4096 } else { PIECE_MAX };
-/// The most plaintext bytes a piece may hold when read.
-const PIECE_MAX: usize = 1 << 20;
+/// Plaintext bytes per piece (the last one may hold fewer): small in tests, so that a
+/// test's cache spans several.
+pub(crate) const PIECE_BYTES: usize = if cfg!(test) { 4096 } else { 1 << 20 };
 /// zstd level of each piece (the stat cache's, as a whole cache was sealed).
 const LEVEL: i32 = 1;
 const SCHEMA: u16 = 1;
@@ -57,18 +56,23 @@ impl Manifest {
         out
     }
 
-    /// The manifest `bytes` hold, if its pieces can hold its size: each at least a byte and
-    /// at most [`PIECE_MAX`], and a record's most in all (its size bounds what a reader
-    /// allocates, so a claim past what its pieces could hold is refused unread).
+    /// The manifest `bytes` hold, if its number of pieces goes with its size (each
+    /// [`PIECE_BYTES`] but the last) and its size is at most a record's (its size bounds
+    /// what a reader allocates, so a claim past what its pieces hold is refused unread).
     pub(crate) fn from_bytes(bytes: &[u8; MANIFEST_BYTES]) -> Option<Self> {
         let manifest = Manifest {
             generation: bytes[..16].try_into().expect("16 bytes"),
             pieces: u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes")),
             size: u64::from_le_bytes(bytes[20..].try_into().expect("8 bytes")),
         };
-        let (pieces, size) = (u64::from(manifest.pieces), manifest.size);
-        let holds = pieces <= size && size <= pieces * PIECE_MAX as u64 && size <= RECORD_MAX as u64;
+        let holds = u64::from(manifest.pieces) == manifest.size.div_ceil(PIECE_BYTES as u64)
+            && manifest.size <= RECORD_MAX as u64;
         holds.then_some(manifest)
+    }
+
+    /// Bytes of piece `n` (of fewer than `pieces`).
+    fn piece_len(&self, n: u32) -> usize {
+        (self.size - u64::from(n) * PIECE_BYTES as u64).min(PIECE_BYTES as u64) as usize
     }
 }
 
@@ -218,8 +222,8 @@ impl Reader<'_> {
         let missing = || Error::corrupt("stat cache", format!("piece {n} is missing"));
         let sealed = self.store.kv().get(schema::STATCACHE_PIECES, &key)?.ok_or_else(missing)?;
         let plain = self.store.open_bytes(schema::STATCACHE_PIECES, &key, &sealed)?;
-        if plain.is_empty() || plain.len() > PIECE_MAX {
-            return Err(Error::corrupt("stat cache", format!("piece {n} has {} bytes", plain.len())));
+        if plain.len() != self.manifest.piece_len(n) {
+            return Err(Error::corrupt("stat cache", format!("piece {n} has {} bytes, not as written", plain.len())));
         }
         Ok(plain)
     }
@@ -254,9 +258,9 @@ impl Read for Reader<'_> {
 }
 
 /// Reads bytes at any offset of the plaintext a manifest names, holding the last piece it
-/// opened: the pieces [`write`] stored are all [`PIECE_BYTES`] long but the last, so the
-/// piece an offset lies in is computed, not searched for. A piece of another length, or
-/// one that does not open, is `corrupt`.
+/// opened: every piece is [`PIECE_BYTES`] long but the last, so the piece an offset lies
+/// in is computed, not searched for. A piece that does not open, or of another length, is
+/// `corrupt`.
 pub(crate) struct At<'a> {
     reader: Reader<'a>,
     /// The number of the piece in `reader.piece`.
@@ -274,6 +278,8 @@ impl<'a> At<'a> {
     /// # Errors
     /// The store's; `corrupt` past the plaintext's end or for a piece not as written.
     pub(crate) fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
+        #[cfg(test)]
+        READS_AT.with(|n| n.set(n.get() + 1));
         let size = self.reader.manifest.size;
         if offset.checked_add(out.len() as u64).is_none_or(|end| end > size) {
             return Err(Error::corrupt("stat cache", "a read past the end of its pieces"));
@@ -284,12 +290,7 @@ impl<'a> At<'a> {
             let n =
                 u32::try_from(at / PIECE_BYTES as u64).map_err(|_| Error::corrupt("stat cache", "too many pieces"))?;
             if self.held != Some(n) {
-                let piece = self.reader.piece(n)?;
-                let expected = (size - u64::from(n) * PIECE_BYTES as u64).min(PIECE_BYTES as u64);
-                if piece.len() as u64 != expected {
-                    return Err(Error::corrupt("stat cache", format!("piece {n} is not as written")));
-                }
-                self.reader.piece = piece;
+                self.reader.piece = self.reader.piece(n)?;
                 self.held = Some(n);
             }
             let within = (at % PIECE_BYTES as u64) as usize;
@@ -299,6 +300,12 @@ impl<'a> At<'a> {
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many reads at an offset this thread made (a test's proof that none was asked).
+    pub(crate) static READS_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Keeps `e` in `failed` for whoever reads or writes through the `io` traits (an

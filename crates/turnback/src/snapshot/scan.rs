@@ -21,8 +21,10 @@
 //!   every file of a first snapshot) a slot and a record of 52 bytes and its path in one
 //!   buffer the scan holds (no allocation of its own: a million files' first snapshot held
 //!   two each, about 110 MB with the allocator's overhead, where the records take 70 MB);
-//!   anything else, and an entry walked before the cache was loaded until the scan is made,
-//!   a slot and a boxed entry.
+//!   once any slot is a run, each slot also knows where its first entry is (8 bytes); a
+//!   file walked before the cache was loaded is such a record until the scan is made,
+//!   which gives back the records of those the cache vouches for; anything else (a
+//!   symlink, a nested repository) a slot and a boxed entry.
 
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
@@ -51,8 +53,9 @@ impl<'a> Seen<'a> {
 pub(super) enum Slot {
     /// `len` files (at least one), with the stats of as many cache entries from `start` on.
     Cached { start: u32, len: u32 },
-    /// Any other file (every file of a first snapshot): where its record starts in the
-    /// scan's [`FileRecords`].
+    /// Any other file (every file of a first snapshot, and every file walked before the
+    /// cache was loaded until the scan is made): where its record starts in the scan's
+    /// [`FileRecords`].
     File(u64),
     /// Anything else (a symlink, a nested repository), with the index of its cache entry
     /// if the cache has its path.
@@ -439,6 +442,7 @@ impl<'c> Scan<'c> {
 
     /// The slot of entry `i`, and which of its entries it is.
     fn slot_of(&self, i: usize) -> (&Slot, usize) {
+        assert!(i < self.len, "entry {i} of a scan of {}", self.len);
         if self.starts.is_empty() {
             return (&self.slots[i], 0);
         }

@@ -32,10 +32,16 @@
 //!   manifest: the generation, their number and the plaintext's size), written in the
 //!   snapshot's transaction. A row of an older layout holds the whole sealed cache: read as
 //!   before, replaced by a manifest at the next whole write.
+//! - Loaded from its pieces, a cache holds its paths and stats in memory and leaves its
+//!   content ids where they are ([`StatCache::ids_of`] reads them again, at their place,
+//!   each piece authenticated again): a snapshot asks for the ids of what changed, and only
+//!   a whole build for them all. The snapshot holds the session's lock and the objects lock
+//!   shared, so the pieces it loaded stay as they were until it ends.
 //! - It is derived data: everything in it can be found again by reading the files. A cache
 //!   that does not verify (altered, or malformed) is never a reason to stop taking
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
-//!   every file in full.
+//!   every file in full (one altered while a snapshot reads ids from it fails that snapshot
+//!   as `corrupt`, and the next drops it).
 
 use std::io::{self, BufRead, Read};
 
@@ -246,18 +252,35 @@ impl Files {
     /// Adds `path` to the buffer, as an item with `stat`; `None` past 4 GiB of paths or
     /// 2^16 devices (no real cache has them).
     fn intern(&mut self, path: &[u8], stat: Stat) -> Option<Item> {
+        let (start, len) = self.add_path(path)?;
+        self.item(start, len, stat)
+    }
+
+    /// Adds `path` to the buffer: where it starts, and its length; `None` past 4 GiB of
+    /// paths.
+    fn add_path(&mut self, path: &[u8]) -> Option<(u32, u32)> {
         let start = u32::try_from(self.paths.len()).ok()?;
         let len = u32::try_from(path.len()).ok()?;
         start.checked_add(len)?;
-        let item = self.item(start, len, stat)?;
         self.paths.extend_from_slice(path);
-        Some(item)
+        Some((start, len))
     }
 
     /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths or
     /// 2^16 devices.
+    #[cfg(test)]
     fn push(&mut self, path: &[u8], stat: Stat) -> Option<()> {
         let item = self.intern(path, stat)?;
+        self.items.push(item);
+        Some(())
+    }
+
+    /// Adds a file at the end with a blank stat, each field to be set before it is read
+    /// ([`Files::set_column`]; its device index is no device's yet); `None` past 4 GiB of
+    /// paths.
+    fn push_blank(&mut self, path: &[u8]) -> Option<()> {
+        let (start, len) = self.add_path(path)?;
+        let item = Item { start, len, size: 0, mtime_ns: 0, ctime_ns: 0, inode: 0, mode: 0, device: 0 };
         self.items.push(item);
         Some(())
     }
@@ -304,7 +327,7 @@ impl Files {
     }
 }
 
-/// Why a cache with more than 4 GiB of paths does not load.
+/// Why a cache with more than 4 GiB of paths, or on more than 2^16 devices, does not load.
 const TOO_LONG: &str = "its paths are longer than 4 GiB in all, or its files are on more than 65,536 devices";
 
 impl PartialEq for Files {
@@ -349,7 +372,8 @@ pub struct StatCache {
 /// Where the whole cache's content ids are.
 #[derive(Debug)]
 enum WholeIds {
-    /// In memory, one per entry of the whole cache (an older layout's row, a test's cache).
+    /// In memory, one per entry of the whole cache: read for `gc`'s roots, from a row of the
+    /// older layout, from pieces whose entries had to be put in order, or a test's cache.
     Resident(Vec<ContentId>),
     /// Left in the pieces they were read from: `count` ids, 32 bytes each, from byte `at`
     /// of the plaintext the manifest names (a million files' ids are 32 MB, which a
@@ -409,7 +433,8 @@ enum Origin {
 impl StatCache {
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
     pub fn given(&self, i: usize) -> bool {
-        matches!(self.origin(i), Origin::Delta(_))
+        let given = &self.delta.given;
+        !given.is_empty() && given.binary_search_by_key(&i, |(entry, _)| *entry as usize).is_ok()
     }
 
     /// Where entry `i`'s content id is: the delta's, if it gave it; else the whole
@@ -436,13 +461,14 @@ impl StatCache {
     ///
     /// # Errors
     /// The store's; `corrupt` if a piece no longer opens as it did when the cache loaded.
-    pub fn ids_of(&self, store: &Store, wanted: &[usize]) -> Result<Vec<ContentId>> {
-        let mut out = Vec::with_capacity(wanted.len());
+    pub fn ids_of(&self, store: &Store, wanted: impl IntoIterator<Item = usize>) -> Result<Vec<ContentId>> {
+        let wanted = wanted.into_iter();
+        let mut out = Vec::with_capacity(wanted.size_hint().0);
         let mut reader = match &self.whole_ids {
             WholeIds::Resident(_) => None,
             WholeIds::InPieces { session, manifest, .. } => Some(pieces::At::new(store, session, *manifest)),
         };
-        for &i in wanted {
+        for i in wanted {
             out.push(match (self.origin(i), &self.whole_ids, &mut reader) {
                 (Origin::Delta(k), ..) => *self.delta.ids.get(k).ok_or_else(malformed)?,
                 (Origin::Whole(w), WholeIds::Resident(ids), _) => *ids.get(w).ok_or_else(malformed)?,
@@ -463,8 +489,7 @@ impl StatCache {
     /// # Errors
     /// As [`ids_of`](Self::ids_of).
     pub fn all_ids(&self, store: &Store) -> Result<Vec<ContentId>> {
-        let every: Vec<usize> = (0..self.entries.len()).collect();
-        self.ids_of(store, &every)
+        self.ids_of(store, 0..self.entries.len())
     }
 
     /// Whether `id` is a node of a tree this cache describes (the whole cache's or one
@@ -1037,10 +1062,13 @@ fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
     let mut entries = Files { items: Vec::with_capacity(count), ..Files::default() };
-    input.paths(count, &mut |path| {
-        entries.push(path, BLANK.stat).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG))
+    input.paths(count, &mut |path| entries.push_blank(path).ok_or_else(|| Error::corrupt("stat cache", TOO_LONG)))?;
+    input.stats(count, &mut |i, column, value| match entries.set_column(i, column, value) {
+        Some(()) => Ok(()),
+        // Every value a column holds fits but a device past the table's room.
+        None if matches!(column, Column::Device) => Err(Error::corrupt("stat cache", TOO_LONG)),
+        None => Err(malformed()),
     })?;
-    input.stats(count, &mut |i, column, value| entries.set_column(i, column, value))?;
     // Written in order since `TBS4`; an older one's byte order is sorted once here, with
     // its ids in memory.
     let left = left.filter(|_| version > 3 && entries.in_order());
@@ -1103,7 +1131,7 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
         return Err(bad());
     }
     let mut cached = vec![BLANK; given.iter().filter(|g| **g == 1).count()];
-    input.stats(cached.len(), &mut |i, column, value| column.set(&mut cached[i].stat, value))?;
+    input.stats(cached.len(), &mut |i, column, value| column.set(&mut cached[i].stat, value).ok_or_else(malformed))?;
     input.ids(&mut cached, |c| &mut c.id)?;
     let mut cached = cached.into_iter();
     let entries: Vec<(Vec<u8>, Option<Cached>)> =
@@ -1124,7 +1152,7 @@ fn malformed() -> Error {
 }
 
 /// Sets a stat field of an entry from its encoding ([`Input::stats`]).
-type SetField<'a> = dyn FnMut(usize, Column, &[u8]) -> Option<()> + 'a;
+type SetField<'a> = dyn FnMut(usize, Column, &[u8]) -> Result<()> + 'a;
 
 /// A reader that counts what it gave.
 struct Counted<R> {
@@ -1217,7 +1245,7 @@ impl<R: Read> Input<R> {
                 let bytes = &mut buf[..n * width];
                 self.exact(bytes)?;
                 for (k, value) in bytes.chunks_exact(width).enumerate() {
-                    set(done + k, column, value).ok_or_else(malformed)?;
+                    set(done + k, column, value)?;
                 }
                 done += n;
             }

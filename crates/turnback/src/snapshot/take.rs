@@ -219,9 +219,16 @@ impl ReadPlan {
     /// ([`StatCache::all_ids`]).
     fn id_in(&self, i: usize, cache_ids: &[ContentId]) -> Option<ContentId> {
         match self.ids.get(i)? {
-            Known::Cached(c) => cache_ids.get(c).copied(),
+            // One id per cache entry ([`StatCache::all_ids`]).
+            Known::Cached(c) => Some(cache_ids[c]),
             Known::Read(id) => Some(id),
         }
+    }
+
+    /// Whether the cache vouches for any walked entry (whose id a whole build then asks of
+    /// it).
+    fn vouches(&self) -> bool {
+        self.ids.at.iter().any(|&at| at != Ids::UNKNOWN && at & Ids::READ == 0)
     }
 
     /// Whether walked entry `i` was read (and hashed) by this snapshot.
@@ -818,8 +825,7 @@ fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<O
         return Ok(None);
     }
     (next..cache.entries.len()).for_each(|k| gone(&mut out, &mut pending, k));
-    let wanted: Vec<usize> = pending.iter().map(|(c, _)| *c).collect();
-    let ids = cache.ids_of(store, &wanted)?;
+    let ids = cache.ids_of(store, pending.iter().map(|(c, _)| *c))?;
     for ((c, what), id) in pending.into_iter().zip(ids) {
         let stat = cache.entries.stat(c);
         match what {
@@ -914,7 +920,7 @@ fn build_trees(
 ) -> Result<Built> {
     let mut builder = TreeBuilder::new(walked.cache());
     // Every file the cache vouches for needs its id here (none in a first snapshot).
-    let cache_ids = walked.cache().all_ids(store)?;
+    let cache_ids = if plan.vouches() { walked.cache().all_ids(store)? } else { Vec::new() };
     for (i, e) in walked.iter().enumerate() {
         let (dir, name) = (dir_of(e.path), name_of(e.path).to_vec());
         let node = match e.kind {
@@ -1016,7 +1022,7 @@ fn cache_still_holds(store: &Store, walked: &Scan<'_>, plan: &ReadPlan, taken_at
     if settling > SETTLE_LATER_FILES || settling_bytes > SETTLE_LATER_BYTES {
         return Ok(false);
     }
-    Ok(cache.ids_of(store, &again)? == read_ids)
+    Ok(cache.ids_of(store, again)? == read_ids)
 }
 
 /// Phase 7: one transaction — the trees, the record, what the turns are told, and the new

@@ -855,7 +855,7 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
     };
     // Each attack, then the pieces put back: the cache opens again.
     type Step<'a> = Box<dyn Fn() + 'a>;
-    let attacks: [(&str, Step, Step); 4] = [
+    let attacks: [(&str, Step, Step); 5] = [
         (
             "a byte altered",
             Box::new(|| {
@@ -878,6 +878,15 @@ fn a_whole_stat_cache_in_pieces_opens_only_from_its_own_pieces_in_their_order() 
             }),
         ),
         ("a piece missing", Box::new(|| put(&keys[1], None)), Box::new(|| put(&keys[1], Some(&second)))),
+        (
+            "a piece of another length, sealed under its own key",
+            Box::new(|| {
+                let plain = env.store.open_bytes(ns, &keys[0], &first).unwrap();
+                let sealed = env.store.seal_bytes(ns, &keys[0], 1, &plain[..plain.len() - 1]).unwrap();
+                put(&keys[0], Some(&sealed));
+            }),
+            Box::new(|| put(&keys[0], Some(&first))),
+        ),
         (
             "a piece sealed for another generation",
             Box::new(|| {
@@ -951,7 +960,7 @@ fn a_whole_caches_ids_left_in_its_pieces_are_read_at_their_place_and_through_its
     assert_eq!(all.iter().collect::<std::collections::HashSet<_>>().len(), 600, "600 distinct ids");
     // Asked out of order, and again: each from its place.
     let scattered = [599, 0, 313, 128, 128, 1, 598];
-    let got = cache.ids_of(&env.store, &scattered).unwrap();
+    let got = cache.ids_of(&env.store, scattered).unwrap();
     assert_eq!(got, scattered.map(|i| all[i]));
 
     // A delta over it: a file changed, one gone, one new; each id comes from the delta or
@@ -968,7 +977,15 @@ fn a_whole_caches_ids_left_in_its_pieces_are_read_at_their_place_and_through_its
     assert_eq!(cache.entries.len(), 600);
     assert!(cache.all_ids(&env.store).unwrap() == expected(&r, &cache), "through the delta");
     // The next snapshot finds nothing changed, asking no id of the cache.
+    let reads = || crate::snapshot::pieces::READS_AT.with(|n| n.get());
+    let before = reads();
     assert_eq!(take(&env).read_files, 0);
+    assert_eq!(reads(), before, "no id read from the pieces");
+    // One file changed: the ids of that file's entry only (one read).
+    write(&env, "d1/f1", "changed too");
+    age(&env, "d1/f1");
+    assert_eq!(take(&env).read_files, 1);
+    assert_eq!(reads(), before + 1, "one id read from the pieces");
 
     // Its pieces altered after the cache was loaded: asking for an id is `corrupt`.
     let ns = crate::storage::schema::STATCACHE_PIECES;
@@ -980,7 +997,7 @@ fn a_whole_caches_ids_left_in_its_pieces_are_read_at_their_place_and_through_its
         txn.put(ns, &key, &v).unwrap();
         txn.commit().unwrap();
     }
-    let err = cache.ids_of(&env.store, &[599]).unwrap_err();
+    let err = cache.ids_of(&env.store, [599]).unwrap_err();
     assert_eq!(err.code, ErrorCode::Corrupt, "{err:?}");
 }
 
