@@ -89,7 +89,11 @@ fn problem(what: String, e: &crate::Error) -> Problem {
     }
 }
 
-/// Checks every record of the store; with `deep`, decrypts every object and record.
+/// What to do about derived data that does not verify.
+const DERIVED: &str = "nothing to restore: derived data, dropped and rebuilt by the next snapshot";
+
+/// Checks every record of the store; with `deep`, decrypts every object and record, and
+/// loads every session's stat cache.
 pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
     // Every check reads one committed state: a hook committing meanwhile must not look
     // like rows added or removed outside turnback.
@@ -170,11 +174,19 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
                 let mut p = problem(format!("{ns} record {key}"), &e);
                 if table.derived {
                     // Nothing is lost, and no backup is needed.
-                    p.recovery_actions =
-                        vec!["nothing to restore: derived data, dropped and rebuilt by the next snapshot".into()];
+                    p.recovery_actions = vec![DERIVED.into()];
                 }
                 problems.push(p);
             }
+        }
+    }
+    // Each session's stat cache as a snapshot loads it: every piece its row names, in its
+    // place and of its length, and its delta laid over it.
+    if deep {
+        for (session, e) in crate::snapshot::statcache::failing_to_load(store)? {
+            let mut p = problem(format!("stat cache of session {session}"), &e);
+            p.recovery_actions = vec![DERIVED.into()];
+            problems.push(p);
         }
     }
     // Rows missing, dangling or moved: each index against its records, and every digested
@@ -406,7 +418,8 @@ pub struct KeyVersion {
 }
 
 impl Turnback {
-    /// Checks every record of the store; with `deep`, decrypts every object and record.
+    /// Checks every record of the store; with `deep`, decrypts every object and record, and
+    /// loads every session's stat cache.
     /// Changes nothing.
     ///
     /// # Errors

@@ -143,10 +143,11 @@ impl<T> Default for Walk<T> {
 /// directory by directory: [`keep`](Keeper::keep) is given each entry of a directory in
 /// component order with the directory's own state (new at its first entry), and
 /// [`close`](Keeper::close) that state and what was kept of the directory's entries once
-/// they are all found, before anything below it is walked. What is kept of an entry may
-/// be [`join`](Keeper::join)ed to what was kept of the one just before it in the walk's
-/// order (never across a subdirectory's entries): a kept item may stand for several
-/// entries.
+/// they are all found (after joining), before anything below it is walked. What is kept of
+/// an entry may be [`join`](Keeper::join)ed to what was kept of the one just before it
+/// in the same directory (never across a subdirectory's entries, nor across directories:
+/// a keeper that wants the longest runs joins again once the walk is flattened): a kept
+/// item may stand for several entries, and a walk holds fewer items than entries.
 pub trait Keeper<T>: Sync {
     /// What the keeper carries from one entry of a directory to the next.
     type Dir: Default;
@@ -154,9 +155,9 @@ pub trait Keeper<T>: Sync {
     /// What is kept of `entry`.
     fn keep(&self, dir: &mut Self::Dir, entry: Entry) -> T;
 
-    /// Joins `next` to `last` if it can (`None`), or gives it back to be kept after it.
-    fn join(&self, _last: &mut T, next: T) -> Option<T> {
-        Some(next)
+    /// Takes `next` into `last` if it can (then `next` is dropped, not kept after it).
+    fn join(&self, _last: &mut T, _next: &T) -> bool {
+        false
     }
 
     /// Finishes what was kept of a directory's entries.
@@ -307,12 +308,12 @@ struct Walker<'a, K> {
     notes: Mutex<Notes>,
 }
 
-/// One directory's findings in component order: its files and links, and, each at the place
-/// it goes among them, what its subdirectories found. An entry costs what the keeper made
-/// of it (a slot per entry, not a slot and a tree node).
+/// One directory's findings in component order: what was kept of its files and links, and,
+/// each at the place it goes among them, what its subdirectories found. An item costs what
+/// the keeper made of it (not an item and a tree node).
 struct Found<T> {
     entries: Vec<T>,
-    /// Each subdirectory's findings, with the number of this directory's entries before it.
+    /// Each subdirectory's findings, with the number of this directory's items before it.
     dirs: Vec<(usize, Found<T>)>,
     /// Items kept here and below.
     count: usize,
@@ -442,11 +443,10 @@ impl<K> Walker<'_, K> {
                     let kept = self.keeper.keep(&mut state, entry);
                     // Joined only to an item after the last subdirectory's place.
                     let joinable = subdirs.last().is_none_or(|(at, _)| *at < entries.len());
-                    let kept = match entries.last_mut() {
-                        Some(last) if joinable => self.keeper.join(last, kept),
-                        _ => Some(kept),
-                    };
-                    entries.extend(kept);
+                    let joined = joinable && entries.last_mut().is_some_and(|last| self.keeper.join(last, &kept));
+                    if !joined {
+                        entries.push(kept);
+                    }
                 }
                 Visit::Enter(path) => subdirs.push((entries.len(), path)),
             }

@@ -1,7 +1,7 @@
 //! A whole stat cache stored as numbered pieces: its plaintext is cut every
 //! [`PIECE_BYTES`] and each piece sealed as a record of its own, stored ahead of the
 //! commit that names it ([`write`]) and read back one piece at a time, in order ([`read`])
-//! or at any offset ([`At`]: the piece an offset lies in is computed). None ever holds
+//! or at any offset ([`Cursor`]: the piece an offset lies in is computed). None ever holds
 //! more than one piece of its sealed bytes (a million files' cache is about 40 MB sealed;
 //! held whole, it was the largest allocation of a first snapshot and of every load).
 //!
@@ -30,7 +30,9 @@ use crate::storage::schema;
 use crate::storage::store::{RECORD_MAX, Store};
 
 /// Plaintext bytes per piece (the last one may hold fewer): small in tests, so that a
-/// test's cache spans several.
+/// test's cache spans several. Part of the stored layout: a build with another value
+/// finds every stored cache's pieces of the wrong length, drops it, and reads every file
+/// once.
 pub(crate) const PIECE_BYTES: usize = if cfg!(test) { 4096 } else { 1 << 20 };
 /// zstd level of each piece (the stat cache's, as a whole cache was sealed).
 const LEVEL: i32 = 1;
@@ -194,7 +196,8 @@ pub(crate) fn read<T>(
     manifest: Manifest,
     decode: impl FnOnce(&mut dyn Read) -> Result<T>,
 ) -> Result<T> {
-    let mut reader = Reader { store, session, manifest, next: 0, piece: Vec::new(), at: 0, read: 0, failed: None };
+    let pieces = Pieces { store, session, manifest };
+    let mut reader = Reader { pieces, next: 0, piece: Vec::new(), at: 0, failed: None };
     let decoded = decode(&mut reader);
     match (decoded, reader.failed) {
         (Err(_), Some(e)) => Err(e),
@@ -202,22 +205,17 @@ pub(crate) fn read<T>(
     }
 }
 
-/// What [`read`] reads through.
-struct Reader<'a> {
+/// The pieces a manifest names.
+struct Pieces<'a> {
     store: &'a Store,
     session: &'a str,
     manifest: Manifest,
-    next: u32,
-    piece: Vec<u8>,
-    at: usize,
-    read: u64,
-    /// The error that stopped reading: the store's, or a piece's corruption.
-    failed: Option<Error>,
 }
 
-impl Reader<'_> {
-    /// Piece `n`, opened.
-    fn piece(&self, n: u32) -> Result<Vec<u8>> {
+impl Pieces<'_> {
+    /// Piece `n` (of fewer than the manifest's), opened: `corrupt` if it is missing, does
+    /// not open, or is not of the length it was written with.
+    fn open(&self, n: u32) -> Result<Vec<u8>> {
         let key = key(self.session, &self.manifest.generation, n);
         let missing = || Error::corrupt("stat cache", format!("piece {n} is missing"));
         let sealed = self.store.kv().get(schema::STATCACHE_PIECES, &key)?.ok_or_else(missing)?;
@@ -227,28 +225,28 @@ impl Reader<'_> {
         }
         Ok(plain)
     }
+}
 
-    fn fill(&mut self) -> Result<()> {
-        while self.at == self.piece.len() && self.next < self.manifest.pieces {
-            self.piece = self.piece(self.next)?;
-            self.at = 0;
-            self.next += 1;
-            self.read += self.piece.len() as u64;
-            if self.read > self.manifest.size {
-                return Err(Error::corrupt("stat cache", "its pieces hold more than its manifest counts"));
-            }
-        }
-        if self.at == self.piece.len() && self.read != self.manifest.size {
-            return Err(Error::corrupt("stat cache", "its pieces hold less than its manifest counts"));
-        }
-        Ok(())
-    }
+/// What [`read`] reads through: the pieces in order, each as long as the manifest says, so
+/// they hold exactly the bytes it counts.
+struct Reader<'a> {
+    pieces: Pieces<'a>,
+    next: u32,
+    piece: Vec<u8>,
+    at: usize,
+    /// The error that stopped reading: the store's, or a piece's corruption.
+    failed: Option<Error>,
 }
 
 impl Read for Reader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        if let Err(e) = self.fill() {
-            return Err(stash(&mut self.failed, e));
+        if self.at == self.piece.len() && self.next < self.pieces.manifest.pieces {
+            match self.pieces.open(self.next) {
+                Ok(piece) => self.piece = piece,
+                Err(e) => return Err(stash(&mut self.failed, e)),
+            }
+            self.at = 0;
+            self.next += 1;
         }
         let n = buf.len().min(self.piece.len() - self.at);
         buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
@@ -261,16 +259,15 @@ impl Read for Reader<'_> {
 /// opened: every piece is [`PIECE_BYTES`] long but the last, so the piece an offset lies
 /// in is computed, not searched for. A piece that does not open, or of another length, is
 /// `corrupt`.
-pub(crate) struct At<'a> {
-    reader: Reader<'a>,
-    /// The number of the piece in `reader.piece`.
-    held: Option<u32>,
+pub(crate) struct Cursor<'a> {
+    pieces: Pieces<'a>,
+    /// The piece last opened, and its number.
+    held: Option<(u32, Vec<u8>)>,
 }
 
-impl<'a> At<'a> {
+impl<'a> Cursor<'a> {
     pub(crate) fn new(store: &'a Store, session: &'a str, manifest: Manifest) -> Self {
-        let reader = Reader { store, session, manifest, next: 0, piece: Vec::new(), at: 0, read: 0, failed: None };
-        At { reader, held: None }
+        Cursor { pieces: Pieces { store, session, manifest }, held: None }
     }
 
     /// Fills `out` with the plaintext from `offset` on.
@@ -278,24 +275,25 @@ impl<'a> At<'a> {
     /// # Errors
     /// The store's; `corrupt` past the plaintext's end or for a piece not as written.
     pub(crate) fn read_at(&mut self, offset: u64, out: &mut [u8]) -> Result<()> {
-        #[cfg(test)]
-        READS_AT.with(|n| n.set(n.get() + 1));
-        let size = self.reader.manifest.size;
-        if offset.checked_add(out.len() as u64).is_none_or(|end| end > size) {
+        if offset.checked_add(out.len() as u64).is_none_or(|end| end > self.pieces.manifest.size) {
             return Err(Error::corrupt("stat cache", "a read past the end of its pieces"));
         }
         let mut done = 0;
         while done < out.len() {
             let at = offset + done as u64;
-            let n =
-                u32::try_from(at / PIECE_BYTES as u64).map_err(|_| Error::corrupt("stat cache", "too many pieces"))?;
-            if self.held != Some(n) {
-                self.reader.piece = self.reader.piece(n)?;
-                self.held = Some(n);
-            }
+            // Below the manifest's number of pieces, a `u32`: `at` is below its size.
+            let n = (at / PIECE_BYTES as u64) as u32;
+            let piece = match &mut self.held {
+                Some((held, piece)) if *held == n => piece,
+                held => {
+                    #[cfg(test)]
+                    OPENED_AT.with(|opened| opened.set(opened.get() + 1));
+                    &mut held.insert((n, self.pieces.open(n)?)).1
+                }
+            };
             let within = (at % PIECE_BYTES as u64) as usize;
-            let take = (out.len() - done).min(self.reader.piece.len() - within);
-            out[done..done + take].copy_from_slice(&self.reader.piece[within..within + take]);
+            let take = (out.len() - done).min(piece.len() - within);
+            out[done..done + take].copy_from_slice(&piece[within..within + take]);
             done += take;
         }
         Ok(())
@@ -304,8 +302,9 @@ impl<'a> At<'a> {
 
 #[cfg(test)]
 thread_local! {
-    /// How many reads at an offset this thread made (a test's proof that none was asked).
-    pub(crate) static READS_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// How many pieces this thread opened to read at an offset (a test's proof of what a
+    /// snapshot asked).
+    pub(crate) static OPENED_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Keeps `e` in `failed` for whoever reads or writes through the `io` traits (an

@@ -180,17 +180,16 @@ impl Slot {
         }
     }
 
-    /// Joins `next` to it if both are runs of the cache and `next`'s follows on (`None`),
-    /// or gives `next` back.
-    fn join(&mut self, next: Slot) -> Option<Slot> {
+    /// Takes `next` into it if both are runs of the cache and `next`'s follows on.
+    fn absorb(&mut self, next: &Slot) -> bool {
         match (self, next) {
             (Slot::Cached { start, len }, Slot::Cached { start: next_start, len: next_len })
-                if start.checked_add(*len) == Some(next_start) && len.checked_add(next_len).is_some() =>
+                if start.checked_add(*len) == Some(*next_start) && len.checked_add(*next_len).is_some() =>
             {
                 *len += next_len;
-                None
+                true
             }
-            (_, next) => Some(next),
+            _ => false,
         }
     }
 
@@ -267,8 +266,8 @@ impl Keeper<Slot> for Keeping<'_> {
         }
     }
 
-    fn join(&self, last: &mut Slot, next: Slot) -> Option<Slot> {
-        last.join(next)
+    fn join(&self, last: &mut Slot, next: &Slot) -> bool {
+        last.absorb(next)
     }
 
     fn close(&self, dir: DirKept, kept: &mut [Slot]) {
@@ -394,20 +393,7 @@ impl<'c> Scan<'c> {
 
     /// Takes `slots`, joined where they follow on, and knows where each starts.
     fn set_slots(&mut self, mut slots: Vec<Slot>) {
-        // Joined in place: what is kept is never more than what was read.
-        let mut kept = 0usize;
-        for read in 0..slots.len() {
-            let next = std::mem::replace(&mut slots[read], Slot::Cached { start: u32::MAX, len: 0 });
-            let next = match kept.checked_sub(1) {
-                Some(last) => slots[last].join(next),
-                None => Some(next),
-            };
-            if let Some(next) = next {
-                slots[kept] = next;
-                kept += 1;
-            }
-        }
-        slots.truncate(kept);
+        slots.dedup_by(|next, last| last.absorb(next));
         slots.shrink_to_fit();
         self.len = slots.iter().map(Slot::len).sum();
         self.starts.clear();
@@ -463,10 +449,7 @@ impl<'c> Scan<'c> {
         // Each slot kept is joined to the one before if it follows on: a run keeps the files
         // it keeps, without a slot for each.
         let mut push = |slot: Slot| {
-            if let Some(slot) = match kept.last_mut() {
-                Some(last) => last.join(slot),
-                None => Some(slot),
-            } {
+            if !kept.last_mut().is_some_and(|last| last.absorb(&slot)) {
                 kept.push(slot);
             }
         };
@@ -674,7 +657,11 @@ mod tests {
         let loading = OnceLock::new();
         let _ = loading.set(StatCache::of_entries(cached));
         let cache = loading.get().unwrap();
-        let mut scan = Scan::new(Scan::walk(dir.path(), &[], &loading).unwrap(), cache);
+        let walked = Scan::walk(dir.path(), &[], &loading).unwrap();
+        // Joined within each directory by the walk: a/b; a/c/n; a/d..a/e; z/1..z/4; z/l.
+        let items: Vec<usize> = walked.walk.entries.iter().map(Slot::len).collect();
+        assert_eq!(items, [1, 1, 2, 4, 1], "joined as walked");
+        let mut scan = Scan::new(walked, cache);
         let seen = |scan: &Scan<'_>| -> Vec<(Vec<u8>, Kind, Stat)> {
             (0..scan.len()).map(|i| scan.get(i)).map(|e| (e.path.to_vec(), e.kind.clone(), e.stat)).collect()
         };

@@ -35,8 +35,10 @@
 //! - Loaded from its pieces, a cache holds its paths and stats in memory and leaves its
 //!   content ids where they are ([`StatCache::ids_of`] reads them again, at their place,
 //!   each piece authenticated again): a snapshot asks for the ids of what changed, and only
-//!   a whole build for them all. The snapshot holds the session's lock and the objects lock
-//!   shared, so the pieces it loaded stay as they were until it ends.
+//!   a whole build for them all. They are asked before the snapshot commits: until then
+//!   it holds the session's lock and the objects lock shared, so nothing else removes the
+//!   pieces it loaded, and its own commit (which may store a new whole cache) is what
+//!   removes them.
 //! - It is derived data: everything in it can be found again by reading the files. A cache
 //!   that does not verify (altered, or malformed) is never a reason to stop taking
 //!   snapshots: [`StatCache::load_or_drop`] deletes it, says so once, and the snapshot reads
@@ -56,8 +58,10 @@ use crate::storage::schema;
 use crate::storage::store::Store;
 
 const SCHEMA: u16 = 1;
+/// Encoded bytes of one entry's content id (the last column).
+const ID_BYTES: usize = 32;
 /// Encoded bytes of one entry's columns: mode, size, mtime, ctime, device, inode, id.
-const ENTRY_COLUMNS: usize = 4 + 8 + 16 + 16 + 8 + 8 + 32;
+const ENTRY_COLUMNS: usize = 4 + 8 + 16 + 16 + 8 + 8 + ID_BYTES;
 /// Entries in component order (the walk's), then the tree ids, the shape and the
 /// generation.
 const MAGIC: &[u8; 4] = b"TBS6";
@@ -121,7 +125,7 @@ pub struct Shape {
 
 /// The cached files in component order (kept by whoever adds them): each one's path, in
 /// one buffer shared by all (not an allocation each: a million files' paths cost their
-/// bytes), and its stat when read, packed ([`Item`]). Their content ids are kept apart
+/// bytes), and its stat when read, packed ([`PackedFile`]). Their content ids are kept apart
 /// ([`StatCache`]): a snapshot that finds most files unchanged never asks for them. The
 /// buffer holds at most 4 GiB of paths, and the files are on at most 2^16 devices (a
 /// cache with more does not load: [`TOO_LONG`]); it may also hold paths no file refers to
@@ -129,7 +133,7 @@ pub struct Shape {
 #[derive(Default, Clone)]
 pub struct Files {
     paths: Vec<u8>,
-    items: Vec<Item>,
+    items: Vec<PackedFile>,
     /// The devices the files are on (an item holds the index of its own) …
     devices: Vec<u64>,
     /// … and the index of each.
@@ -141,7 +145,7 @@ pub struct Files {
 /// the 56 of a span and a [`Stat`] (10 MB on a million files).
 #[derive(Debug, Clone, Copy)]
 #[repr(C, packed(2))]
-struct Item {
+struct PackedFile {
     start: u32,
     len: u32,
     size: u64,
@@ -186,7 +190,7 @@ impl Files {
         (0..self.len()).map(|i| (self.path(i), self.stat(i)))
     }
 
-    fn path_of(&self, item: &Item) -> &[u8] {
+    fn path_of(&self, item: &PackedFile) -> &[u8] {
         let (start, len) = (item.start, item.len);
         &self.paths[start as usize..][..len as usize]
     }
@@ -206,9 +210,10 @@ impl Files {
         Some(k)
     }
 
-    /// The item of the path at `start`, `len` long, with `stat`; `None` past 2^16 devices.
-    fn item(&mut self, start: u32, len: u32, stat: Stat) -> Option<Item> {
-        Some(Item {
+    /// The packed file of the path at `start`, `len` long, with `stat`; `None` past 2^16
+    /// devices.
+    fn pack(&mut self, start: u32, len: u32, stat: Stat) -> Option<PackedFile> {
+        Some(PackedFile {
             start,
             len,
             size: stat.size,
@@ -244,21 +249,21 @@ impl Files {
 
     /// Sets file `i`'s stat; `None` past 2^16 devices.
     fn set_stat(&mut self, i: usize, stat: Stat) -> Option<()> {
-        let Item { start, len, .. } = self.items[i];
-        self.items[i] = self.item(start, len, stat)?;
+        let PackedFile { start, len, .. } = self.items[i];
+        self.items[i] = self.pack(start, len, stat)?;
         Some(())
     }
 
-    /// Adds `path` to the buffer, as an item with `stat`; `None` past 4 GiB of paths or
+    /// Adds `path` to the buffer, packed with `stat`; `None` past 4 GiB of paths or
     /// 2^16 devices (no real cache has them).
-    fn intern(&mut self, path: &[u8], stat: Stat) -> Option<Item> {
-        let (start, len) = self.add_path(path)?;
-        self.item(start, len, stat)
+    fn pack_new(&mut self, path: &[u8], stat: Stat) -> Option<PackedFile> {
+        let (start, len) = self.intern(path)?;
+        self.pack(start, len, stat)
     }
 
     /// Adds `path` to the buffer: where it starts, and its length; `None` past 4 GiB of
     /// paths.
-    fn add_path(&mut self, path: &[u8]) -> Option<(u32, u32)> {
+    fn intern(&mut self, path: &[u8]) -> Option<(u32, u32)> {
         let start = u32::try_from(self.paths.len()).ok()?;
         let len = u32::try_from(path.len()).ok()?;
         start.checked_add(len)?;
@@ -270,7 +275,7 @@ impl Files {
     /// 2^16 devices.
     #[cfg(test)]
     fn push(&mut self, path: &[u8], stat: Stat) -> Option<()> {
-        let item = self.intern(path, stat)?;
+        let item = self.pack_new(path, stat)?;
         self.items.push(item);
         Some(())
     }
@@ -279,8 +284,8 @@ impl Files {
     /// ([`Files::set_column`]; its device index is no device's yet); `None` past 4 GiB of
     /// paths.
     fn push_blank(&mut self, path: &[u8]) -> Option<()> {
-        let (start, len) = self.add_path(path)?;
-        let item = Item { start, len, size: 0, mtime_ns: 0, ctime_ns: 0, inode: 0, mode: 0, device: 0 };
+        let (start, len) = self.intern(path)?;
+        let item = PackedFile { start, len, size: 0, mtime_ns: 0, ctime_ns: 0, inode: 0, mode: 0, device: 0 };
         self.items.push(item);
         Some(())
     }
@@ -320,7 +325,7 @@ impl Files {
     /// Puts them in order with their `ids`, keeping one file per path (an older layout's
     /// byte order).
     fn sort(&mut self, ids: &mut Vec<ContentId>) {
-        let mut both: Vec<(Item, ContentId)> = self.items.drain(..).zip(ids.drain(..)).collect();
+        let mut both: Vec<(PackedFile, ContentId)> = self.items.drain(..).zip(ids.drain(..)).collect();
         both.sort_by(|a, b| component_order(self.path_of(&a.0), self.path_of(&b.0)));
         both.dedup_by(|a, b| self.path_of(&a.0) == self.path_of(&b.0));
         (self.items, *ids) = both.into_iter().unzip();
@@ -392,14 +397,14 @@ impl Default for WholeIds {
 pub struct Delta {
     /// When the walk that wrote it began.
     pub taken_at_ns: i128,
-    /// The entries it gave (replaced or joined), in order, each with the index of its
-    /// content id in `ids`.
-    given: Vec<(u32, u32)>,
+    /// The entries it gave (replaced or joined), in order: the `k`-th one's content id is
+    /// `ids[k]` (the delta's entries and the cache's are both in component order).
+    given: Vec<u32>,
     /// The entries it joined to the whole cache's, in order.
     joined: Vec<u32>,
     /// The whole cache's entries it removed (their indices there), in order.
-    gone: Vec<u32>,
-    /// The content ids of the entries it gave.
+    removed_at: Vec<u32>,
+    /// The content ids of the entries it gave, in order.
     ids: Vec<ContentId>,
     /// The paths of the whole cache it removes.
     pub removed: Vec<Vec<u8>>,
@@ -433,20 +438,19 @@ enum Origin {
 impl StatCache {
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
     pub fn given(&self, i: usize) -> bool {
-        let given = &self.delta.given;
-        !given.is_empty() && given.binary_search_by_key(&i, |(entry, _)| *entry as usize).is_ok()
+        self.delta.given.binary_search_by_key(&i, |&entry| entry as usize).is_ok()
     }
 
     /// Where entry `i`'s content id is: the delta's, if it gave it; else the whole
     /// cache's entry it is, counted past the entries the delta joined before it and
-    /// those it removed.
+    /// those it removed (the inverse of the places [`lay`](Self::lay) gives them).
     fn origin(&self, i: usize) -> Origin {
         let delta = &self.delta;
-        if let Ok(at) = delta.given.binary_search_by_key(&i, |(entry, _)| *entry as usize) {
-            return Origin::Delta(delta.given[at].1 as usize);
+        if let Ok(k) = delta.given.binary_search_by_key(&i, |&entry| entry as usize) {
+            return Origin::Delta(k);
         }
         let kept = i - delta.joined.partition_point(|&entry| (entry as usize) < i);
-        Origin::Whole(nth_outside(&delta.gone, kept))
+        Origin::Whole(nth_outside(&delta.removed_at, kept))
     }
 
     /// Whether `stat` proves file entry `i` unchanged since it was read.
@@ -466,15 +470,15 @@ impl StatCache {
         let mut out = Vec::with_capacity(wanted.size_hint().0);
         let mut reader = match &self.whole_ids {
             WholeIds::Resident(_) => None,
-            WholeIds::InPieces { session, manifest, .. } => Some(pieces::At::new(store, session, *manifest)),
+            WholeIds::InPieces { session, manifest, .. } => Some(pieces::Cursor::new(store, session, *manifest)),
         };
         for i in wanted {
             out.push(match (self.origin(i), &self.whole_ids, &mut reader) {
                 (Origin::Delta(k), ..) => *self.delta.ids.get(k).ok_or_else(malformed)?,
                 (Origin::Whole(w), WholeIds::Resident(ids), _) => *ids.get(w).ok_or_else(malformed)?,
                 (Origin::Whole(w), WholeIds::InPieces { at, count, .. }, Some(reader)) if w < *count => {
-                    let mut id = [0u8; 32];
-                    reader.read_at(at + 32 * w as u64, &mut id)?;
+                    let mut id = [0u8; ID_BYTES];
+                    reader.read_at(at + (ID_BYTES * w) as u64, &mut id)?;
                     ContentId(id)
                 }
                 (Origin::Whole(_), ..) => return Err(malformed()),
@@ -540,7 +544,7 @@ impl StatCache {
     pub fn load(store: &Store, session: &str) -> Result<Self> {
         let key = session.as_bytes();
         let mut cache = match store.kv().get(schema::STATCACHE, key)? {
-            Some(v) => open_whole(store, session, v, Ids::Left)?,
+            Some(v) => open_whole(store, session, v, IdsIn::Pieces)?,
             None => StatCache::default(),
         };
         if let Some(v) = store.kv().get(schema::STATCACHE_DELTA, key)? {
@@ -583,23 +587,24 @@ impl StatCache {
     /// thrown away.
     fn lay(&mut self, delta: DecodedDelta) -> Option<()> {
         let files = &mut self.entries;
-        // Entry indices fit in 32 bits (module invariant of the scan), and so do the
-        // delta's.
+        // Entry indices fit in 32 bits (fewer than 2^31 entries: [`RECORD_MAX`] bounds the
+        // cache's plaintext and an entry takes over 90 bytes).
         let index = |i: usize| u32::try_from(i).ok();
         let mut ids = Vec::new();
-        // The whole cache's entries replaced, and the entries joining: each with its id.
-        let (mut replaced, mut joining, mut gone) = (Vec::new(), Vec::new(), Vec::new());
+        // The whole cache's entries replaced, the entries joining, those removed; the ids
+        // of the first two in the delta's order, which is the cache's.
+        let (mut replaced, mut joining, mut removed_at) = (Vec::new(), Vec::new(), Vec::new());
         for (path, value) in delta.entries {
             match (files.search(0, files.len(), &path), value) {
                 (Ok(i), Some(c)) => {
                     files.set_stat(i, c.stat)?;
-                    replaced.push((i, index(ids.len())?));
+                    replaced.push(i);
                     ids.push(c.id);
                 }
-                (Ok(i), None) => gone.push(index(i)?),
+                (Ok(i), None) => removed_at.push(index(i)?),
                 // Its path joins the buffer now; its place among the files is found below.
                 (Err(_), Some(c)) => {
-                    joining.push((files.intern(&path, c.stat)?, index(ids.len())?));
+                    joining.push(files.pack_new(&path, c.stat)?);
                     ids.push(c.id);
                 }
                 (Err(_), None) => {}
@@ -607,13 +612,13 @@ impl StatCache {
         }
         // The removed paths are copied out (their files go below; their bytes stay in the
         // buffer, unreferenced).
-        let removed = gone.iter().map(|&i| files.path(i as usize).to_vec()).collect();
-        if !gone.is_empty() {
-            // `gone` is in order (the delta's paths are): compact around it.
+        let removed = removed_at.iter().map(|&i| files.path(i as usize).to_vec()).collect();
+        if !removed_at.is_empty() {
+            // In order (the delta's paths are): compact around them.
             let mut k = 0;
             let mut write = 0;
             for read in 0..files.len() {
-                if k < gone.len() && gone[k] as usize == read {
+                if k < removed_at.len() && removed_at[k] as usize == read {
                     k += 1;
                     continue;
                 }
@@ -623,38 +628,36 @@ impl StatCache {
             files.items.truncate(write);
         }
         let mut joined = Vec::with_capacity(joining.len());
-        let mut given = Vec::with_capacity(replaced.len() + joining.len());
         if !joining.is_empty() {
             // Merge from the back into the room made at the end (both lists are in order).
             let (old, n) = (files.len(), joining.len());
             // Filled from the back below (the first joining item stands in meanwhile).
-            files.items.resize(old + n, joining[0].0);
+            files.items.resize(old + n, joining[0]);
             let (mut i, mut w) = (old, old + n);
             while let Some(last) = joining.last() {
                 w -= 1;
-                if i > 0 && component_order(files.path(i - 1), files.path_of(&last.0)).is_gt() {
+                if i > 0 && component_order(files.path(i - 1), files.path_of(last)).is_gt() {
                     i -= 1;
                     files.items.swap(i, w);
                 } else {
-                    let (item, id) = joining.pop().expect("non-empty");
-                    files.items[w] = item;
+                    files.items[w] = joining.pop().expect("non-empty");
                     joined.push(index(w)?);
-                    given.push((index(w)?, id));
                 }
             }
             joined.reverse();
         }
         // A replaced entry's place: among the whole cache's that stay, past those joined.
-        for (i, id) in replaced {
-            let kept = i - gone.partition_point(|&g| (g as usize) < i);
-            given.push((index(nth_outside(&joined, kept))?, id));
+        let mut given = joined.clone();
+        for i in replaced {
+            let kept = i - removed_at.partition_point(|&g| (g as usize) < i);
+            given.push(index(nth_outside(&joined, kept))?);
         }
         given.sort_unstable();
         if let Some(shape) = delta.shape {
             self.shape = Some(shape);
         }
         let taken_at_ns = delta.taken_at_ns;
-        self.delta = Delta { taken_at_ns, given, joined, gone, ids, removed, tree_ids: delta.tree_ids };
+        self.delta = Delta { taken_at_ns, given, joined, removed_at, ids, removed, tree_ids: delta.tree_ids };
         Some(())
     }
 
@@ -733,18 +736,18 @@ fn open_row(store: &Store, session: &str, value: Vec<u8>) -> Result<Row> {
         return Err(malformed());
     }
     let manifest = pieces::Manifest::from_bytes(&manifest)
-        .ok_or_else(|| Error::corrupt("stat cache", "its manifest counts more than its pieces can hold"))?;
+        .ok_or_else(|| Error::corrupt("stat cache", "its manifest counts other than its pieces hold"))?;
     Ok(Row::Pieces(manifest))
 }
 
 /// The whole cache of `session` from its row `value`: the pieces it names, or (an older
 /// layout) the cache sealed in the row itself. Its content ids are left in its pieces
 /// unless `ids` asks for them in memory (a cache of the older layout has them in memory).
-fn open_whole(store: &Store, session: &str, value: Vec<u8>, ids: Ids) -> Result<StatCache> {
+fn open_whole(store: &Store, session: &str, value: Vec<u8>, ids: IdsIn) -> Result<StatCache> {
     match open_row(store, session, value)? {
         Row::Whole((plain, size)) => decode_from(plain, size, None),
         Row::Pieces(manifest) => {
-            let left = (ids == Ids::Left).then_some((session, manifest));
+            let left = (ids == IdsIn::Pieces).then_some((session, manifest));
             let cache = pieces::read(store, session, manifest, |plain| decode_from(plain, Some(manifest.size), left))?;
             if cache.generation != manifest.generation {
                 return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
@@ -756,9 +759,9 @@ fn open_whole(store: &Store, session: &str, value: Vec<u8>, ids: Ids) -> Result<
 
 /// Whether a whole cache's content ids are read into memory or left in its pieces.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Ids {
-    InMemory,
-    Left,
+enum IdsIn {
+    Memory,
+    Pieces,
 }
 
 /// The generation of the pieces the whole cache of `session` names, read in `txn`; `None`
@@ -866,7 +869,8 @@ fn put_paths<'p>(out: &mut dyn io::Write, paths: impl Iterator<Item = &'p [u8]>)
 
 /// One column of the entries' stats, in [`COLUMNS`] order: the writer and the reader
 /// share this one table, so their layouts cannot drift apart. The ids' column follows
-/// them.
+/// them, [`ID_BYTES`] an entry (written by [`put_columns`], read by [`Input::ids`], and read
+/// past or at an entry's place by [`decode_from`] and [`StatCache::ids_of`]).
 #[derive(Clone, Copy)]
 enum Column {
     Mode,
@@ -978,18 +982,12 @@ pub(crate) fn others_digest<'a>(entries: impl Iterator<Item = (&'a [u8], &'a cra
 /// snapshot pruned since, and the next full walk still takes its ids as stored.
 pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
     let (mut files, mut trees) = (Vec::new(), Vec::new());
-    // Keys first, then each row: a cache's pieces are read while it is decoded, which a
-    // scan's callback may not do, and a row of the older layout is a whole cache.
-    let mut sessions = Vec::new();
-    store.kv().scan_keys(schema::STATCACHE, b"", &mut |k| {
-        sessions.push(String::from_utf8_lossy(k).into_owned());
-        Ok(true)
-    })?;
-    for session in sessions {
+    // Each row read after the keys are listed (a row of the older layout is a whole cache).
+    for session in cached_sessions(store)? {
         let Some(value) = store.kv().get(schema::STATCACHE, session.as_bytes())? else { continue };
         // A cache that does not verify names nothing; an error reading one that may (its
         // pieces are read one by one) stops gc, which must not sweep what it names.
-        match open_whole(store, &session, value, Ids::InMemory) {
+        match open_whole(store, &session, value, IdsIn::Memory) {
             Ok(cache) => {
                 let WholeIds::Resident(ids) = cache.whole_ids else { unreachable!("asked in memory") };
                 files.extend(ids);
@@ -1008,6 +1006,27 @@ pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>
         Ok(true)
     })?;
     Ok((files, trees))
+}
+
+/// Every session whose stat cache does not load as a snapshot would load it (a piece
+/// missing, altered or of another length, a delta that does not lie over it), with why.
+///
+/// # Errors
+/// The store's, listing the caches.
+pub(crate) fn failing_to_load(store: &Store) -> Result<Vec<(String, Error)>> {
+    let sessions = cached_sessions(store)?;
+    Ok(sessions.into_iter().filter_map(|s| StatCache::load(store, &s).err().map(|e| (s, e))).collect())
+}
+
+/// The sessions with a whole cache, listed first and read after: a cache's pieces are read
+/// while it is decoded, which a scan's callback may not do.
+fn cached_sessions(store: &Store) -> Result<Vec<String>> {
+    let mut sessions = Vec::new();
+    store.kv().scan_keys(schema::STATCACHE, b"", &mut |k| {
+        sessions.push(String::from_utf8_lossy(k).into_owned());
+        Ok(true)
+    })?;
+    Ok(sessions)
 }
 
 /// Stores what a snapshot writes of the cache of `session` inside `txn`: a whole cache
@@ -1071,24 +1090,22 @@ fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::
     })?;
     // Written in order since `TBS4`; an older one's byte order is sorted once here, with
     // its ids in memory.
-    let left = left.filter(|_| version > 3 && entries.in_order());
-    let mut whole_ids = match left {
+    let in_order = version > 3 && entries.in_order();
+    let whole_ids = match left.filter(|_| in_order) {
         Some((session, manifest)) => {
             let at = input.position();
-            input.skip(32 * count as u64)?;
+            input.skip((ID_BYTES * count) as u64)?;
             WholeIds::InPieces { session: session.to_string(), manifest, at, count }
         }
         None => {
-            let mut ids = vec![ContentId([0; 32]); count];
+            let mut ids = vec![ContentId([0; ID_BYTES]); count];
             input.ids(&mut ids, |id| id)?;
+            if !in_order {
+                entries.sort(&mut ids);
+            }
             WholeIds::Resident(ids)
         }
     };
-    if let WholeIds::Resident(ids) = &mut whole_ids
-        && !entries.in_order()
-    {
-        entries.sort(ids);
-    }
     let (tree_ids, shape) = input.trees_and_shape(version >= 5)?;
     let generation = if version == 6 { input.array()? } else { [0; 16] };
     if !input.at_end() {

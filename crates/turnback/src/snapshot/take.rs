@@ -228,7 +228,7 @@ impl ReadPlan {
     /// Whether the cache vouches for any walked entry (whose id a whole build then asks of
     /// it).
     fn vouches(&self) -> bool {
-        self.ids.at.iter().any(|&at| at != Ids::UNKNOWN && at & Ids::READ == 0)
+        (0..self.ids.at.len()).any(|i| matches!(self.known(i), Some(Known::Cached(_))))
     }
 
     /// Whether walked entry `i` was read (and hashed) by this snapshot.
@@ -299,7 +299,7 @@ impl Ids {
     }
 
     fn was_read(&self, i: usize) -> bool {
-        self.at[i] != Self::UNKNOWN && self.at[i] & Self::READ != 0
+        matches!(self.get(i), Some(Known::Read(_)))
     }
 }
 
@@ -758,16 +758,27 @@ struct Changes<'w> {
     leaves: Vec<Leaf<'w>>,
 }
 
-/// A change whose old content id is the cache's, asked of it once all are known.
-enum Pending<'w> {
-    /// The cache's file at this path is gone: a leaf from its node to nothing.
-    Gone(&'w [u8]),
-    /// The file at this path was read again: a leaf from the cache's node to this one, if
-    /// they differ.
-    Read(&'w [u8], Node),
-    /// Given by the old delta and vouched for by it now: carried into the new one, at this
-    /// index of [`Changes::cache`].
+/// What a walk changed against its cache, entry by entry in walk order; each is resolved
+/// once the cache's ids it needs are read ([`changes`]).
+enum Change<'w> {
+    /// Cache entry `c`'s file is gone.
+    Gone(usize),
+    /// The file at `path` was read: its new cache entry and node, and its old cache entry
+    /// if it had one.
+    Read { path: &'w [u8], now: Cached, node: Node, was: Option<usize> },
+    /// Cache entry `c`, given by the old delta and vouched for by it now: carried into the
+    /// new one.
     Carried(usize),
+}
+
+impl Change<'_> {
+    /// The cache entry whose content id it needs.
+    fn cache_entry(&self) -> Option<usize> {
+        match self {
+            Change::Gone(c) | Change::Carried(c) => Some(*c),
+            Change::Read { was, .. } => *was,
+        }
+    }
 }
 
 /// Matches the walk's files (with the ids the plan has for them) with the cache's entries;
@@ -780,66 +791,59 @@ enum Pending<'w> {
 fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<Option<Changes<'w>>> {
     let cache = walked.cache();
     let most = statcache::delta_max_entries(cache.entries.len());
-    let mut out = Changes { cache: Vec::new(), leaves: Vec::new() };
-    // Cache entries whose ids are asked, in order, and what each is for.
-    let mut pending: Vec<(usize, Pending<'w>)> = Vec::new();
-    let gone = |out: &mut Changes<'w>, pending: &mut Vec<(usize, Pending<'w>)>, k: usize| {
-        let path = cache.entries.path(k);
-        out.cache.push((path, None));
-        pending.push((k, Pending::Gone(path)));
-    };
+    // One entry of the new delta each.
+    let mut found: Vec<Change<'w>> = Vec::new();
     // Cache entries below `next` are matched or gone (both lists are in component order).
     let mut next = 0;
     for (i, e) in walked.iter().enumerate() {
         let cached = e.cached;
-        if out.cache.len() + cached.map_or(0, |c| c.saturating_sub(next)) > most {
+        if found.len() + cached.map_or(0, |c| c.saturating_sub(next)) > most {
             return Ok(None);
         }
         if let Some(c) = cached {
-            (next..c).for_each(|k| gone(&mut out, &mut pending, k));
+            found.extend((next..c).map(Change::Gone));
             next = c + 1;
         }
-        let known = plan.known(i).filter(|_| *e.kind == Kind::File);
-        match (known, cached) {
+        match (plan.known(i).filter(|_| *e.kind == Kind::File), cached) {
             // Not a file now, or not read: whatever the cache held there is gone.
-            (None, _) => cached.into_iter().for_each(|c| gone(&mut out, &mut pending, c)),
+            (None, _) => found.extend(cached.map(Change::Gone)),
             // Vouched for by its cache entry, whose stat it has: the same node. An entry
             // the old delta gave is carried into the new one.
-            (Some(Known::Cached(c)), _) => {
-                if cache.given(c) {
-                    pending.push((c, Pending::Carried(out.cache.len())));
-                    out.cache.push((e.path, Some(Cached { stat: cache.entries.stat(c), id: ContentId([0; 32]) })));
-                }
-            }
-            (Some(Known::Read(id)), cached) => {
-                let now = node(e.path, &e.stat, id);
-                out.cache.push((e.path, Some(Cached { stat: plan.stat_of(i, &e), id })));
-                match cached {
-                    Some(c) => pending.push((c, Pending::Read(e.path, now))),
-                    None => out.leaves.push(Leaf { path: e.path, was: None, now: Some(now) }),
-                }
+            (Some(Known::Cached(c)), _) => found.extend(Some(Change::Carried(c)).filter(|_| cache.given(c))),
+            (Some(Known::Read(id)), was) => {
+                let (now, node) = (Cached { stat: plan.stat_of(i, &e), id }, node(e.path, &e.stat, id));
+                found.push(Change::Read { path: e.path, now, node, was });
             }
         }
     }
-    if out.cache.len() + cache.entries.len().saturating_sub(next) > most {
+    if found.len() + cache.entries.len().saturating_sub(next) > most {
         return Ok(None);
     }
-    (next..cache.entries.len()).for_each(|k| gone(&mut out, &mut pending, k));
-    let ids = cache.ids_of(store, pending.iter().map(|(c, _)| *c))?;
-    for ((c, what), id) in pending.into_iter().zip(ids) {
-        let stat = cache.entries.stat(c);
-        match what {
-            Pending::Gone(path) => out.leaves.push(Leaf { path, was: Some(node(path, &stat, id)), now: None }),
-            Pending::Read(path, now) => {
-                let was = node(path, &stat, id);
-                if was != now {
-                    out.leaves.push(Leaf { path, was: Some(was), now: Some(now) });
+    found.extend((next..cache.entries.len()).map(Change::Gone));
+    // One id for each change that names a cache entry, in order ([`StatCache::ids_of`]).
+    let mut ids = cache.ids_of(store, found.iter().filter_map(Change::cache_entry))?.into_iter();
+    let mut old = |c: usize| {
+        let id = ids.next().expect("one id per entry asked");
+        (id, node(cache.entries.path(c), &cache.entries.stat(c), id))
+    };
+    let mut out = Changes { cache: Vec::with_capacity(found.len()), leaves: Vec::new() };
+    for change in found {
+        match change {
+            Change::Gone(c) => {
+                let path = cache.entries.path(c);
+                out.cache.push((path, None));
+                out.leaves.push(Leaf { path, was: Some(old(c).1), now: None });
+            }
+            Change::Read { path, now, node, was } => {
+                out.cache.push((path, Some(now)));
+                let was = was.map(|c| old(c).1);
+                if was.as_ref() != Some(&node) {
+                    out.leaves.push(Leaf { path, was, now: Some(node) });
                 }
             }
-            Pending::Carried(k) => {
-                if let Some(carried) = &mut out.cache[k].1 {
-                    carried.id = id;
-                }
+            Change::Carried(c) => {
+                let stat = cache.entries.stat(c);
+                out.cache.push((cache.entries.path(c), Some(Cached { stat, id: old(c).0 })));
             }
         }
     }
@@ -851,7 +855,6 @@ fn changes<'w>(store: &Store, walked: &'w Scan<'w>, plan: &ReadPlan) -> Result<O
         }
     }
     out.cache.sort_by(|a, b| walk::component_order(a.0, b.0));
-    out.leaves.sort_by(|a, b| walk::component_order(a.path, b.path));
     Ok(Some(out))
 }
 
@@ -1006,8 +1009,8 @@ fn cache_still_holds(store: &Store, walked: &Scan<'_>, plan: &ReadPlan, taken_at
         let stat = plan.stat_of(i, &e);
         let Some(c) = e.cached.filter(|&c| cache.entries.stat(c) == stat) else { return Ok(false) };
         match plan.known(i) {
-            // Its id is this very entry's.
-            Some(Known::Cached(vouched)) if vouched == c => {}
+            // Vouched for by this very entry ([`classify`]): its id is the entry's.
+            Some(Known::Cached(_)) => {}
             Some(Known::Read(id)) => {
                 again.push(c);
                 read_ids.push(id);
