@@ -1036,6 +1036,55 @@ fn a_whole_caches_ids_left_in_its_pieces_are_read_at_their_place_and_through_its
 }
 
 #[test]
+fn random_changes_leave_a_cache_whose_every_id_from_its_pieces_and_delta_is_the_latest_snapshots() {
+    use crate::snapshot::statcache::StatCache;
+    let env = Env::new();
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    let path = |n: u64| format!("d{}/f{n}", n % 7);
+    for n in 0..300 {
+        write(&env, &path(n), &format!("{n}"));
+        age(&env, &path(n));
+    }
+    take(&env);
+    assert!(piece_keys(&env).len() >= 3, "the whole cache spans pieces");
+    for round in 0..25 {
+        // A few files changed, removed or added (each settled), as an agent's turn does.
+        for _ in 0..1 + next(6) {
+            let n = next(400);
+            let file = env.path(&path(n));
+            if next(3) == 0 && file.exists() {
+                std::fs::remove_file(&file).unwrap();
+            } else {
+                write(&env, &path(n), &format!("{n} in round {round}"));
+                age(&env, &path(n));
+            }
+        }
+        let r = take(&env);
+        // The cache (whole, in pieces, with its delta) holds exactly the snapshot's files,
+        // each with the id the snapshot recorded.
+        let cache = StatCache::load(&env.store, &env.session.id).unwrap();
+        let files: BTreeMap<String, NodeKind> =
+            paths(&env, &r).into_iter().filter(|(_, k)| matches!(k, NodeKind::File(_))).collect();
+        let cached: Vec<String> =
+            (0..cache.entries.len()).map(|i| String::from_utf8(cache.entries.path(i).to_vec()).unwrap()).collect();
+        let mut listed: Vec<&String> = files.keys().collect();
+        listed.sort_by(|a, b| crate::fs::walk::component_order(a.as_bytes(), b.as_bytes()));
+        assert!(cached.iter().eq(listed.iter().copied()), "round {round}: the cache's files are the snapshot's");
+        let ids = cache.all_ids(&env.store).unwrap();
+        for (i, p) in cached.iter().enumerate() {
+            assert_eq!(files[p], NodeKind::File(ids[i]), "round {round}: {p}");
+        }
+    }
+    assert!(cache_rows(&env).1.is_some(), "the last rounds were laid as a delta over the pieces");
+}
+
+#[test]
 fn a_large_trees_nodes_stored_ahead_of_a_cancelled_commit_are_unreferenced_and_gc_removes_them() {
     use std::sync::atomic::{AtomicBool, Ordering};
     // Enough files in enough directories that their nodes pass what is held for the commit
