@@ -198,7 +198,10 @@ pub(crate) fn read<T>(
 ) -> Result<T> {
     let pieces = Pieces { store, session, manifest };
     let mut reader = Reader { pieces, next: 0, piece: Vec::new(), at: 0, failed: None };
+    // Each piece is read once: the store need not keep its pages.
+    store.kv().reading_once(true);
     let decoded = decode(&mut reader);
+    store.kv().reading_once(false);
     match (decoded, reader.failed) {
         (Err(_), Some(e)) => Err(e),
         (decoded, _) => decoded,

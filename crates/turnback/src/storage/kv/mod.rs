@@ -55,6 +55,9 @@ pub trait KeyValueStore: Send + Sync + fmt::Debug {
     fn read_snapshot(&self) -> Result<Box<dyn KeyValueStore>>;
     /// Returns freed space to the file system where the backend can.
     fn compact(&self) -> Result<()>;
+    /// While `on`, keeps little of what is read in memory (best effort): for a long read of
+    /// values asked once, such as a stat cache's pieces.
+    fn reading_once(&self, _on: bool) {}
     /// Bytes the backend occupies on disk.
     fn disk_bytes(&self) -> Result<u64>;
 }

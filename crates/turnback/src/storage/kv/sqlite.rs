@@ -78,7 +78,9 @@ impl SqliteKv {
             // A 16 MiB page cache (the default is 2 MiB): a snapshot checks and writes
             // index entries for every new file, at random places in the B-tree. 32 MiB
             // took no less time on a million files' first snapshot, and 30 MB more memory.
-            conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;")?;
+            conn.execute_batch(&format!(
+                "PRAGMA synchronous = FULL; PRAGMA temp_store = MEMORY; PRAGMA cache_size = {PAGE_CACHE};"
+            ))?;
             migrate(&conn)
         })?;
         Ok(SqliteKv { conn: Mutex::new(conn), path: path.to_path_buf(), writer: Mutex::new(None), snapshot: false })
@@ -105,6 +107,8 @@ impl SqliteKv {
 }
 
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+/// The page cache's size (`PRAGMA cache_size`: negative, in KiB).
+const PAGE_CACHE: &str = "-16384";
 
 fn retry_busy<T>(mut f: impl FnMut() -> Result<T>) -> Result<T> {
     let start = std::time::Instant::now();
@@ -314,6 +318,14 @@ impl KeyValueStore for SqliteKv {
         })())
     }
 
+    fn reading_once(&self, on: bool) {
+        // The page cache a snapshot's writes want (16 MiB), or 1 MiB while a read goes by.
+        let size = if on { "-1024" } else { PAGE_CACHE };
+        if let Ok(conn) = self.conn() {
+            let _ = conn.execute_batch(&format!("PRAGMA cache_size = {size};"));
+        }
+    }
+
     fn compact(&self) -> Result<()> {
         self.at((|| {
             let conn = self.conn()?;
@@ -518,6 +530,18 @@ mod tests {
         assert_eq!(large, 1, "large values moved to their own table");
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[test]
+    fn a_read_once_keeps_a_small_page_cache_and_then_gives_the_usual_one_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let kv = SqliteKv::open(&dir.path().join("store.db")).unwrap();
+        let cache_size = || -> i64 { kv.conn().unwrap().query_row("PRAGMA cache_size", [], |r| r.get(0)).unwrap() };
+        assert_eq!(cache_size(), -16384);
+        kv.reading_once(true);
+        assert_eq!(cache_size(), -1024);
+        kv.reading_once(false);
+        assert_eq!(cache_size(), -16384);
     }
 
     #[test]
