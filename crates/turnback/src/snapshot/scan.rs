@@ -27,6 +27,7 @@
 //!   symlink, a nested repository) a slot and a boxed entry.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::error::Result;
@@ -245,7 +246,14 @@ impl Slot {
 struct Keeping<'a> {
     loading: &'a OnceLock<StatCache>,
     files: Mutex<FileRecords>,
+    /// Entries walked before the cache was there.
+    before_loaded: AtomicUsize,
 }
+
+/// Entries a walk keeps before the stat cache is there, at most: past them it waits for
+/// the cache (whose loader always sets it), so that what they cost until they are matched
+/// is bounded (about 9 MB of records), however slowly it loads.
+const KEPT_BEFORE_LOADED: usize = if cfg!(test) { 64 } else { 128 * 1024 };
 
 /// One directory's state in [`Keeping`]: where its search of the cache is, and its files'
 /// records (their slots hold offsets in these until it is closed).
@@ -259,7 +267,14 @@ impl Keeper<Slot> for Keeping<'_> {
     type Dir = DirKept;
 
     fn keep(&self, dir: &mut DirKept, entry: Entry) -> Slot {
-        match self.loading.get() {
+        let cache = match self.loading.get() {
+            Some(cache) => Some(cache),
+            None if self.before_loaded.fetch_add(1, Ordering::Relaxed) >= KEPT_BEFORE_LOADED => {
+                Some(self.loading.wait())
+            }
+            None => None,
+        };
+        match cache {
             Some(cache) => Slot::matched(cache, entry, &mut dir.hint, &mut dir.files),
             None if entry.kind == Kind::File => Slot::File(dir.files.put(&entry.stat, NOT_MATCHED, &entry.path)),
             None => Slot::Unmatched(Box::new(entry)),
@@ -324,14 +339,17 @@ fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot, k: usi
 }
 
 impl<'c> Scan<'c> {
-    /// Walks `root` (leaving out `skip_dirs`) while the stat cache is `loading`: each entry
+    /// Walks `root` (leaving out `skip_dirs`) while the stat cache is `loading` (which
+    /// whoever loads it must set, even when loading fails: past [`KEPT_BEFORE_LOADED`]
+    /// entries the walk waits for it): each entry
     /// found once the cache is there is matched against it at once, on the walk's threads;
     /// [`Scan::new`] matches the others (and makes the scan of these slots).
     ///
     /// # Errors
     /// `io` if `root` cannot be read.
     pub(super) fn walk(root: &Path, skip_dirs: &[std::path::PathBuf], loading: &OnceLock<StatCache>) -> Result<Walked> {
-        let keeping = Keeping { loading, files: Mutex::new(FileRecords::default()) };
+        let keeping =
+            Keeping { loading, files: Mutex::new(FileRecords::default()), before_loaded: AtomicUsize::new(0) };
         let walk = walk::walk_keeping(root, skip_dirs, None, &keeping)?;
         let files = keeping.files.into_inner().unwrap_or_else(|p| p.into_inner());
         Ok(Walked { walk, files })
@@ -682,5 +700,41 @@ mod tests {
         assert_eq!(seen(&scan), left);
         assert_eq!(scan.slots.iter().map(Slot::len).collect::<Vec<_>>(), [1, 1, 1, 1, 2, 1]);
         assert_eq!(scan.position(b"z/3"), Some(4));
+    }
+
+    #[test]
+    fn a_walk_keeps_so_many_entries_before_the_cache_is_there_and_then_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in 0..12 {
+            for f in 0..25 {
+                let path = dir.path().join(format!("d{d}/f{f}"));
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, format!("{d} {f}")).unwrap();
+            }
+        }
+        let found = walk::walk(dir.path(), &[]).unwrap().entries;
+        let cached = || -> Vec<(Vec<u8>, Cached)> {
+            found.iter().map(|e| (e.path.clone(), Cached { stat: e.stat, id: ContentId([1; 32]) })).collect()
+        };
+        // The cache comes only once the walk has long been past its allowance.
+        let loading = OnceLock::new();
+        let walked = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                let _ = loading.set(StatCache::of_entries(cached()));
+            });
+            Scan::walk(dir.path(), &[], &loading).unwrap()
+        });
+        let unmatched = walked
+            .walk
+            .entries
+            .iter()
+            .filter(|s| matches!(s, Slot::File(at) if walked.files.cached_field(*at) == NOT_MATCHED))
+            .count();
+        assert_eq!(unmatched, KEPT_BEFORE_LOADED, "the first entries recorded, the rest matched once it came");
+        let scan = Scan::new(walked, loading.get().unwrap());
+        let seen: Vec<_> = scan.iter().map(|e| (e.path.to_vec(), e.stat, e.cached.is_some())).collect();
+        assert_eq!(seen, found.iter().map(|e| (e.path.clone(), e.stat, true)).collect::<Vec<_>>());
+        assert!(scan.slots.iter().all(|s| matches!(s, Slot::Cached { .. })), "every file a reference");
     }
 }

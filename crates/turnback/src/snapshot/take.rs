@@ -102,6 +102,9 @@ pub(super) fn take(
     let loading = std::sync::OnceLock::new();
     let (walked, loaded) = std::thread::scope(|scope| {
         let loader = scope.spawn(|| {
+            // Set however the loading ends (an empty cache if it fails, or panics): the
+            // walk may be waiting for it.
+            let _set = SetOnDrop(&loading);
             let (cache, dropped) = StatCache::load_or_drop(store, source.session_id)?;
             let _ = loading.set(cache);
             Ok(dropped)
@@ -113,7 +116,7 @@ pub(super) fn take(
     let walked = walked?;
     crate::base::failpoint::hit("snapshot-walked");
     let stat_cache_dropped = loaded?;
-    // Set unless the loader failed, which returned above.
+    // Set: the loader did not fail, which returned above.
     let mut walked = Scan::new(walked, loading.get_or_init(StatCache::default));
     let cache = walked.cache();
     let kind = opts.kind.unwrap_or(SnapshotKind::AdHoc);
@@ -185,6 +188,16 @@ pub(super) fn take(
     commit(store, &mut record, built, opts, hooks)?;
     prune(store, source.session_id, hooks)?;
     Ok(record)
+}
+
+/// Sets an empty stat cache when dropped, unless one was set: whoever waits for it is not
+/// left waiting by a loader that failed.
+struct SetOnDrop<'a>(&'a std::sync::OnceLock<StatCache>);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.set(StatCache::default());
+    }
 }
 
 /// What the walk found, and what the stat cache cannot vouch for.
