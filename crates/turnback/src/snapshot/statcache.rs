@@ -1551,13 +1551,8 @@ mod tests {
     fn random_deltas_laid_over_a_whole_cache_give_each_entry_its_stat_id_and_origin() {
         // Whole cache: even-numbered paths; a delta replaces, removes and joins (odd
         // numbers) at random. Each entry after laying must be what a plain map says.
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut rng = turnback_fuzz::mutate::Rng::new(0x2545_f491_4f6c_dd1d);
+        let mut next = |m: u64| rng.below(m as usize) as u64;
         let path = |n: u64| format!("p{n:05}").into_bytes();
         for round in 0..40 {
             let n = 1 + next(200);

@@ -1039,13 +1039,8 @@ fn a_whole_caches_ids_left_in_its_pieces_are_read_at_their_place_and_through_its
 fn random_changes_leave_a_cache_whose_every_id_from_its_pieces_and_delta_is_the_latest_snapshots() {
     use crate::snapshot::statcache::StatCache;
     let env = Env::new();
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
+    let mut rng = turnback_fuzz::mutate::Rng::new(0x9e37_79b9_7f4a_7c15);
+    let mut next = |m: u64| rng.below(m as usize) as u64;
     let path = |n: u64| format!("d{}/f{n}", n % 7);
     for n in 0..300 {
         write(&env, &path(n), &format!("{n}"));
