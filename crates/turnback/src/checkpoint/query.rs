@@ -200,12 +200,7 @@ pub fn index_rows(store: &Store, session_id: &str) -> Result<Vec<(String, Option
 
 /// Every checkpoint id in the store, in session order.
 pub fn all_ids(store: &Store) -> Result<Vec<String>> {
-    let mut ids = Vec::new();
-    store.kv().scan_keys(schema::CHECKPOINTS, b"", &mut |k| {
-        ids.push(String::from_utf8_lossy(k).into_owned());
-        Ok(true)
-    })?;
-    Ok(ids)
+    store.kv().text_keys(schema::CHECKPOINTS)
 }
 
 /// Cross-checks the checkpoint tables against each other, for `verify`: every row of a

@@ -58,17 +58,15 @@ pub(super) enum Slot {
     /// cache was loaded until the scan is made): where its record starts in the scan's
     /// [`FileRecords`].
     File(u64),
-    /// Anything else (a symlink, a nested repository), with the index of its cache entry
-    /// if the cache has its path.
+    /// Anything else (a symlink, a nested repository), with its cache entry as a record
+    /// holds it (walked before the cache was loaded: [`NOT_MATCHED`] until the scan is
+    /// made).
     Own(Box<Own>),
-    /// Not a file, walked before the cache was loaded: matched when the [`Scan`] is made
-    /// (a file walked then is a record, [`Slot::File`], matched then too).
-    Unmatched(Box<Entry>),
 }
 
 pub(super) struct Own {
     entry: Entry,
-    cached: Option<u32>,
+    cached: u32,
 }
 
 /// The records of the files a scan holds itself ([`Slot::File`]), one after another: each
@@ -77,12 +75,21 @@ pub(super) struct Own {
 #[derive(Default)]
 pub(super) struct FileRecords(Vec<u8>);
 
+/// Where a file record's cache entry is: after its stat (mode, then five 8-byte fields).
+const CACHED_AT: usize = 4 + 8 * 5;
+/// Where its path's length is.
+const LEN_AT: usize = CACHED_AT + 4;
 /// Bytes of a file record before its path.
-const RECORD_HEAD: usize = 4 + 8 * 5 + 4 + 4;
+const RECORD_HEAD: usize = LEN_AT + 4;
 /// Where a record's cache entry is: the cache has none for its path.
 const NO_ENTRY: u32 = u32::MAX;
 /// … the cache was not asked yet (no cache holds 2^32 - 2 entries).
 const NOT_MATCHED: u32 = u32::MAX - 1;
+
+/// The cache entry a record's (or an [`Own`] entry's) field names, if it names one.
+fn cache_entry(field: u32) -> Option<usize> {
+    Some(field).filter(|&c| c < NOT_MATCHED).map(|c| c as usize)
+}
 
 impl FileRecords {
     /// Adds a record (`cached`: the index of its cache entry, [`NO_ENTRY`] or
@@ -103,19 +110,19 @@ impl FileRecords {
 
     /// The cache entry field of the record at `at`.
     fn cached_field(&self, at: u64) -> u32 {
-        let at = at as usize + 44;
+        let at = at as usize + CACHED_AT;
         u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
     }
 
     /// Sets the cache entry of the record at `at`.
     fn set_cached(&mut self, at: u64, cached: Option<u32>) {
-        let at = at as usize + 44;
+        let at = at as usize + CACHED_AT;
         self.0[at..at + 4].copy_from_slice(&cached.unwrap_or(NO_ENTRY).to_le_bytes());
     }
 
     /// Bytes of the record at `at`.
     fn record_len(&self, at: u64) -> usize {
-        let at = at as usize + 48;
+        let at = at as usize + LEN_AT;
         RECORD_HEAD + u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes")) as usize
     }
 
@@ -166,8 +173,7 @@ impl FileRecords {
             device: u64_at(28),
             inode: u64_at(36),
         };
-        let cached = Some(u32_at(44)).filter(|&c| c < NOT_MATCHED).map(|c| c as usize);
-        let len = u32_at(48) as usize;
+        let (cached, len) = (cache_entry(u32_at(CACHED_AT)), u32_at(LEN_AT) as usize);
         (&b[RECORD_HEAD..RECORD_HEAD + len], stat, cached)
     }
 }
@@ -220,7 +226,7 @@ impl Slot {
             _ if entry.kind == Kind::File => {
                 Slot::File(files.put(&entry.stat, cached.unwrap_or(NO_ENTRY), &entry.path))
             }
-            _ => Slot::Own(Box::new(Own { entry, cached })),
+            _ => Slot::Own(Box::new(Own { entry, cached: cached.unwrap_or(NO_ENTRY) })),
         }
     }
 
@@ -277,7 +283,7 @@ impl Keeper<Slot> for Keeping<'_> {
         match cache {
             Some(cache) => Slot::matched(cache, entry, &mut dir.hint, &mut dir.files),
             None if entry.kind == Kind::File => Slot::File(dir.files.put(&entry.stat, NOT_MATCHED, &entry.path)),
-            None => Slot::Unmatched(Box::new(entry)),
+            None => Slot::Own(Box::new(Own { entry, cached: NOT_MATCHED })),
         }
     }
 
@@ -333,8 +339,7 @@ fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot, k: usi
             let (path, stat, cached) = files.get(*at);
             Seen { path, kind: FILE, stat, cached }
         }
-        Slot::Own(own) => Seen { cached: own.cached.map(|c| c as usize), ..Seen::of(&own.entry) },
-        Slot::Unmatched(entry) => Seen::of(entry),
+        Slot::Own(own) => Seen { cached: cache_entry(own.cached), ..Seen::of(&own.entry) },
     }
 }
 
@@ -362,11 +367,8 @@ impl<'c> Scan<'c> {
         let (mut hint, mut unused) = (0, false);
         for slot in &mut entries {
             match slot {
-                Slot::Unmatched(_) => {
-                    // The slot is matched in place (its placeholder is never read).
-                    let placeholder = Slot::Cached { start: u32::MAX, len: 1 };
-                    let Slot::Unmatched(entry) = std::mem::replace(slot, placeholder) else { unreachable!() };
-                    *slot = Slot::matched(cache, *entry, &mut hint, &mut files);
+                Slot::Own(own) if own.cached == NOT_MATCHED => {
+                    own.cached = Slot::find(cache, &own.entry.path, &mut hint).unwrap_or(NO_ENTRY);
                 }
                 Slot::File(at) if files.cached_field(*at) == NOT_MATCHED => {
                     *slot = Slot::matched_record(cache, *at, &mut hint, &mut files);
@@ -405,13 +407,15 @@ impl<'c> Scan<'c> {
         excluded: u64,
     ) -> Self {
         let mut scan = Scan { slots: Vec::new(), starts: Vec::new(), len: 0, files, cache, skipped, excluded };
+        let mut slots = slots;
+        slots.dedup_by(|next, last| last.absorb(next));
         scan.set_slots(slots);
         scan
     }
 
-    /// Takes `slots`, joined where they follow on, and knows where each starts.
+    /// Takes `slots` (each run joined to the one before it where it follows on) and knows
+    /// where each starts.
     fn set_slots(&mut self, mut slots: Vec<Slot>) {
-        slots.dedup_by(|next, last| last.absorb(next));
         slots.shrink_to_fit();
         self.len = slots.iter().map(Slot::len).sum();
         self.starts.clear();
@@ -517,8 +521,7 @@ mod tests {
     }
 
     /// One entry as a scan holds it: path, kind, stat, cache index, and how it is kept
-    /// (`c`: a reference to the cache, `f`: an own file, `o`: another own entry, `u`: not
-    /// matched).
+    /// (`c`: a reference to the cache, `f`: an own file, `o`: another own entry).
     type Kept = (Vec<u8>, Kind, Stat, Option<usize>, char);
 
     fn seen(scan: &Scan<'_>) -> Vec<Kept> {
@@ -529,7 +532,6 @@ mod tests {
                     Slot::Cached { .. } => 'c',
                     Slot::File(_) => 'f',
                     Slot::Own(_) => 'o',
-                    Slot::Unmatched(_) => 'u',
                 };
                 (f.path.to_vec(), f.kind.clone(), f.stat, f.cached, kept)
             })
@@ -577,7 +579,7 @@ mod tests {
                     if k < loaded_at && e.kind == Kind::File {
                         Slot::File(files.put(&e.stat, NOT_MATCHED, &e.path))
                     } else if k < loaded_at {
-                        Slot::Unmatched(Box::new(e))
+                        Slot::Own(Box::new(Own { entry: e, cached: NOT_MATCHED }))
                     } else {
                         Slot::matched(&cache, e, &mut hint, &mut files)
                     }

@@ -234,14 +234,7 @@ impl Files {
             Column::Size => self.items[i].size = x,
             Column::Mtime => self.items[i].mtime_ns = x as i64,
             Column::Ctime => self.items[i].ctime_ns = x as i64,
-            Column::Device => {
-                // Most files are on the device of the file before them.
-                let before = i.checked_sub(1).map(|b| self.items[b].device);
-                self.items[i].device = match before {
-                    Some(k) if self.devices[usize::from(k)] == x => k,
-                    _ => self.device(x)?,
-                };
-            }
+            Column::Device => self.items[i].device = self.device(x)?,
             Column::Inode => self.items[i].inode = x,
         }
         Some(())
@@ -269,15 +262,6 @@ impl Files {
         start.checked_add(len)?;
         self.paths.extend_from_slice(path);
         Some((start, len))
-    }
-
-    /// Adds a file at the end (the caller keeps the order); `None` past 4 GiB of paths or
-    /// 2^16 devices.
-    #[cfg(test)]
-    fn push(&mut self, path: &[u8], stat: Stat) -> Option<()> {
-        let item = self.pack_new(path, stat)?;
-        self.items.push(item);
-        Some(())
     }
 
     /// Adds a file at the end with a blank stat, each field to be set before it is read
@@ -515,7 +499,8 @@ impl StatCache {
     /// Adds an entry at the end of a whole cache whose ids are in memory.
     #[cfg(test)]
     pub(crate) fn push(&mut self, path: &[u8], cached: Cached) {
-        self.entries.push(path, cached.stat).expect("small");
+        let file = self.entries.pack_new(path, cached.stat).expect("small");
+        self.entries.items.push(file);
         let WholeIds::Resident(ids) = &mut self.whole_ids else { panic!("ids in memory") };
         ids.push(cached.id);
     }
@@ -1021,12 +1006,7 @@ pub(crate) fn failing_to_load(store: &Store) -> Result<Vec<(String, Error)>> {
 /// The sessions with a whole cache, listed first and read after: a cache's pieces are read
 /// while it is decoded, which a scan's callback may not do.
 fn cached_sessions(store: &Store) -> Result<Vec<String>> {
-    let mut sessions = Vec::new();
-    store.kv().scan_keys(schema::STATCACHE, b"", &mut |k| {
-        sessions.push(String::from_utf8_lossy(k).into_owned());
-        Ok(true)
-    })?;
-    Ok(sessions)
+    store.kv().text_keys(schema::STATCACHE)
 }
 
 /// Stores what a snapshot writes of the cache of `session` inside `txn`: a whole cache

@@ -47,6 +47,16 @@ pub trait KeyValueStore: Send + Sync + fmt::Debug {
     fn scan(&self, ns: Ns, prefix: &[u8], f: &mut Visit<'_>) -> Result<()>;
     /// Like [`scan`](Self::scan) but reads keys only (cheap for namespaces of large values).
     fn scan_keys(&self, ns: Ns, prefix: &[u8], f: &mut dyn FnMut(&[u8]) -> Result<bool>) -> Result<()>;
+    /// Every key of `ns`, in order, as text (a byte that is not UTF-8 replaced), listed
+    /// whole before anything reads their values.
+    fn text_keys(&self, ns: Ns) -> Result<Vec<String>> {
+        let mut keys = Vec::new();
+        self.scan_keys(ns, b"", &mut |k| {
+            keys.push(String::from_utf8_lossy(k).into_owned());
+            Ok(true)
+        })?;
+        Ok(keys)
+    }
     /// Starts a write transaction, waiting for other writers.
     fn begin(&self) -> Result<Box<dyn Txn + '_>>;
     /// A read-only view of the store as committed now: every read through it sees that one
