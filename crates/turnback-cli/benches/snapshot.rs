@@ -14,8 +14,10 @@
 //! files). turnback runs twice: walking the tree (`snapshot --full`, no watcher) and with
 //! its watcher running (`turnback watch start`), each in its own store.
 //!
-//! `RUNS` (default 5) sets the repetitions of the no-change and one-change rows; each row
-//! reports the median. Every run is a fresh process; peak memory is its max RSS. Before
+//! `RUNS` (default 5) sets the repetitions of the no-change and one-change rows, and
+//! `FIRST_RUNS` (default `RUNS`) those of the first snapshot, each into a new store (jj: a
+//! new `.jj` beside the kept one; shadow git: a new repository) deleted after it; each row
+//! reports the median, and peak memory the largest. Every run is a fresh process; peak memory is its max RSS. Before
 //! each, `sync` writes back what the previous tool left dirty (shadow git writes a new index
 //! and objects every time), so no tool pays for another's writes; the tools take turns
 //! going first, round by round.
@@ -59,7 +61,10 @@ struct Turnback {
 
 impl Turnback {
     fn new(dir: &Path, work: &Path, watched: bool) -> Self {
-        let home = dir.join(if watched { "store-watched" } else { "store" });
+        Self::at(dir.join(if watched { "store-watched" } else { "store" }), work, watched)
+    }
+
+    fn at(home: PathBuf, work: &Path, watched: bool) -> Self {
         std::fs::create_dir_all(&home).unwrap();
         // The real tree is over the default first-snapshot limit (1 GiB): raise it, as a
         // user snapshotting such a tree would (the limits are settings).
@@ -96,6 +101,14 @@ impl Turnback {
         timed(cmd, &rss)
     }
 
+    /// A first snapshot into a store of its own, deleted after it.
+    fn first_again(dir: &Path, work: &Path, round: usize) -> Run {
+        let scratch = Self::at(dir.join(format!("store-first-{round}")), work, false);
+        let run = scratch.snapshot();
+        std::fs::remove_dir_all(&scratch.home).unwrap();
+        run
+    }
+
     fn run(&self, args: &[&str]) {
         let mut cmd = self.command(Command::new(env!("CARGO_BIN_EXE_turnback")));
         let out = cmd.args(args).output().expect("run turnback");
@@ -126,8 +139,7 @@ impl Jj {
         let status = Command::new("cp").arg("-a").arg(tree).arg(&work).status().unwrap();
         assert!(status.success(), "copy the tree for jj");
         let jj = Jj { program, work };
-        let out = jj.command(Command::new(&jj.program)).args(["git", "init", "--no-colocate"]).output().unwrap();
-        assert!(out.status.success(), "jj git init: {}", String::from_utf8_lossy(&out.stderr));
+        jj.init();
         jj
     }
 
@@ -147,12 +159,41 @@ impl Jj {
         cmd.args(["util", "snapshot", "--config", "snapshot.max-new-file-size=\"8GiB\""]);
         timed(cmd, &rss)
     }
+
+    /// A first snapshot into a new repository (the kept one's `.jj` set aside meanwhile),
+    /// deleted after it.
+    fn first_again(&self) -> Run {
+        let (repo, kept) = (self.work.join(".jj"), self.work.parent().unwrap().join("jj-kept"));
+        std::fs::rename(&repo, &kept).unwrap();
+        self.init();
+        let run = self.snapshot();
+        std::fs::remove_dir_all(&repo).unwrap();
+        std::fs::rename(&kept, &repo).unwrap();
+        run
+    }
+
+    fn init(&self) {
+        let out = self.command(Command::new(&self.program)).args(["git", "init", "--no-colocate"]).output().unwrap();
+        assert!(out.status.success(), "jj git init: {}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 fn shadow_git(dir: &Path, work: &Path, script: &Path) -> Run {
+    shadow_git_in(&dir.join("shadow.git"), dir, work, script)
+}
+
+/// A first shadow-git snapshot into a repository of its own, deleted after it.
+fn shadow_git_again(dir: &Path, work: &Path, script: &Path, round: usize) -> Run {
+    let repo = dir.join(format!("shadow-first-{round}.git"));
+    let run = shadow_git_in(&repo, dir, work, script);
+    std::fs::remove_dir_all(&repo).unwrap();
+    run
+}
+
+fn shadow_git_in(repo: &Path, dir: &Path, work: &Path, script: &Path) -> Run {
     let rss = dir.join("rss-git");
     let mut cmd = with_time(&rss, Path::new("bash"));
-    cmd.arg(script).arg(dir.join("shadow.git")).arg(work);
+    cmd.arg(script).arg(repo).arg(work);
     timed(cmd, &rss)
 }
 
@@ -212,7 +253,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// One tool's column: its rows, or why it did not run.
 #[derive(Default)]
 struct Column {
-    first: Option<f64>,
+    first: Vec<f64>,
     same: Vec<f64>,
     one: Vec<f64>,
     store: Option<u64>,
@@ -223,8 +264,8 @@ struct Column {
 
 impl Column {
     fn first(&mut self, r: Run) {
-        self.first = Some(r.seconds);
-        self.peak_first_kib = r.max_rss_kib;
+        self.first.push(r.seconds);
+        self.peak_first_kib = self.peak_first_kib.max(r.max_rss_kib);
     }
 
     fn incremental(&mut self, r: Run, changed: bool) {
@@ -235,6 +276,7 @@ impl Column {
 
 fn main() {
     let runs: usize = std::env::var("RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
+    let first_runs: usize = std::env::var("FIRST_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(runs).max(1);
     let script = std::env::var_os("SHADOW_GIT_SCRIPT")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench/shadow-git-snapshot.sh"));
@@ -263,24 +305,34 @@ fn main() {
     let watched = Turnback::new(dir.path(), &work, true);
     let (mut tb, mut tbw, mut jjc, mut git) =
         (Column::default(), Column::default(), Column::default(), Column::default());
-    tb.first(walked.snapshot());
-    tb.store = Some(du(&walked.home));
+    // The first round's stores are the ones the later rows use; every other round's first
+    // snapshot goes into a store of its own. The tools take turns going first.
+    for round in 0..first_runs {
+        for turn in 0..3 {
+            match (turn + round) % 3 {
+                0 if round == 0 => {
+                    tb.first(walked.snapshot());
+                    tb.store = Some(du(&walked.home));
+                }
+                0 => tb.first(Turnback::first_again(dir.path(), &work, round)),
+                1 => match &jj {
+                    Ok(j) if round == 0 => {
+                        jjc.first(j.snapshot());
+                        jjc.store = Some(du(&j.work.join(".jj")));
+                    }
+                    Ok(j) => jjc.first(j.first_again()),
+                    Err(why) => jjc.missing = Some(why.clone()),
+                },
+                _ if skip_git => git.missing = Some("SKIP_GIT set".into()),
+                _ if round == 0 => git.first(shadow_git(dir.path(), &work, &script)),
+                _ => git.first(shadow_git_again(dir.path(), &work, &script, round)),
+            }
+        }
+    }
     // The watched store's first snapshot is not a row (it is the same walk); the watcher
     // then covers everything after it.
     watched.run(&["watch", "start"]);
     watched.snapshot();
-    match &jj {
-        Ok(j) => {
-            jjc.first(j.snapshot());
-            jjc.store = Some(du(&j.work.join(".jj")));
-        }
-        Err(why) => jjc.missing = Some(why.clone()),
-    }
-    if skip_git {
-        git.missing = Some("SKIP_GIT set".into());
-    } else {
-        git.first(shadow_git(dir.path(), &work, &script));
-    }
 
     let changed = find_a_file(&work);
     let original = std::fs::read(&changed).unwrap();
@@ -339,13 +391,15 @@ fn main() {
         git.store = Some(du(&dir.path().join("shadow.git")));
     }
 
-    report(&label, runs, &[("turnback", &tb), ("tb watcher", &tbw), ("jj", &jjc), ("shadow git", &git)]);
+    report(&label, runs, first_runs, &[("turnback", &tb), ("tb watcher", &tbw), ("jj", &jjc), ("shadow git", &git)]);
     println!("{:<30} {:>11.3}s  (target <= 1 s)", "rewind preview, last turn", median(rewind));
 }
 
 /// Prints the table: one column per tool, then turnback's ratios to jj and shadow git.
-fn report(label: &str, runs: usize, columns: &[(&str, &Column)]) {
-    println!("snapshot benchmark, {label}, {runs} runs per repeated row (medians; fresh process each)");
+fn report(label: &str, runs: usize, first_runs: usize, columns: &[(&str, &Column)]) {
+    println!(
+        "snapshot benchmark, {label}, {runs} runs per repeated row, {first_runs} of the first (medians; fresh process each)"
+    );
     for (name, c) in columns {
         if let Some(why) = &c.missing {
             println!("  {name}: not run ({why})");
@@ -366,7 +420,7 @@ fn report(label: &str, runs: usize, columns: &[(&str, &Column)]) {
         columns.iter().for_each(|(_, c)| print!(" {:>11}", fmt(get(c))));
         println!(" {:>9} {:>9} {:>9}", ratio(get(tb), get(jj)), ratio(get(tbw), get(jj)), ratio(get(tb), get(git)));
     };
-    line("first snapshot", &|c| c.first, &seconds);
+    line("first snapshot", &|c| med(&c.first), &seconds);
     line("no-change snapshot", &|c| med(&c.same), &seconds);
     line("one changed file", &|c| med(&c.one), &seconds);
     let mb = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |b| format!("{:.1}MB", b / 1e6));
