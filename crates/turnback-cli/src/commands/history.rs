@@ -94,6 +94,13 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                 }
             };
             let session = &tb.session()?.id;
+            if report.source_turns == 0 {
+                return Err(Error::invalid(format!(
+                    "no turn recognised in the transcript ({} records skipped): not one this turnback can read, \
+                     or one without a prompt yet; nothing was imported",
+                    report.skipped_rows
+                )));
+            }
             let msg = if report.turns + report.joined_turns + report.updated_turns == 0 && report.entries == 0 {
                 format!("nothing new to import into session {session} (already imported)")
             } else {

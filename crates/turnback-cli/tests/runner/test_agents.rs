@@ -1224,11 +1224,15 @@ fn codex_install_merges_hooks_json_and_config_toml_idempotently_and_uninstalls_b
     assert_eq!(settings["hooks"]["PreToolUse"][0], theirs["hooks"]["PreToolUse"][0], "the user's group stays first");
     assert_eq!(settings["hooks"]["Stop"][0], theirs["hooks"]["Stop"][0]);
     let toml_now = installed[1].as_deref().unwrap();
-    let ours = "codex_hooks = true # turned on by turnback install codex\n";
+    let ours = "hooks = true # turned on by turnback install codex\n";
     assert_eq!(toml_now.matches(ours).count(), 1, "{toml_now}");
     assert_eq!(toml_now.replacen(ours, "", 1), toml, "only that line is added, the user's text as it was");
     let doc: toml_edit::DocumentMut = toml_now.parse().unwrap();
-    assert_eq!(doc["features"]["codex_hooks"].as_bool(), Some(true), "the hooks feature is on: {toml_now}");
+    assert_eq!(
+        doc["features"]["hooks"].as_bool(),
+        Some(true),
+        "the hooks feature is on, by its current key: {toml_now}"
+    );
     assert_eq!(doc["features"]["web_search_request"].as_bool(), Some(true));
     assert_eq!(doc["mcp_servers"]["docs"]["command"].as_str(), Some("npx"));
 
@@ -1238,6 +1242,7 @@ fn codex_install_merges_hooks_json_and_config_toml_idempotently_and_uninstalls_b
     install_round_trip(&fresh, &["codex"], &files);
     fresh.ok(&["install", "codex", "--uninstall"], None);
     assert!(files.iter().all(|f| !f.exists()), "files turnback made are removed");
+    assert!(!fresh.ws.join(".codex").exists(), "and the directory turnback made for them");
 
     // The person turned hooks on (or off) themselves: their setting is theirs.
     let own = Env::new();

@@ -380,10 +380,27 @@ pub(crate) fn record_before_writes(
 /// Writes the terminal journal event of a checkpoint committed with
 /// [`CommitMode::BeforeMutation`] once its writes are done.
 pub(crate) fn finish(store: &Store, checkpoint_id: &str, failed: bool) -> Result<CheckpointRecord> {
+    finish_written(store, checkpoint_id, failed, &[])
+}
+
+/// [`finish`], also recording the identity (device, inode, times) of each file the
+/// operation wrote as its target's post-image identity, unknown until the writes were made.
+pub(crate) fn finish_written(
+    store: &Store,
+    checkpoint_id: &str,
+    failed: bool,
+    written: &[(RelPath, FileIdentity)],
+) -> Result<CheckpointRecord> {
     let mut txn = store.kv().begin()?;
     let mut record = load_in(store, &mut *txn, checkpoint_id)?;
     if record.mutation.commit_state != CommitState::Pending {
         return Ok(record);
+    }
+    for (path, identity) in written {
+        let post = record.targets.iter_mut().find(|t| &t.path == path).and_then(|t| t.post_image.as_mut());
+        if let Some(post) = post.filter(|p| p.present) {
+            post.identity = Some(*identity);
+        }
     }
     let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
     journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &format_ms(now_ms()))?;

@@ -34,7 +34,7 @@ mod reconcile;
 pub use eviction::EvictionReport;
 pub(crate) use eviction::{delete_session_in, evict_expired};
 pub(crate) use lifecycle::{
-    PlannedWrite, PostState, commit, dispatch, finish, over_cap_error, record_before_writes, stage,
+    PlannedWrite, PostState, commit, dispatch, finish, finish_written, over_cap_error, record_before_writes, stage,
 };
 pub use query::{ListFilter, Unreadable, all_ids, by_operation, cross_check, get, list, load, read_image};
 pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile, sweep_temp_files};

@@ -228,6 +228,12 @@ impl Parent {
         }
     }
 
+    /// The target's identity, if it is a regular file (never following a symlink).
+    pub fn identity(&self) -> Option<FileIdentity> {
+        let st = rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+        (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| FileIdentity::of(&st))
+    }
+
     /// Names of the entries beside the target, with their inode numbers.
     pub fn siblings(&self) -> Result<Vec<(OsString, u64)>> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;

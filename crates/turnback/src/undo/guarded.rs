@@ -147,6 +147,7 @@ pub(crate) fn apply<P: Plan>(
             }
         };
     let made = outcomes.iter().filter(|o| matches!(o, Some(Ok(Swap::Done)))).count();
+    let identities = written_identities(&target.workspace.root, &writes, &outcomes);
     let mut failure = None;
     for (index, outcome) in outcomes.into_iter().enumerate() {
         let refused = match outcome {
@@ -165,9 +166,27 @@ pub(crate) fn apply<P: Plan>(
         checkpoint::finish(target.store, &id, true)?;
         return Err(stopped(e, made, writes.len(), &id));
     }
-    checkpoint::finish(target.store, &id, made == 0)?;
+    checkpoint::finish_written(target.store, &id, made == 0, &identities)?;
     plan.finish()?;
     Ok((plan, Some(id)))
+}
+
+/// The device and inode of each file the undo wrote, read right after the writes: kept as
+/// its checkpoint's post-image identities, so that a later rollback knows a file this undo
+/// put back (another inode than the agent's, the agent's very bytes) for the agent's result.
+fn written_identities(
+    root: &Path,
+    writes: &[batch::Write],
+    outcomes: &[batch::Outcome],
+) -> Vec<(crate::fs::relpath::RelPath, crate::fs::files::FileIdentity)> {
+    writes
+        .iter()
+        .zip(outcomes)
+        .filter(|(w, o)| matches!(o, Some(Ok(Swap::Done))) && matches!(w.intended, Intended::File { .. }))
+        .filter_map(|(w, _)| {
+            Some((w.path.clone(), crate::fs::files::open_parent(root, &w.path, false).ok()?.identity()?))
+        })
+        .collect()
 }
 
 /// The refusal of an apply whose plan moved.

@@ -9,8 +9,8 @@
 //!   reaches hooks under that name) and MCP tools (`mcp__server__tool`) are shell records.
 //! - `Stop` ends the turn (again, with `stop_hook_active`, when a hook made Codex carry
 //!   on); its replies come from the rollout (`transcript_path`), or from
-//!   `last_assistant_message`. Codex has no session-end event: the next prompt ends a turn
-//!   an interrupt left running.
+//!   `last_assistant_message`. `Interrupt` (the person stopped the turn: Ctrl-C, Esc) ends
+//!   it the same way, and `SessionEnd` (Codex quitting) ends a turn left running.
 //! - A sub-agent's events carry its `agent_id` (and the parent's session id): its calls'
 //!   checkpoints name it, and its own prompt and stop start and stop it, inside the
 //!   person's turn.
@@ -83,10 +83,14 @@ fn translate_main(
         }
         "PreToolUse" => vec![AgentEvent::ToolStarted { call: call(event) }],
         "PostToolUse" => vec![AgentEvent::ToolFinished { call: call(event) }],
-        "Stop" => {
+        "Stop" | "Interrupt" | "SessionEnd" => {
             *transcript = event.transcript_path.clone().map(|p| (TranscriptFormat::Codex, p));
             *last_reply = event.last_assistant_message.clone().filter(|m| !m.trim().is_empty());
-            vec![AgentEvent::Stopped { continued: event.stop_hook_active }]
+            match name {
+                "SessionEnd" => vec![AgentEvent::SessionEnded],
+                "Interrupt" => vec![AgentEvent::Stopped { continued: false }],
+                _ => vec![AgentEvent::Stopped { continued: event.stop_hook_active }],
+            }
         }
         "PreCompact" | "PostCompact" => vec![AgentEvent::Compacted],
         "SubagentStart" => match event.agent_id.clone() {

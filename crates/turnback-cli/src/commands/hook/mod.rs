@@ -67,13 +67,27 @@ pub fn run(ctx: &Ctx, agent: HookAgent) -> Outcome {
             append_log(dir, agent, ErrorCode::Io, &format!("turnback panicked{at}"));
         }
     }));
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(ctx, agent))) {
+    let started = std::time::Instant::now();
+    let mut name = String::from("event");
+    let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle(ctx, agent, &mut name))) {
         Ok(outcome) => outcome,
         Err(_) => Outcome::raw(answer(agent, "")),
+    };
+    record_time(agent, &name, started.elapsed());
+    outcome
+}
+
+/// With `TURNBACK_HOOK_TIMINGS=FILE`, appends `AGENT<TAB>EVENT<TAB>MICROSECONDS` for this
+/// hook to FILE: how long the agent waited on turnback (the conformance suite's hook
+/// times come from here). Nothing else is written; a failure to write is ignored.
+fn record_time(agent: HookAgent, event: &str, elapsed: Duration) {
+    let Some(file) = std::env::var_os("TURNBACK_HOOK_TIMINGS").filter(|f| !f.is_empty()) else { return };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+        let _ = writeln!(f, "{}\t{event}\t{}", agent_name(agent), elapsed.as_micros());
     }
 }
 
-fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
+fn handle(ctx: &Ctx, agent: HookAgent, name: &mut String) -> Outcome {
     // SIGINT/SIGTERM while a prompt's start snapshot is awaited cancels that turn cleanly.
     let cancel = match super::turn::cancel_on_signals() {
         Ok(flag) => flag,
@@ -82,14 +96,13 @@ fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
             return Outcome::raw(answer(agent, ""));
         }
     };
-    let mut name = String::from("event");
     // Bounded by what is kept, not by what the agent sends (a 100 MB prompt keeps 4 MiB
     // here, 256 KiB in the history): see `turnback::read_json_input`.
     let result = turnback::read_json_input(std::io::stdin().lock())
         .map_err(|e| Error::new(e.code, format!("reading the event: {}", e.message)))
         .and_then(|input| translate(agent, &input.text))
         .and_then(|t| {
-            name = t.name.clone();
+            *name = t.name.clone();
             // Test builds only: turnback failing as badly as it can, mid-hook.
             #[cfg(debug_assertions)]
             if std::env::var_os("TURNBACK_HOOK_PANIC").is_some() {
@@ -98,9 +111,9 @@ fn handle(ctx: &Ctx, agent: HookAgent) -> Outcome {
             record(ctx, agent, t, &cancel)
         });
     if let Err(e) = result {
-        log(ctx, agent, &name, &e);
+        log(ctx, agent, name, &e);
     }
-    Outcome::raw(answer(agent, &name))
+    Outcome::raw(answer(agent, name))
 }
 
 fn translate(agent: HookAgent, input: &str) -> Result<Translated> {

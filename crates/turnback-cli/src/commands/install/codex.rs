@@ -2,9 +2,11 @@
 //! default `~/.codex`), and the hooks feature turned on in the `config.toml` beside it, per
 //! the official hooks reference (developers.openai.com/codex/hooks).
 //!
-//! The feature: `codex_hooks = true` under `[features]` — the key older Codex reads and
-//! newer Codex still accepts (hooks are on by default since 0.124) — written with a comment
-//! that marks it as turnback's, so uninstalling removes it only if turnback added it.
+//! The feature: `hooks = true` under `[features]` — the current key (hooks are on by
+//! default since 0.124; the older `codex_hooks` still works but makes every run print a
+//! deprecation warning) — written with a comment that marks it as turnback's, so
+//! uninstalling removes it only if turnback added it (also the `codex_hooks` of an install
+//! by an older turnback).
 
 use std::path::PathBuf;
 
@@ -18,12 +20,14 @@ use crate::cli::{HookAgent, Scope};
 /// Codex's file tool and shell tools as hooks see them, and MCP tools.
 const TOOLS: &str = "^(apply_patch|Bash)$|^mcp__";
 
-const EVENTS: [(&str, Option<&str>); 8] = [
+const EVENTS: [(&str, Option<&str>); 10] = [
     ("SessionStart", None),
     ("UserPromptSubmit", None),
     ("PreToolUse", Some(TOOLS)),
     ("PostToolUse", Some(TOOLS)),
     ("Stop", None),
+    ("Interrupt", None),
+    ("SessionEnd", None),
     ("SubagentStart", None),
     ("SubagentStop", None),
     ("PreCompact", None),
@@ -42,7 +46,7 @@ pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let edit_config = move |text: Option<&str>| feature(text, &config_what, uninstall);
     let mut notes = Vec::new();
     if !uninstall {
-        notes.push("Codex before 0.124 needs hooks turned on: turnback sets `codex_hooks = true` under [features] unless config.toml sets it, or writes [features] as an inline table (then add it there yourself)".to_string());
+        notes.push("Codex before 0.124 needs hooks turned on: turnback sets `hooks = true` under [features] unless config.toml sets it, or writes [features] as an inline table (then add it there yourself)".to_string());
         notes.push("Codex runs a new hook only once you trust it: run /hooks in Codex and trust turnback's (or start Codex with --dangerously-bypass-hook-trust)".to_string());
         if places.scope == Scope::Project {
             notes.push("Codex reads a project's .codex/ only when it trusts the project".to_string());
@@ -80,16 +84,21 @@ fn feature(text: Option<&str>, what: &str, uninstall: bool) -> Result<Option<Str
         .map_err(|e| Error::invalid(format!("{what}: not TOML ({e}); nothing was changed")))?;
     let features = doc.get("features").and_then(Item::as_table_like);
     let set = |k: &str| features.is_some_and(|f| f.get(k).is_some());
-    let ours = features
-        .and_then(|f| f.get("codex_hooks"))
-        .and_then(Item::as_value)
-        .is_some_and(|v| v.decor().suffix().and_then(|s| s.as_str()).is_some_and(|s| s.contains("turnback")));
+    let ours = |k: &str| {
+        features
+            .and_then(|f| f.get(k))
+            .and_then(Item::as_value)
+            .is_some_and(|v| v.decor().suffix().and_then(|s| s.as_str()).is_some_and(|s| s.contains("turnback")))
+    };
+    let ours: Vec<&str> = ["hooks", "codex_hooks"].into_iter().filter(|k| ours(k)).collect();
     if uninstall {
-        if !ours {
+        if ours.is_empty() {
             return Ok(text.map(str::to_string));
         }
         let table = doc["features"].as_table_like_mut().expect("features is a table");
-        table.remove("codex_hooks");
+        for key in ours {
+            table.remove(key);
+        }
         if table.is_empty() {
             doc.remove("features");
         }
@@ -110,7 +119,7 @@ fn feature(text: Option<&str>, what: &str, uninstall: bool) -> Result<Option<Str
         if let Some(v) = on.as_value_mut() {
             v.decor_mut().set_suffix(MARK);
         }
-        table.insert("codex_hooks", on);
+        table.insert("hooks", on);
     }
     let out = doc.to_string();
     Ok(if out.trim().is_empty() { None } else { Some(out) })
@@ -124,7 +133,7 @@ mod tests {
     fn the_feature_is_added_marked_kept_when_set_and_removed_only_when_ours() {
         let mine = "model = \"gpt-5-codex\"\n\n[features]\nweb_search = true\n";
         let on = feature(Some(mine), "c", false).unwrap().unwrap();
-        assert!(on.contains("codex_hooks = true # turned on by turnback"), "{on}");
+        assert!(on.contains("\nhooks = true # turned on by turnback"), "{on}");
         assert!(on.starts_with("model = \"gpt-5-codex\"\n\n[features]\nweb_search = true\n"), "{on}");
         assert_eq!(feature(Some(&on), "c", false).unwrap().as_deref(), Some(on.as_str()), "twice changes nothing");
         assert_eq!(feature(Some(&on), "c", true).unwrap().as_deref(), Some(mine), "uninstall gives the original back");
@@ -140,5 +149,8 @@ mod tests {
         let made = feature(None, "c", false).unwrap().unwrap();
         assert_eq!(feature(Some(&made), "c", true).unwrap(), None);
         assert!(feature(Some("not = [toml"), "c", false).is_err());
+        // An older turnback's deprecated key goes at uninstall too.
+        let old = "[features]\ncodex_hooks = true # turned on by turnback install codex\n";
+        assert_eq!(feature(Some(old), "c", true).unwrap(), None);
     }
 }

@@ -122,7 +122,10 @@ pub fn run(ctx: &Ctx, agent: HookAgent, scope: Scope, uninstall: bool, follow_sy
         if changed {
             match &after {
                 Some(text) => write_atomically(&file, text.as_bytes())?,
-                None => std::fs::remove_file(&file).map_err(|e| io(&file, e))?,
+                None => {
+                    std::fs::remove_file(&file).map_err(|e| io(&file, e))?;
+                    remove_emptied_dirs(&file, places.root());
+                }
             }
         }
         files.push(FileReport { path: file, changed });
@@ -224,6 +227,20 @@ fn report_text(
         text.push_str(&format!("note: {note}\n"));
     }
     text
+}
+
+/// After removing `file`, a file turnback had created (it is removed only when nothing but
+/// turnback's part was in it), removes the directories above it that are left empty, up
+/// to (not including) `root`: `.claude/`, `.codex/`, `.opencode/plugin/` made by the
+/// install go with it. A directory that holds anything stays.
+fn remove_emptied_dirs(file: &Path, root: &Path) {
+    let mut dir = file.parent();
+    while let Some(d) = dir.filter(|d| d.starts_with(root) && *d != root) {
+        if std::fs::remove_dir(d).is_err() {
+            break;
+        }
+        dir = d.parent();
+    }
 }
 
 /// How an agent runs the hook: `turnback hook AGENT` when that name on PATH is this very

@@ -3,14 +3,18 @@
 //! `RolloutItem`, `ResponseItem` and `EventMsg`), read into the turns the person kept.
 //!
 //! Invariants:
-//! - A turn begins at each `event_msg` `user_message`: the person's own words. The
+//! - A turn begins at each `event_msg` `user_message` (before 0.16x) or `event_msg`
+//!   `item_completed` whose item is a `UserMessage` (0.169 on): the person's own words; a
+//!   file a newer Codex resumed may hold both for one prompt, read once. The
 //!   `response_item` user messages are not read for prompts — they also hold what Codex
 //!   injects (AGENTS.md instructions, `<environment_context>`, …).
 //! - The reply is the `response_item` records after it: assistant messages (text),
 //!   reasoning summaries (thinking), and tool calls (`function_call`, `custom_tool_call`
 //!   such as `apply_patch`, `local_shell_call`) each with the output that shares its
-//!   `call_id`; a patch that failed to apply (`patch_apply_end` with `success: false`)
-//!   marks its call as an error.
+//!   `call_id`; a patch that failed to apply (`patch_apply_end` with `success: false`, or
+//!   a completed `FileChange` item whose status is `failed`) and a command that exited
+//!   non-zero (a `CommandExecution` item's `exit_code`) mark the call as an error. The
+//!   items' `AgentMessage` text stands in for a reply no assistant message recorded.
 //! - `thread_rolled_back` (Codex's own rollback of its last N turns) drops those turns.
 //! - A turn's key is the line of its `user_message`: the file only grows.
 //! - A file with lines but no record of these types is not a rollout: refused.
@@ -74,20 +78,8 @@ impl Rebuild {
     fn row(&mut self, kind: &str, payload: &Value, index: usize, at: String) -> bool {
         let what = payload.get("type").and_then(Value::as_str).unwrap_or("");
         match (kind, what) {
-            ("event_msg", "user_message") => {
-                self.finish();
-                let prompt = text(payload, "message").unwrap_or_default();
-                let key = format!("line-{index}");
-                self.turns.push(SourceTurn {
-                    key,
-                    prompt,
-                    sent: None,
-                    started_at: at.clone(),
-                    ended_at: at,
-                    reply: None,
-                });
-                true
-            }
+            ("event_msg", "user_message") => self.prompt(text(payload, "message").unwrap_or_default(), index, at),
+            ("event_msg", "item_completed") => self.item(payload.get("item").unwrap_or(&Value::Null), index, at),
             ("event_msg", "agent_message") => {
                 self.agent_messages.extend(text(payload, "message"));
                 self.touch(at)
@@ -135,6 +127,58 @@ impl Rebuild {
             }
             ("session_meta" | "turn_context" | "compacted", _) | ("event_msg", _) => true,
             _ => false,
+        }
+    }
+
+    /// A prompt: a new turn, unless it is the prompt that began the turn being built, seen
+    /// again in the other shape (`user_message` and a `UserMessage` item) before any reply.
+    fn prompt(&mut self, prompt: String, index: usize, at: String) -> bool {
+        if self.turns.last().is_some_and(|t| t.prompt == prompt && t.reply.is_none() && self.agent_messages.is_empty())
+        {
+            return true;
+        }
+        self.finish();
+        self.turns.push(SourceTurn {
+            key: format!("line-{index}"),
+            prompt,
+            sent: None,
+            started_at: at.clone(),
+            ended_at: at,
+            reply: None,
+        });
+        true
+    }
+
+    /// A completed item (0.169 on): the person's message, the agent's, or what became of
+    /// a command or a patch.
+    fn item(&mut self, item: &Value, index: usize, at: String) -> bool {
+        let texts = || {
+            let mut joined = String::new();
+            for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+                join_text(&mut joined, part.get("text").and_then(Value::as_str));
+            }
+            joined
+        };
+        let with_id = || serde_json::json!({ "call_id": item.get("id").cloned().unwrap_or(Value::Null) });
+        match item.get("type").and_then(Value::as_str).unwrap_or("") {
+            "UserMessage" => self.prompt(texts(), index, at),
+            "AgentMessage" => {
+                self.agent_messages.push(texts());
+                self.touch(at)
+            }
+            "CommandExecution" => {
+                if item.get("exit_code").and_then(Value::as_i64).is_some_and(|c| c != 0) {
+                    self.result(&with_id(), None, true);
+                }
+                self.touch(at)
+            }
+            "FileChange" => {
+                if item.get("status").and_then(Value::as_str) == Some("failed") {
+                    self.result(&with_id(), None, true);
+                }
+                self.touch(at)
+            }
+            _ => self.touch(at),
         }
     }
 

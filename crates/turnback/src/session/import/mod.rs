@@ -55,6 +55,8 @@ pub struct Imported {
     pub skipped_rows: u64,
     /// Turns already imported, unchanged.
     pub already_imported_turns: u64,
+    /// Turns the source holds (none: nothing in it was recognised as a turn).
+    pub source_turns: u64,
 }
 
 /// One turn as an agent's record of it holds it.
@@ -150,7 +152,8 @@ fn known_key(session: &str, format: Format, key: &str) -> Vec<u8> {
 /// `invalid-argument` if `text` is not such a record; store errors.
 pub fn import(store: &Store, session: &Session, format: Format, text: &str, scope: Scope) -> Result<Imported> {
     let parsed = format.parse(text)?;
-    let mut report = Imported { skipped_rows: parsed.skipped_rows, ..Imported::default() };
+    let mut report =
+        Imported { skipped_rows: parsed.skipped_rows, source_turns: parsed.turns.len() as u64, ..Imported::default() };
     // What the hooks recorded, read before the transaction (reads and the write share one
     // connection): each prompt turn's prompt, and its reply if one is recorded already (an
     // event's copy of it, which the transcript's replaces).

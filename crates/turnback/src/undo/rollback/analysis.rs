@@ -114,6 +114,7 @@ pub(super) fn observe(
     ws: &Workspace,
     path: &RelPath,
     recorded: Option<&FileIdentity>,
+    written: &WrittenBack,
 ) -> Result<(Seen, Option<Vec<u8>>)> {
     let parent = match files::open_parent(&ws.root, path, false) {
         Ok(p) => p,
@@ -125,12 +126,38 @@ pub(super) fn observe(
         Observed::Absent => (Seen::Absent { moved: moved_to(&parent, recorded) }, None),
         Observed::File { bytes, identity } => {
             let digest = hex(&store.keys().content_id(&bytes));
-            (Seen::File { digest, identity: Some(identity), held_by: Vec::new() }, Some(bytes))
+            let written_back = written.get(path).is_some_and(|w| {
+                w.iter().any(|(dev, ino, d)| (*dev, *ino) == (identity.device, identity.inode) && *d == digest)
+            });
+            (Seen::File { digest, identity: Some(identity), held_by: Vec::new(), written_back }, Some(bytes))
         }
         Observed::Symlink => (Seen::BehindSymlink, None),
         Observed::Other => (Seen::Other, None),
         Observed::Unreadable => (Seen::Unreadable, None),
     })
+}
+
+/// The files turnback's own rollbacks (and rewinds' undos) left at each path: device,
+/// inode and digest of each post-image.
+pub(super) type WrittenBack = HashMap<RelPath, Vec<(u64, u64, String)>>;
+
+/// What this session's committed rollbacks wrote, per path (see [`Seen::File`]).
+pub(super) fn written_back(ctx: Context<'_>) -> Result<WrittenBack> {
+    let all = checkpoint::list(ctx.store, &ctx.session.id, ListFilter { prompt_round: None, all: true })?;
+    let mut out: WrittenBack = HashMap::new();
+    for r in all
+        .records
+        .iter()
+        .filter(|r| r.mutation.kind == OperationKind::Rollback && record_status(r) == RecordStatus::Usable)
+    {
+        for t in &r.targets {
+            let Some(ImageRecord { present: true, digest: Some(d), identity: Some(id), .. }) = &t.post_image else {
+                continue;
+            };
+            out.entry(t.path.clone()).or_default().push((id.device, id.inode, d.clone()));
+        }
+    }
+    Ok(out)
 }
 
 /// A sibling that is the recorded file under another name, or a name equal to the
@@ -238,7 +265,7 @@ pub(super) fn decide_path(
             }
             seen = match &t.pre_image {
                 ImageRecord { present: true, digest: Some(d), .. } => {
-                    Seen::File { digest: d.clone(), identity: None, held_by: Vec::new() }
+                    Seen::File { digest: d.clone(), identity: None, held_by: Vec::new(), written_back: false }
                 }
                 _ => Seen::Absent { moved: None },
             };
@@ -328,10 +355,11 @@ pub(super) fn analyze_records(
         }
     }
     let mut observed = Vec::with_capacity(by_path.len());
+    let written = written_back(ctx)?;
     for (path, steps) in &by_path {
         let (ri, ti) = steps[0];
         let recorded = refs[ri].targets[ti].post_image.as_ref().and_then(|p| p.identity);
-        let (seen, bytes) = observe(ctx.store, ctx.workspace, path, recorded.as_ref())?;
+        let (seen, bytes) = observe(ctx.store, ctx.workspace, path, recorded.as_ref(), &written)?;
         observed.push(Observation { path: path.clone(), steps: steps.clone(), seen, bytes });
     }
     mark_open_handles(&mut observed.iter_mut().map(|o| &mut o.seen).collect::<Vec<_>>());

@@ -74,13 +74,14 @@ impl Applying<'_> {
     fn prepare(&mut self) -> Result<()> {
         let ctx = self.ctx;
         let refs: Vec<&CheckpointRecord> = self.records.iter().collect();
+        let written = written_back(ctx)?;
         for plan in self.analysis.paths.iter_mut().filter(|p| p.write.is_some()) {
             let first = &plan.steps[0];
             let recorded = refs
                 .iter()
                 .find(|r| r.checkpoint_id == first.checkpoint_id)
                 .and_then(|r| r.targets[first.target_index].post_image.as_ref().and_then(|p| p.identity));
-            let (mut seen, bytes) = observe(ctx.store, ctx.workspace, &plan.path, recorded.as_ref())?;
+            let (mut seen, bytes) = observe(ctx.store, ctx.workspace, &plan.path, recorded.as_ref(), &written)?;
             mark_open_handles(&mut [&mut seen]);
             if seen == plan.real {
                 continue;

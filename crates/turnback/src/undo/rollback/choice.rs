@@ -209,7 +209,7 @@ impl Resolving {
                 resolution.merge_file.display()
             )));
         }
-        let (seen, bytes) = observe(ctx.store, ctx.workspace, path, None)?;
+        let (seen, bytes) = observe(ctx.store, ctx.workspace, path, None, &WrittenBack::new())?;
         if seen.state() != resolution.expected {
             return Err(Error::new(
                 ErrorCode::Conflict,

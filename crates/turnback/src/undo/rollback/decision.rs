@@ -66,8 +66,11 @@ pub(super) enum Seen {
     /// Nothing; `moved` names a sibling that is the same file renamed, or a name equal
     /// but for case or Unicode form.
     Absent { moved: Option<String> },
-    /// A regular file.
-    File { digest: String, identity: Option<FileIdentity>, held_by: Vec<u32> },
+    /// A regular file. `written_back`: turnback itself wrote this very file (its device
+    /// and inode) with these bytes, taking back a rollback or a rewind: a file that is
+    /// another inode than the mutation left, but the same bytes put back by an undo, is
+    /// still the mutation's result (not someone's recreation).
+    File { digest: String, identity: Option<FileIdentity>, held_by: Vec<u32>, written_back: bool },
     /// A symlink at the path or one of its parents.
     BehindSymlink,
     /// A directory or special file.
@@ -226,9 +229,10 @@ fn against_now(i: &Inputs<'_>, post: &ImageRecord) -> Outcome {
         (true, Seen::Absent { moved: None }) => {
             conflict(ConflictReason::TargetDeleted, "the file the agent wrote was deleted since")
         }
-        (true, Seen::File { digest, identity, .. }) => {
+        (true, Seen::File { digest, identity, written_back, .. }) => {
             let same_content = post.digest.as_deref() == Some(digest.as_str());
             let same_file = i.virtual_state
+                || *written_back
                 || match (identity, post.identity) {
                     (Some(now), Some(then)) => (now.device, now.inode) == (then.device, then.inode),
                     _ => true,
@@ -289,6 +293,7 @@ mod tests {
             digest: digest.into(),
             identity: Some(FileIdentity { device: 1, inode, mode: 0o100644, size: 1, mtime_ns: 0, ctime_ns: 0 }),
             held_by: vec![],
+            written_back: false,
         }
     }
 
@@ -373,7 +378,7 @@ mod tests {
         assert_eq!(decide(&i).category(), "unknown-outcome");
         i.status = RecordStatus::Usable;
         let Seen::File { digest, identity, .. } = file("B", 7) else { unreachable!() };
-        let held = Seen::File { digest, identity, held_by: vec![42] };
+        let held = Seen::File { digest, identity, held_by: vec![42], written_back: false };
         i.seen = &held;
         assert_eq!(decide(&i).category(), "unknown-outcome");
         i.excluded = true;

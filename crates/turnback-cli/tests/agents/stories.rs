@@ -1,0 +1,186 @@
+//! The stories, for every agent that can play them.
+
+use serde_json::Value;
+
+use crate::agents::Agent;
+use crate::model::{Script, Step, text};
+use crate::story::{Ctx, Story, Tools, steps, tree_bytes};
+
+/// Every story of the suite.
+pub fn all() -> Vec<Story> {
+    let mut out = Vec::new();
+    for agent in Agent::ALL {
+        out.push(Story { agent, name: "turns_checkpoints_rewind_and_undo_hold", script: core_script, body: core });
+    }
+    out
+}
+
+/// Three prompts: a create and two shell commands (one failing); an edit and a create; an
+/// edit after a person's own edit.
+fn core_script(t: &Tools) -> Script {
+    Script::new()
+        .prompt(
+            "1",
+            steps(vec![
+                t.create("notes.md", "one\n"),
+                t.shell("echo built > build.txt"),
+                t.shell("cat missing-file.txt"),
+                vec![text("Turn one done.")],
+            ]),
+        )
+        .prompt(
+            "2",
+            steps(vec![
+                t.edit("notes.md", "one", "two"),
+                t.create("second.txt", "second\n"),
+                vec![text("Turn two done.")],
+            ]),
+        )
+        .prompt("3", steps(vec![t.edit("second.txt", "second", "third"), vec![text("Turn three done.")]]))
+}
+
+fn array(v: &Value, key: &str) -> Vec<Value> {
+    v[key].as_array().cloned().unwrap_or_default()
+}
+
+fn paths(checkpoints: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = checkpoints
+        .iter()
+        .flat_map(|c| array(c, "targets"))
+        .filter_map(|t| t["path"].as_str().map(|p| format!("{} {p}", t["effect"].as_str().unwrap_or("?"))))
+        .collect();
+    out.sort();
+    out
+}
+
+fn core(c: &Ctx) {
+    let ws = &c.env.ws;
+    // A repository that must stay byte for byte as it is, and a file of the person's.
+    for (rel, bytes) in [
+        (".git/HEAD", "ref: refs/heads/main\n"),
+        (".git/config", "[core]\n\tbare = false\n"),
+        (".git/refs/heads/main", "0123456789abcdef0123456789abcdef01234567\n"),
+    ] {
+        c.env.write(rel, bytes);
+    }
+    c.env.write("README.md", "hello\n");
+    let git_before = tree_bytes(&ws.join(".git"));
+    let config_dirs = [".claude", ".codex", ".gemini", ".opencode"];
+    let configs_before: Vec<_> = config_dirs.iter().map(|d| (d, ws.join(d).exists())).collect();
+    c.text(&["install", c.agent.hook_name()]);
+
+    c.prompt("1", "Start the notes.", false);
+    c.check("turn 1 created notes.md", c.file("notes.md").as_deref() == Some("one\n"), || {
+        format!("{:?}", c.file("notes.md"))
+    });
+    c.prompt("2", "Extend the notes.", true);
+    c.env.write("person.txt", "mine\n");
+    c.prompt("3", "Touch the second file.", true);
+    c.check("turn 3 edited second.txt", c.file("second.txt").as_deref() == Some("third\n"), || {
+        format!("{:?}", c.file("second.txt"))
+    });
+
+    let turns = c.json(&["turns"]);
+    let listed = array(&turns, "turns");
+    c.check("three turns, one per prompt", listed.len() == 3, || format!("{turns:#}"));
+    for (i, turn) in listed.iter().enumerate() {
+        let preview = turn["preview"].as_str().unwrap_or("");
+        c.check(
+            &format!("turn {} is prompt {} and ended", i + 1, i + 1),
+            preview.contains(&format!("(tb-{})", i + 1)) && turn["endedAt"].is_string(),
+            || format!("{turn:#}"),
+        );
+    }
+
+    let turn1 = array(&c.json(&["checkpoints", "--turn", "1"]), "checkpoints");
+    let turn2 = array(&c.json(&["checkpoints", "--turn", "2"]), "checkpoints");
+    let turn3 = array(&c.json(&["checkpoints", "--turn", "3"]), "checkpoints");
+    c.check("turn 1's checkpoint: notes.md created", paths(&turn1).contains(&"create notes.md".to_string()), || {
+        format!("{turn1:#?}")
+    });
+    c.check(
+        "turn 2's checkpoints: notes.md edited, second.txt created",
+        {
+            let p = paths(&turn2);
+            p.contains(&"edit notes.md".to_string()) && p.contains(&"create second.txt".to_string())
+        },
+        || format!("{turn2:#?}"),
+    );
+    c.check("turn 3's checkpoint: second.txt edited", paths(&turn3) == vec!["edit second.txt".to_string()], || {
+        format!("{turn3:#?}")
+    });
+
+    let history = c.json(&["history", "show", "--turn", "1"]);
+    let entries = array(&history, "entries");
+    let prompt_ok =
+        entries.iter().any(|e| e["role"] == "user" && e["content"].as_str().is_some_and(|s| s.contains("(tb-1)")));
+    let reply_ok = entries
+        .iter()
+        .any(|e| e["role"] == "assistant" && e["content"].as_str().is_some_and(|s| s.contains("Turn one done.")));
+    let calls = entries.iter().flat_map(|e| array(e, "toolCalls")).count();
+    c.check("turn 1's history: the prompt, the reply and its tool calls", prompt_ok && reply_ok && calls >= 3, || {
+        format!("{history:#}")
+    });
+
+    let diff = c.text(&["diff", "--turn", "2", "--stat"]);
+    c.check(
+        "diff --turn 2 names notes.md and second.txt",
+        diff.contains("notes.md") && diff.contains("second.txt"),
+        || diff.clone(),
+    );
+
+    // Rewind to the start of turn 2: the agent's turn 2 and 3 go, the person's file stays.
+    let preview = c.json(&["rewind", "--to", "2"]);
+    let plan = preview["planId"].as_str().unwrap_or_default().to_string();
+    c.check("the rewind preview has a plan", !plan.is_empty(), || format!("{preview:#}"));
+    let done = c.json(&["rewind", "--to", "2", "--apply", "--plan", &plan]);
+    c.check(
+        "rewind to turn 2: notes.md back, second.txt gone, the person's file kept",
+        c.file("notes.md").as_deref() == Some("one\n")
+            && c.file("second.txt").is_none()
+            && c.file("person.txt").as_deref() == Some("mine\n"),
+        || {
+            format!(
+                "{done:#}\nnotes {:?} second {:?} person {:?}",
+                c.file("notes.md"),
+                c.file("second.txt"),
+                c.file("person.txt")
+            )
+        },
+    );
+    let undo = done["checkpointId"].as_str().unwrap_or_default().to_string();
+    c.json(&["rollback", &undo, "--apply"]);
+    c.check(
+        "the rewind undone: every file as the agent left it",
+        c.file("notes.md").as_deref() == Some("two\n") && c.file("second.txt").as_deref() == Some("third\n"),
+        || format!("notes {:?} second {:?}", c.file("notes.md"), c.file("second.txt")),
+    );
+
+    let rollback = c.json(&["rollback", "--turn", "3"]);
+    let plan = rollback["planId"].as_str().unwrap_or_default().to_string();
+    let applied = c.json(&["rollback", "--turn", "3", "--apply", "--plan", &plan]);
+    c.check("rollback --turn 3 takes its edit back", c.file("second.txt").as_deref() == Some("second\n"), || {
+        format!("{rollback:#}\n{applied:#}")
+    });
+
+    let doctor = c.text(&["doctor"]);
+    c.check(
+        "doctor sees the agent's hooks and events",
+        doctor.contains(c.agent.hook_name()) || doctor.contains(c.agent.title()),
+        || doctor.clone(),
+    );
+    let verify = c.json(&["verify", "--deep"]);
+    c.check("verify --deep is clean", verify["ok"] != false, || format!("{verify:#}"));
+    let log = c.hooks_log();
+    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+
+    c.text(&["install", c.agent.hook_name(), "--uninstall"]);
+    let configs_after: Vec<_> = config_dirs.iter().map(|d| (d, ws.join(d).exists())).collect();
+    c.check("uninstall leaves no configuration behind", configs_after == configs_before, || {
+        format!("{configs_before:?} -> {configs_after:?}")
+    });
+    c.check(".git is byte for byte untouched", tree_bytes(&ws.join(".git")) == git_before, || String::new());
+    let times = c.hook_times();
+    c.check("every hook ran and was timed", !times.is_empty(), || String::new());
+    let _ = Step::Fail;
+}
