@@ -184,9 +184,6 @@ fn opencode_data_dir(given: Option<PathBuf>) -> Result<PathBuf> {
     if let Some(dir) = given {
         return Ok(dir);
     }
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .ok_or_else(|| Error::invalid("no data directory: set HOME or pass --opencode-data"))?;
-    Ok(data.join("opencode"))
+    crate::commands::hook::opencode::data_dir()
+        .ok_or_else(|| Error::invalid("no data directory: set HOME or pass --opencode-data"))
 }

@@ -65,9 +65,10 @@ fn core(c: &Ctx) {
     }
     c.env.write("README.md", "hello\n");
     let git_before = tree_bytes(&ws.join(".git"));
-    let config_dirs = [".claude", ".codex", ".gemini", ".opencode"];
-    let configs_before: Vec<_> = config_dirs.iter().map(|d| (d, ws.join(d).exists())).collect();
-    c.text(&["install", c.agent.hook_name()]);
+    let installed = c.json(&["install", c.agent.hook_name()]);
+    let files: Vec<std::path::PathBuf> =
+        array(&installed, "files").iter().filter_map(|f| f["path"].as_str().map(std::path::PathBuf::from)).collect();
+    c.check("install wrote the agent's configuration", !files.is_empty() && files.iter().all(|f| f.exists()), || format!("{installed:#}"));
 
     c.prompt("1", "Start the notes.", false);
     c.check("turn 1 created notes.md", c.file("notes.md").as_deref() == Some("one\n"), || {
@@ -175,10 +176,15 @@ fn core(c: &Ctx) {
     c.check("hooks.log is empty", log.is_empty(), || log.clone());
 
     c.text(&["install", c.agent.hook_name(), "--uninstall"]);
-    let configs_after: Vec<_> = config_dirs.iter().map(|d| (d, ws.join(d).exists())).collect();
-    c.check("uninstall leaves no configuration behind", configs_after == configs_before, || {
-        format!("{configs_before:?} -> {configs_after:?}")
-    });
+    // Every file turnback wrote is gone, and each directory it made for them, unless the
+    // agent keeps something of its own there (opencode installs its plugin's packages).
+    let left: Vec<String> = files
+        .iter()
+        .flat_map(|f| f.ancestors().take_while(|d| *d != ws.as_path()).map(|d| d.to_path_buf()).collect::<Vec<_>>())
+        .filter(|d| d.exists() && (d.is_file() || std::fs::read_dir(d).map(|mut e| e.next().is_none()).unwrap_or(false)))
+        .map(|d| d.display().to_string())
+        .collect();
+    c.check("uninstall leaves none of turnback's files or emptied directories behind", left.is_empty(), || format!("{left:?}"));
     c.check(".git is byte for byte untouched", tree_bytes(&ws.join(".git")) == git_before, || String::new());
     let times = c.hook_times();
     c.check("every hook ran and was timed", !times.is_empty(), || String::new());

@@ -320,6 +320,18 @@ impl Turnback {
         }
     }
 
+    /// At a stop of opencode, the replies of the turns recorded — text, reasoning, tool
+    /// calls with their outputs — from opencode's own storage in `data` (its database, or
+    /// the JSON files of versions before 1.2), for its session `session`. Turns are never
+    /// added this way: only the replies of turns the events recorded.
+    ///
+    /// # Errors
+    /// `not-found` if opencode has no such session there; the storage's read error.
+    pub fn record_stored_replies(&self, data: &Path, session: &str) -> Result<()> {
+        let export = crate::session::import::opencode::read_storage(data, session)?;
+        self.import_transcript(Format::Opencode, &export, ImportScope::RepliesOnly).map(drop)
+    }
+
     /// Whether the session's newest turn has a reply in the history.
     fn newest_turn_replied(&self) -> Result<bool> {
         let Some(turn) = self.turn_records()?.pop() else { return Ok(true) };

@@ -90,6 +90,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         events,
         transcript,
         last_reply,
+        stored_session: None,
     })
 }
 

@@ -66,6 +66,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         events,
         transcript,
         last_reply,
+        stored_session: None,
     })
 }
 

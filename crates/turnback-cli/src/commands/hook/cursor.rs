@@ -89,6 +89,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         events,
         transcript: None,
         last_reply: None,
+        stored_session: None,
     })
 }
 

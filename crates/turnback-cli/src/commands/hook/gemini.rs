@@ -80,6 +80,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         events,
         transcript: transcript.map(|p| (TranscriptFormat::Gemini, p)),
         last_reply,
+        stored_session: None,
     })
 }
 

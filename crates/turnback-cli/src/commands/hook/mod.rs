@@ -18,7 +18,7 @@ mod cursor;
 #[cfg(test)]
 mod fuzz_tests;
 mod gemini;
-mod opencode;
+pub mod opencode;
 pub mod patch;
 
 use std::io::Write;
@@ -54,6 +54,8 @@ pub struct Translated {
     /// The agent's last reply as the event carries it: recorded if the transcript cannot be
     /// read (or there is none).
     pub last_reply: Option<String>,
+    /// At opencode's stop: its session, whose replies come from opencode's storage.
+    pub stored_session: Option<String>,
 }
 
 /// Handles one event; always exit 0 — even if turnback itself panics (the panic is logged,
@@ -171,6 +173,13 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
                 other?;
             }
         }
+    }
+    if let Some(session) = &t.stored_session {
+        // The events carried the reply's text already; the storage adds its tool calls.
+        return match opencode::data_dir() {
+            Some(data) if data.exists() => tb.record_stored_replies(&data, session),
+            _ => Ok(()),
+        };
     }
     tb.record_replies(t.transcript.as_ref().map(|(f, p)| (*f, p.as_path())), t.last_reply)
 }

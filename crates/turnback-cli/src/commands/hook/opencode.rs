@@ -16,7 +16,8 @@
 //! each with `sessionID` (the root session: a sub-agent's calls come under its parent's,
 //! named by `subagent`), `directory` (the project: the workspace) and `cwd` (where opencode
 //! runs: its relative paths are relative to it). `write`, `edit`, `multiedit`,
-//! `apply_patch` and `patch` are checkpointed; `bash` is a shell record.
+//! `apply_patch` and `patch` are checkpointed; `bash` is a shell record. At `idle` the
+//! turn's reply — its tool calls and their outputs too — comes from opencode's own storage.
 
 use std::path::PathBuf;
 
@@ -73,6 +74,7 @@ pub fn translate(input: &str) -> Result<Translated> {
         "compacted" => vec![AgentEvent::Compacted],
         _ => Vec::new(),
     };
+    let stored_session = (event.event == "idle").then(|| event.session_id.clone()).flatten();
     Ok(Translated {
         name: event.event,
         workspace: event.directory.clone(),
@@ -81,7 +83,18 @@ pub fn translate(input: &str) -> Result<Translated> {
         events,
         transcript: None,
         last_reply: None,
+        stored_session,
     })
+}
+
+/// opencode's data directory, where it keeps its sessions: `$XDG_DATA_HOME/opencode`, else
+/// `~/.local/share/opencode`.
+pub fn data_dir() -> Option<PathBuf> {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))?;
+    Some(data.join("opencode"))
 }
 
 /// The tool call an event is about.
