@@ -35,6 +35,8 @@ pub enum Step {
     Text(String),
     /// An API error the agent does not retry (HTTP 400).
     Fail,
+    /// Another step, answered only after this many milliseconds (the model thinking).
+    After(u64, Box<Step>),
     /// No answer until the agent hangs up: the turn stays mid-request (for an interrupt).
     Hang,
 }
@@ -139,12 +141,6 @@ impl ModelServer {
     pub fn requests(&self) -> Vec<Logged> {
         self.log.lock().unwrap().clone()
     }
-
-    /// How many requests played a step of the prompt named `name`.
-    pub fn played(&self, name: &str) -> usize {
-        let m = marker(name);
-        self.requests().iter().filter(|r| r.played.contains(&m)).count()
-    }
 }
 
 #[derive(Debug)]
@@ -233,7 +229,11 @@ fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         return respond(&mut conn, "200 OK", "application/json", br#"{"input_tokens":1}"#);
     }
     let conversation = Conversation::of(dialect, &body);
-    let (step, played) = conversation.step(&shared.script);
+    let (mut step, played) = conversation.step(&shared.script);
+    while let Step::After(ms, then) = step {
+        std::thread::sleep(Duration::from_millis(ms));
+        step = *then;
+    }
     shared.log.lock().unwrap().push(Logged { path: req.path.clone(), played });
     let streaming = match dialect {
         Dialect::Gemini => req.path.contains("streamGenerateContent"),
@@ -262,6 +262,7 @@ fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         Step::Call(name, input) => answer(&mut conn, dialect, streaming, &[(name, input)], None, shared),
         Step::Calls(calls) => answer(&mut conn, dialect, streaming, &calls, None, shared),
         Step::Text(t) => answer(&mut conn, dialect, streaming, &[], Some(&t), shared),
+        Step::After(..) => unreachable!("waited for above"),
     }
 }
 

@@ -12,6 +12,12 @@ pub fn all() -> Vec<Story> {
     for agent in Agent::ALL {
         out.push(Story { agent, name: "turns_checkpoints_rewind_and_undo_hold", script: core_script, body: core });
     }
+    out.push(Story {
+        agent: Agent::ClaudeCode,
+        name: "background_subagent_edit_survives_the_main_stop_and_its_notice_is_no_turn",
+        script: background_subagent_script,
+        body: background_subagent,
+    });
     out
 }
 
@@ -68,7 +74,9 @@ fn core(c: &Ctx) {
     let installed = c.json(&["install", c.agent.hook_name()]);
     let files: Vec<std::path::PathBuf> =
         array(&installed, "files").iter().filter_map(|f| f["path"].as_str().map(std::path::PathBuf::from)).collect();
-    c.check("install wrote the agent's configuration", !files.is_empty() && files.iter().all(|f| f.exists()), || format!("{installed:#}"));
+    c.check("install wrote the agent's configuration", !files.is_empty() && files.iter().all(|f| f.exists()), || {
+        format!("{installed:#}")
+    });
 
     c.prompt("1", "Start the notes.", false);
     c.check("turn 1 created notes.md", c.file("notes.md").as_deref() == Some("one\n"), || {
@@ -181,12 +189,86 @@ fn core(c: &Ctx) {
     let left: Vec<String> = files
         .iter()
         .flat_map(|f| f.ancestors().take_while(|d| *d != ws.as_path()).map(|d| d.to_path_buf()).collect::<Vec<_>>())
-        .filter(|d| d.exists() && (d.is_file() || std::fs::read_dir(d).map(|mut e| e.next().is_none()).unwrap_or(false)))
+        .filter(|d| {
+            d.exists() && (d.is_file() || std::fs::read_dir(d).map(|mut e| e.next().is_none()).unwrap_or(false))
+        })
         .map(|d| d.display().to_string())
         .collect();
-    c.check("uninstall leaves none of turnback's files or emptied directories behind", left.is_empty(), || format!("{left:?}"));
+    c.check("uninstall leaves none of turnback's files or emptied directories behind", left.is_empty(), || {
+        format!("{left:?}")
+    });
     c.check(".git is byte for byte untouched", tree_bytes(&ws.join(".git")) == git_before, || String::new());
     let times = c.hook_times();
     c.check("every hook ran and was timed", !times.is_empty(), || String::new());
-    let _ = Step::Fail;
+}
+
+/// The main agent starts a sub-agent (in the background, Claude Code's default) and ends
+/// its reply a second and a half later; the sub-agent writes a file, which a person's own
+/// hook holds for three seconds before it runs, so the main agent's `Stop` arrives between
+/// the write's `PreToolUse` and `PostToolUse`. Claude Code then tells the main agent the sub-agent finished, as a
+/// `<task-notification>` prompt.
+fn background_subagent_script(t: &Tools) -> Script {
+    let task = serde_json::json!({"description": "Write the sub file", "prompt": "Write the sub file. (tb-sub)",
+        "subagent_type": "general-purpose"});
+    Script::new()
+        .prompt(
+            "main",
+            vec![crate::model::call("Agent", task), Step::After(1500, Box::new(text("The helper is on it.")))],
+        )
+        .prompt("sub", steps(vec![t.create("sub.txt", "from the sub-agent\n"), vec![text("Sub file written.")]]))
+}
+
+fn background_subagent(c: &Ctx) {
+    // A person's own PreToolUse hook that takes its time before a Write runs.
+    c.env.write(
+        ".claude/settings.json",
+        serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Write",
+            "hooks": [{"type": "command", "command": "sleep 3"}]}]}})
+        .to_string(),
+    );
+    c.text(&["install", "claude-code"]);
+    c.env.write("main.txt", "the person's\n");
+    c.prompt("main", "Get the sub file written by a helper.", false);
+    c.check("the sub-agent wrote its file", c.file("sub.txt").as_deref() == Some("from the sub-agent\n"), || {
+        format!("{:?}", c.file("sub.txt"))
+    });
+    let turns = array(&c.json(&["turns"]), "turns");
+    c.check("one typed prompt is one turn (the task notification is not a turn)", turns.len() == 1, || {
+        format!("{turns:#?}")
+    });
+    let all = array(&c.json(&["checkpoints", "--all"]), "checkpoints");
+    let sub = all.iter().find(|cp| paths(std::slice::from_ref(cp)).contains(&"create sub.txt".to_string()));
+    let state = sub.map(|cp| cp["mutation"]["commitState"].as_str().unwrap_or("").to_string()).unwrap_or_default();
+    c.check(
+        "the sub-agent's write is a committed checkpoint, not closed as failed by the main Stop",
+        state == "succeeded",
+        || format!("{all:#?}"),
+    );
+    let agent = sub.and_then(|cp| cp["subagent"].as_str()).unwrap_or_default().to_string();
+    c.check("the checkpoint names its sub-agent", !agent.is_empty(), || format!("{sub:#?}"));
+    let preview = c.json(&["rollback", "--agent", &agent]);
+    let plan = preview["planId"].as_str().unwrap_or_default().to_string();
+    let done = c.json(&["rollback", "--agent", &agent, "--apply", "--plan", &plan]);
+    c.check(
+        "rollback --agent takes back exactly the sub-agent's file",
+        c.file("sub.txt").is_none() && c.file("main.txt").as_deref() == Some("the person's\n"),
+        || format!("{preview:#}\n{done:#}"),
+    );
+    let history = array(&c.json(&["history", "show"]), "entries");
+    let replies = history
+        .iter()
+        .filter(|e| {
+            e["role"] == "assistant" && e["content"].as_str().is_some_and(|s| s.contains("The helper is on it."))
+        })
+        .count();
+    c.check("the main reply is in the history once", replies == 1, || format!("{history:#?}"));
+    let log = c.hooks_log();
+    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+    let order: Vec<String> = c.hook_times().into_iter().map(|(e, _)| e).collect();
+    let at = |name: &str| order.iter().position(|e| e == name);
+    c.check(
+        "the main Stop came between the sub-agent's PreToolUse and PostToolUse (the case of B1)",
+        matches!((at("PreToolUse"), at("Stop"), at("PostToolUse")), (Some(a), Some(b), Some(c)) if a < b && b < c),
+        || format!("{order:?}"),
+    );
 }

@@ -18,7 +18,6 @@ pub struct Ctx<'a> {
     pub env: &'a Env,
     pub server: &'a ModelServer,
     pub driver: Driver<'a>,
-    pub tools: Tools,
     /// The lines printed for the checks passed so far.
     pub checks: RefCell<Vec<String>>,
     /// The file each hook appends its time to.
@@ -31,17 +30,7 @@ impl<'a> Ctx<'a> {
     pub fn new(agent: Agent, installed: &Installed, env: &'a Env, server: &'a ModelServer) -> Ctx<'a> {
         let timings = env.root.join("hook-times.tsv");
         let driver = Driver::new(agent, installed, env, server);
-        let tools = Tools { agent, ws: env.ws.clone() };
-        Ctx {
-            agent,
-            env,
-            server,
-            driver,
-            tools,
-            checks: RefCell::new(Vec::new()),
-            timings,
-            outputs: RefCell::new(Vec::new()),
-        }
+        Ctx { agent, env, server, driver, checks: RefCell::new(Vec::new()), timings, outputs: RefCell::new(Vec::new()) }
     }
 
     /// Records a check: prints it when it holds, ends the story when it does not.

@@ -20,6 +20,7 @@ use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::Closing;
 use crate::api::{CheckpointSummary, Turnback};
 use crate::error::Result;
 use crate::session::begin::BeginRequest;
@@ -71,6 +72,10 @@ pub enum AgentEvent {
     SessionStarted,
     /// The agent's session ended (the person quit).
     SessionEnded,
+    /// The agent carries on after its stop with no prompt of the person's: it was handed a
+    /// notice of its own making (Claude Code's `<task-notification>` when a background
+    /// sub-agent finishes). The newest turn reopens; no turn begins.
+    Continued,
     /// The person sent a prompt.
     PromptSubmitted {
         /// Its text (none: a turn without a prompt, such as `turnback run` without one).
@@ -274,8 +279,13 @@ impl Turnback {
                 done.abandoned_calls_closed = closed;
                 done.turn = ended.or(done.turn.take());
             }
+            AgentEvent::Continued => {
+                if self.running_turn()?.is_none() {
+                    done.reopened = self.reopen_if_stopped(&mut done)?;
+                }
+            }
             AgentEvent::SessionEnded => {
-                let (ended, closed) = self.close_turn(self.progress())?;
+                let (ended, closed) = self.close_turn_with(self.progress(), Closing::All)?;
                 done.abandoned_calls_closed = closed;
                 done.turn = ended;
             }
@@ -286,6 +296,8 @@ impl Turnback {
                 done.turn = self.record_subagent(id, kind.as_deref(), false)?;
             }
             AgentEvent::SubagentStopped { id } => {
+                // Its calls still waiting for their "after" event are over.
+                done.abandoned_calls_closed = self.finish_abandoned_tool_calls(Closing::Subagent(id))?;
                 done.turn = self.record_subagent(id, None, true)?;
             }
             AgentEvent::Compacted => {}

@@ -10,9 +10,12 @@
 //! - A key becomes `pending` in the very transaction that stages its files, so a crash
 //!   never leaves a stage its key cannot find, nor a key pointing at nothing; of two
 //!   processes staging the same call at once, one stages and the other is given its stage.
-//! - No call stays `pending` past a turn boundary: an agent never reports the end of a
-//!   call the person denied, so the boundary (and the next call on the same file) commits
-//!   it as failed, with what the file holds then.
+//! - No call of the main agent stays `pending` past a turn boundary: an agent never
+//!   reports the end of a call the person denied, so the boundary (and the next call on
+//!   the same file) commits it as failed, with what the file holds then. A sub-agent's
+//!   call is not the main agent's to close: a sub-agent working in the background goes
+//!   on past the main agent's stop, so its call stays pending until its own "after"
+//!   event, the next call on the same file, the sub-agent's stop, or the session's end.
 //! - A call the agent gives no id is keyed by its name and paths (a keyed hash: stable
 //!   across processes and releases, revealing nothing) and a counter: its start takes the
 //!   key of a call of the same name and paths still pending (the same start delivered
@@ -158,7 +161,7 @@ pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<Op
         .iter()
         .map(|p| ctx.workspace.resolve(p, ctx.cwd, ctx.store.protected_paths()))
         .collect::<Result<Vec<_>>>()?;
-    finish_abandoned(ctx.store, session, Some(&rels))?;
+    finish_abandoned(ctx.store, session, Closing::OnPaths(&rels))?;
     let record_key = key_of(session, key);
     let also = |txn: &mut dyn Txn, record: &CheckpointRecord| {
         // The same call delivered twice at once: the other stage won; this one goes.
@@ -201,7 +204,20 @@ pub(crate) fn commit(store: &Store, session: &str, key: &str, failed: bool) -> R
 
 /// Commits, as failed and with what the files hold now, every pending call of `session`
 /// (on one of `paths`, when given). Returns how many.
-pub(crate) fn finish_abandoned(store: &Store, session: &str, paths: Option<&[RelPath]>) -> Result<u64> {
+/// Which pending calls a boundary closes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Closing<'a> {
+    /// Every one (the session ends).
+    All,
+    /// Those on one of these files (a new call on them begins).
+    OnPaths(&'a [RelPath]),
+    /// The main agent's (a turn boundary: a stop, a new prompt).
+    MainAgent,
+    /// One sub-agent's (it stopped).
+    Subagent(&'a str),
+}
+
+pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_>) -> Result<u64> {
     let prefix = format!("{session}/");
     let mut pending = Vec::new();
     store.kv().scan(schema::EXTERNAL_OPERATIONS, prefix.as_bytes(), &mut |k, v| {
@@ -212,14 +228,18 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, paths: Option<&[Rel
     })?;
     let mut finished = 0;
     for (key, op) in pending {
-        if let Some(paths) = paths {
-            let on_path = checkpoint::by_operation(store, &op)
-                .and_then(|id| checkpoint::load(store, &id))
-                .map(|r| r.targets.iter().any(|t| paths.contains(&t.path)))
-                .unwrap_or(true);
-            if !on_path {
-                continue;
+        let record = || checkpoint::by_operation(store, &op).and_then(|id| checkpoint::load(store, &id));
+        // A record that cannot be read is closed whatever the boundary: it stays no one's.
+        let closes = match closing {
+            Closing::All => true,
+            Closing::OnPaths(paths) => {
+                record().map(|r| r.targets.iter().any(|t| paths.contains(&t.path))).unwrap_or(true)
             }
+            Closing::MainAgent => record().map(|r| r.subagent.is_none()).unwrap_or(true),
+            Closing::Subagent(id) => record().map(|r| r.subagent.as_deref() == Some(id)).unwrap_or(true),
+        };
+        if !closes {
+            continue;
         }
         match commit_external(store, &op, true) {
             Ok(_) => finished += 1,
@@ -276,8 +296,8 @@ impl Turnback {
 
     /// Closes, as failed, every tool call of the session still waiting for its "after"
     /// event. Returns how many.
-    pub(crate) fn finish_abandoned_tool_calls(&self) -> Result<u64> {
-        finish_abandoned(&self.store, &self.session()?.id, None)
+    pub(crate) fn finish_abandoned_tool_calls(&self, closing: Closing<'_>) -> Result<u64> {
+        finish_abandoned(&self.store, &self.session()?.id, closing)
     }
 }
 

@@ -19,6 +19,7 @@
 //! session).
 
 mod calls;
+pub(crate) use calls::Closing;
 mod compare;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;

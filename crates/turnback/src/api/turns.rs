@@ -4,6 +4,7 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
+use crate::api::Closing;
 use crate::api::Turnback;
 use crate::error::{Error, ErrorCode, Result};
 use crate::session::begin::{self, BeginRequest, Begun};
@@ -105,7 +106,7 @@ impl Turnback {
     pub fn begin_turn(&self, req: &BeginRequest, cancel: Option<&AtomicBool>) -> Result<Begun> {
         let never = AtomicBool::new(false);
         self.ensure_watcher();
-        let closed = self.finish_abandoned_tool_calls()?;
+        let closed = self.finish_abandoned_tool_calls(Closing::MainAgent)?;
         let (ws, session) = (self.workspace()?, self.session()?);
         let starter = self.starter.as_deref().map(|s| s as &dyn begin::StartSnapshot);
         let wait = self.begin_wait;
@@ -129,7 +130,16 @@ impl Turnback {
     /// the running turn if there is one: the turn (if one ended) and how many calls were
     /// closed.
     pub(crate) fn close_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<(Option<Turn>, u64)> {
-        let closed = self.finish_abandoned_tool_calls()?;
+        self.close_turn_with(progress, Closing::MainAgent)
+    }
+
+    /// [`close_turn`](Self::close_turn), closing the calls `closing` names.
+    pub(crate) fn close_turn_with(
+        &self,
+        progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+        closing: Closing<'_>,
+    ) -> Result<(Option<Turn>, u64)> {
+        let closed = self.finish_abandoned_tool_calls(closing)?;
         if self.running_turn()?.is_none() {
             return Ok((None, closed));
         }

@@ -57,6 +57,13 @@ pub fn translate(input: &str) -> Result<Translated> {
     let mut last_reply = None;
     let events = match event.hook_event_name.as_str() {
         "SessionStart" => vec![AgentEvent::SessionStarted],
+        // Claude Code hands a background sub-agent's completion to the main agent as a
+        // prompt of its own making: the agent carries on, in the person's turn.
+        "UserPromptSubmit"
+            if event.prompt.as_deref().is_some_and(|p| p.trim_start().starts_with("<task-notification>")) =>
+        {
+            vec![AgentEvent::Continued]
+        }
         "UserPromptSubmit" => {
             vec![AgentEvent::PromptSubmitted { prompt: Some(event.prompt.clone().unwrap_or_default()) }]
         }
