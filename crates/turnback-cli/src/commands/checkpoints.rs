@@ -18,11 +18,12 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
             r.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes()))).collect();
         let by = r.subagent.as_deref().map(|s| format!("  (sub-agent {s})")).unwrap_or_default();
         text.push_str(&format!(
-            "{}  round {:<3} {:<11} {:<10} {}{by}\n",
+            "{}  round {:<3} {:<11} {:<10} {}{}{by}\n",
             r.checkpoint_id,
             r.prompt_round.unwrap_or(0),
             r.stage_state.as_str(),
             c.effective_retention.as_str(),
+            outcome_word(r),
             targets.join(", ")
         ));
     }
@@ -32,6 +33,23 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
         text.push_str(&format!("{}  round {round:<3} CORRUPT ({}): {message}\n", c.checkpoint_id, c.code));
     }
     Ok(Outcome::of(&list, text))
+}
+
+/// How the mutation ended, when it did not simply succeed: a call the person denied, or
+/// one that failed, must not read like an edit that was made. Its targets' effects are
+/// what it was about to do; "changed nothing" when every file is as it was before.
+fn outcome_word(r: &turnback::CheckpointRecord) -> String {
+    use turnback::CommitState;
+    let unchanged = r.targets.iter().all(|t| {
+        let post = t.post_image.as_ref();
+        post.is_some_and(|p| p.present == t.pre_image.present && p.digest == t.pre_image.digest)
+    });
+    match r.mutation.commit_state {
+        CommitState::Succeeded => String::new(),
+        CommitState::Failed if unchanged => "failed, changed nothing: ".to_string(),
+        CommitState::Failed => "failed (files changed): ".to_string(),
+        other => format!("{}: ", other.as_str()),
+    }
 }
 
 fn image_text(label: &str, image: &ImageRecord) -> String {

@@ -80,7 +80,13 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
             }
         }
         HistoryCommand::Import { claude_code, codex, gemini, opencode, opencode_data } => {
-            let file = |format, file: PathBuf| tb.import_transcript_file(format, &file, ImportScope::All);
+            // A file with records but no turn is one turnback cannot read (an empty file is a
+            // transcript with nothing in it yet).
+            let mut has_records = true;
+            let mut file = |format, file: PathBuf| {
+                has_records = std::fs::metadata(&file).map(|m| m.len() > 0).unwrap_or(true);
+                tb.import_transcript_file(format, &file, ImportScope::All)
+            };
             let report = match (claude_code, codex, gemini, opencode) {
                 (Some(f), ..) => file(TranscriptFormat::ClaudeCode, f)?,
                 (_, Some(f), ..) => file(TranscriptFormat::Codex, f)?,
@@ -94,7 +100,7 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                 }
             };
             let session = &tb.session()?.id;
-            if report.source_turns == 0 {
+            if report.source_turns == 0 && has_records {
                 return Err(Error::invalid(format!(
                     "no turn recognised in the transcript ({} records skipped): not one this turnback can read, \
                      or one without a prompt yet; nothing was imported",

@@ -77,7 +77,7 @@ fn main() {
     let chosen: Vec<&Story> =
         all.iter().filter(|s| filters.is_empty() || filters.iter().any(|f| s.id().contains(f.as_str()))).collect();
     let jobs: usize = std::env::var("TURNBACK_AGENTS_JOBS").ok().and_then(|j| j.parse().ok()).unwrap_or(2).max(1);
-    let queue = Mutex::new(chosen.iter().copied().collect::<Vec<_>>());
+    let queue = Mutex::new(chosen.to_vec());
     let outcomes = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..jobs {

@@ -29,8 +29,6 @@ pub enum Step {
     /// A tool call: the tool's name and its input (a JSON object; for a freeform tool such as
     /// Codex's `apply_patch`, a JSON string holding the tool's text).
     Call(String, Value),
-    /// Several tool calls in one answer (the agent runs them, perhaps at once).
-    Calls(Vec<(String, Value)>),
     /// The final text of the turn.
     Text(String),
     /// An API error the agent does not retry (HTTP 400).
@@ -260,7 +258,6 @@ fn serve(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
             Ok(())
         }
         Step::Call(name, input) => answer(&mut conn, dialect, streaming, &[(name, input)], None, shared),
-        Step::Calls(calls) => answer(&mut conn, dialect, streaming, &calls, None, shared),
         Step::Text(t) => answer(&mut conn, dialect, streaming, &[], Some(&t), shared),
         Step::After(..) => unreachable!("waited for above"),
     }
@@ -387,7 +384,6 @@ impl Conversation {
         let offered = |name: &str| self.tools.iter().any(|t| t == name);
         let step = match step {
             Step::Call(name, _) if !offered(&name) => Step::Text(format!("(no tool {name} offered)")),
-            Step::Calls(calls) if !calls.iter().all(|(n, _)| offered(n)) => Step::Text("(tools not offered)".into()),
             s => s,
         };
         (step, format!("step {n} of {m}"))
@@ -425,7 +421,7 @@ fn answer(
     )?;
     for (event, data) in events {
         if let Some(e) = event {
-            write!(conn, "event: {e}\n")?;
+            writeln!(conn, "event: {e}")?;
         }
         write!(conn, "data: {data}\n\n")?;
         conn.flush()?;

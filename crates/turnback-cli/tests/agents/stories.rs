@@ -14,6 +14,24 @@ pub fn all() -> Vec<Story> {
     }
     out.push(Story {
         agent: Agent::ClaudeCode,
+        name: "an_api_error_ends_the_turn",
+        script: api_error_script,
+        body: api_error,
+    });
+    out.push(Story {
+        agent: Agent::Codex,
+        name: "an_interrupt_ends_the_turn",
+        script: interrupt_script,
+        body: interrupt,
+    });
+    out.push(Story {
+        agent: Agent::ClaudeCode,
+        name: "a_denied_write_reads_as_failed_and_changed_nothing",
+        script: denied_script,
+        body: denied,
+    });
+    out.push(Story {
+        agent: Agent::ClaudeCode,
         name: "background_subagent_edit_survives_the_main_stop_and_its_notice_is_no_turn",
         script: background_subagent_script,
         body: background_subagent,
@@ -165,6 +183,16 @@ fn core(c: &Ctx) {
         || format!("notes {:?} second {:?}", c.file("notes.md"), c.file("second.txt")),
     );
 
+    let turns_after_undo = array(&c.json(&["turns"]), "turns");
+    let history_2 = array(&c.json(&["history", "show", "--turn", "2"]), "entries");
+    c.check(
+        "the undone rewind brings back the turns and the history it cut",
+        turns_after_undo.len() == 3
+            && history_2.iter().any(|e| {
+                e["role"] == "assistant" && e["content"].as_str().is_some_and(|s| s.contains("Turn two done."))
+            }),
+        || format!("{turns_after_undo:#?}\n{history_2:#?}"),
+    );
     let rollback = c.json(&["rollback", "--turn", "3"]);
     let plan = rollback["planId"].as_str().unwrap_or_default().to_string();
     let applied = c.json(&["rollback", "--turn", "3", "--apply", "--plan", &plan]);
@@ -197,9 +225,9 @@ fn core(c: &Ctx) {
     c.check("uninstall leaves none of turnback's files or emptied directories behind", left.is_empty(), || {
         format!("{left:?}")
     });
-    c.check(".git is byte for byte untouched", tree_bytes(&ws.join(".git")) == git_before, || String::new());
+    c.check(".git is byte for byte untouched", tree_bytes(&ws.join(".git")) == git_before, String::new);
     let times = c.hook_times();
-    c.check("every hook ran and was timed", !times.is_empty(), || String::new());
+    c.check("every hook ran and was timed", !times.is_empty(), String::new);
 }
 
 /// The main agent starts a sub-agent (in the background, Claude Code's default) and ends
@@ -271,4 +299,95 @@ fn background_subagent(c: &Ctx) {
         matches!((at("PreToolUse"), at("Stop"), at("PostToolUse")), (Some(a), Some(b), Some(c)) if a < b && b < c),
         || format!("{order:?}"),
     );
+}
+
+/// The model writes a secret file; the person's own hook denies the call.
+fn denied_script(t: &Tools) -> Script {
+    Script::new().prompt("deny", steps(vec![t.create("secret.txt", "hunter2\n"), vec![text("The write was refused.")]]))
+}
+
+fn denied(c: &Ctx) {
+    c.env.write(
+        ".claude/settings.json",
+        serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Write",
+            "hooks": [{"type": "command", "command": "echo 'no secrets here' >&2; exit 2"}]}]}})
+        .to_string(),
+    );
+    c.text(&["install", "claude-code"]);
+    c.prompt("deny", "Store the password.", false);
+    c.check("the person's hook kept the file from being written", c.file("secret.txt").is_none(), String::new);
+    let listed = c.text(&["checkpoints", "--all"]);
+    let line = listed.lines().find(|l| l.contains("secret.txt")).unwrap_or("").to_string();
+    c.check(
+        "checkpoints says the denied call failed and changed nothing",
+        line.contains("failed, changed nothing"),
+        || listed.clone(),
+    );
+    let log = c.hooks_log();
+    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+}
+
+/// The model writes a file, then its API fails for good.
+fn api_error_script(t: &Tools) -> Script {
+    Script::new().prompt("fail", steps(vec![t.create("half.txt", "half\n"), vec![Step::Fail]]))
+}
+
+fn api_error(c: &Ctx) {
+    c.text(&["install", "claude-code"]);
+    let run = c.run_agent("fail", "Write half a file.", false);
+    c.check(
+        "the agent reports the API error",
+        !run.output.status.success() || !run.output.stderr.is_empty() || !run.output.stdout.is_empty(),
+        || run.show(),
+    );
+    let turns = array(&c.json(&["turns"]), "turns");
+    c.check("the turn ended with the error (StopFailure)", turns.len() == 1 && turns[0]["endedAt"].is_string(), || {
+        format!("{turns:#?}")
+    });
+    let cps = array(&c.json(&["checkpoints", "--turn", "1"]), "checkpoints");
+    c.check("the write before the error is a checkpoint", paths(&cps) == vec!["create half.txt".to_string()], || {
+        format!("{cps:#?}")
+    });
+    let log = c.hooks_log();
+    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+}
+
+/// The model writes a file, then never answers: the person interrupts.
+fn interrupt_script(t: &Tools) -> Script {
+    Script::new().prompt("stuck", steps(vec![t.create("begun.txt", "begun\n"), vec![Step::Hang]]))
+}
+
+fn interrupt(c: &Ctx) {
+    c.text(&["install", "codex"]);
+    let mut cmd = c.driver.command("Start something long. (tb-stuck)", false);
+    cmd.env("TURNBACK_HOOK_TIMINGS", &c.timings);
+    let mut child =
+        cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("start codex");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while c.file("begun.txt").is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The model is now thinking forever; the person presses Ctrl-C.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let waited = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < waited {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let events: Vec<String> = c.hook_times().into_iter().map(|(e, _)| e).collect();
+    c.check(
+        "Codex told the hooks turnback installs for it (Interrupt, SessionEnd), and no Stop came",
+        events.iter().any(|e| e == "Interrupt" || e == "SessionEnd") && !events.iter().any(|e| e == "Stop"),
+        || format!("{events:?}"),
+    );
+    let turns = array(&c.json(&["turns"]), "turns");
+    c.check(
+        "after Ctrl-C the turn is ended, not left running until the next prompt",
+        turns.len() == 1 && turns[0]["endedAt"].is_string(),
+        || format!("hook events {events:?}\n{turns:#?}"),
+    );
+    let log = c.hooks_log();
+    c.check("hooks.log is empty", log.is_empty(), || log.clone());
 }

@@ -613,25 +613,67 @@ pub(crate) fn copy_in(
 }
 
 /// Removes the entries of the turns `turn_ids` (a rewind to the first of them) inside
-/// `txn`. Returns how many were removed.
+/// `txn`, keeping them with the rewind's `checkpoint` (see [`restore_cut`]). Returns how
+/// many were removed.
 pub(crate) fn cut_in(
     store: &Store,
     txn: &mut dyn Txn,
     session: &str,
     keyed: &[(Vec<u8>, Entry, u64)],
     turn_ids: &std::collections::HashSet<String>,
+    checkpoint: Option<&str>,
 ) -> Result<u64> {
     let mut totals = totals_in(store, txn, session)?;
-    let mut removed = 0;
+    let mut kept: Vec<(u64, &Entry)> = Vec::new();
     for (key, entry, len) in keyed {
         if turn_ids.contains(&entry.turn_id) && txn.delete(schema::HISTORY, key)? {
             totals.entries = totals.entries.saturating_sub(1);
             totals.bytes = totals.bytes.saturating_sub(*len);
-            removed += 1;
+            kept.extend(seq_of(key).map(|seq| (seq, entry)));
         }
     }
     put_totals_in(store, txn, session, &totals)?;
-    Ok(removed)
+    if let Some(checkpoint) = checkpoint.filter(|_| !kept.is_empty()) {
+        let key = cut_key(session, checkpoint);
+        let plain = serde_json::to_vec(&kept).map_err(|e| Error::invalid(format!("history entries: {e}")))?;
+        txn.put(schema::HISTORY_CUT, &key, &store.seal_bytes(schema::HISTORY_CUT, &key, SCHEMA, &plain)?)?;
+    }
+    Ok(kept.len() as u64)
+}
+
+fn cut_key(session: &str, checkpoint: &str) -> Vec<u8> {
+    format!("{session}/{checkpoint}").into_bytes()
+}
+
+/// Gives back the entries the rewind whose checkpoint is `checkpoint` cut (its undo was
+/// applied), each under its own sequence number, so they stand where they stood; an entry
+/// whose place was taken meanwhile stays out. Nothing when that rewind cut nothing (or
+/// `checkpoint` is no rewind's). Returns how many came back.
+pub(crate) fn restore_cut(store: &Store, session: &str, checkpoint: &str) -> Result<u64> {
+    let key = cut_key(session, checkpoint);
+    let mut txn = store.kv().begin()?;
+    let Some(value) = txn.get(schema::HISTORY_CUT, &key)? else { return Ok(0) };
+    let plain = store.open_bytes(schema::HISTORY_CUT, &key, &value)?;
+    let kept: Vec<(u64, Entry)> = serde_json::from_slice(&plain)
+        .map_err(|e| Error::corrupt("cut history entries", format!("do not parse: {e}")))?;
+    let mut totals = totals_in(store, &mut *txn, session)?;
+    let mut restored = 0;
+    for (seq, entry) in kept {
+        let entry_key = entry_key(session, seq);
+        if txn.get(schema::HISTORY, &entry_key)?.is_some() {
+            continue;
+        }
+        let plain = serde_json::to_vec(&entry).map_err(|e| Error::invalid(format!("history entry: {e}")))?;
+        txn.put(schema::HISTORY, &entry_key, &store.seal_bytes(schema::HISTORY, &entry_key, SCHEMA, &plain)?)?;
+        totals.entries += 1;
+        totals.bytes += plain.len() as u64;
+        totals.next_seq = totals.next_seq.max(seq + 1);
+        restored += 1;
+    }
+    put_totals_in(store, &mut *txn, session, &totals)?;
+    txn.delete(schema::HISTORY_CUT, &key)?;
+    txn.commit()?;
+    Ok(restored)
 }
 
 /// Deletes a session's whole history inside `txn`.
@@ -639,6 +681,9 @@ pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str)
     let keys = txn.keys(schema::HISTORY, &prefix(session))?;
     for k in &keys {
         txn.delete(schema::HISTORY, k)?;
+    }
+    for k in txn.keys(schema::HISTORY_CUT, &prefix(session))? {
+        txn.delete(schema::HISTORY_CUT, &k)?;
     }
     digest::delete(store.keys(), txn, schema::HISTORY_TOTALS, session.as_bytes())?;
     Ok(keys.len() as u64)

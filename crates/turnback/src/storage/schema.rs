@@ -111,6 +111,9 @@ tables! {
     TURNS_TAKING_SNAPSHOT = "turns-taking-snapshot" in "session/turn.rs";
     /// History entries by session and sequence.
     HISTORY = "history" in "session/history.rs", sealed, large;
+    /// History entries a rewind cut, by session and the rewind's checkpoint: given back
+    /// when that checkpoint is rolled back (the rewind undone).
+    HISTORY_CUT = "history-cut" in "session/history.rs", sealed, large;
     /// History totals per session.
     HISTORY_TOTALS = "history-totals" in "session/history.rs", sealed, digested;
     /// Turns imported from agents' transcripts, by session, source and the source's key.

@@ -88,11 +88,13 @@ pub(crate) trait Plan {
     fn writes(&self) -> Vec<Write>;
     /// Told the outcome of write `index` (`None`: made) once it was tried.
     fn written(&mut self, root: &Path, index: usize, refused: Option<Refused>);
-    /// Step 8: what the plan does once every write was tried, under the lock.
+    /// Step 8: what the plan does once every write was tried, under the lock; `checkpoint`
+    /// is the undo's own checkpoint (`None`: nothing was to be written).
     ///
     /// # Errors
     /// Whatever it fails with (the writes stand; the undo's checkpoint takes them back).
-    fn finish(&mut self) -> Result<()> {
+    fn finish(&mut self, checkpoint: Option<&str>) -> Result<()> {
+        let _ = checkpoint;
         Ok(())
     }
 }
@@ -132,7 +134,7 @@ pub(crate) fn apply<P: Plan>(
     prepare(&mut plan)?;
     let writes = plan.writes();
     if writes.is_empty() {
-        plan.finish()?;
+        plan.finish(None)?;
         return Ok((plan, None));
     }
     let id = record(target, &writes)?;
@@ -167,7 +169,7 @@ pub(crate) fn apply<P: Plan>(
         return Err(stopped(e, made, writes.len(), &id));
     }
     checkpoint::finish_written(target.store, &id, made == 0, &identities)?;
-    plan.finish()?;
+    plan.finish(Some(&id))?;
     Ok((plan, Some(id)))
 }
 

@@ -569,18 +569,19 @@ impl guarded::Plan for Rewinding<'_> {
 
     /// Counts what was done; cuts the history before the turn rewound to, under the lock,
     /// unless the rewind was blocked (the files are as they were, and so is the history).
-    fn finish(&mut self) -> Result<()> {
+    fn finish(&mut self, checkpoint: Option<&str>) -> Result<()> {
         self.plan.count();
         if self.plan.result_type != ResultType::Blocked {
-            self.cut = cut_history(self.store, self.session, self.to)?;
+            self.cut = cut_history(self.store, self.session, self.to, checkpoint)?;
         }
         Ok(())
     }
 }
 
 /// Cuts the conversation history before turn `to` (its entries and every later turn's go)
-/// and returns turn `to`'s prompt with how many entries went.
-fn cut_history(store: &Store, session: &Session, to: u64) -> Result<(Option<String>, u64)> {
+/// and returns turn `to`'s prompt with how many entries went. The entries cut are kept
+/// with the rewind's `checkpoint`, so that undoing the rewind gives them back.
+fn cut_history(store: &Store, session: &Session, to: u64, checkpoint: Option<&str>) -> Result<(Option<String>, u64)> {
     let turns = crate::session::turn::list(store, &session.id)?;
     let Some(target) = turns.iter().find(|t| t.index == to) else { return Ok((None, 0)) };
     let prompt = crate::session::history::prompt_of(store, &session.id, &target.turn_id)?;
@@ -588,7 +589,7 @@ fn cut_history(store: &Store, session: &Session, to: u64) -> Result<(Option<Stri
         turns.iter().filter(|t| t.index >= to).map(|t| t.turn_id.clone()).collect();
     let keyed = crate::session::history::keyed(store, &session.id)?;
     let mut txn = store.kv().begin()?;
-    let removed = crate::session::history::cut_in(store, &mut *txn, &session.id, &keyed, &cut)?;
+    let removed = crate::session::history::cut_in(store, &mut *txn, &session.id, &keyed, &cut, checkpoint)?;
     txn.commit()?;
     Ok((prompt, removed))
 }
