@@ -87,7 +87,11 @@ pub fn cancel_on_signals() -> Result<Arc<AtomicBool>> {
 
 pub fn list(ctx: &Ctx) -> Result<Outcome> {
     let list = ctx.open(false)?.turns()?;
-    let mut text = format!("session {}\n", list.session_id);
+    let mut text = if list.session_id.is_empty() {
+        "no session yet\n".to_string()
+    } else {
+        format!("session {}\n", list.session_id)
+    };
     for t in &list.turns {
         text.push_str(&turn_line(t));
     }
@@ -112,6 +116,15 @@ fn turn_line(t: &TurnSummary) -> String {
         snap,
         escape_controls(&t.preview)
     );
+    // The shell commands it ran, and how each ended.
+    for s in &t.shell_effects {
+        let status = match (s.exit_status, s.failed) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, true) => "failed".to_string(),
+            (None, false) => "exit status unknown".to_string(),
+        };
+        line.push_str(&format!("        $ {}  ({status})\n", escape_controls(&s.command)));
+    }
     // What the start or end snapshot left out for its size (each path once).
     let mut shown: Vec<&str> = Vec::new();
     for l in t.snapshot.left_out.iter().chain(t.end_snapshot.iter().flat_map(|e| &e.left_out)) {

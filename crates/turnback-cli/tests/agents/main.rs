@@ -138,26 +138,33 @@ fn run_story(story: &Story, installed: &Installed) -> Outcome {
     Outcome { id: story.id(), agent: story.agent, passed: result.is_ok(), lines, hook_times: ctx.hook_times() }
 }
 
-/// The hook times of the real runs, per agent: median and slowest of the per-edit hooks
-/// (before and after a tool call) and of all hooks.
+/// The events around one tool call, in each agent's words: the per-edit hooks.
+const PER_EDIT: [&str; 6] = ["PreToolUse", "PostToolUse", "BeforeTool", "AfterTool", "tool-before", "tool-after"];
+
+/// The hook times of the real runs, per agent: median, 90th percentile and slowest of the
+/// per-edit hooks (before and after a tool call) and of every hook.
 fn report_hook_times(outcomes: &[Outcome]) {
     for agent in Agent::ALL {
-        let mut all: Vec<Duration> = Vec::new();
-        for o in outcomes.iter().filter(|o| o.agent == agent) {
-            all.extend(o.hook_times.iter().map(|(_, d)| *d));
+        let times: Vec<&(String, Duration)> =
+            outcomes.iter().filter(|o| o.agent == agent).flat_map(|o| o.hook_times.iter()).collect();
+        let per_edit: Vec<Duration> =
+            times.iter().filter(|(e, _)| PER_EDIT.contains(&e.as_str())).map(|(_, d)| *d).collect();
+        let all: Vec<Duration> = times.iter().map(|(_, d)| *d).collect();
+        for (which, mut list) in [("per-edit hooks", per_edit), ("all hooks", all)] {
+            if list.is_empty() {
+                continue;
+            }
+            list.sort();
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            println!(
+                "agents: {} {which}: {} events, median {:.1} ms, 90th percentile {:.1} ms, slowest {:.1} ms",
+                agent.title(),
+                list.len(),
+                ms(list[list.len() / 2]),
+                ms(list[list.len() * 9 / 10]),
+                ms(list[list.len() - 1])
+            );
         }
-        if all.is_empty() {
-            continue;
-        }
-        all.sort();
-        println!(
-            "agents: {} hook times: {} events, median {:.1} ms, 90th percentile {:.1} ms, slowest {:.1} ms",
-            agent.title(),
-            all.len(),
-            all[all.len() / 2].as_secs_f64() * 1e3,
-            all[all.len() * 9 / 10].as_secs_f64() * 1e3,
-            all[all.len() - 1].as_secs_f64() * 1e3
-        );
     }
 }
 

@@ -88,6 +88,12 @@ fn core(c: &Ctx) {
         c.env.write(rel, bytes);
     }
     c.env.write("README.md", "hello\n");
+    // A workspace of this many more files (TURNBACK_AGENTS_FILES), for the hook times of
+    // docs/benchmarks.md.
+    let extra: usize = std::env::var("TURNBACK_AGENTS_FILES").ok().and_then(|n| n.parse().ok()).unwrap_or(0);
+    for i in 0..extra {
+        c.env.write(&format!("src/m{:03}/f{i}.txt", i / 100), format!("file {i}\n"));
+    }
     let git_before = tree_bytes(&ws.join(".git"));
     let installed = c.json(&["install", c.agent.hook_name()]);
     let files: Vec<std::path::PathBuf> =
@@ -119,6 +125,13 @@ fn core(c: &Ctx) {
         );
     }
 
+    let listed_text = c.text(&["turns"]);
+    let failing = listed_text.lines().find(|l| l.contains("$ cat missing-file.txt")).unwrap_or("").to_string();
+    c.check(
+        "turns shows the failing shell command with its exit status",
+        failing.contains("(exit 1)") || failing.contains("(failed)"),
+        || listed_text.clone(),
+    );
     let turn1 = array(&c.json(&["checkpoints", "--turn", "1"]), "checkpoints");
     let turn2 = array(&c.json(&["checkpoints", "--turn", "2"]), "checkpoints");
     let turn3 = array(&c.json(&["checkpoints", "--turn", "3"]), "checkpoints");

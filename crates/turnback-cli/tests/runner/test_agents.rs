@@ -17,6 +17,7 @@
 //! (`commands/hook/plugin.js`, its events documented atop `commands/hook/opencode.rs`).
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -1626,4 +1627,38 @@ fn doctor_and_install_say_when_the_agents_own_settings_turn_hooks_off() {
     let report = parse_json(&env.run(&["--json", "doctor"], None));
     let off = report["problems"].as_array().unwrap().iter().any(|p| p["what"].as_str().unwrap().contains("turned off"));
     assert!(off, "{report:#}");
+}
+
+/// B12 (seen with opencode's plugin installed at project and user scope): the same reply
+/// delivered twice at the same moment is recorded once.
+#[test]
+fn a_reply_delivered_twice_at_the_same_moment_is_recorded_once() {
+    let env = Env::new();
+    hook(&env, "opencode", &opencode_event(&env, "prompt", json!({ "prompt": "say it" })));
+    for round in 0..8 {
+        let idle = opencode_event(&env, "idle", json!({ "reply": format!("reply {round}") })).to_string();
+        let children: Vec<_> = (0..2)
+            .map(|_| {
+                let mut child = env
+                    .command(&["hook", "opencode"])
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap();
+                child.stdin.take().unwrap().write_all(idle.as_bytes()).unwrap();
+                child
+            })
+            .collect();
+        for mut child in children {
+            assert!(child.wait().unwrap().success());
+        }
+        // The next prompt, so each round's reply is the newest entry again.
+        hook(&env, "opencode", &opencode_event(&env, "prompt", json!({ "prompt": format!("again {round}") })));
+    }
+    let history = env.json(&["--session", OPENCODE_SESSION, "history", "show"]);
+    for round in 0..8 {
+        let said = format!("reply {round}");
+        let copies = history["entries"].as_array().unwrap().iter().filter(|e| e["content"] == said.as_str()).count();
+        assert_eq!(copies, 1, "round {round}: {history:#}");
+    }
 }

@@ -266,9 +266,9 @@ impl Turnback {
                 done.turn = self.record_shell_if_running(shell)?;
             }
             AgentEvent::AssistantReplied { text, thinking } => {
-                if !self.turn_records()?.is_empty() && !self.replied_last(text)? {
+                if !self.turn_records()?.is_empty() {
                     let entry = NewEntry { thinking: thinking.clone(), ..NewEntry::new(Role::Assistant, text.clone()) };
-                    self.history_append(vec![entry])?;
+                    self.append_reply(entry)?;
                 }
             }
             AgentEvent::Stopped { continued } => {

@@ -122,13 +122,10 @@ impl Turnback {
         Ok(Appended { session_id: session.id.clone(), appended })
     }
 
-    /// Whether the newest entry of the history is the agent's reply `text` (the same reply
-    /// delivered again).
-    pub(crate) fn replied_last(&self, text: &str) -> Result<bool> {
-        let last = history::last(&self.store, &self.session()?.id)?;
-        // Compared as stored (long replies are capped).
-        let stored = history::entry_of(String::new(), NewEntry::new(history::Role::Assistant, text.to_string()));
-        Ok(last.is_some_and(|e| e.role == history::Role::Assistant && e.content == stored.content))
+    /// Appends the agent's reply unless the history's newest entry is that reply already
+    /// (delivered again, perhaps at the same moment): see [`history::append_reply`].
+    pub(crate) fn append_reply(&self, entry: NewEntry) -> Result<bool> {
+        Ok(history::append_reply(&self.store, self.session()?, entry)?.is_some())
     }
 
     /// The session's history, or part of it.

@@ -45,6 +45,9 @@ pub struct TurnSummary {
     pub snapshot: SnapshotRef,
     /// Its end snapshot.
     pub end_snapshot: Option<SnapshotRef>,
+    /// The shell commands the agent ran in it, with their exit status when known.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub shell_effects: Vec<turn::ShellEffect>,
 }
 
 /// Which two states to compare.
@@ -213,6 +216,13 @@ impl Turnback {
     /// # Errors
     /// Store errors.
     pub fn turns(&self) -> Result<TurnList> {
+        // Listing makes nothing: a workspace without a session has no turns.
+        if self.session.get().is_none() && self.requested_session.is_none() {
+            let none = crate::session::Session::latest(&self.store, self.workspace()?)?.is_none();
+            if none {
+                return Ok(TurnList { session_id: String::new(), turns: Vec::new() });
+            }
+        }
         let session = self.session()?;
         let turns = turn::list(&self.store, &session.id)?
             .into_iter()
@@ -225,6 +235,7 @@ impl Turnback {
                 ended_at: t.ended_at,
                 snapshot: t.snapshot,
                 end_snapshot: t.end_snapshot,
+                shell_effects: t.shell_effects,
             })
             .collect();
         Ok(TurnList { session_id: session.id.clone(), turns })

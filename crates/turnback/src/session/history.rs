@@ -404,6 +404,28 @@ pub fn append(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> 
     Ok(entry)
 }
 
+/// Appends the agent's reply `new` unless the newest entry is that very reply (the same
+/// reply delivered again — at the same moment, too: the check and the append are one
+/// transaction). `None`: it was there already.
+///
+/// # Errors
+/// As [`append`].
+pub fn append_reply(store: &Store, session: &Session, new: NewEntry) -> Result<Option<Entry>> {
+    let entry = prepare(store, session, new)?;
+    let mut txn = store.kv().begin()?;
+    let newest = match totals_in(store, &mut *txn, &session.id)?.next_seq.checked_sub(1) {
+        Some(seq) => entry_in(store, &mut *txn, &session.id, seq)?,
+        None => None,
+    };
+    if newest.is_some_and(|e| e.role == Role::Assistant && e.content == entry.content) {
+        return Ok(None);
+    }
+    append_in(store, &mut *txn, &session.id, std::slice::from_ref(&entry))?;
+    txn.commit()?;
+    enforce_budget(store, &session.id)?;
+    Ok(Some(entry))
+}
+
 /// Stores already prepared entries in one transaction, then compacts if over budget.
 pub(crate) fn append_prepared(store: &Store, session: &str, entries: &[Entry]) -> Result<()> {
     let mut txn = store.kv().begin()?;
@@ -519,15 +541,6 @@ pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
 // ---------------------------------------------------------------------------------------
 // Reading
 // ---------------------------------------------------------------------------------------
-
-/// The session's newest entry, if any is kept.
-pub(crate) fn last(store: &Store, session: &str) -> Result<Option<Entry>> {
-    let next = totals(store, session)?.next_seq;
-    let Some(seq) = next.checked_sub(1) else { return Ok(None) };
-    let key = entry_key(session, seq);
-    let Some(value) = store.kv().get(schema::HISTORY, &key)? else { return Ok(None) };
-    Ok(Some(open_entry(store, &key, &value)?.0))
-}
 
 /// Every kept entry with its key and serialised size, oldest first.
 pub(crate) fn keyed(store: &Store, session: &str) -> Result<Vec<(Vec<u8>, Entry, u64)>> {
