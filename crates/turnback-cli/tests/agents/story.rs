@@ -59,7 +59,8 @@ impl<'a> Ctx<'a> {
     pub fn run_agent(&self, name: &str, words: &str, resume: bool) -> Run {
         let text = format!("{words} {}", marker(name));
         let mut cmd = self.driver.command(&text, resume);
-        cmd.env("TURNBACK_HOOK_TIMINGS", &self.timings);
+        cmd.env("TURNBACK_HOOK_TIMINGS", &self.timings)
+            .env("TURNBACK_HOOK_CAPTURE", self.env.root.join("hook-events.jsonl"));
         let run = self.driver.run_command(cmd);
         self.outputs.borrow_mut().push(format!("prompt {name}: {}", run.show()));
         run

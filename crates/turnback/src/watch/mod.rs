@@ -181,6 +181,9 @@ const SUN_PATH_MAX: usize = 100;
 /// `io` if the directory cannot be made private.
 pub(crate) fn socket_path(store_dir: &Path, workspace_id: &str) -> Result<PathBuf> {
     let name = format!("{}.sock", workspace_id.replace('-', ""));
+    // One store, one socket, however its path is spelled (`..`, a symlink): the length
+    // decides where the socket goes, so it is measured on the canonical path.
+    let store_dir = canonical(store_dir);
     let dir = store_dir.join("watch");
     let candidate = dir.join(&name);
     let dir = if candidate.as_os_str().len() <= SUN_PATH_MAX {
@@ -194,7 +197,12 @@ pub(crate) fn socket_path(store_dir: &Path, workspace_id: &str) -> Result<PathBu
 
 /// The watcher's lock directory and lock name (held by the watcher alone).
 pub(crate) fn lock_of(store_dir: &Path, workspace_id: &str) -> (PathBuf, String) {
-    (store_dir.join("watch"), format!("watch-{}", workspace_id.replace('-', "")))
+    (canonical(store_dir).join("watch"), format!("watch-{}", workspace_id.replace('-', "")))
+}
+
+/// `dir` with `..`, `.` and symlinks resolved (as it is, if it cannot be).
+fn canonical(dir: &Path) -> PathBuf {
+    std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf())
 }
 
 /// Creates `dir` 0700 if missing; refuses one that is a symlink, not ours, or open to others.
@@ -385,6 +393,18 @@ mod tests {
         for cut in 0..bytes.len() {
             assert!(decode_sync(&bytes[..cut]).is_none(), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn a_store_spelled_with_dot_dot_has_the_one_socket_and_lock_of_its_canonical_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().canonicalize().unwrap().join("s".repeat(40));
+        std::fs::create_dir_all(store.join("a".repeat(30))).unwrap();
+        // Over the socket address limit spelled this way, under it spelled plainly.
+        let spelled = store.join("a".repeat(30)).join("..");
+        let id = "0192a7c4-1d2e-7f00-8000-0123456789ab";
+        assert_eq!(socket_path(&spelled, id).unwrap(), socket_path(&store, id).unwrap());
+        assert_eq!(lock_of(&spelled, id), lock_of(&store, id));
     }
 
     #[test]

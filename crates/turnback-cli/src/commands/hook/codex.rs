@@ -129,9 +129,14 @@ fn call(event: &Event) -> ToolCall {
 }
 
 /// A shell call's exit status, where its response says it (`exit_code` / `exitCode`, or
-/// the "Exit code: N" line of its text).
+/// the "Exit code: N" line of its text — "Process exited with code N" for `exec_command`,
+/// as Codex 0.169 words it).
 fn exit_status(response: &Value) -> Option<i32> {
     let field = ["exit_code", "exitCode"].iter().find_map(|k| response.get(*k).and_then(Value::as_i64));
     let text = || response.as_str().or_else(|| response.get("output").and_then(Value::as_str));
-    field.and_then(|s| i32::try_from(s).ok()).or_else(|| super::exit_status_line(text()?, "Exit code:"))
+    field.and_then(|s| i32::try_from(s).ok()).or_else(|| {
+        let text = text()?;
+        super::exit_status_line(text, "Exit code:")
+            .or_else(|| super::exit_status_line(text, "Process exited with code"))
+    })
 }

@@ -102,6 +102,7 @@ fn handle(ctx: &Ctx, agent: HookAgent, name: &mut String) -> Outcome {
     // here, 256 KiB in the history): see `turnback::read_json_input`.
     let result = turnback::read_json_input(std::io::stdin().lock())
         .map_err(|e| Error::new(e.code, format!("reading the event: {}", e.message)))
+        .inspect(|input| capture(&input.text))
         .and_then(|input| translate(agent, &input.text))
         .and_then(|t| {
             *name = t.name.clone();
@@ -116,6 +117,17 @@ fn handle(ctx: &Ctx, agent: HookAgent, name: &mut String) -> Outcome {
         log(ctx, agent, name, &e);
     }
     Outcome::raw(answer(agent, name))
+}
+
+/// With `TURNBACK_HOOK_CAPTURE=FILE`, appends the event exactly as the agent sent it, one
+/// JSON document per line: how the conformance suite keeps the real agents' payloads. Only
+/// for tests — the event is plaintext (prompts, paths) and goes where the variable says.
+fn capture(text: &str) {
+    let Some(file) = std::env::var_os("TURNBACK_HOOK_CAPTURE").filter(|f| !f.is_empty()) else { return };
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+        let line = serde_json::from_str::<serde_json::Value>(text).map(|v| v.to_string()).unwrap_or_default();
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 fn translate(agent: HookAgent, input: &str) -> Result<Translated> {
