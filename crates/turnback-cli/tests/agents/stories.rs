@@ -235,8 +235,7 @@ fn core(c: &Ctx) {
     );
     let verify = c.json(&["verify", "--deep"]);
     c.check("verify --deep is clean", verify["ok"] != false, || format!("{verify:#}"));
-    let log = c.hooks_log();
-    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+    c.check_hooks_log_empty();
 
     c.text(&["install", c.agent.hook_name(), "--uninstall"]);
     // Every file turnback wrote is gone, and each directory it made for them, unless the
@@ -317,8 +316,7 @@ fn background_subagent(c: &Ctx) {
         })
         .count();
     c.check("the main reply is in the history once", replies == 1, || format!("{history:#?}"));
-    let log = c.hooks_log();
-    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+    c.check_hooks_log_empty();
     let order: Vec<String> = c.hook_times().into_iter().map(|(e, _)| e).collect();
     let at = |name: &str| order.iter().position(|e| e == name);
     c.check(
@@ -350,8 +348,7 @@ fn denied(c: &Ctx) {
         line.contains("failed, changed nothing"),
         || listed.clone(),
     );
-    let log = c.hooks_log();
-    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+    c.check_hooks_log_empty();
 }
 
 /// The model writes a file, then its API fails for good.
@@ -375,8 +372,7 @@ fn api_error(c: &Ctx) {
     c.check("the write before the error is a checkpoint", paths(&cps) == vec!["create half.txt".to_string()], || {
         format!("{cps:#?}")
     });
-    let log = c.hooks_log();
-    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+    c.check_hooks_log_empty();
 }
 
 /// The model writes a file, then never answers: the person interrupts.
@@ -415,6 +411,5 @@ fn interrupt(c: &Ctx) {
         turns.len() == 1 && turns[0]["endedAt"].is_string(),
         || format!("hook events {events:?}\n{turns:#?}"),
     );
-    let log = c.hooks_log();
-    c.check("hooks.log is empty", log.is_empty(), || log.clone());
+    c.check_hooks_log_empty();
 }

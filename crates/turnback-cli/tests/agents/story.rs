@@ -99,9 +99,10 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// `hooks.log` in the store, empty when turnback never failed in a hook.
-    pub fn hooks_log(&self) -> String {
-        std::fs::read_to_string(self.env.store.join("hooks.log")).unwrap_or_default()
+    /// Checks that `hooks.log` in the store is empty: turnback never failed in a hook.
+    pub fn check_hooks_log_empty(&self) {
+        let log = std::fs::read_to_string(self.env.store.join("hooks.log")).unwrap_or_default();
+        self.check("hooks.log is empty", log.is_empty(), || log.clone());
     }
 }
 
