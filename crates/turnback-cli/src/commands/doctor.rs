@@ -188,6 +188,21 @@ fn agent_report(
             advice: format!("run `turnback install {name}{scope}` (it rewrites only turnback's part)"),
         });
     }
+    if agent == HookAgent::Codex {
+        for scope in [Scope::Project, Scope::User] {
+            let places = install::places(ctx, scope)?;
+            if let Some((trusted, all)) = install::codex_trusted(&places).filter(|(t, a)| t < a) {
+                problems.push(Problem {
+                    what: format!(
+                        "codex: {} of turnback's {all} hooks ({} scope) are not trusted in Codex, which skips them without a word",
+                        all - trusted,
+                        if scope == Scope::Project { "project" } else { "user" }
+                    ),
+                    advice: "start Codex in this project, type /hooks and trust turnback's hooks (or run Codex with --dangerously-bypass-hook-trust)".into(),
+                });
+            }
+        }
+    }
     let installed = hooks.iter().any(|h| h.state != "absent");
     if installed && last_event.is_none() {
         problems.push(Problem {

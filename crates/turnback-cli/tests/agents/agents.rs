@@ -194,6 +194,8 @@ pub struct Driver<'a> {
     pub env: &'a Env,
     exe: PathBuf,
     url: String,
+    /// Codex: run hooks the person has not trusted (`--dangerously-bypass-hook-trust`).
+    pub bypass_hook_trust: std::cell::Cell<bool>,
 }
 
 /// What one agent run did.
@@ -251,7 +253,7 @@ impl<'a> Driver<'a> {
                 std::fs::write(dir.join("opencode.json"), config.to_string()).unwrap();
             }
         }
-        Driver { agent, env, exe, url }
+        Driver { agent, env, exe, url, bypass_hook_trust: std::cell::Cell::new(true) }
     }
 
     /// The agent's command for `prompt`, with `--continue`/resume when `resume`.
@@ -301,13 +303,11 @@ impl<'a> Driver<'a> {
                 if resume {
                     c.args(["resume", "--last"]);
                 }
-                c.args([
-                    "--trust",
-                    "--skip-git-repo-check",
-                    "--dangerously-bypass-approvals-and-sandbox",
-                    "--dangerously-bypass-hook-trust",
-                    prompt,
-                ]);
+                c.args(["--trust", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox"]);
+                if self.bypass_hook_trust.get() {
+                    c.arg("--dangerously-bypass-hook-trust");
+                }
+                c.arg(prompt);
             }
             Agent::Gemini => {
                 c.env("GOOGLE_GEMINI_BASE_URL", url)
@@ -329,6 +329,55 @@ impl<'a> Driver<'a> {
             }
         }
         c
+    }
+
+    /// Codex's own list of the hooks it finds for the workspace, each with its `key`,
+    /// `command`, `currentHash` and `trustStatus` (its app-server's `hooks/list`).
+    pub fn codex_hooks(&self) -> Vec<Value> {
+        let mut child = Command::new(&self.exe)
+            .arg("app-server")
+            .env("HOME", &self.env.home)
+            .env("CODEX_HOME", self.env.home.join(".codex"))
+            .current_dir(&self.env.ws)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("codex app-server");
+        let ws = self.env.ws.to_string_lossy().into_owned();
+        let requests = [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"clientInfo": {"name": "turnback-suite", "title": "turnback", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "method": "initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {"cwds": [ws]}}),
+        ];
+        let mut stdin = child.stdin.take().unwrap();
+        for r in requests {
+            use std::io::Write;
+            writeln!(stdin, "{r}").unwrap();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line)
+                    && v["id"] == 2
+                {
+                    let _ = tx.send(v);
+                    return;
+                }
+            }
+        });
+        let answer = rx.recv_timeout(Duration::from_secs(30)).unwrap_or_default();
+        drop(stdin);
+        let _ = child.kill();
+        let _ = child.wait();
+        answer["result"]["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|d| d["hooks"].as_array().cloned().unwrap_or_default())
+            .collect()
     }
 
     /// Runs an agent command to its end (at most three minutes, then it is killed).

@@ -25,6 +25,12 @@ pub fn all() -> Vec<Story> {
         body: interrupt,
     });
     out.push(Story {
+        agent: Agent::Codex,
+        name: "doctor_reads_codexs_own_trust_in_the_hooks",
+        script: trust_script,
+        body: trust,
+    });
+    out.push(Story {
         agent: Agent::ClaudeCode,
         name: "a_denied_write_reads_as_failed_and_changed_nothing",
         script: denied_script,
@@ -410,6 +416,67 @@ fn interrupt(c: &Ctx) {
         "after Ctrl-C the turn is ended, not left running until the next prompt",
         turns.len() == 1 && turns[0]["endedAt"].is_string(),
         || format!("hook events {events:?}\n{turns:#?}"),
+    );
+    c.check_hooks_log_empty();
+}
+
+fn trust_script(t: &Tools) -> Script {
+    Script::new()
+        .prompt("1", steps(vec![t.create("one.txt", "one\n"), vec![text("Done.")]]))
+        .prompt("2", steps(vec![t.create("two.txt", "two\n"), vec![text("Done again.")]]))
+}
+
+/// Codex skips hooks the person has not trusted, silently. doctor must say so even after
+/// events arrived (from a run that bypassed trust), agree with Codex's own list, and stop
+/// saying so once the person trusted them — after which Codex runs them untrusted no more.
+fn trust(c: &Ctx) {
+    c.text(&["install", "codex"]);
+    c.prompt("1", "Write one.", false);
+    let doctor = c.env.run(&["doctor"], None);
+    let said = String::from_utf8_lossy(&doctor.stdout).into_owned();
+    c.check(
+        "after events arrived, doctor still reports turnback's hooks as untrusted in Codex (exit 1)",
+        !doctor.status.success() && said.contains("not trusted in Codex") && said.contains("/hooks"),
+        || said.clone(),
+    );
+    let ours: Vec<Value> = c
+        .driver
+        .codex_hooks()
+        .into_iter()
+        .filter(|h| h["command"].as_str().is_some_and(|s| s.contains("hook codex")))
+        .collect();
+    c.check(
+        "Codex's own hooks/list agrees: every one of turnback's hooks is untrusted",
+        !ours.is_empty() && ours.iter().all(|h| h["trustStatus"] == "untrusted"),
+        || format!("{ours:#?}"),
+    );
+    // The person trusts them, as Codex's /hooks records it.
+    let config = c.env.home.join(".codex/config.toml");
+    let mut toml = std::fs::read_to_string(&config).unwrap_or_default();
+    for h in &ours {
+        toml.push_str(&format!("\n[hooks.state.{}]\ntrusted_hash = {}\n", h["key"], h["currentHash"]));
+    }
+    std::fs::write(&config, toml).unwrap();
+    let now: Vec<Value> = c
+        .driver
+        .codex_hooks()
+        .into_iter()
+        .filter(|h| h["command"].as_str().is_some_and(|s| s.contains("hook codex")))
+        .collect();
+    c.check(
+        "Codex now lists them as trusted",
+        !now.is_empty() && now.iter().all(|h| h["trustStatus"] == "trusted"),
+        || format!("{now:#?}"),
+    );
+    let said = c.text(&["doctor"]);
+    c.check("doctor no longer reports them", !said.contains("not trusted in Codex"), || said.clone());
+    c.driver.bypass_hook_trust.set(false);
+    c.prompt("2", "Write two.", true);
+    let turns = array(&c.json(&["turns"]), "turns");
+    c.check(
+        "trusted, Codex runs the hooks without the bypass flag: the second prompt is a turn",
+        turns.len() == 2,
+        || format!("{turns:#?}"),
     );
     c.check_hooks_log_empty();
 }

@@ -47,7 +47,10 @@ pub fn plan(places: &Places, command: &str, uninstall: bool) -> Result<Plan> {
     let mut notes = Vec::new();
     if !uninstall {
         notes.push("Codex before 0.124 needs hooks turned on: turnback sets `hooks = true` under [features] unless config.toml sets it, or writes [features] as an inline table (then add it there yourself)".to_string());
-        notes.push("Codex runs a new hook only once you trust it: run /hooks in Codex and trust turnback's (or start Codex with --dangerously-bypass-hook-trust)".to_string());
+        notes.push(format!(
+            "Codex runs a new hook only once you trust it, and skips an untrusted one without a word: start Codex here, type /hooks, and trust each of turnback's {} hooks (again after any reinstall that changes them); `turnback doctor` says whether Codex has them as trusted. For automation that vets its hooks, `codex --dangerously-bypass-hook-trust` runs them untrusted",
+            EVENTS.len()
+        ));
         if places.scope == Scope::Project {
             notes.push("Codex reads a project's .codex/ only when it trusts the project".to_string());
         }
@@ -65,6 +68,52 @@ pub fn turned_off(places: &Places) -> Vec<String> {
     let off =
         ["hooks", "codex_hooks"].iter().any(|k| features.and_then(|f| f.get(k)).and_then(Item::as_bool) == Some(false));
     off.then(|| format!("{} sets hooks = false under [features]", file.display())).into_iter().collect()
+}
+
+/// Codex's own record of which of turnback's hooks in the scope's `hooks.json` the person
+/// trusted: `(trusted, all)` of turnback's handlers there, `None` when there are none.
+///
+/// Codex runs a hook only once trusted, and skips an untrusted one silently. It keeps the
+/// trust in the person's `config.toml` (`$CODEX_HOME`, default `~/.codex`), as
+/// `[hooks.state."<hooks.json>:<event>:<group>:<handler>"] trusted_hash = "sha256:…"`, the
+/// event in snake case and both indexes from 0 (as its app-server's `hooks/list` names the
+/// hooks). A recorded hash is taken as trust; Codex asks again when the hook changed since,
+/// which this cannot tell.
+pub fn trusted(places: &Places) -> Option<(usize, usize)> {
+    let hooks_file = dir(places).join("hooks.json");
+    let hooks: serde_json::Value = serde_json::from_str(&super::read(&hooks_file).ok()??).ok()?;
+    let user = Places { scope: Scope::User, ..places.clone() };
+    let config = super::read(&dir(&user).join("config.toml")).ok().flatten().unwrap_or_default();
+    let doc: DocumentMut = config.parse().unwrap_or_default();
+    let state = doc.get("hooks").and_then(|h| h.get("state")).and_then(Item::as_table_like);
+    let (mut trusted, mut all) = (0, 0);
+    for (event, groups) in hooks.get("hooks")?.as_object()? {
+        for (g, group) in groups.as_array().into_iter().flatten().enumerate() {
+            for (h, handler) in group.get("hooks").and_then(|v| v.as_array()).into_iter().flatten().enumerate() {
+                let command = handler.get("command").and_then(|c| c.as_str()).unwrap_or("");
+                if !super::is_our_command(command, HookAgent::Codex) {
+                    continue;
+                }
+                all += 1;
+                let key = format!("{}:{}:{g}:{h}", hooks_file.display(), snake(event));
+                let hash = state.and_then(|s| s.get(&key)).and_then(|e| e.get("trusted_hash")).and_then(Item::as_str);
+                trusted += usize::from(hash.is_some_and(|h| !h.is_empty()));
+            }
+        }
+    }
+    (all > 0).then_some((trusted, all))
+}
+
+/// `PreToolUse` → `pre_tool_use`.
+fn snake(event: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in event.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
 }
 
 /// The directory of Codex's configuration for the scope.

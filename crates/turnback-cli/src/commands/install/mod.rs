@@ -243,6 +243,11 @@ fn remove_emptied_dirs(file: &Path, root: &Path) {
     }
 }
 
+/// Codex's record of trust in turnback's hooks (see [`codex::trusted`]).
+pub fn codex_trusted(places: &Places) -> Option<(usize, usize)> {
+    codex::trusted(places)
+}
+
 /// How an agent runs the hook: `turnback hook AGENT` when that name on PATH is this very
 /// binary (so an upgrade that moves the binary keeps working), else this binary's absolute
 /// path — always the absolute path for Cursor, an application that may not share the
