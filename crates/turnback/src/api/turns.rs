@@ -146,7 +146,12 @@ impl Turnback {
         if self.running_turn()?.is_none() {
             return Ok((None, closed));
         }
-        Ok((Some(turn::end(&self.store, self.workspace()?, self.session()?, progress)?), closed))
+        match turn::end(&self.store, self.workspace()?, self.session()?, progress) {
+            Ok(ended) => Ok((Some(ended), closed)),
+            // The same stop delivered twice at once: the other delivery ended it meanwhile.
+            Err(e) if e.code == ErrorCode::NotFound && self.running_turn()?.is_none() => Ok((None, closed)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Takes the start snapshot of turn `turn_id`, which a begin elsewhere is waiting for
