@@ -92,7 +92,7 @@ pub use session::history::{
     ToolCall as HistoryToolCall, View as HistoryView,
 };
 pub use session::import::{Format as TranscriptFormat, Imported, Scope as ImportScope};
-pub use session::turn::{Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
+pub use session::turn::{RewoundBy, Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
 pub use snapshot::diff::{Change, NumStat};
 pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
 pub use storage::content::ContentClass;

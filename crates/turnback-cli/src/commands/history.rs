@@ -107,7 +107,7 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                     report.skipped_rows
                 )));
             }
-            let msg = if report.turns + report.joined_turns + report.updated_turns == 0 && report.entries == 0 {
+            let mut msg = if report.turns + report.joined_turns + report.updated_turns == 0 && report.entries == 0 {
                 format!("nothing new to import into session {session} (already imported)")
             } else {
                 format!(
@@ -115,6 +115,12 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
                     report.turns, report.joined_turns, report.updated_turns, report.entries, report.skipped_rows
                 )
             };
+            if report.rewound_turns > 0 {
+                msg.push_str(&format!(
+                    "\n{} turns of the transcript were taken back by a rewind: left out (undo the rewind to bring them back)",
+                    report.rewound_turns
+                ));
+            }
             Ok(Outcome::of(&report, msg))
         }
     }

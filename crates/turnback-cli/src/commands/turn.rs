@@ -116,6 +116,12 @@ fn turn_line(t: &TurnSummary) -> String {
         snap,
         escape_controls(&t.preview)
     );
+    if let Some(r) = &t.rewound {
+        line.push_str(&format!(
+            "        rewound at {} (its history is cut; undoing that rewind gives it back)\n",
+            r.at
+        ));
+    }
     // The shell commands it ran, and how each ended.
     for s in &t.shell_effects {
         let status = match (s.exit_status, s.failed) {

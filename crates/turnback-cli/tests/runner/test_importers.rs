@@ -25,7 +25,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, previews, show_output, stamp, str_at};
+use crate::common::{Env, deliver, previews, show_output, stamp, str_at};
 
 /// What a transcript must import as: each kept turn's prompt and reply, in order.
 type Kept = Vec<(String, String)>;
@@ -341,35 +341,13 @@ fn claude_code_a_transcript_that_grew_mid_tool_call_is_continued_in_place() {
 fn claude_code_hooks_and_an_import_of_the_same_session_give_one_set_of_turns() {
     let env = Env::new();
     env.write("a.txt", "zero\n");
-    let session = "3f2c9a1e-0b7d-4c55-9d1a-2f8e6b4a7c10";
+    let session = CLAUDE_SESSION;
     let file = env.home.join(".claude/projects/x/session.jsonl");
     std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    let hook = |name: &str, extra: Value| {
-        let mut e = json!({ "session_id": session, "transcript_path": file, "cwd": env.ws, "hook_event_name": name });
-        for (k, v) in extra.as_object().unwrap() {
-            e[k] = v.clone();
-        }
-        let out = env.run(&["hook", "claude-code"], Some(e.to_string().as_bytes()));
-        assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
-        assert!(out.stdout.is_empty());
-        assert!(std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default().is_empty());
-    };
     let mut c = Claude::new();
     let mut kept = Kept::new();
     for k in 1..=2 {
-        let prompt = format!("Turn {k}: rename the field in module_{k}.rs\nand keep the tests green");
-        hook("UserPromptSubmit", json!({ "prompt": prompt }));
-        let input = json!({ "file_path": env.ws.join("a.txt"), "content": format!("v{k}\n") });
-        let call = json!({ "tool_name": "Write", "tool_input": input, "tool_use_id": format!("toolu_{k:04}") });
-        hook("PreToolUse", call.clone());
-        env.write("a.txt", format!("v{k}\n"));
-        let mut post = call;
-        post["tool_response"] = json!({ "type": "update", "filePath": env.ws.join("a.txt") });
-        hook("PostToolUse", post);
-        // Claude Code has written the turn to its transcript by the time Stop fires.
-        c.turn(&mut kept, k, false);
-        std::fs::write(&file, c.text()).unwrap();
-        hook("Stop", json!({ "stop_hook_active": false, "last_assistant_message": format!("Done with turn {k}.") }));
+        claude_turn_through_hooks(&env, &file, &mut c, &mut kept, k);
     }
     let by_hooks = show(&env, session);
     assert_eq!(messages(&env, session), conversation(&kept), "the hooks brought the replies in from the transcript");
@@ -387,6 +365,8 @@ fn claude_code_hooks_and_an_import_of_the_same_session_give_one_set_of_turns() {
     // The same when the import comes first into a session whose hooks have not read the
     // transcript: the hooks' turns are joined, not doubled.
     let other = "second-session";
+    let other_file = env.root.join("second-session.jsonl");
+    std::fs::write(&other_file, c.text().replace(CLAUDE_SESSION, other)).unwrap();
     let h = |name: &str, extra: Value| {
         let mut e = json!({ "session_id": other, "transcript_path": env.root.join("not-yet.jsonl"), "cwd": env.ws, "hook_event_name": name });
         for (k, v) in extra.as_object().unwrap() {
@@ -399,10 +379,120 @@ fn claude_code_hooks_and_an_import_of_the_same_session_give_one_set_of_turns() {
         h("UserPromptSubmit", json!({ "prompt": prompt }));
         h("Stop", json!({ "stop_hook_active": false }));
     }
-    let report = import(&env, other, "--claude-code", &file);
+    let report = import(&env, other, "--claude-code", &other_file);
     assert_eq!(counts(&report), [0, 2, 0, 2, 0], "joined, with their replies: {report:#}");
     assert_eq!(messages(&env, other), conversation(&kept));
     assert_eq!(previews(&env, other).len(), 2);
+}
+
+/// The session the Claude Code transcripts built here record.
+const CLAUDE_SESSION: &str = "3f2c9a1e-0b7d-4c55-9d1a-2f8e6b4a7c10";
+
+/// Delivers a Claude Code hook event of [`CLAUDE_SESSION`], whose transcript is `file`.
+fn claude_hook(env: &Env, file: &std::path::Path, name: &str, extra: Value) {
+    let mut e =
+        json!({ "session_id": CLAUDE_SESSION, "transcript_path": file, "cwd": env.ws, "hook_event_name": name });
+    for (k, v) in extra.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    let out = env.run(&["hook", "claude-code"], Some(e.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(out.stdout.is_empty());
+    assert!(std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default().is_empty());
+}
+
+/// Turn `k` as Claude Code's hooks deliver it: the prompt, a `Write` of `a.txt` (`b.txt`
+/// from turn 4 on), and the stop, with the turn written to the transcript `file` before
+/// the stop fires.
+fn claude_turn_through_hooks(env: &Env, file: &std::path::Path, c: &mut Claude, kept: &mut Kept, k: usize) {
+    let written = if k < 4 { "a.txt" } else { "b.txt" };
+    let prompt = format!("Turn {k}: rename the field in module_{k}.rs\nand keep the tests green");
+    claude_hook(env, file, "UserPromptSubmit", json!({ "prompt": prompt }));
+    let input = json!({ "file_path": env.ws.join(written), "content": format!("v{k}\n") });
+    let call = json!({ "tool_name": "Write", "tool_input": input, "tool_use_id": format!("toolu_{k:04}") });
+    claude_hook(env, file, "PreToolUse", call.clone());
+    env.write(written, format!("v{k}\n"));
+    let mut post = call;
+    post["tool_response"] = json!({ "type": "update", "filePath": env.ws.join(written) });
+    claude_hook(env, file, "PostToolUse", post);
+    c.turn(kept, k, false);
+    std::fs::write(file, c.text()).unwrap();
+    claude_hook(
+        env,
+        file,
+        "Stop",
+        json!({ "stop_hook_active": false, "last_assistant_message": format!("Done with turn {k}.") }),
+    );
+}
+
+#[test]
+fn rewound_turns_stay_rewound_when_the_agent_carries_on_and_its_transcript_is_imported() {
+    let env = Env::new();
+    env.write("a.txt", "zero\n");
+    let file = env.home.join(".claude/projects/x/session.jsonl");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let (mut c, mut kept) = (Claude::new(), Kept::new());
+    claude_turn_through_hooks(&env, &file, &mut c, &mut kept, 1);
+    claude_turn_through_hooks(&env, &file, &mut c, &mut kept, 2);
+    // A turn the hooks never saw (they were not installed for it), begun now, between the
+    // rewind's first turn and the rewind.
+    c.push(
+        json!({ "type": "user", "message": { "role": "user", "content": "UNHOOKED prompt" }, "timestamp": stamp(0) }),
+    );
+    c.assistant(json!([{ "type": "text", "text": "UNHOOKED reply" }]));
+    claude_turn_through_hooks(&env, &file, &mut c, &mut kept, 3);
+
+    let preview = env.json(&["rewind", "--to", "2"]);
+    let done = env.json(&["rewind", "--to", "2", "--apply", "--plan", preview["planId"].as_str().unwrap()]);
+    assert_eq!(env.read("a.txt").as_deref(), Some(&b"v1\n"[..]));
+    let marked = |env: &Env| -> Vec<bool> {
+        let turns = env.json(&["--session", CLAUDE_SESSION, "turns"]);
+        turns["turns"].as_array().unwrap().iter().map(|t| t["rewound"]["at"].is_string()).collect()
+    };
+    assert_eq!(marked(&env), [false, true, true], "turns 2 and 3 are marked rewound");
+    let text = env.ok(&["--session", CLAUDE_SESSION, "turns"], None);
+    assert_eq!(String::from_utf8_lossy(&text.stdout).matches("rewound at ").count(), 2);
+
+    // The agent carries on: its transcript still holds turns 2 and 3, and the stop's
+    // import brings only turn 4's reply.
+    claude_turn_through_hooks(&env, &file, &mut c, &mut kept, 4);
+    let kept_now: Kept = vec![kept[0].clone(), kept[3].clone()];
+    assert_eq!(messages(&env, CLAUDE_SESSION), conversation(&kept_now), "no reply of a rewound turn came back");
+    assert_eq!(marked(&env), [false, true, true, false]);
+
+    // A full import adds no turn: 2 and 3 are the rewound ones, the unhooked turn began
+    // among them.
+    let report = import(&env, CLAUDE_SESSION, "--claude-code", &file);
+    assert_eq!(counts(&report), [0, 0, 0, 0, 2], "{report:#}");
+    assert_eq!(report["rewoundTurns"], 3, "{report:#}");
+    assert_eq!(messages(&env, CLAUDE_SESSION), conversation(&kept_now));
+    assert_eq!(previews(&env, CLAUDE_SESSION).len(), 4);
+
+    // Another Claude Code session's import of this transcript is refused.
+    let other = json!({ "session_id": "another-claude-session", "cwd": env.ws, "hook_event_name": "UserPromptSubmit", "prompt": "hi" });
+    deliver(&env, "claude-code", &other);
+    let out = env.run(
+        &["--session", "another-claude-session", "history", "import", "--claude-code", file.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", show_output(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("records claude-code session {CLAUDE_SESSION}")),
+        "{}",
+        show_output(&out)
+    );
+    assert_eq!(previews(&env, "another-claude-session").len(), 1, "nothing imported");
+
+    // Undoing the rewind gives the turns back, marks gone, each reply once.
+    env.json(&["rollback", done["checkpointId"].as_str().unwrap(), "--apply"]);
+    assert_eq!(marked(&env), [false, false, false, false]);
+    assert_eq!(env.read("a.txt").as_deref(), Some(&b"v3\n"[..]));
+    import(&env, CLAUDE_SESSION, "--claude-code", &file);
+    let said = messages(&env, CLAUDE_SESSION);
+    for k in 1..=4 {
+        let reply = &kept[k - 1].1;
+        assert_eq!(said.iter().filter(|(_, c)| c == reply).count(), 1, "turn {k}'s reply once: {said:#?}");
+    }
 }
 
 #[test]

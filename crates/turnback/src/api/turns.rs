@@ -48,6 +48,10 @@ pub struct TurnSummary {
     /// The shell commands the agent ran in it, with their exit status when known.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub shell_effects: Vec<turn::ShellEffect>,
+    /// Set when a rewind took it back (its history is cut; undoing the rewind gives it
+    /// back).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewound: Option<turn::RewoundBy>,
 }
 
 /// Which two states to compare.
@@ -241,6 +245,7 @@ impl Turnback {
                 snapshot: t.snapshot,
                 end_snapshot: t.end_snapshot,
                 shell_effects: t.shell_effects,
+                rewound: t.rewound,
             })
             .collect();
         Ok(TurnList { session_id: session.id.clone(), turns })

@@ -658,14 +658,20 @@ fn cut_key(session: &str, checkpoint: &str) -> Vec<u8> {
     format!("{session}/{checkpoint}").into_bytes()
 }
 
-/// Gives back the entries the rewind whose checkpoint is `checkpoint` cut (its undo was
-/// applied), each under its own sequence number, so they stand where they stood; an entry
-/// whose place was taken meanwhile stays out. Nothing when that rewind cut nothing (or
-/// `checkpoint` is no rewind's). Returns how many came back.
+/// Gives back what the rewind whose checkpoint is `checkpoint` cut (its undo was applied):
+/// its turns lose their rewound mark, and its entries come back, each under its own
+/// sequence number, so they stand where they stood; an entry whose place was taken
+/// meanwhile stays out. Nothing when that rewind cut nothing (or `checkpoint` is no
+/// rewind's). Returns how many entries came back.
 pub(crate) fn restore_cut(store: &Store, session: &str, checkpoint: &str) -> Result<u64> {
+    let turns = crate::session::turn::list(store, session)?;
     let key = cut_key(session, checkpoint);
     let mut txn = store.kv().begin()?;
-    let Some(value) = txn.get(schema::HISTORY_CUT, &key)? else { return Ok(0) };
+    crate::session::turn::unmark_rewound_in(store, &mut *txn, &turns, checkpoint)?;
+    let Some(value) = txn.get(schema::HISTORY_CUT, &key)? else {
+        txn.commit()?;
+        return Ok(0);
+    };
     let plain = store.open_bytes(schema::HISTORY_CUT, &key, &value)?;
     let kept: Vec<(u64, Entry)> = serde_json::from_slice(&plain)
         .map_err(|e| Error::corrupt("cut history entries", format!("do not parse: {e}")))?;

@@ -15,6 +15,9 @@
 //!   carries on after its stop (another hook blocked the stop) is still in the same turn,
 //!   and its later end snapshot replaces the earlier one.
 //! - The turn index keeps the newest [`MAX_TURNS`] turns of a session.
+//! - A rewind marks every turn it took back ([`RewoundBy`]) in the transaction that cuts
+//!   their history; a turn keeps the mark of the first rewind that took it back, and
+//!   loses it only when that rewind is undone.
 
 use serde::{Deserialize, Serialize};
 
@@ -112,6 +115,22 @@ pub struct Turn {
     /// Sub-agents the agent ran in the turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<Subagent>,
+    /// Set when a rewind took the turn back (to its start or an earlier turn's): its
+    /// history is cut, and an import of the agent's transcript leaves it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewound: Option<RewoundBy>,
+}
+
+/// The rewind that took a turn back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RewoundBy {
+    /// When (RFC 3339).
+    pub at: String,
+    /// The rewind's undo checkpoint (rolling it back gives the turn back), when it made one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -348,6 +367,7 @@ pub(crate) fn record(
         shell_effects: Vec::new(),
         continuations: 0,
         subagents: Vec::new(),
+        rewound: None,
     };
     put(store, &mut *txn, &turn)?;
     also(&mut *txn, &turn)?;
@@ -394,10 +414,42 @@ pub(crate) fn insert_finished_in(
         shell_effects: Vec::new(),
         continuations: 0,
         subagents: Vec::new(),
+        rewound: None,
     };
     put(store, txn, &turn)?;
     Session::set_round_in(store, txn, session, index)?;
     Ok(turn)
+}
+
+/// Marks, inside `txn`, each of `turns` (the session's, read beforehand) from index `from`
+/// on as taken back by a rewind at `at` whose undo checkpoint is `checkpoint`. A turn an
+/// earlier rewind took back keeps that rewind's mark. Returns how many were marked.
+pub(crate) fn mark_rewound_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    turns: &[Turn],
+    from: u64,
+    at: &str,
+    checkpoint: Option<&str>,
+) -> Result<u64> {
+    let mut marked = 0;
+    for t in turns.iter().filter(|t| t.index >= from && t.rewound.is_none()) {
+        let rewound = RewoundBy { at: at.to_string(), checkpoint: checkpoint.map(str::to_string) };
+        put(store, txn, &Turn { rewound: Some(rewound), ..t.clone() })?;
+        marked += 1;
+    }
+    Ok(marked)
+}
+
+/// Clears, inside `txn`, the marks of the rewind whose undo checkpoint is `checkpoint`
+/// from each of `turns` (that undo was applied: the turns are back). Returns how many.
+pub(crate) fn unmark_rewound_in(store: &Store, txn: &mut dyn Txn, turns: &[Turn], checkpoint: &str) -> Result<u64> {
+    let mut cleared = 0;
+    for t in turns.iter().filter(|t| t.rewound.as_ref().is_some_and(|r| r.checkpoint.as_deref() == Some(checkpoint))) {
+        put(store, txn, &Turn { rewound: None, ..t.clone() })?;
+        cleared += 1;
+    }
+    Ok(cleared)
 }
 
 /// What the turns are told by the snapshots that belong to them (see [`snapshot::Hooks`]).

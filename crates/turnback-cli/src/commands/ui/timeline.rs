@@ -40,6 +40,9 @@ fn snapshot_note(which: &str, s: &SnapshotRef) -> Option<String> {
 /// Short notes on a turn: shell commands, snapshot trouble, sub-agents.
 pub fn notes(t: &Turn) -> Vec<String> {
     let mut notes = Vec::new();
+    if t.rewound.is_some() {
+        notes.push("rewound".to_string());
+    }
     if !t.shell_effects.is_empty() {
         notes.push(format!("${}", t.shell_effects.len()));
     }

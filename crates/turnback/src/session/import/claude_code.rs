@@ -47,7 +47,10 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
     }
     rebuild.off_chain_results(&rows);
     let skipped = rebuild.skipped + unparsable + (rows.len() - kept.len()) as u64;
-    Ok(Parsed { turns: rebuild.turns, skipped_rows: skipped })
+    // The file's own session: its newest kept record's (a resumed session's file may begin
+    // with records copied from the one it resumed).
+    let session = kept.iter().rev().find_map(|&i| text_of(&rows[i], "sessionId")).map(str::to_string);
+    Ok(Parsed { turns: rebuild.turns, skipped_rows: skipped, session })
 }
 
 fn kind(row: &Value) -> &str {

@@ -35,6 +35,8 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
     let mut lines = 0u64;
     let mut rebuild = Rebuild::default();
     let mut known = false;
+    // The rollout's own session: its first session_meta's (a fork's names its parent after).
+    let mut session = None;
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -48,6 +50,9 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
         known |= matches!(kind, "session_meta" | "response_item" | "event_msg" | "turn_context");
         let at = row.get("timestamp").and_then(Value::as_str).unwrap_or("").to_string();
         let payload = row.get("payload").unwrap_or(&Value::Null);
+        if kind == "session_meta" && session.is_none() {
+            session = payload.get("id").and_then(Value::as_str).map(str::to_string);
+        }
         if !rebuild.row(kind, payload, index, at) {
             rebuild.skipped += 1;
         }
@@ -56,7 +61,7 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
         return Err(Error::invalid("no session_meta, response_item or event_msg records: not a Codex rollout"));
     }
     rebuild.finish();
-    Ok(Parsed { turns: rebuild.turns, skipped_rows: rebuild.skipped })
+    Ok(Parsed { turns: rebuild.turns, skipped_rows: rebuild.skipped, session })
 }
 
 #[derive(Default)]

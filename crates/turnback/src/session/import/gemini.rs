@@ -26,9 +26,9 @@ use crate::session::history::{Entry, ToolCall};
 /// # Errors
 /// `invalid-argument` if it is not a Gemini CLI chat file.
 pub(crate) fn parse(text: &str) -> Result<Parsed> {
-    let (messages, skipped) = match serde_json::from_str::<Value>(text.trim()) {
+    let (messages, skipped, session) = match serde_json::from_str::<Value>(text.trim()) {
         Ok(Value::Object(record)) if record.get("messages").is_some_and(Value::is_array) => {
-            (record["messages"].as_array().cloned().unwrap_or_default(), 0)
+            (record["messages"].as_array().cloned().unwrap_or_default(), 0, str_of(&Value::Object(record), "sessionId"))
         }
         _ => replay(text)?,
     };
@@ -62,16 +62,17 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
             _ => skipped += 1,
         }
     }
-    Ok(Parsed { turns, skipped_rows: skipped })
+    Ok(Parsed { turns, skipped_rows: skipped, session })
 }
 
 fn str_of(v: &Value, key: &str) -> Option<String> {
     v.get(key).and_then(Value::as_str).map(str::to_string)
 }
 
-/// Replays JSON lines into the messages they leave, and how many lines were skipped.
-fn replay(text: &str) -> Result<(Vec<Value>, u64)> {
-    let (mut messages, mut skipped, mut chat) = (Vec::<Value>::new(), 0, false);
+/// Replays JSON lines into the messages they leave, how many lines were skipped, and the
+/// session the metadata line names.
+fn replay(text: &str) -> Result<(Vec<Value>, u64, Option<String>)> {
+    let (mut messages, mut skipped, mut chat, mut session) = (Vec::<Value>::new(), 0, false, None);
     let mut lines = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         lines += 1;
@@ -99,6 +100,7 @@ fn replay(text: &str) -> Result<(Vec<Value>, u64)> {
         } else if row.get("sessionId").is_some() && row.get("projectHash").is_some() {
             // The metadata line.
             chat = true;
+            session = session.or_else(|| str_of(&row, "sessionId"));
         } else {
             skipped += 1;
         }
@@ -106,7 +108,7 @@ fn replay(text: &str) -> Result<(Vec<Value>, u64)> {
     if lines > 0 && !chat {
         return Err(Error::invalid("no session metadata or messages: not a Gemini CLI chat file"));
     }
-    Ok((messages, skipped))
+    Ok((messages, skipped, session))
 }
 
 /// A user message's own text, unless it is only tool responses or text Gemini ignores.

@@ -17,6 +17,11 @@
 //!   reply each, never duplicates. Otherwise it becomes
 //!   a finished turn of its own (no snapshots: nothing was recorded on disk then) — unless
 //!   the import brings replies only (a hook's), which never adds a turn.
+//! - A turn a rewind took back stays taken back: a source turn that is it (remembered, or
+//!   joining it) or that began between its start and the rewind adds nothing — no turn,
+//!   no reply — until the rewind is undone.
+//! - A full import into a session of the same agent takes only that session's record: a
+//!   transcript naming another of the agent's sessions is refused.
 //! - An import is one transaction: its turns, entries and keys all land or none do.
 
 pub mod claude_code;
@@ -57,6 +62,8 @@ pub struct Imported {
     pub already_imported_turns: u64,
     /// Turns the source holds (none: nothing in it was recognised as a turn).
     pub source_turns: u64,
+    /// Turns of the source a rewind took back: left out.
+    pub rewound_turns: u64,
 }
 
 /// One turn as an agent's record of it holds it.
@@ -81,6 +88,8 @@ pub(crate) struct SourceTurn {
 pub(crate) struct Parsed {
     pub turns: Vec<SourceTurn>,
     pub skipped_rows: u64,
+    /// The agent's session the source says it records, when it says.
+    pub session: Option<String>,
 }
 
 /// Whose record it is: the name under which its keys are remembered.
@@ -152,6 +161,14 @@ fn known_key(session: &str, format: Format, key: &str) -> Vec<u8> {
 /// `invalid-argument` if `text` is not such a record; store errors.
 pub fn import(store: &Store, session: &Session, format: Format, text: &str, scope: Scope) -> Result<Imported> {
     let parsed = format.parse(text)?;
+    if let Some(theirs) = other_session(session, format, scope, &parsed) {
+        return Err(Error::invalid(format!(
+            "this transcript records {} session {theirs}, not session {} (that agent's too): import it into \
+             session {theirs}, or into a session of no agent",
+            format.name(),
+            session.id
+        )));
+    }
     let mut report =
         Imported { skipped_rows: parsed.skipped_rows, source_turns: parsed.turns.len() as u64, ..Imported::default() };
     // What the hooks recorded, read before the transaction (reads and the write share one
@@ -166,25 +183,56 @@ pub fn import(store: &Store, session: &Session, format: Format, text: &str, scop
             _ => {}
         }
     }
-    let recorded: Vec<HookTurn> = turn::list(store, &session.id)?
+    let turns = turn::list(store, &session.id)?;
+    let rewinds = rewind_windows(&turns);
+    let recorded: Vec<HookTurn> = turns
         .into_iter()
         .filter(|t| t.kind == TurnKind::Prompt)
         .map(|t| {
             let (prompt, reply_seq) = recorded_entries.remove(&t.turn_id).unwrap_or_default();
-            HookTurn { turn_id: t.turn_id, prompt, reply_seq, started_at: t.started_at }
+            HookTurn {
+                turn_id: t.turn_id,
+                prompt,
+                preview: t.preview,
+                reply_seq,
+                started_at: t.started_at,
+                rewound: t.rewound.is_some(),
+            }
         })
         .collect();
     let position = recorded.iter().enumerate().map(|(i, t)| (t.turn_id.clone(), i)).collect();
     let mut txn = store.kv().begin()?;
     let known = known(store, &mut *txn, &session.id)?;
     let claimed = known.values().map(|k| k.turn_id.clone()).collect();
-    let mut merge = Merge { store, session: &session.id, format, scope, recorded, position, known, claimed, next: 0 };
+    let mut merge =
+        Merge { store, session: &session.id, format, scope, recorded, position, known, claimed, next: 0, rewinds };
     for source in parsed.turns {
         merge.turn(&mut *txn, source, &mut report)?;
     }
     txn.commit()?;
     history::enforce_budget(store, &session.id)?;
     Ok(report)
+}
+
+/// The other session of the same agent that a full import's source records, if it is
+/// another's: a session an agent's hooks made is that agent's session (same id).
+fn other_session(session: &Session, format: Format, scope: Scope, parsed: &Parsed) -> Option<String> {
+    let theirs = parsed.session.as_deref()?;
+    let same_agent = session.agent.as_deref() == Some(format.name());
+    (scope == Scope::All && same_agent && theirs != session.id).then(|| theirs.to_string())
+}
+
+/// What a session's rewinds took back, as times: from the start of the first turn each
+/// took back to when it ran.
+fn rewind_windows(turns: &[turn::Turn]) -> Vec<(jiff::Timestamp, jiff::Timestamp)> {
+    let mut by_rewind: HashMap<(&str, Option<&str>), jiff::Timestamp> = HashMap::new();
+    for t in turns {
+        let Some(r) = &t.rewound else { continue };
+        let Ok(start) = t.started_at.parse::<jiff::Timestamp>() else { continue };
+        let first = by_rewind.entry((r.at.as_str(), r.checkpoint.as_deref())).or_insert(start);
+        *first = (*first).min(start);
+    }
+    by_rewind.into_iter().filter_map(|((at, _), start)| Some((start, at.parse().ok()?))).collect()
 }
 
 /// Every imported turn of `session` remembered, by its key (from any source).
@@ -203,9 +251,14 @@ fn known(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<HashMap<Vec<
 #[derive(Debug, Clone)]
 struct HookTurn {
     turn_id: String,
+    /// The prompt the history holds (none once a rewind cut it).
     prompt: Option<String>,
+    /// The prompt's first line, as the turn keeps it.
+    preview: String,
     reply_seq: Option<u64>,
     started_at: String,
+    /// A rewind took it back.
+    rewound: bool,
 }
 
 /// How much earlier than the turn turnback recorded the agent may date the same prompt
@@ -237,6 +290,8 @@ struct Merge<'a> {
     claimed: HashSet<String>,
     /// Where to look for the next recorded turn to join: turns join in order.
     next: usize,
+    /// What the session's rewinds took back: from, until (see [`rewind_windows`]).
+    rewinds: Vec<(jiff::Timestamp, jiff::Timestamp)>,
 }
 
 impl Merge<'_> {
@@ -245,17 +300,30 @@ impl Merge<'_> {
         if let Some(known) = self.known.get(&key).cloned() {
             if let Some(&at) = self.position.get(&known.turn_id) {
                 self.next = self.next.max(at + 1);
+                if self.recorded[at].rewound {
+                    report.rewound_turns += 1;
+                    return Ok(());
+                }
             }
             let updated = self.reply(txn, &key, known, source.reply, report)?;
             report.already_imported_turns += u64::from(!updated);
             return Ok(());
         }
         let (turn_id, reply_seq) = match self.join(&source) {
+            // Not remembered: once the rewind is undone, it joins as any recorded turn does.
+            Some(joined) if joined.rewound => {
+                report.rewound_turns += 1;
+                return Ok(());
+            }
             Some(joined) => {
                 report.joined_turns += 1;
                 (joined.turn_id, joined.reply_seq)
             }
             None if self.scope == Scope::RepliesOnly => return Ok(()),
+            None if self.taken_back(&source) => {
+                report.rewound_turns += 1;
+                return Ok(());
+            }
             None => (self.insert(txn, &source, report)?, None),
         };
         self.claimed.insert(turn_id.clone());
@@ -274,14 +342,26 @@ impl Merge<'_> {
             p.as_deref()
                 .is_some_and(|p| p.trim() == prompt.trim() || sent.as_deref().is_some_and(|s| p.trim() == s.trim()))
         };
+        // A rewound turn's prompt went with its history: its preview stands in.
+        let previews = [Some(turn::preview(&source.prompt)), source.sent.as_deref().map(turn::preview)];
+        let same_preview = |r: &HookTurn| r.rewound && previews.iter().flatten().any(|p| *p == r.preview);
         let at = self.recorded[self.next..]
             .iter()
             .position(|r| {
-                !self.claimed.contains(&r.turn_id) && same(&r.prompt) && can_be(&source.started_at, &r.started_at)
+                !self.claimed.contains(&r.turn_id)
+                    && (same(&r.prompt) || (r.prompt.is_none() && same_preview(r)))
+                    && can_be(&source.started_at, &r.started_at)
             })
             .map(|i| self.next + i)?;
         self.next = at + 1;
         Some(self.recorded[at].clone())
+    }
+
+    /// Whether `source`, recorded by no turn, began while turns a rewind took back ran
+    /// (from the first one's start to the rewind): it is one of them.
+    fn taken_back(&self, source: &SourceTurn) -> bool {
+        let Ok(at) = source.started_at.parse::<jiff::Timestamp>() else { return false };
+        self.rewinds.iter().any(|(from, until)| *from <= at && at <= *until)
     }
 
     /// A finished turn of its own, with its prompt's entry.

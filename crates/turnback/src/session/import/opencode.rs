@@ -95,7 +95,8 @@ pub(crate) fn parse(text: &str) -> Result<Parsed> {
             _ => skipped += 1,
         }
     }
-    Ok(Parsed { turns, skipped_rows: skipped })
+    let session = export.pointer("/info/id").and_then(Value::as_str).map(str::to_string);
+    Ok(Parsed { turns, skipped_rows: skipped, session })
 }
 
 fn id(m: &Value) -> &str {

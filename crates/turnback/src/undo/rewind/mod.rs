@@ -578,9 +578,10 @@ impl guarded::Plan for Rewinding<'_> {
     }
 }
 
-/// Cuts the conversation history before turn `to` (its entries and every later turn's go)
-/// and returns turn `to`'s prompt with how many entries went. The entries cut are kept
-/// with the rewind's `checkpoint`, so that undoing the rewind gives them back.
+/// Cuts the conversation history before turn `to` (its entries and every later turn's go),
+/// marks those turns rewound, and returns turn `to`'s prompt with how many entries went.
+/// The entries cut are kept with the rewind's `checkpoint`, so that undoing the rewind
+/// gives them back (and clears the marks).
 fn cut_history(store: &Store, session: &Session, to: u64, checkpoint: Option<&str>) -> Result<(Option<String>, u64)> {
     let turns = crate::session::turn::list(store, &session.id)?;
     let Some(target) = turns.iter().find(|t| t.index == to) else { return Ok((None, 0)) };
@@ -588,8 +589,10 @@ fn cut_history(store: &Store, session: &Session, to: u64, checkpoint: Option<&st
     let cut: std::collections::HashSet<String> =
         turns.iter().filter(|t| t.index >= to).map(|t| t.turn_id.clone()).collect();
     let keyed = crate::session::history::keyed(store, &session.id)?;
+    let now = crate::base::time::format_ms(crate::base::time::now_ms());
     let mut txn = store.kv().begin()?;
     let removed = crate::session::history::cut_in(store, &mut *txn, &session.id, &keyed, &cut, checkpoint)?;
+    crate::session::turn::mark_rewound_in(store, &mut *txn, &turns, to, &now, checkpoint)?;
     txn.commit()?;
     Ok((prompt, removed))
 }

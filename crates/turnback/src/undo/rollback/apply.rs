@@ -180,14 +180,14 @@ impl guarded::Plan for Applying<'_> {
     }
 
     /// Writes the side files of the caller's choices; a rewind taken back gives back the
-    /// history it cut.
+    /// history it cut (to the rewind's session, whichever session rolls it back).
     fn finish(&mut self, _checkpoint: Option<&str>) -> Result<()> {
         for prepared in std::mem::take(&mut self.prepared) {
             self.choice_files.push(write_choice(self.ctx, prepared)?);
         }
         if !self.applied.is_empty() {
             for r in &self.records {
-                crate::session::history::restore_cut(self.ctx.store, &self.ctx.session.id, &r.checkpoint_id)?;
+                crate::session::history::restore_cut(self.ctx.store, &r.session_id, &r.checkpoint_id)?;
             }
         }
         Ok(())
