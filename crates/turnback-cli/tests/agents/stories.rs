@@ -12,6 +12,14 @@ pub fn all() -> Vec<Story> {
     for agent in Agent::ALL {
         out.push(Story { agent, name: "turns_checkpoints_rewind_and_undo_hold", script: core_script, body: core });
     }
+    for agent in Agent::ALL {
+        out.push(Story {
+            agent,
+            name: "rewound_turns_stay_rewound_when_the_conversation_resumes",
+            script: resumed_script,
+            body: resumed,
+        });
+    }
     out.push(Story {
         agent: Agent::ClaudeCode,
         name: "an_api_error_ends_the_turn",
@@ -484,6 +492,98 @@ fn trust(c: &Ctx) {
         "trusted, Codex runs the hooks without the bypass flag: the second prompt is a turn",
         turns.len() == 2,
         || format!("{turns:#?}"),
+    );
+    c.check_hooks_log_empty();
+}
+
+/// Two turns, a third after a rewind of the second, and a fourth in a new conversation.
+fn resumed_script(t: &Tools) -> Script {
+    Script::new()
+        .prompt(
+            "1",
+            steps(vec![t.create("a.txt", "one\n"), t.shell("echo built > built.txt"), vec![text("Turn one done.")]]),
+        )
+        .prompt("2", steps(vec![t.edit("a.txt", "one", "two"), vec![text("Turn two done.")]]))
+        .prompt("3", steps(vec![t.create("c.txt", "three\n"), vec![text("Turn three done.")]]))
+        .prompt("4", steps(vec![t.create("d.txt", "four\n"), vec![text("A new conversation.")]]))
+}
+
+/// The person rewinds turn 2 with turnback, then carries on the agent's conversation, which
+/// still remembers turn 2 (B11): turn 2 stays rewound, its reply never comes back, and an
+/// import of the agent's own record adds nothing. That record, imported into a session of
+/// no agent, holds every turn with its tool calls and times (B13: Gemini CLI rewrites it
+/// with `$set` when resumed within the minute); imported into another session of the
+/// agent's, it is refused.
+fn resumed(c: &Ctx) {
+    c.text(&["install", c.agent.hook_name()]);
+    c.prompt("1", "Start a.", false);
+    c.prompt("2", "Change a.", true);
+    let preview = c.json(&["rewind", "--to", "2"]);
+    let plan = preview["planId"].as_str().unwrap_or_default().to_string();
+    c.json(&["rewind", "--to", "2", "--apply", "--plan", &plan]);
+    c.check("the rewind took turn 2 back", c.file("a.txt").as_deref() == Some("one\n"), || {
+        format!("{:?}", c.file("a.txt"))
+    });
+    c.prompt("3", "Add c.", true);
+    c.check("turn 3 created c.txt", c.file("c.txt").as_deref() == Some("three\n"), String::new);
+
+    let listed = c.json(&["turns"]);
+    let session = listed["sessionId"].as_str().unwrap_or_default().to_string();
+    let turns = array(&listed, "turns");
+    let marks: Vec<bool> = turns.iter().map(|t| t["rewound"]["at"].is_string()).collect();
+    c.check("three turns, only turn 2 marked rewound", marks == [false, true, false], || format!("{listed:#}"));
+    let history = c.json(&["history", "show"]);
+    let entries = array(&history, "entries");
+    let said = |e: &Value, what: &str| e["content"].as_str().is_some_and(|s| s.contains(what));
+    c.check(
+        "turn 2's reply did not come back as the agent carried on",
+        !entries.iter().any(|e| said(e, "Turn two done.")),
+        || format!("{history:#}"),
+    );
+    let orphan = entries
+        .iter()
+        .filter(|e| e["role"] == "assistant")
+        .find(|reply| !entries.iter().any(|e| e["role"] == "user" && e["turnId"] == reply["turnId"]));
+    c.check("every reply in the history has its prompt", orphan.is_none(), || format!("{history:#}"));
+    c.check(
+        "turns 1 and 3 have their replies",
+        entries.iter().any(|e| said(e, "Turn one done.")) && entries.iter().any(|e| said(e, "Turn three done.")),
+        || format!("{history:#}"),
+    );
+
+    let source = c.transcript_args(&session);
+    let source: Vec<&str> = source.iter().map(String::as_str).collect();
+    let report = c.json(&[&["history", "import"], &source[..]].concat());
+    let after = array(&c.json(&["history", "show"]), "entries");
+    c.check(
+        "importing the agent's own record adds nothing and says turn 2 was rewound",
+        report["turns"] == 0
+            && report["rewoundTurns"].as_u64().is_some_and(|n| n >= 1)
+            && after.len() == entries.len()
+            && array(&c.json(&["turns"]), "turns").len() == 3,
+        || format!("{report:#}"),
+    );
+
+    c.text(&["session", "new", "--id", "imported"]);
+    let whole = c.json(&[&["--session", "imported", "history", "import"], &source[..]].concat());
+    let imported = array(&c.json(&["--session", "imported", "turns"]), "turns");
+    let starts: Vec<&str> = imported.iter().filter_map(|t| t["startedAt"].as_str()).collect();
+    let first = array(&c.json(&["--session", "imported", "history", "show", "--turn", "1"]), "entries");
+    let calls = first.iter().flat_map(|e| array(e, "toolCalls")).count();
+    c.check(
+        "into a session of no agent, the record imports whole: three turns in time order, turn 1 with its tool calls",
+        imported.len() == 3 && starts.len() == 3 && starts.windows(2).all(|w| w[0] < w[1]) && calls >= 2,
+        || format!("{whole:#}\n{imported:#?}\n{first:#?}\n{}", std::fs::read_to_string(source[1]).unwrap_or_default()),
+    );
+
+    c.prompt("4", "Start anew.", false);
+    let newest = c.json(&["turns"]);
+    let out = c.env.run(&[&["history", "import"], &source[..]].concat(), None);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    c.check(
+        "a new conversation is a new session, and importing the first one's record into it is refused (exit 2)",
+        newest["sessionId"] != session.as_str() && out.status.code() == Some(2) && stderr.contains(&session),
+        || format!("{newest:#}\n{}", crate::common::show_output(&out)),
     );
     c.check_hooks_log_empty();
 }

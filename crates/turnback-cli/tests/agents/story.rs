@@ -99,6 +99,29 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
+    /// The `history import` arguments that name the agent's own record of its session
+    /// `session` (its transcript file, or opencode's session), found where the agent keeps it.
+    pub fn transcript_args(&self, session: &str) -> Vec<String> {
+        let home = &self.env.home;
+        let find = |dir: PathBuf, pick: &dyn Fn(&Path) -> bool| {
+            files_under(&dir).into_iter().find(|f| pick(f)).unwrap_or_else(|| dir.join("no-transcript-found"))
+        };
+        let named = |f: &Path| f.file_name().is_some_and(|n| n.to_string_lossy().contains(session));
+        let (flag, file) = match self.agent {
+            Agent::ClaudeCode => ("--claude-code", find(home.join(".claude/projects"), &named)),
+            Agent::Codex => ("--codex", find(home.join(".codex/sessions"), &named)),
+            Agent::Gemini => (
+                "--gemini",
+                find(home.join(".gemini/tmp"), &|f: &Path| {
+                    f.parent().is_some_and(|d| d.ends_with("chats"))
+                        && std::fs::read_to_string(f).is_ok_and(|t| t.contains(session))
+                }),
+            ),
+            Agent::Opencode => return vec!["--opencode".to_string(), session.to_string()],
+        };
+        vec![flag.to_string(), file.to_string_lossy().into_owned()]
+    }
+
     /// Checks that `hooks.log` in the store is empty: turnback never failed in a hook.
     pub fn check_hooks_log_empty(&self) {
         let log = std::fs::read_to_string(self.env.store.join("hooks.log")).unwrap_or_default();
@@ -176,6 +199,11 @@ fn plus_lines(content: &str) -> String {
 /// The steps of a prompt, concatenated.
 pub fn steps(parts: Vec<Vec<Step>>) -> Vec<Step> {
     parts.into_iter().flatten().collect()
+}
+
+/// Every file under `dir`, sorted.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    tree_bytes(dir).into_iter().filter(|(_, b)| b != b"<dir>").map(|(p, _)| dir.join(p)).collect()
 }
 
 /// Every file under `dir` with its bytes, sorted: for byte-for-byte comparisons of a
