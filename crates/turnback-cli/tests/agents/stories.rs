@@ -21,6 +21,18 @@ pub fn all() -> Vec<Story> {
         });
     }
     out.push(Story {
+        agent: Agent::Codex,
+        name: "a_patch_that_moves_a_file_is_taken_back_whole",
+        script: moved_script,
+        body: moved,
+    });
+    out.push(Story {
+        agent: Agent::ClaudeCode,
+        name: "compaction_is_no_turn_and_thins_no_history",
+        script: compaction_script,
+        body: compaction,
+    });
+    out.push(Story {
         agent: Agent::ClaudeCode,
         name: "an_api_error_ends_the_turn",
         script: api_error_script,
@@ -584,6 +596,111 @@ fn resumed(c: &Ctx) {
         "a new conversation is a new session, and importing the first one's record into it is refused (exit 2)",
         newest["sessionId"] != session.as_str() && out.status.code() == Some(2) && stderr.contains(&session),
         || format!("{newest:#}\n{}", crate::common::show_output(&out)),
+    );
+    c.check_hooks_log_empty();
+}
+
+/// A file written, then one patch that edits and moves it and adds another.
+fn moved_script(t: &Tools) -> Script {
+    let patch = crate::story::patch(
+        "*** Update File: old.txt\n*** Move to: sub/new.txt\n@@\n-one\n+two\n*** Add File: extra.txt\n+extra\n",
+    );
+    Script::new()
+        .prompt("1", steps(vec![t.create("old.txt", "one\n"), vec![text("Written.")]]))
+        .prompt("2", vec![crate::model::call("apply_patch", serde_json::json!(patch)), text("Moved.")])
+}
+
+/// Codex's patch with a move: one call deletes a file, creates another (in a new
+/// directory) and adds a third; `rollback --turn` takes all of it back, and its undo
+/// brings all of it again.
+fn moved(c: &Ctx) {
+    c.text(&["install", "codex"]);
+    c.prompt("1", "Write old.", false);
+    c.prompt("2", "Move old.", true);
+    c.check(
+        "the patch moved and edited old.txt and added extra.txt",
+        c.file("old.txt").is_none()
+            && c.file("sub/new.txt").as_deref() == Some("two\n")
+            && c.file("extra.txt").as_deref() == Some("extra\n"),
+        || format!("{:?} {:?} {:?}", c.file("old.txt"), c.file("sub/new.txt"), c.file("extra.txt")),
+    );
+    let cps = array(&c.json(&["checkpoints", "--turn", "2"]), "checkpoints");
+    let p = paths(&cps);
+    c.check(
+        "turn 2's checkpoints: old.txt deleted, sub/new.txt and extra.txt created",
+        p.contains(&"delete old.txt".to_string())
+            && p.contains(&"create sub/new.txt".to_string())
+            && p.contains(&"create extra.txt".to_string()),
+        || format!("{p:?}\n{cps:#?}"),
+    );
+    let preview = c.json(&["rollback", "--turn", "2"]);
+    let plan = preview["planId"].as_str().unwrap_or_default().to_string();
+    let done = c.json(&["rollback", "--turn", "2", "--apply", "--plan", &plan]);
+    c.check(
+        "rollback --turn 2: old.txt back as it was, the moved and the added file gone (and the directory made for them)",
+        c.file("old.txt").as_deref() == Some("one\n")
+            && c.file("sub/new.txt").is_none()
+            && !c.env.ws.join("sub").exists()
+            && c.file("extra.txt").is_none(),
+        || format!("{done:#}"),
+    );
+    let undo = done["rollbackCheckpointId"].as_str().unwrap_or_default().to_string();
+    c.json(&["rollback", &undo, "--apply"]);
+    c.check(
+        "its undo brings the move back",
+        c.file("old.txt").is_none() && c.file("sub/new.txt").as_deref() == Some("two\n"),
+        || format!("{:?} {:?}", c.file("old.txt"), c.file("sub/new.txt")),
+    );
+    c.check_hooks_log_empty();
+}
+
+/// Two turns, then (after the person compacts the conversation) a third.
+fn compaction_script(t: &Tools) -> Script {
+    Script::new()
+        .prompt("1", steps(vec![t.create("a.txt", "one\n"), vec![text("Turn one done.")]]))
+        .prompt("2", steps(vec![t.edit("a.txt", "one", "two"), vec![text("Turn two done.")]]))
+        .prompt("3", steps(vec![t.create("b.txt", "three\n"), vec![text("Turn three done.")]]))
+}
+
+/// The person compacts the conversation (`/compact`) between turns 2 and 3: the agent
+/// replaces its record with a summary, but turnback's turns, history and checkpoints stay
+/// as they were, the compaction is no turn, and the next turn records as any other.
+fn compaction(c: &Ctx) {
+    c.text(&["install", "claude-code"]);
+    c.prompt("1", "Start a.", false);
+    c.prompt("2", "Change a.", true);
+    let before = array(&c.json(&["history", "show"]), "entries");
+    let mut cmd = c.driver.command("/compact", true);
+    cmd.env("TURNBACK_HOOK_TIMINGS", &c.timings);
+    let run = c.driver.run_command(cmd);
+    c.outputs.borrow_mut().push(format!("/compact: {}", run.show()));
+    let events: Vec<String> = c.hook_times().into_iter().map(|(e, _)| e).collect();
+    c.check("the agent compacted (PreCompact reached the hooks)", events.iter().any(|e| e == "PreCompact"), || {
+        format!("{events:?}\n{}", run.show())
+    });
+    c.prompt("3", "Add b.", true);
+    let turns = array(&c.json(&["turns"]), "turns");
+    let previews: Vec<&str> = turns.iter().filter_map(|t| t["preview"].as_str()).collect();
+    c.check(
+        "three turns, one per prompt: the compaction is none",
+        turns.len() == 3 && previews.iter().all(|p| p.contains("(tb-")),
+        || format!("{turns:#?}"),
+    );
+    let after = array(&c.json(&["history", "show"]), "entries");
+    let kept = before.iter().all(|e| after.iter().any(|a| a["content"] == e["content"] && a["role"] == e["role"]));
+    let third = after.iter().any(|e| e["content"].as_str().is_some_and(|s| s.contains("Turn three done.")));
+    c.check("the history before compaction is all still there, and turn 3's reply joined it", kept && third, || {
+        format!("{after:#?}")
+    });
+    let cps = array(&c.json(&["checkpoints", "--all"]), "checkpoints");
+    c.check("every edit is a checkpoint", paths(&cps).len() == 3, || format!("{:?}", paths(&cps)));
+    let preview = c.json(&["rewind", "--to", "2"]);
+    let plan = preview["planId"].as_str().unwrap_or_default().to_string();
+    c.json(&["rewind", "--to", "2", "--apply", "--plan", &plan]);
+    c.check(
+        "a rewind across the compaction takes turns 2 and 3 back",
+        c.file("a.txt").as_deref() == Some("one\n") && c.file("b.txt").is_none(),
+        || format!("{:?} {:?}", c.file("a.txt"), c.file("b.txt")),
     );
     c.check_hooks_log_empty();
 }

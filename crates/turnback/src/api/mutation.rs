@@ -416,7 +416,11 @@ pub(crate) fn stage_external(
             (None, true) => EffectKind::Edit,
             (None, false) => EffectKind::Create,
         };
-        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs: Vec::new() });
+        // The directories the agent's write will have to make (known at commit: those that
+        // then exist), so taking its create back removes them again.
+        let planned_dirs =
+            if present { Vec::new() } else { files::missing_parents(&ctx.workspace.root, &rel).unwrap_or_default() };
+        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs });
     }
     // The post-images are not known yet: a delete adds none, anything else is assumed
     // to be about the size of its pre-image.
@@ -460,7 +464,15 @@ pub(crate) fn commit_external(store: &Store, operation_id: &str, failed: bool) -
     let mut posts = Vec::with_capacity(record.targets.len());
     for t in &record.targets {
         let current = read_current(open_existing_parent(&ws, &t.path)?.as_ref())?;
-        posts.push(PostState { current, created_dirs: Vec::new(), identity_known: true });
+        // Of the directories missing at stage time, those the agent made (none when the
+        // path is no longer one a directory walk can follow).
+        let created_dirs = match files::missing_parents(&ws.root, &t.path) {
+            Ok(still) if !t.created_dirs.is_empty() => {
+                t.created_dirs.iter().filter(|d| !still.contains(d)).cloned().collect()
+            }
+            _ => Vec::new(),
+        };
+        posts.push(PostState { current, created_dirs, identity_known: true });
     }
     checkpoint::commit(store, &id, posts, failed)
 }
