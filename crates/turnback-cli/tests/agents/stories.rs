@@ -38,11 +38,20 @@ pub fn all() -> Vec<Story> {
         script: api_error_script,
         body: api_error,
     });
+    for agent in Agent::ALL {
+        out.push(Story { agent, name: "an_interrupt_ends_the_turn", script: interrupt_script, body: interrupt });
+    }
     out.push(Story {
-        agent: Agent::Codex,
-        name: "an_interrupt_ends_the_turn",
-        script: interrupt_script,
-        body: interrupt,
+        agent: Agent::Opencode,
+        name: "a_subagents_edit_is_its_own_and_rolls_back_alone",
+        script: subagent_script,
+        body: subagent,
+    });
+    out.push(Story {
+        agent: Agent::Opencode,
+        name: "installed_at_both_scopes_each_reply_is_recorded_once",
+        script: both_scopes_script,
+        body: both_scopes,
     });
     out.push(Story {
         agent: Agent::Codex,
@@ -410,12 +419,14 @@ fn api_error(c: &Ctx) {
 
 /// The model writes a file, then never answers: the person interrupts.
 fn interrupt_script(t: &Tools) -> Script {
-    Script::new().prompt("stuck", steps(vec![t.create("begun.txt", "begun\n"), vec![Step::Hang]]))
+    Script::new()
+        .prompt("stuck", steps(vec![t.create("begun.txt", "begun\n"), vec![Step::Hang]]))
+        .prompt("next", vec![text("Carried on.")])
 }
 
 fn interrupt(c: &Ctx) {
-    c.text(&["install", "codex"]);
-    let mut cmd = c.driver.command("Start something long. (tb-stuck)", false);
+    c.text(&["install", c.agent.hook_name()]);
+    let mut cmd = c.driver.command(&format!("Start something long. {}", crate::model::marker("stuck")), false);
     cmd.env("TURNBACK_HOOK_TIMINGS", &c.timings);
     let mut child =
         cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("start codex");
@@ -426,23 +437,48 @@ fn interrupt(c: &Ctx) {
     // The model is now thinking forever; the person presses Ctrl-C.
     std::thread::sleep(std::time::Duration::from_millis(500));
     let _ = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status();
-    let waited = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let waited = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < waited {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let _ = child.kill();
     let _ = child.wait();
     let events: Vec<String> = c.hook_times().into_iter().map(|(e, _)| e).collect();
-    c.check(
-        "Codex told the hooks turnback installs for it (Interrupt, SessionEnd), and no Stop came",
-        events.iter().any(|e| e == "Interrupt" || e == "SessionEnd") && !events.iter().any(|e| e == "Stop"),
-        || format!("{events:?}"),
-    );
+    if c.agent == Agent::Codex {
+        c.check(
+            "Codex told the hooks turnback installs for it (Interrupt, SessionEnd), and no Stop came",
+            events.iter().any(|e| e == "Interrupt" || e == "SessionEnd") && !events.iter().any(|e| e == "Stop"),
+            || format!("{events:?}"),
+        );
+    }
     let turns = array(&c.json(&["turns"]), "turns");
+    if matches!(c.agent, Agent::ClaudeCode | Agent::Codex) {
+        c.check(
+            "after Ctrl-C the turn is ended, not left running until the next prompt",
+            turns.len() == 1 && turns[0]["endedAt"].is_string(),
+            || format!("hook events {events:?}\n{turns:#?}"),
+        );
+    } else {
+        // Gemini CLI and opencode run no hook, and no plugin event, when interrupted
+        // headless: the turn runs on until the next prompt, which ends it.
+        c.check(
+            "after Ctrl-C the agent told nothing: the turn still runs, with its write recorded",
+            turns.len() == 1 && turns[0]["endedAt"].is_null(),
+            || format!("hook events {events:?}\n{turns:#?}"),
+        );
+        c.prompt("next", "Carry on.", true);
+        let turns = array(&c.json(&["turns"]), "turns");
+        c.check(
+            "the next prompt ends the interrupted turn, with its end snapshot, and is a turn of its own",
+            turns.len() == 2 && turns[0]["endedAt"].is_string() && turns[0]["endSnapshot"]["id"].is_string(),
+            || format!("{turns:#?}"),
+        );
+    }
+    let cps = array(&c.json(&["checkpoints", "--turn", "1"]), "checkpoints");
     c.check(
-        "after Ctrl-C the turn is ended, not left running until the next prompt",
-        turns.len() == 1 && turns[0]["endedAt"].is_string(),
-        || format!("hook events {events:?}\n{turns:#?}"),
+        "the write before the interrupt is a checkpoint of turn 1",
+        paths(&cps) == vec!["create begun.txt".to_string()],
+        || format!("{cps:#?}"),
     );
     c.check_hooks_log_empty();
 }
@@ -701,6 +737,80 @@ fn compaction(c: &Ctx) {
         "a rewind across the compaction takes turns 2 and 3 back",
         c.file("a.txt").as_deref() == Some("one\n") && c.file("b.txt").is_none(),
         || format!("{:?} {:?}", c.file("a.txt"), c.file("b.txt")),
+    );
+    c.check_hooks_log_empty();
+}
+
+/// The main agent hands a write to a sub-agent (opencode's `task` tool) and then writes a
+/// file of its own.
+fn subagent_script(t: &Tools) -> Script {
+    let task = serde_json::json!({"description": "Write the sub file", "prompt": format!("Write the sub file. {}", crate::model::marker("sub")),
+        "subagent_type": "general"});
+    Script::new()
+        .prompt(
+            "main",
+            steps(vec![
+                vec![crate::model::call("task", task)],
+                t.create("main.txt", "main\n"),
+                vec![text("Both written.")],
+            ]),
+        )
+        .prompt("sub", steps(vec![t.create("sub.txt", "from the sub-agent\n"), vec![text("Sub file written.")]]))
+}
+
+/// The sub-agent's session is opencode's child session: its write is a checkpoint of the
+/// person's turn that names the sub-agent, and `rollback --agent` takes back exactly it.
+fn subagent(c: &Ctx) {
+    c.text(&["install", "opencode"]);
+    c.prompt("main", "Get the sub file written by a helper.", false);
+    c.check(
+        "the sub-agent and the main agent wrote their files",
+        c.file("sub.txt").is_some() && c.file("main.txt").is_some(),
+        || format!("{:?} {:?}", c.file("sub.txt"), c.file("main.txt")),
+    );
+    let turns = array(&c.json(&["turns"]), "turns");
+    c.check("one prompt is one turn (the sub-agent's task is none)", turns.len() == 1, || format!("{turns:#?}"));
+    let all = array(&c.json(&["checkpoints", "--all"]), "checkpoints");
+    let sub = all.iter().find(|cp| paths(std::slice::from_ref(cp)).contains(&"create sub.txt".to_string()));
+    let agent = sub.and_then(|cp| cp["subagent"].as_str()).unwrap_or_default().to_string();
+    c.check("the sub-agent's write is a checkpoint naming it", !agent.is_empty(), || format!("{all:#?}"));
+    let preview = c.json(&["rollback", "--agent", &agent]);
+    let plan = preview["planId"].as_str().unwrap_or_default().to_string();
+    let done = c.json(&["rollback", "--agent", &agent, "--apply", "--plan", &plan]);
+    c.check(
+        "rollback --agent takes back the sub-agent's file and nothing else",
+        c.file("sub.txt").is_none() && c.file("main.txt").as_deref() == Some("main\n"),
+        || format!("{preview:#}\n{done:#}"),
+    );
+    c.check_hooks_log_empty();
+}
+
+fn both_scopes_script(t: &Tools) -> Script {
+    Script::new()
+        .prompt("1", steps(vec![t.create("a.txt", "one\n"), vec![text("Turn one done.")]]))
+        .prompt("2", steps(vec![t.edit("a.txt", "one", "two"), vec![text("Turn two done.")]]))
+}
+
+/// The plugin installed for the project and for the user: opencode loads both, so every
+/// event arrives twice, at once (B12). One turn per prompt, one checkpoint per edit, each
+/// reply once.
+fn both_scopes(c: &Ctx) {
+    c.text(&["install", "opencode"]);
+    c.text(&["install", "opencode", "--scope", "user"]);
+    c.prompt("1", "Start a.", false);
+    c.prompt("2", "Change a.", true);
+    let turns = array(&c.json(&["turns"]), "turns");
+    c.check("two turns, one per prompt", turns.len() == 2, || format!("{turns:#?}"));
+    let history = array(&c.json(&["history", "show"]), "entries");
+    let count = |what: &str| history.iter().filter(|e| e["content"].as_str().is_some_and(|s| s.contains(what))).count();
+    c.check("each reply is in the history once", count("Turn one done.") == 1 && count("Turn two done.") == 1, || {
+        format!("{history:#?}")
+    });
+    let cps = array(&c.json(&["checkpoints", "--all"]), "checkpoints");
+    c.check(
+        "one checkpoint per edit",
+        paths(&cps) == vec!["create a.txt".to_string(), "edit a.txt".to_string()],
+        || format!("{:?}", paths(&cps)),
     );
     c.check_hooks_log_empty();
 }
