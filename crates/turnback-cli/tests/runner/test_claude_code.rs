@@ -148,6 +148,33 @@ fn without_a_readable_transcript_the_stop_carries_the_reply() {
 }
 
 #[test]
+fn a_transcript_path_naming_a_fifo_never_blocks_the_stop_hook() {
+    let env = Env::new();
+    let session = "cc-fifo";
+    let fifo = claude_transcript(&env, session);
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "say hi" })));
+    // Nothing ever writes to the FIFO: opening it to read would wait forever.
+    let stop =
+        claude_event(&env, session, "Stop", json!({ "stop_hook_active": false, "last_assistant_message": "Hi!" }));
+    let started = std::time::Instant::now();
+    let out = env.run(&["hook", "claude-code"], Some(stop.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "the hook returned: {:?}", started.elapsed());
+    let turns = env.json(&["--session", session, "turns"]);
+    assert!(turns["turns"][0]["endedAt"].is_string(), "the turn ended: {turns:#}");
+    let history = env.json(&["--session", session, "history", "show"]);
+    assert_eq!(history["entries"][1]["content"], "Hi!", "the stop's reply stands in: {history:#}");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    // The log names the code and the event, never the path (it may be anything).
+    assert!(log.contains("claude-code invalid-argument: Stop failed"), "the refusal is logged: {log}");
+    // The same file given to `history import` is refused at once.
+    let out = env.run(&["--session", session, "history", "import", "--claude-code", fifo.to_str().unwrap()], None);
+    assert_eq!(out.status.code(), Some(2), "{}", show_output(&out));
+}
+
+#[test]
 fn doctor_says_what_is_missing_and_what_reaches_turnback() {
     let env = Env::new();
     let before = env.run(&["--json", "doctor"], None);

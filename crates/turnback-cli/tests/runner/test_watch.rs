@@ -82,6 +82,46 @@ fn start_status_stop_and_the_start_a_turn_begin_makes() {
 }
 
 #[test]
+fn a_turn_begun_right_after_watch_stop_starts_a_new_watcher() {
+    let env = watched_env();
+    for round in 0..3 {
+        let started = env.json(&["watch", "start"]);
+        let pid = started["pid"].as_u64().expect("a pid");
+        env.ok(&["watch", "stop"], None);
+        // At once: the stopping watcher may not have exited yet.
+        env.ok(&["turn", "begin", "--prompt", &format!("round {round}")], None);
+        wait_for("turn begin to start a new watcher", || {
+            let status = env.json(&["watch", "status"]);
+            status["running"] == true && status["pid"].as_u64() != Some(pid)
+        });
+        env.ok(&["turn", "end"], None);
+    }
+    env.ok(&["watch", "stop"], None);
+}
+
+#[test]
+fn a_stopped_watcher_makes_a_snapshot_walk_after_a_short_wait() {
+    let env = watched_env();
+    env.write("a.txt", "one\n");
+    let pid = env.json(&["watch", "start"])["pid"].as_u64().expect("a pid");
+    env.json(&["snapshot"]);
+    // Stopped as a debugger, a suspended machine or an overloaded one leaves it.
+    let signal = |sig: &str| std::process::Command::new("kill").args([sig, &pid.to_string()]).status().unwrap();
+    assert!(signal("-STOP").success());
+    env.write("a.txt", "two\n");
+    let started = Instant::now();
+    let out = env.run(&["--json", "snapshot"], None);
+    let took = started.elapsed();
+    assert!(signal("-CONT").success());
+    assert!(out.status.success(), "{}", crate::common::show_output(&out));
+    assert!(took < Duration::from_secs(5), "the snapshot did not wait out the stuck watcher: {took:?}");
+    let snapshot: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let full = env.json(&["snapshot", "--full"]);
+    assert_eq!(snapshot["root"], full["root"], "it walked and saw the change: {snapshot}");
+    env.ok(&["watch", "stop"], None);
+}
+
+#[test]
 fn watched_snapshots_agree_with_full_walks_and_leave_no_trace() {
     let env = watched_env();
     let canary = unique("canaryw");

@@ -175,9 +175,12 @@ impl Turnback {
     /// It is streamed, every JSON string over 4 MiB cut to its start as it is read (nothing
     /// turnback keeps of a field is longer; a prompt is compared as the history keeps it),
     /// so memory follows what is kept, not the file; a transcript still over 256 MiB once
-    /// cut is refused (`invalid-argument`).
+    /// cut is refused (`invalid-argument`). Only a regular file is read: the path comes
+    /// from the agent's event, and a FIFO or a device named there would block the hook —
+    /// and the agent waiting on it — so it is opened without blocking and refused
+    /// (`invalid-argument`).
     pub fn import_transcript_file(&self, format: Format, path: &Path, scope: Scope) -> Result<Imported> {
-        let file = std::fs::File::open(path).context(path)?;
+        let file = crate::fs::files::open_regular(path)?;
         let read = if path.extension().is_some_and(|e| e == "zst") {
             let decoder = zstd::Decoder::new(file).context(path)?;
             bounded::read_json_up_to(decoder, TRANSCRIPT_CAP)

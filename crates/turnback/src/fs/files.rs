@@ -636,6 +636,25 @@ impl FileSystem {
     }
 }
 
+/// Opens `path` (anywhere: a file an agent names) for reading if it is a regular file. The
+/// open never blocks: a FIFO with no writer, a device or a socket is refused
+/// (`invalid-argument`) instead of waited on.
+///
+/// # Errors
+/// `not-found`, `io`; `invalid-argument` for anything but a regular file.
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = (OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).context(path)?;
+    let meta = file.metadata().context(path)?;
+    if !meta.is_file() {
+        return Err(Error::invalid(format!("{}: not a regular file; not read", path.display())));
+    }
+    // Reads of a regular file do not block anyway; the flag goes for clarity.
+    rustix::fs::fcntl_setfl(&file, rustix::fs::OFlags::empty()).context(path)?;
+    Ok(file)
+}
+
 /// The parent directories of `rel` that do not exist yet, outermost first (found without
 /// following symlinks), so a mutation can record them before it creates them.
 pub fn missing_parents(root: &Path, rel: &RelPath) -> Result<Vec<RelPath>> {

@@ -80,13 +80,27 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, State> {
     shared.0.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long a new watcher waits for the workspace's lock: a watcher told to stop lets go
+/// of it within a poll or two, and one started just then must not lose to its exit.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+
 /// Runs the watcher until it is idle, told to stop, or its workspace or socket is gone.
-/// Returns at once (`Ok`) if another watcher holds the workspace's lock.
+/// Returns (`Ok`) if another watcher still holds the workspace's lock after
+/// [`LOCK_WAIT`].
 ///
 /// # Errors
 /// `io` if the workspace cannot be watched or the socket bound.
 pub(crate) fn run(cfg: &Config) -> Result<()> {
-    let Some(_only_one) = NamedLock::try_exclusive(&cfg.lock.0, &cfg.lock.1)? else { return Ok(()) };
+    let deadline = Instant::now() + LOCK_WAIT;
+    let _only_one = loop {
+        if let Some(lock) = NamedLock::try_exclusive(&cfg.lock.0, &cfg.lock.1)? {
+            break lock;
+        }
+        if Instant::now() >= deadline {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let root = cfg.root.clone();
     let root_id = root.metadata().map(|m| (m.dev(), m.ino())).context(&root)?;
     let shared: Shared = Arc::new((
@@ -199,6 +213,11 @@ fn serve(
             }
             _ => continue,
         };
+        if kind == STOP {
+            // Gone before the answer: once `watch stop` returns, nothing takes this watcher
+            // for a running one, and a watcher started then waits for the lock it holds.
+            let _ = std::fs::remove_file(&cfg.socket);
+        }
         let _ = std::io::Write::write_all(&mut stream, &reply);
         drop(stream);
         if kind == STOP {

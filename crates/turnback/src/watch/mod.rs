@@ -234,6 +234,11 @@ const CHANGED: u8 = 0;
 const WALK: u8 = 1;
 const NONE: u8 = 2;
 
+/// How long a snapshot waits for the watcher's answer before it walks instead. A healthy
+/// watcher answers in milliseconds; one stopped (SIGSTOP, a suspended machine) or swamped
+/// must not hold up the agent waiting on the hook: the walk is always right.
+const SYNC_WAIT: Duration = Duration::from_millis(800);
+
 fn connect(socket: &Path, timeout: Duration) -> Option<UnixStream> {
     let stream = UnixStream::connect(socket).ok()?;
     stream.set_read_timeout(Some(timeout)).ok()?;
@@ -244,7 +249,7 @@ fn connect(socket: &Path, timeout: Duration) -> Option<UnixStream> {
 /// Syncs with the watcher at `socket`: what changed since `previous` (`None`: a first
 /// snapshot, or one after a full walk without a mark).
 pub(crate) fn sync(socket: &Path, previous: Option<&WatchMark>) -> Synced {
-    let Some(mut stream) = connect(socket, Duration::from_secs(30)) else {
+    let Some(mut stream) = connect(socket, SYNC_WAIT) else {
         return Synced::None { why: "no watcher runs for this workspace".into() };
     };
     let mut request = vec![SYNC];
