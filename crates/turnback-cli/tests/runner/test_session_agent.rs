@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::common::{Env, hook};
+use crate::common::{Env, hook, mcp_client_available};
 
 #[test]
 fn a_session_created_by_a_hook_event_keeps_the_agent_that_sent_it() {
@@ -40,6 +40,9 @@ fn turnback_run_names_its_session_run_and_a_persons_session_names_none() {
 
 #[test]
 fn a_session_the_mcp_server_creates_names_its_agent_mcp() {
+    if !mcp_client_available() {
+        return;
+    }
     let env = Env::new();
     let got = env.mcp_calls(&[("create_file", json!({ "path": "made.txt", "content": "by a tool\n" }))]);
     assert!(got[1].get("isError").is_none(), "{}", got[1]);
