@@ -64,7 +64,7 @@ pub use api::{
     InitReport, InitSettings, Inspection, InspectionProblem, KeyImport, KeyStatus, KeyVersion, Mutation,
     MutationReport, ObjectUsage, Options, Problem, Progress, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList,
     RemoteSessionList, SessionChoice, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary,
-    Turnback, VerifyCounts, VerifyReport, read_json_input,
+    Turnback, VerifyCounts, VerifyReport, read_at_most, read_json_input,
 };
 pub use base::quote::{escape_controls, quote_name};
 pub use base::time::{format_ms, now_ms};

@@ -1,5 +1,6 @@
 //! `turnback turn begin|end|shell` and `turnback turns`.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -10,14 +11,24 @@ use crate::app::Ctx;
 use crate::cli::TurnCommand;
 use crate::output::{Outcome, Progress, err};
 
+/// Most bytes of a prompt file (4 MiB; the history keeps the first 256 KiB of a prompt).
+const PROMPT_FILE_CAP: u64 = 4 << 20;
+
+/// A prompt file's text, read within [`PROMPT_FILE_CAP`] whatever it names (`/dev/zero`
+/// included).
+fn read_prompt_file(f: &Path) -> Result<String> {
+    let io = |e: std::io::Error| Error::new(ErrorCode::Io, format!("{}: {e}", f.display()));
+    let bytes = turnback::read_at_most(std::fs::File::open(f).map_err(io)?, PROMPT_FILE_CAP)?.ok_or_else(|| {
+        Error::invalid(format!("{}: a prompt file holds at most {} MiB", f.display(), PROMPT_FILE_CAP >> 20))
+    })?;
+    String::from_utf8(bytes).map_err(|_| Error::invalid(format!("{}: a prompt file must be UTF-8 text", f.display())))
+}
+
 pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
     match command {
         TurnCommand::Begin { prompt, prompt_file, background, new, wait_ms } => {
             let prompt = match prompt_file {
-                Some(f) => Some(
-                    std::fs::read_to_string(&f)
-                        .map_err(|e| Error::new(ErrorCode::Io, format!("{}: {e}", f.display())))?,
-                ),
+                Some(f) => Some(read_prompt_file(&f)?),
                 None => prompt,
             };
             let cancel = cancel_on_signals()?;

@@ -637,3 +637,38 @@ fn a_file_whose_bytes_equal_a_snapshotted_symlink_target_stays_restorable() {
     env.ok(&["rollback", &id, "--apply"], None);
     assert_eq!(env.read("a.txt").unwrap(), b"hello");
 }
+
+#[test]
+fn fs_write_refuses_content_over_the_checkpoint_cap_as_soon_as_it_passes_it() {
+    use std::io::Write;
+    let env = Env::new();
+    let mut child = env
+        .command(&["--checkpoint-cap", "1048576", "fs", "write", "huge.bin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    // 300 MB offered; the process must stop reading one byte past the 1 MiB cap.
+    let writer = std::thread::spawn(move || {
+        let block = vec![b'x'; 1 << 20];
+        (0..300).take_while(|_| pipe.write_all(&block).is_ok()).count()
+    });
+    let mut peak_kib = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
+        let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().strip_suffix("kB"));
+        peak_kib = peak_kib.max(hwm.and_then(|v| v.trim().parse().ok()).unwrap_or(0));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    let sent = writer.join().unwrap();
+    assert_eq!(out.status.code(), Some(20), "{}", crate::common::show_output(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("over-cap") && stderr.contains("--confirm-unprotected"), "{stderr}");
+    assert!(sent < 300, "the refusal came before the input ended ({sent} MiB sent)");
+    assert!(peak_kib < 64 * 1024, "refused within 64 MiB, peaked at {peak_kib} KiB");
+    assert!(!env.ws.join("huge.bin").exists(), "nothing was written");
+    assert!(env.all_checkpoints().is_empty(), "nothing was recorded");
+}

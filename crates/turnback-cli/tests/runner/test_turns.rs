@@ -141,3 +141,23 @@ fn a_late_start_snapshot_whose_process_dies_is_reported_not_left_pending() {
     let reason = listed[0]["snapshot"]["skipped"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("died"), "{}", listed[0]);
 }
+
+#[test]
+fn a_prompt_file_is_read_within_its_limit_whatever_it_names() {
+    let env = Env::new();
+    let started = Instant::now();
+    let endless = env.fail(&["turn", "begin", "--prompt-file", "/dev/zero"], None);
+    assert_eq!((endless.exit, endless.code.as_str()), (2, "invalid-argument"), "{endless:?}");
+    assert!(endless.message.contains("4 MiB"), "names the limit: {}", endless.message);
+    assert!(started.elapsed() < Duration::from_secs(10), "an endless file ends at the limit");
+    let big = env.root.join("big-prompt.txt");
+    std::fs::write(&big, "y".repeat((4 << 20) + 1)).unwrap();
+    let over = env.fail(&["turn", "begin", "--prompt-file", big.to_str().unwrap()], None);
+    assert_eq!(over.code, "invalid-argument", "{over:?}");
+    let ok = env.root.join("prompt.txt");
+    std::fs::write(&ok, "fix the lexer\n").unwrap();
+    env.ok(&["turn", "begin", "--prompt-file", ok.to_str().unwrap()], None);
+    let turns = env.json(&["turns"]);
+    assert_eq!(turns["turns"].as_array().map(Vec::len), Some(1), "no turn was begun by a refused file: {turns:#}");
+    assert_eq!(str_at(&turns, "/turns/0/preview"), "fix the lexer", "{turns:#}");
+}

@@ -70,6 +70,17 @@ pub fn read_json_input(input: impl std::io::Read) -> Result<BoundedInput> {
 
 pub use crate::base::bounded::Bounded as BoundedInput;
 
+/// Reads at most `cap` bytes of an input a caller does not control the size of (a prompt
+/// file, a file's new content on stdin): `None` as soon as the input passes the cap, having
+/// kept no more than `cap + 1` bytes — never the whole of a larger input, nor an endless one.
+///
+/// # Errors
+/// `io` for reading errors.
+pub fn read_at_most(input: impl std::io::Read, cap: u64) -> Result<Option<Vec<u8>>> {
+    crate::base::bounded::read_at_most(input, cap)
+        .map_err(|e| Error::new(ErrorCode::Io, format!("reading the input: {e}")))
+}
+
 /// Who is asking. It decides one thing, the plan-id rule of applies: an apply always
 /// plans again under the workspace lock and applies that plan, and refuses (changing
 /// nothing) if the caller names a plan id that is no longer the plan's. A person may

@@ -49,6 +49,17 @@ pub fn earlier_cut(text: &str) -> (&str, usize) {
     }
 }
 
+/// Reads `input` whole if it holds at most `cap` bytes; `None` once it passes the cap,
+/// having read no more than `cap + 1` bytes.
+///
+/// # Errors
+/// I/O errors of `input`.
+pub fn read_at_most(input: impl Read, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let mut kept = Vec::new();
+    input.take(cap.saturating_add(1)).read_to_end(&mut kept)?;
+    Ok((kept.len() as u64 <= cap).then_some(kept))
+}
+
 /// Reads the JSON document on `input` within [`STRING_CAP`] and [`DOCUMENT_CAP`].
 ///
 /// # Errors
@@ -221,6 +232,13 @@ mod tests {
 
     fn read(input: &str, cap: usize) -> Bounded {
         read_json_with(input.as_bytes(), cap, 1 << 20).unwrap()
+    }
+
+    #[test]
+    fn read_at_most_stops_one_byte_past_the_cap_even_of_an_endless_input() {
+        assert_eq!(read_at_most(&b"12345"[..], 5).unwrap(), Some(b"12345".to_vec()));
+        assert_eq!(read_at_most(&b"123456"[..], 5).unwrap(), None);
+        assert_eq!(read_at_most(std::io::repeat(0), 1 << 20).unwrap(), None, "an endless input ends at the cap");
     }
 
     #[test]
