@@ -15,6 +15,8 @@
 //! crash. Each call opens the store afresh, so other turnback processes (hooks, `run`)
 //! share it.
 
+mod transport;
+
 use std::path::PathBuf;
 
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -480,7 +482,7 @@ pub fn serve(options: Options) -> Result<()> {
     let server = Server::new(options);
     runtime.block_on(async move {
         let running =
-            server.serve(rmcp::transport::stdio()).await.map_err(|e| Error::new(ErrorCode::Io, format!("mcp: {e}")))?;
+            server.serve(transport::Stdio::new()).await.map_err(|e| Error::new(ErrorCode::Io, format!("mcp: {e}")))?;
         running.waiting().await.map_err(|e| Error::new(ErrorCode::Io, format!("mcp: {e}")))?;
         Ok::<(), Error>(())
     })

@@ -138,3 +138,34 @@ fn fuzz_mcp_requests() {
     drop(server);
     assert_eq!(outside(&env, &env.root), before, "nothing outside the workspace and the store changed");
 }
+
+/// The peak resident memory of process `pid` so far, in bytes (`VmHWM`).
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().strip_suffix("kB"));
+    kib.and_then(|k| k.trim().parse::<u64>().ok()).map_or(0, |k| k * 1024)
+}
+
+#[test]
+fn an_oversized_request_gets_an_error_naming_the_limit_and_the_server_goes_on() {
+    let env = Env::new();
+    let mut server = Server::start(&env);
+    for (n, megabytes) in [(1, 20usize), (2, 200)] {
+        // The id after the parameters, as the TypeScript SDK writes it; an "id" inside them.
+        let content = "x".repeat(megabytes * 1_000_000);
+        let request = json!({ "jsonrpc": "2.0", "method": "tools/call",
+            "params": { "name": "write_file", "arguments": { "path": "big.txt", "content": content, "id": 99 } },
+            "id": n });
+        server.send(request.to_string().as_bytes());
+        let answers = server.answer_to(&json!(n));
+        let answer = answers.last().unwrap();
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert_eq!(answer["error"]["data"]["code"], "request-too-large", "{answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains("16 MiB"), "{answer}");
+        server.send(json!({ "jsonrpc": "2.0", "id": format!("ping-{n}"), "method": "ping" }).to_string().as_bytes());
+        server.answer_to(&json!(format!("ping-{n}")));
+    }
+    assert!(!env.ws.join("big.txt").exists(), "nothing was written");
+    let peak = peak_rss(server.child.id());
+    assert!(peak > 0 && peak < 128 << 20, "a 200 MB request is read in bounded memory: peak {} MiB", peak >> 20);
+}
