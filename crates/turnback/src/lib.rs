@@ -66,7 +66,7 @@ pub use api::{
     RemoteSessionList, SessionChoice, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary,
     Turnback, VerifyCounts, VerifyReport, read_at_most, read_json_input,
 };
-pub use base::quote::{escape_controls, quote_name};
+pub use base::quote::{escape_controls, escape_lines, quote_name};
 pub use base::time::{format_ms, now_ms};
 pub use checkpoint::artifact::ImageRole;
 pub use checkpoint::journal::{JournalEntry, JournalEvent};

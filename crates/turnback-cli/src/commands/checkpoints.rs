@@ -1,6 +1,6 @@
 //! `turnback checkpoints` and `turnback inspect`.
 
-use turnback::{ImageRecord, Inspection, Result, format_size, quote_name};
+use turnback::{ImageRecord, Inspection, Result, escape_controls, format_size, quote_name};
 
 use crate::app::Ctx;
 use crate::commands::fs::effect_word;
@@ -16,7 +16,8 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
         let r = &c.record;
         let targets: Vec<String> =
             r.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes()))).collect();
-        let by = r.subagent.as_deref().map(|s| format!("  (sub-agent {s})")).unwrap_or_default();
+        // The sub-agent's id is the agent's own: escaped like any text it sends.
+        let by = r.subagent.as_deref().map(|s| format!("  (sub-agent {})", escape_controls(s))).unwrap_or_default();
         text.push_str(&format!(
             "{}  round {:<3} {:<11} {:<10} {}{}{by}\n",
             r.checkpoint_id,
@@ -29,7 +30,7 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
     }
     for c in &list.corrupt {
         let round = c.prompt_round.map_or_else(|| "?".to_string(), |r| r.to_string());
-        let message = turnback::escape_controls(&c.message);
+        let message = escape_controls(&c.message);
         text.push_str(&format!("{}  round {round:<3} CORRUPT ({}): {message}\n", c.checkpoint_id, c.code));
     }
     Ok(Outcome::of(&list, text))
@@ -88,7 +89,7 @@ fn inspect_text(i: &Inspection) -> String {
     t.push_str(&format!("  coverage    {}\n", r.coverage_state.as_str()));
     t.push_str(&format!("  integrity   {}\n", r.integrity_state.as_str()));
     if let Some(p) = &i.problem {
-        t.push_str(&format!("  usable      no: {}: {}\n", p.code, p.message));
+        t.push_str(&format!("  usable      no: {}: {}\n", p.code, escape_controls(&p.message)));
     }
     t.push_str(&format!(
         "  encryption  AES-256-GCM after zstd, random nonce per object; data key v{} for new writes\n",

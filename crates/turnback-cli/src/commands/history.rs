@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use turnback::{
     Error, ErrorCode, HistoryEntry as Entry, HistorySelection as Selection, ImportScope, NewHistoryEntry as NewEntry,
-    Result, Role, TranscriptFormat,
+    Result, Role, TranscriptFormat, escape_controls, escape_lines,
 };
 
 use crate::app::Ctx;
@@ -149,26 +149,29 @@ struct Exported {
     output: std::path::PathBuf,
 }
 
+/// One entry for people: everything in it came from an agent or a person (its time too, when
+/// the caller gave one), so it is escaped — the content keeping its lines, the rest on one.
 fn render(e: &Entry) -> String {
     let who = match e.role {
         Role::User => "user",
         Role::Assistant => "assistant",
     };
-    let mut out = format!("── {who}  {}  turn {}\n", e.at, e.turn_id);
+    let mut out = format!("── {who}  {}  turn {}\n", escape_controls(&e.at), escape_controls(&e.turn_id));
     if let Some(t) = &e.thinking {
         out.push_str(&format!("  (thinking: {} bytes)\n", t.len()));
     }
     if !e.content.is_empty() {
-        out.push_str(&e.content);
-        if !e.content.ends_with('\n') {
+        let content = escape_lines(&e.content);
+        out.push_str(&content);
+        if !content.ends_with('\n') {
             out.push('\n');
         }
     }
     for c in e.tool_calls.iter().flatten() {
-        out.push_str(&format!("  [tool {}]\n", c.name));
+        out.push_str(&format!("  [tool {}]\n", escape_controls(&c.name)));
     }
     for n in &e.notes {
-        out.push_str(&format!("  note: {n}\n"));
+        out.push_str(&format!("  note: {}\n", escape_controls(n)));
     }
     out
 }

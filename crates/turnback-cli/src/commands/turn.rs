@@ -66,7 +66,7 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
             let recorded = ctx.open(true)?.record_shell(Shell { command: &command, ..Shell::default() })?;
             let t = &recorded.turn;
             let shown = t.shell_effects.last().map(|e| e.command.clone()).unwrap_or_default();
-            let text = format!("recorded in turn {}: $ {shown}", t.index);
+            let text = format!("recorded in turn {}: $ {}", t.index, escape_controls(&shown));
             Ok(Outcome::of(&recorded, text))
         }
     }

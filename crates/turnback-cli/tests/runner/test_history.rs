@@ -400,3 +400,30 @@ fn a_transcript_that_grew_mid_turn_continues_that_turn() {
     assert_eq!(third["alreadyImportedTurns"], 1, "{third:#}");
     assert_eq!(entries(&shown(&env, &[])), got, "importing again changes nothing");
 }
+
+#[test]
+fn history_show_escapes_terminal_controls_in_what_agents_and_people_wrote() {
+    let env = Env::new();
+    begin(&env);
+    let title = "\x1b]0;pwned\x07";
+    let clear = "\x1b[2J";
+    append(&env, &json!({ "role": "user", "content": format!("fix it{title}\nthen{clear} test") }));
+    let reply = json!({
+        "role": "assistant",
+        "content": format!("done{clear}\n\tall green{title}"),
+        "toolCalls": [{ "name": format!("Bash{clear}"), "input": { "command": "ls" } }],
+        "at": format!("2026-11-30T10:00:00Z{title}"),
+    });
+    append(&env, &reply);
+    let out = String::from_utf8(env.ok(&["history", "show"], None).stdout).unwrap();
+    assert!(!out.contains(['\x1b', '\x07']), "no escape or bell reaches the terminal: {out:?}");
+    for line in ["fix it\\033]0;pwned\\a", "then\\033[2J test", "done\\033[2J", "\tall green\\033]0;pwned\\a"] {
+        assert!(out.lines().any(|l| l == line), "{line:?} on a line of its own: {out}");
+    }
+    assert!(out.contains("[tool Bash\\033[2J]"), "{out}");
+    assert!(out.contains("2026-11-30T10:00:00Z\\033]0;pwned\\a"), "{out}");
+    // JSON keeps the text exact.
+    let got = entries(&shown(&env, &[]));
+    assert_eq!(got[1]["content"], reply["content"]);
+    assert_eq!(got[1]["toolCalls"][0]["name"], reply["toolCalls"][0]["name"]);
+}

@@ -393,3 +393,29 @@ fn auto_push_sends_the_session_at_each_turn_end_in_the_background() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Refused at `remote add`, before any server is asked: no S3 server needed.
+#[test]
+fn credentials_in_the_endpoint_or_bucket_url_are_refused_and_never_listed() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let password = "hunter2-S3cret";
+    for args in [
+        vec!["remote", "add", "team", "s3://bucket/agents", "--endpoint", "http://minio:hunter2-S3cret@127.0.0.1:9000"],
+        vec!["remote", "add", "team", "s3://bucket/agents", "--endpoint", "https://hunter2-S3cret@r2.example.com"],
+        vec!["remote", "add", "team", "s3://AKIAEXAMPLE:hunter2-S3cret@bucket/agents"],
+    ] {
+        let refused = env.fail(&args, None);
+        assert_eq!(refused.code, "invalid-argument", "{args:?}: {}", refused.message);
+        assert!(refused.message.contains("may not hold credentials"), "{}", refused.message);
+        assert!(refused.message.contains("AWS_SECRET_ACCESS_KEY"), "says where credentials go: {}", refused.message);
+        assert!(!refused.message.contains(password), "the refusal repeats no secret: {}", refused.message);
+        let out = env.run(&args, None);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(password), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let listed = env.ok(&["remote", "list"], None);
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(!listed.contains(password), "{listed}");
+    assert_eq!(listed, "no remotes\n");
+    assert_eq!(env.json(&["remote", "list"])["remotes"], serde_json::json!([]));
+}

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, files_under, mode_of, show_output, unique};
+use crate::common::{Env, claude_event, files_under, hook, mode_of, show_output, unique};
 
 // ---------------------------------------------------------------------------------------
 // Item 3: errors typed by what went wrong.
@@ -315,6 +315,47 @@ fn diff_rewind_and_rollback_quote_control_characters_in_names() {
     let out = env.ok(&["turns"], None);
     assert_no_control("turns", &out.stdout);
     assert!(String::from_utf8_lossy(&out.stdout).contains(r"evil\033[2J\rprompt"));
+}
+
+/// A shell command and a sub-agent's id come from the agent as they are: `turn shell` and
+/// `checkpoints` escape them like a prompt; `--json` keeps them exact.
+#[test]
+fn turn_shell_and_checkpoints_escape_what_the_agent_sent() {
+    let env = Env::new();
+    env.ok(&["init"], None);
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    let command = "printf '\x1b]0;pwned\x07'; ls\x1b[2J";
+    let out = env.ok(&["turn", "shell", command], None);
+    assert_no_control("turn shell", &out.stdout);
+    assert!(!out.stdout.contains(&0x07), "a bell reached the terminal: {}", show_output(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(r"printf '\033]0;pwned\a'; ls\033[2J"),
+        "{}",
+        show_output(&out)
+    );
+    assert_eq!(env.json(&["turns"])["turns"][0]["shellEffects"][0]["command"], command);
+
+    let session = "cc-hostile";
+    env.write("a.txt", "zero\n");
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "delegate" })));
+    let agent_id = "sub\x1b]0;pwned\x07\x1b[2J";
+    let write = json!({
+        "tool_name": "Write",
+        "tool_input": { "file_path": env.ws.join("a.txt"), "content": "one\n" },
+        "tool_use_id": "toolu_sub",
+        "agent_id": agent_id,
+        "agent_type": "general-purpose",
+    });
+    hook(&env, "claude-code", &claude_event(&env, session, "PreToolUse", write.clone()));
+    env.write("a.txt", "one\n");
+    hook(&env, "claude-code", &claude_event(&env, session, "PostToolUse", write));
+    let out = env.ok(&["--session", session, "checkpoints", "--all"], None);
+    assert_no_control("checkpoints", &out.stdout);
+    assert!(!out.stdout.contains(&0x07), "a bell reached the terminal: {}", show_output(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains(r"(sub-agent sub\033]0;pwned\a\033[2J)"), "{shown}");
+    let list = env.json(&["--session", session, "checkpoints", "--all"]);
+    assert_eq!(list["checkpoints"][0]["subagent"], agent_id, "{list:#}");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 //! UTF-8. Shown raw, such a name takes over the terminal of the person reading it.
 //!
 //! Invariants: what [`quote_name`] and [`escape_controls`] return holds no control
-//! character, no bidirectional formatting character and no invalid UTF-8; a name that
+//! character, no bidirectional formatting character and no invalid UTF-8 ([`escape_lines`]
+//! keeps newlines, tabs and the `\r` of a `\r\n`, and nothing else); a name that
 //! needs none of that (printable UTF-8, no `"` or `\`) is returned as it is. Quoting
 //! follows git's `core.quotePath` form — the whole name in double quotes, C escapes (`\t`,
 //! `\n`, `\r`, `\"`, `\\`), other bytes as three octal digits — except that printable
@@ -23,7 +24,7 @@ pub fn quote_name(name: &[u8]) -> Cow<'_, str> {
         _ => {
             let mut out = String::with_capacity(name.len() + 2);
             out.push('"');
-            escape_into(&mut out, name, true);
+            escape_into(&mut out, name, Form::Quoted);
             out.push('"');
             Cow::Owned(out)
         }
@@ -37,8 +38,36 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
-    escape_into(&mut out, text.as_bytes(), false);
+    escape_into(&mut out, text.as_bytes(), Form::Text);
     Cow::Owned(out)
+}
+
+/// Multi-line free text (a prompt, a reply) as people should see it: like
+/// [`escape_controls`], but its lines stay lines and its tabs tabs (a `\r` is kept only as
+/// part of a `\r\n`; alone it could overwrite the line it ends).
+pub fn escape_lines(text: &str) -> Cow<'_, str> {
+    let kept = |(i, c): (usize, char)| match c {
+        '\n' | '\t' => true,
+        '\r' => text[i + 1..].starts_with('\n'),
+        c => !unsafe_char(c),
+    };
+    if text.char_indices().all(kept) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    escape_into(&mut out, text.as_bytes(), Form::Lines);
+    Cow::Owned(out)
+}
+
+/// How much [`escape_into`] escapes.
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    /// A name in double quotes: its quotes and backslashes too.
+    Quoted,
+    /// One line of text: every control character.
+    Text,
+    /// Lines of text: every control character but newlines, tabs and `\r\n`.
+    Lines,
 }
 
 /// Whether showing `c` raw could move the cursor, change the terminal or reorder the line.
@@ -49,10 +78,14 @@ fn unsafe_char(c: char) -> bool {
         || ('\u{2066}'..='\u{2069}').contains(&c)
 }
 
-fn escape_into(out: &mut String, bytes: &[u8], quoted: bool) {
+fn escape_into(out: &mut String, bytes: &[u8], form: Form) {
+    let lines = form == Form::Lines;
     for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
+        let mut chars = chunk.valid().chars().peekable();
+        while let Some(c) = chars.next() {
             match c {
+                '\t' | '\n' if lines => out.push(c),
+                '\r' if lines && chars.peek() == Some(&'\n') => out.push(c),
                 '\u{7}' => out.push_str("\\a"),
                 '\u{8}' => out.push_str("\\b"),
                 '\t' => out.push_str("\\t"),
@@ -60,8 +93,8 @@ fn escape_into(out: &mut String, bytes: &[u8], quoted: bool) {
                 '\u{b}' => out.push_str("\\v"),
                 '\u{c}' => out.push_str("\\f"),
                 '\r' => out.push_str("\\r"),
-                '"' if quoted => out.push_str("\\\""),
-                '\\' if quoted => out.push_str("\\\\"),
+                '"' if form == Form::Quoted => out.push_str("\\\""),
+                '\\' if form == Form::Quoted => out.push_str("\\\\"),
                 c if unsafe_char(c) => {
                     let mut buf = [0u8; 4];
                     for b in c.encode_utf8(&mut buf).bytes() {
@@ -104,11 +137,23 @@ mod tests {
     }
 
     #[test]
+    fn multi_line_text_keeps_its_lines_and_loses_its_controls() {
+        assert!(matches!(escape_lines("one\n\ttwo\r\nthree"), Cow::Borrowed(_)));
+        let shown = escape_lines("title\x1b]0;pwned\x07\nclear\x1b[2J\rover");
+        assert_eq!(shown, "title\\033]0;pwned\\a\nclear\\033[2J\\rover");
+        assert_eq!(escape_lines("ends in\r"), r"ends in\r");
+    }
+
+    #[test]
     fn nothing_unsafe_survives_quoting() {
         for b in 0u8..=255 {
             let name = [b'a', b, b'z'];
             let shown = quote_name(&name);
             assert!(!shown.chars().any(unsafe_char), "{b:#x}: {shown:?}");
+            if let Ok(text) = std::str::from_utf8(&name) {
+                let shown = escape_lines(text);
+                assert!(!shown.chars().any(|c| unsafe_char(c) && c != '\n' && c != '\t'), "{b:#x}: {shown:?}");
+            }
         }
     }
 }

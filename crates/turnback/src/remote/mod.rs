@@ -92,11 +92,33 @@ fn validate_name(name: &str) -> Result<()> {
     }
 }
 
+/// Where a remote's credentials come from: said when a URL that holds some is refused.
+const CREDENTIALS_COME_FROM: &str = "credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or \
+     AWS_PROFILE and ~/.aws/credentials) and are never stored";
+
+/// Refuses a URL with credentials in it (`scheme://user:password@host`): a remote's
+/// configuration is shown by `remote list` and holds no secret. The message does not
+/// repeat the URL.
+///
+/// # Errors
+/// `invalid-argument` if the URL's authority holds a `user@` or `user:password@` part.
+fn refuse_credentials(what: &str, url: &str) -> Result<()> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(Error::invalid(format!(
+            "the {what} may not hold credentials (user:password@): {CREDENTIALS_COME_FROM}"
+        )));
+    }
+    Ok(())
+}
+
 /// Parses `s3://BUCKET[/PREFIX]` into its bucket and prefix.
 ///
 /// # Errors
-/// `invalid-argument` for anything else.
+/// `invalid-argument` for anything else, or for credentials in it.
 pub(crate) fn parse_url(url: &str) -> Result<(String, String)> {
+    refuse_credentials("remote URL", url)?;
     let rest = url
         .strip_prefix("s3://")
         .ok_or_else(|| Error::invalid(format!("remote URL {url:?} must look like s3://BUCKET/PREFIX")))?;
@@ -122,7 +144,8 @@ fn key_of(store: &Store, name: &str) -> Vec<u8> {
 /// Adds remote `name` for `url`.
 ///
 /// # Errors
-/// `invalid-argument` for a bad name or URL; `already-exists` if the name is taken.
+/// `invalid-argument` for a bad name, URL or endpoint (credentials in either included);
+/// `already-exists` if the name is taken.
 pub(crate) fn add(
     store: &Store,
     name: &str,
@@ -132,10 +155,11 @@ pub(crate) fn add(
 ) -> Result<RemoteConfig> {
     validate_name(name)?;
     let (bucket, prefix) = parse_url(url)?;
-    if let Some(e) = endpoint
-        && !(e.starts_with("http://") || e.starts_with("https://"))
-    {
-        return Err(Error::invalid(format!("endpoint {e:?} must start with http:// or https://")));
+    if let Some(e) = endpoint {
+        refuse_credentials("endpoint", e)?;
+        if !(e.starts_with("http://") || e.starts_with("https://")) {
+            return Err(Error::invalid(format!("endpoint {e:?} must start with http:// or https://")));
+        }
     }
     let config = RemoteConfig {
         name: name.to_string(),
@@ -214,5 +238,22 @@ mod tests {
             assert_eq!(parse_url(bad).unwrap_err().code, ErrorCode::InvalidArgument, "{bad}");
         }
         assert!(validate_name("origin").is_ok() && validate_name("-x").is_err() && validate_name("a/b").is_err());
+    }
+
+    #[test]
+    fn credentials_in_a_remote_url_or_endpoint_are_refused_without_being_repeated() {
+        for (what, url) in [
+            ("remote URL", "s3://AKIAEXAMPLE:hunter2@bucket/prefix"),
+            ("endpoint", "http://user:hunter2@minio.local:9000"),
+            ("endpoint", "https://token@r2.example.com/path"),
+            ("endpoint", "user:hunter2@minio.local"),
+        ] {
+            let e = refuse_credentials(what, url).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{url}");
+            assert!(!e.message.contains("hunter2") && e.message.contains("AWS_SECRET_ACCESS_KEY"), "{}", e.message);
+        }
+        for fine in ["http://minio.local:9000", "https://s3.example.com/a@b", "s3://bucket/user@x"] {
+            assert!(refuse_credentials("endpoint", fine).is_ok(), "{fine}");
+        }
     }
 }
