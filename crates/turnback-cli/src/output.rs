@@ -125,7 +125,7 @@ pub fn print_error(e: &Error, json_mode: bool) -> i32 {
         // A message may carry a name the caller gave (a path, an edit's text): quoted
         // like every name on a terminal; the JSON report stays exact.
         let mut text = format!("turnback: {}: {}\n", e.code, turnback::escape_controls(&e.message));
-        for action in e.code.recovery_actions() {
+        for action in e.recovery_actions() {
             text.push_str(&format!("  - {action}\n"));
         }
         err(&text);

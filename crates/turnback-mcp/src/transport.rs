@@ -341,10 +341,7 @@ mod tests {
         assert!(answered("not json at all").is_none());
         assert!(answered(r#"{"jsonrpc":"2.0","method":42}"#).is_none(), "a notification has no one to answer");
         assert!(answered("   ").is_none());
-        assert!(matches!(
-            classify(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
-            Line::Message(_)
-        ));
+        assert!(matches!(classify(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#), Line::Message(_)));
     }
 
     #[test]

@@ -131,12 +131,14 @@ pub struct Error {
     /// What went wrong below (an I/O or database error), for a caller that walks the chain.
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// What the person can do, when it differs from the code's usual advice.
+    actions: Option<&'static [&'static str]>,
 }
 
 impl Error {
     /// A new error of `code` with `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), details: None, source: None }
+        Error { code, message: message.into(), details: None, source: None, actions: None }
     }
 
     /// Attaches the lower-level error this one came from.
@@ -149,6 +151,18 @@ impl Error {
     pub fn with_details(mut self, details: serde_json::Value) -> Self {
         self.details = Some(details);
         self
+    }
+
+    /// Replaces the code's usual recovery actions with `actions` (for a case where the
+    /// usual advice names a step that does not apply, such as a flag the command lacks).
+    pub fn with_actions(mut self, actions: &'static [&'static str]) -> Self {
+        self.actions = Some(actions);
+        self
+    }
+
+    /// What the person can do about it: this error's own actions, else its code's.
+    pub fn recovery_actions(&self) -> &'static [&'static str] {
+        self.actions.unwrap_or_else(|| self.code.recovery_actions())
     }
 
     /// Shorthand for a `corrupt` error.
@@ -174,7 +188,7 @@ impl Error {
                 "code": self.code.as_str(),
                 "message": self.message,
                 "retryable": self.code.retryable(),
-                "recoveryActions": self.code.recovery_actions(),
+                "recoveryActions": self.recovery_actions(),
                 "details": self.details,
             }
         })

@@ -135,7 +135,7 @@ fn store_report(ctx: &Ctx, dir: &Path, problems: &mut Vec<Problem>) -> StoreRepo
             }
         }
         Err(e) => {
-            let advice = e.code.recovery_actions().first().map_or("see `turnback key status`", |a| a).to_string();
+            let advice = e.recovery_actions().first().map_or("see `turnback key status`", |a| a).to_string();
             problems.push(Problem { what: format!("the store does not open: {}: {}", e.code, e.message), advice });
         }
     }

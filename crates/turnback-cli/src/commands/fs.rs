@@ -28,9 +28,10 @@ pub fn run(ctx: &Ctx, command: FsCommand) -> Result<Outcome> {
     let tb = ctx.open(true)?;
     let cap = tb.settings().checkpoint_cap;
     let (m, confirm) = match command {
-        FsCommand::Create(t) => {
-            (Mutation::Create { path: t.path, content: stdin_bytes(cap, t.confirm_unprotected)? }, t.confirm_unprotected)
-        }
+        FsCommand::Create(t) => (
+            Mutation::Create { path: t.path, content: stdin_bytes(cap, t.confirm_unprotected)? },
+            t.confirm_unprotected,
+        ),
         FsCommand::Write(t) => {
             (Mutation::Write { path: t.path, content: stdin_bytes(cap, t.confirm_unprotected)? }, t.confirm_unprotected)
         }

@@ -278,3 +278,30 @@ fn rules_of_a_symlinked_ignore_file_or_of_parent_directories_still_protect() {
     let _ = env.run(&["rewind", "--to", "1", "--apply"], None);
     assert_eq!(env.read("dev.local").unwrap(), b"precious\n");
 }
+
+#[test]
+fn a_rewind_brings_back_what_its_snapshot_holds_whatever_the_checkpoint_cap() {
+    let env = Env::new();
+    let big = vec![b'b'; 64 * 1024];
+    env.write("big.bin", &big);
+    turn(&env, "first", |e| {
+        std::fs::remove_file(e.ws.join("big.bin")).unwrap();
+        e.write("new.bin", vec![b'n'; 64 * 1024]);
+    });
+    // The cap limits what turnback keeps anew for an undo, never what a snapshot holds.
+    fn capped<'a>(args: &[&'a str]) -> Vec<&'a str> {
+        [&["--json", "--checkpoint-cap", "1000"], args].concat()
+    }
+    let preview = parse_json(&env.run(&capped(&["rewind", "--to", "1"]), None));
+    assert_eq!(preview["resultType"], "full", "{preview:#}");
+    let out = env.run(&capped(&["rewind", "--to", "1", "--apply"]), None);
+    assert!(out.status.success(), "the preview said full, so the apply is: {}", show_output(&out));
+    assert_eq!(std::fs::read(env.ws.join("big.bin")).unwrap(), big, "the 64 KiB file is back");
+    assert!(!env.ws.join("new.bin").exists());
+    // Its undo, under the same cap: what it replaces is held by the rewind's checkpoint.
+    let undo_id = parse_json(&out)["checkpointId"].as_str().unwrap().to_string();
+    let undone = env.run(&capped(&["rollback", &undo_id, "--apply"]), None);
+    assert!(undone.status.success(), "{}", show_output(&undone));
+    assert_eq!(std::fs::read(env.ws.join("new.bin")).unwrap(), vec![b'n'; 64 * 1024]);
+    assert!(!env.ws.join("big.bin").exists());
+}

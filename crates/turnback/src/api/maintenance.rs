@@ -85,7 +85,7 @@ fn problem(what: String, e: &crate::Error) -> Problem {
         code: e.code.as_str().to_string(),
         what,
         message: e.message.clone(),
-        recovery_actions: e.code.recovery_actions().iter().map(|s| s.to_string()).collect(),
+        recovery_actions: e.recovery_actions().iter().map(|s| s.to_string()).collect(),
     }
 }
 

@@ -291,6 +291,7 @@ pub(crate) fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutc
     let target = PreparedTarget { path: rel.clone(), effect, current: current.clone(), planned_dirs };
     let round = round_reader(&ctx);
     let request = StageRequest {
+        cap_bytes: None,
         origin: origin(&ctx, &round),
         kind: mutation.kind(),
         targets: vec![target],
@@ -430,7 +431,8 @@ pub(crate) fn stage_external(
     let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
     let round = round_reader(&ctx);
     let origin = origin(&ctx, &round);
-    let request = StageRequest { origin, kind: OperationKind::External, targets, protect, owner: None, also };
+    let request =
+        StageRequest { origin, kind: OperationKind::External, targets, protect, cap_bytes: None, owner: None, also };
     checkpoint::stage(ctx.store, request)
 }
 

@@ -112,10 +112,14 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         subagent: req.origin.subagent.map(str::to_string),
     };
     let pre_bytes = record.artifact_bytes();
-    let verdict = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, pre_bytes);
+    let counted = req.cap_bytes.unwrap_or(pre_bytes);
+    let verdict = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, counted);
     if req.protect && !verdict.fits() {
         // Another process used the room between our preflight and this transaction.
-        return Err(over_cap_error(&verdict, record.targets.iter().map(|t| &t.path)));
+        return Err(match req.cap_bytes {
+            Some(_) => undo_over_cap_error(&verdict),
+            None => over_cap_error(&verdict, record.targets.iter().map(|t| &t.path)),
+        });
     }
     add_usage(&mut *txn, i128::from(pre_bytes))?;
     if external {
@@ -160,6 +164,24 @@ pub(crate) fn over_cap_error<'a>(
         "unprotectedScope": scope,
         "excludedEffects": EXCLUDED_EFFECTS,
     }))
+}
+
+/// The refusal of an undo whose own checkpoint would break a cap. An undo always keeps
+/// what it replaces (that is what makes it undoable and crash-safe), so there is no
+/// unprotected way on: the advice is to make room.
+fn undo_over_cap_error(verdict: &retention::CapacityVerdict) -> Error {
+    Error::new(
+        ErrorCode::OverCap,
+        format!(
+            "{}: the undo keeps every file it replaces so that it can itself be undone; nothing was changed",
+            verdict.disclosure()
+        ),
+    )
+    .with_details(serde_json::json!({ "capacity": verdict }))
+    .with_actions(&[
+        "free space (turnback gc) or raise checkpoint_cap / store_cap in the store's settings.toml",
+        "then apply again",
+    ])
 }
 
 /// Journals the dispatch of a staged in-process mutation (`staging` → `staged`), with the
@@ -323,27 +345,23 @@ pub(crate) struct PlannedWrite {
 /// dispatch, in one transaction ([`CommitMode::BeforeMutation`]). Rolling it back undoes
 /// the operation whatever happens next; [`finish`] closes it after the writes.
 ///
+/// `kept` is what the caps are held to: the bytes this checkpoint must keep that the store
+/// does not already hold (a rewind's images are all in its snapshots: 0; a rollback keeps
+/// the files it overwrites, its intended images being checkpoint images already).
+///
 /// # Errors
-/// `over-cap` if it would break a cap (such a checkpoint is never unprotected).
+/// `over-cap` if `kept` would break a cap (such a checkpoint is never unprotected, so the
+/// advice is to make room, not to go on without it).
 pub(crate) fn record_before_writes(
     store: &Store,
     origin: Origin<'_>,
     root: &std::path::Path,
     writes: Vec<PlannedWrite>,
+    kept: u64,
 ) -> Result<CheckpointRecord> {
-    let bytes: u64 = writes
-        .iter()
-        .map(|w| {
-            let now = match &w.current {
-                Current::File { bytes, .. } => bytes.len() as u64,
-                Current::Absent => 0,
-            };
-            now + w.intended.as_ref().map_or(0, |b| b.len() as u64)
-        })
-        .sum();
-    let verdict = retention::evaluate_capacity(store.settings(), usage(store)?, bytes);
+    let verdict = retention::evaluate_capacity(store.settings(), usage(store)?, kept);
     if !verdict.fits() {
-        return Err(over_cap_error(&verdict, writes.iter().map(|w| &w.path)));
+        return Err(undo_over_cap_error(&verdict));
     }
     // The identity of a file not written yet is unknown; `identity_known: false` drops it.
     let unknown = FileIdentity { device: 0, inode: 0, mode: 0, size: 0, mtime_ns: 0, ctime_ns: 0 };
@@ -371,8 +389,15 @@ pub(crate) fn record_before_writes(
         targets.push(PreparedTarget { path: w.path, effect, current: w.current, planned_dirs });
     }
     let owner = store.owner()?.id().to_string();
-    let request =
-        StageRequest { origin, kind: OperationKind::Rollback, targets, protect: true, owner: Some(owner), also: None };
+    let request = StageRequest {
+        origin,
+        kind: OperationKind::Rollback,
+        targets,
+        protect: true,
+        cap_bytes: Some(kept),
+        owner: Some(owner),
+        also: None,
+    };
     let staged = stage(store, request)?;
     commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)
 }
@@ -411,4 +436,21 @@ pub(crate) fn finish_written(
     txn.delete(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())?;
     txn.commit()?;
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::settings::Settings;
+
+    #[test]
+    fn an_undo_over_a_cap_advises_making_room_never_a_flag_it_lacks() {
+        let settings = Settings { checkpoint_cap: 10, ..Settings::default() };
+        let e = undo_over_cap_error(&retention::evaluate_capacity(&settings, 0, 11));
+        assert_eq!(e.code, ErrorCode::OverCap);
+        let advice = e.recovery_actions().join("\n") + &e.message;
+        assert!(!advice.contains("--confirm-unprotected"), "{advice}");
+        assert!(advice.contains("turnback gc") && advice.contains("checkpoint_cap"), "{advice}");
+        assert_eq!(e.report()["error"]["recoveryActions"][0], e.recovery_actions()[0]);
+    }
 }

@@ -388,6 +388,9 @@ pub(crate) struct StageRequest<'a> {
     pub targets: Vec<PreparedTarget>,
     /// Whether to store pre-images (false: over cap, confirmed unprotected).
     pub protect: bool,
+    /// The bytes the caps are held to, when not the pre-images' size: an undo's, which
+    /// counts only what the store does not hold already.
+    pub cap_bytes: Option<u64>,
     /// The owning process (none for an external stage, which is dispatched at once).
     pub owner: Option<String>,
     /// Written in the same transaction.
@@ -484,6 +487,7 @@ mod tests {
             planned_dirs: vec![],
         };
         let req = StageRequest {
+            cap_bytes: None,
             origin: Origin {
                 session_id: "s1",
                 workspace_id: "w1",

@@ -86,6 +86,12 @@ pub(crate) trait Plan {
     fn plan_id(&self) -> &str;
     /// The writes, in the order they are to be made.
     fn writes(&self) -> Vec<Write>;
+    /// Whether the store already holds every image of the writes — what they replace and
+    /// what they put — so the undo's checkpoint keeps nothing new (a rewind: both sides
+    /// are in its snapshots). Otherwise what the writes replace is kept anew.
+    fn images_held(&self) -> bool {
+        false
+    }
     /// Told the outcome of write `index` (`None`: made) once it was tried.
     fn written(&mut self, root: &Path, index: usize, refused: Option<Refused>);
     /// Step 8: what the plan does once every write was tried, under the lock; `checkpoint`
@@ -137,7 +143,8 @@ pub(crate) fn apply<P: Plan>(
         plan.finish(None)?;
         return Ok((plan, None));
     }
-    let id = record(target, &writes)?;
+    let kept = if plan.images_held() { 0 } else { not_held(target.store, &writes)? };
+    let id = record(target, &writes, kept)?;
     failpoint::hit(target.failpoints[0]);
     failpoint::hit(target.failpoints[1]);
     let outcomes =
@@ -171,6 +178,21 @@ pub(crate) fn apply<P: Plan>(
     checkpoint::finish_written(target.store, &id, made == 0, &identities)?;
     plan.finish(Some(&id))?;
     Ok((plan, Some(id)))
+}
+
+/// The bytes of what `writes` replace that the store does not hold already (a file an
+/// earlier snapshot or checkpoint holds costs the undo's checkpoint nothing new).
+fn not_held(store: &Store, writes: &[Write]) -> Result<u64> {
+    let mut kept = 0;
+    for w in writes {
+        if let crate::fs::files::Current::File { bytes, .. } = &w.current {
+            let id = crate::storage::content::ContentId(store.keys().content_id(bytes));
+            if !crate::storage::object::exists(store.kv(), &id)? {
+                kept += bytes.len() as u64;
+            }
+        }
+    }
+    Ok(kept)
 }
 
 /// The device and inode of each file the undo wrote, read right after the writes: kept as
@@ -225,8 +247,9 @@ fn unsynced(mut e: Error, total: usize, checkpoint_id: &str) -> Error {
     e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "paths": total }))
 }
 
-/// Step 5: the undo's own checkpoint, committed before any write.
-fn record(target: Target<'_>, writes: &[Write]) -> Result<String> {
+/// Step 5: the undo's own checkpoint, committed before any write; `kept` is what it must
+/// keep that the store does not hold already (what the caps are held to).
+fn record(target: Target<'_>, writes: &[Write], kept: u64) -> Result<String> {
     let planned = writes
         .iter()
         .map(|w| PlannedWrite {
@@ -240,7 +263,7 @@ fn record(target: Target<'_>, writes: &[Write]) -> Result<String> {
         .collect();
     let round = crate::undo::round_reader(target.store, target.session);
     let origin = crate::undo::undo_origin(target.session, target.workspace, &round);
-    Ok(checkpoint::record_before_writes(target.store, origin, &target.workspace.root, planned)?.checkpoint_id)
+    Ok(checkpoint::record_before_writes(target.store, origin, &target.workspace.root, planned, kept)?.checkpoint_id)
 }
 
 #[cfg(test)]

@@ -117,6 +117,15 @@ pub struct PathPlan {
     current: Option<Node>,
 }
 
+impl PathPlan {
+    /// The path's exact bytes, for showing it to people with
+    /// [`quote_name`](crate::quote_name): [`path`](Self::path) is lossy when they are not
+    /// UTF-8, so two names could read the same there.
+    pub fn path_bytes(&self) -> &[u8] {
+        &self.raw
+    }
+}
+
 /// A rewind plan (the preview).
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -547,6 +556,12 @@ impl Rewinding<'_> {
 impl guarded::Plan for Rewinding<'_> {
     fn plan_id(&self) -> &str {
         &self.plan.plan_id
+    }
+
+    /// What a rewind replaces is in the snapshot taken for its plan, what it puts back in
+    /// the turn's start snapshot: its checkpoint keeps nothing the store does not hold.
+    fn images_held(&self) -> bool {
+        true
     }
 
     fn writes(&self) -> Vec<Write> {
