@@ -132,13 +132,33 @@ pub struct Error {
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     /// What the person can do, when it differs from the code's usual advice.
-    actions: Option<&'static [&'static str]>,
+    advice: Option<Advice>,
+}
+
+/// Advice that replaces a code's usual recovery actions where those name a step that does
+/// not apply (kept as a tag, so an error stays small).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Advice {
+    /// An undo whose own checkpoint would break a cap: it never goes on unprotected (its
+    /// checkpoint is what makes it undoable and crash-safe), so room must be made.
+    MakeRoomForUndo,
+}
+
+impl Advice {
+    fn actions(self) -> &'static [&'static str] {
+        match self {
+            Advice::MakeRoomForUndo => &[
+                "free space (turnback gc) or raise checkpoint_cap / store_cap in the store's settings.toml",
+                "then apply again",
+            ],
+        }
+    }
 }
 
 impl Error {
     /// A new error of `code` with `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), details: None, source: None, actions: None }
+        Error { code, message: message.into(), details: None, source: None, advice: None }
     }
 
     /// Attaches the lower-level error this one came from.
@@ -153,16 +173,16 @@ impl Error {
         self
     }
 
-    /// Replaces the code's usual recovery actions with `actions` (for a case where the
+    /// Replaces the code's usual recovery actions with `advice`'s (for a case where the
     /// usual advice names a step that does not apply, such as a flag the command lacks).
-    pub fn with_actions(mut self, actions: &'static [&'static str]) -> Self {
-        self.actions = Some(actions);
+    pub(crate) fn with_advice(mut self, advice: Advice) -> Self {
+        self.advice = Some(advice);
         self
     }
 
     /// What the person can do about it: this error's own actions, else its code's.
     pub fn recovery_actions(&self) -> &'static [&'static str] {
-        self.actions.unwrap_or_else(|| self.code.recovery_actions())
+        self.advice.map_or_else(|| self.code.recovery_actions(), Advice::actions)
     }
 
     /// Shorthand for a `corrupt` error.

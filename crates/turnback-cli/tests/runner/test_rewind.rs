@@ -305,3 +305,49 @@ fn a_rewind_brings_back_what_its_snapshot_holds_whatever_the_checkpoint_cap() {
     assert_eq!(std::fs::read(env.ws.join("new.bin")).unwrap(), vec![b'n'; 64 * 1024]);
     assert!(!env.ws.join("big.bin").exists());
 }
+
+#[test]
+fn a_rewind_across_file_and_directory_type_changes_restores_the_start_and_its_undo_the_end() {
+    let env = Env::new();
+    env.write("x", "x was a file\n");
+    env.write("y/z/w", "y was a directory\n");
+    env.write("keep.txt", "untouched\n");
+    turn(&env, "first", |_| {});
+    let start = tree(&env);
+    turn(&env, "types", |e| {
+        std::fs::remove_file(e.ws.join("x")).unwrap();
+        e.write("x/sub/file", "x is a directory now\n");
+        std::fs::remove_dir_all(e.ws.join("y")).unwrap();
+        e.write("y", "y is a file now\n");
+    });
+    let end = tree(&env);
+    let plan = preview(&env, "2");
+    let acts = actions(&plan);
+    assert_eq!(acts["y/z/w"], "restore", "a file this rewind deletes is no obstacle: {plan:#}");
+    assert_eq!(plan["resultType"], "full", "{plan:#}");
+    let out = env.run(&["--json", "rewind", "--to", "2", "--apply"], None);
+    assert!(out.status.success(), "{}", show_output(&out));
+    assert_eq!(tree(&env), start, "the workspace is the turn's start, directories included");
+    // The undo takes the type changes back the other way.
+    let undo = parse_json(&out)["checkpointId"].as_str().unwrap().to_string();
+    let undone = env.run(&["--json", "rollback", &undo, "--apply"], None);
+    assert!(undone.status.success(), "{}", show_output(&undone));
+    assert_eq!(parse_json(&undone)["resultType"], "full", "{}", show_output(&undone));
+    assert_eq!(tree(&env), end, "the undo gives back the turn's end");
+}
+
+#[test]
+fn a_rewind_names_the_real_obstacle_when_a_persons_file_stands_where_a_directory_was() {
+    let env = Env::new();
+    env.write("d/inner.txt", "in a directory\n");
+    turn(&env, "first", |_| {});
+    turn(&env, "remove", |e| std::fs::remove_dir_all(e.ws.join("d")).unwrap());
+    // A person puts a file named like the directory after the turn.
+    env.write("d", "a person's file\n");
+    let plan = preview(&env, "2");
+    let inner = plan["paths"].as_array().unwrap().iter().find(|p| p["path"] == "d/inner.txt").unwrap();
+    assert_eq!(inner["action"], "leave-alone", "{plan:#}");
+    let detail = inner["detail"].as_str().unwrap();
+    assert!(!detail.contains("symlink") && detail.contains("is a file now"), "names the real cause: {detail}");
+    assert_eq!(env.read("d").unwrap(), b"a person's file\n");
+}

@@ -178,10 +178,7 @@ fn undo_over_cap_error(verdict: &retention::CapacityVerdict) -> Error {
         ),
     )
     .with_details(serde_json::json!({ "capacity": verdict }))
-    .with_actions(&[
-        "free space (turnback gc) or raise checkpoint_cap / store_cap in the store's settings.toml",
-        "then apply again",
-    ])
+    .with_advice(crate::error::Advice::MakeRoomForUndo)
 }
 
 /// Journals the dispatch of a staged in-process mutation (`staging` → `staged`), with the

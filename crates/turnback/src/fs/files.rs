@@ -90,6 +90,32 @@ pub enum Current {
     },
 }
 
+/// How deep [`Parent::clear_empty_dir`] goes before it leaves a tree alone.
+const CLEAR_DEPTH: usize = 64;
+
+/// Removes `name` in `dir` if it is a directory of nothing but such directories (deepest
+/// first); true if it did.
+fn clear_dirs(dir: impl AsFd, name: &OsStr, depth: usize) -> bool {
+    let is_dir = rustix::fs::statat(dir.as_fd(), name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
+    if !is_dir || depth > CLEAR_DEPTH {
+        return false;
+    }
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let Ok(fd) = rustix::fs::openat(dir.as_fd(), name, flags, Mode::empty()) else { return false };
+    let Ok(mut entries) = rustix::fs::Dir::read_from(&fd) else { return false };
+    let mut children = Vec::new();
+    while let Some(Ok(entry)) = entries.read() {
+        let child = entry.file_name().to_bytes();
+        if child != b"." && child != b".." {
+            children.push(OsString::from_vec(child.to_vec()));
+        }
+    }
+    // Every child must go for this one to; stop at the first that cannot.
+    children.iter().all(|child| clear_dirs(&fd, child, depth + 1))
+        && rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::REMOVEDIR).is_ok()
+}
+
 /// A check of the bytes and identity of a file found at a target.
 pub type Matcher<'a> = dyn Fn(&[u8], &FileIdentity) -> bool + 'a;
 
@@ -323,12 +349,12 @@ impl Parent {
         Parent { fd: Arc::clone(&self.fd), name, shown, created_dirs: Vec::new() }
     }
 
-    /// Removes the target if it is an empty directory (one that took a file's place);
-    /// true if it did.
+    /// Removes the target if it is a directory holding nothing but directories (one an
+    /// undone turn put where a file was, its files already removed: `x/sub/` left of
+    /// `x/sub/file`); true if it did. Anything else inside — a file, a symlink — leaves
+    /// the whole of it in place (what was emptied stays emptied). Never follows a symlink.
     pub fn clear_empty_dir(&self) -> bool {
-        let is_dir = rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Directory);
-        is_dir && rustix::fs::unlinkat(&self.fd, &self.name, AtFlags::REMOVEDIR).is_ok()
+        clear_dirs(&self.fd, &self.name, 0)
     }
 
     /// Writes `bytes` under the writing name of `temp` without syncing them: the first

@@ -32,6 +32,7 @@
 mod hidden;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::ffi::OsStrExt;
 
 use serde::Serialize;
 
@@ -322,6 +323,9 @@ struct Judge<'a> {
     /// Paths other sessions changed since the target turn began, with how.
     others: BTreeMap<Vec<u8>, String>,
     force: &'a BTreeSet<String>,
+    /// The paths decided so far to be deleted (ancestors are decided before what is
+    /// below them: the changes come sorted).
+    deleting: BTreeSet<Vec<u8>>,
 }
 
 impl Judge<'_> {
@@ -354,10 +358,9 @@ impl Judge<'_> {
             why = Some((Reason::OtherSession, how.clone()));
         }
         if why.is_none()
-            && files::open_parent(&self.ws.root, &RelPath::new(p.to_vec())?, false)
-                .is_err_and(|e| e.code == ErrorCode::PathRejected)
+            && let Some(detail) = self.obstacle(p)?
         {
-            why = Some((Reason::BehindSymlink, "behind a symlink now; never written through".into()));
+            why = Some((Reason::BehindSymlink, detail));
         }
         let hard = matches!(
             why,
@@ -373,6 +376,9 @@ impl Judge<'_> {
             Some((reason, detail)) => ((!forced).then_some(reason), Some(detail)),
             None => (None, None),
         };
+        if action == Action::Delete {
+            self.deleting.insert(p.to_vec());
+        }
         Ok(PathPlan {
             raw: p.to_vec(),
             path: name,
@@ -383,6 +389,42 @@ impl Judge<'_> {
             target: t.cloned(),
             current: c.cloned(),
         })
+    }
+}
+
+impl Judge<'_> {
+    /// What stands in the way of writing `p` now, if anything does: an ancestor on disk
+    /// that is a symlink (never written through) or a file — unless that file is one this
+    /// plan deletes first (a directory the undone turns replaced with a file comes back
+    /// once the file is gone: deletions go first).
+    fn obstacle(&self, p: &[u8]) -> Result<Option<String>> {
+        let blocked = files::open_parent(&self.ws.root, &RelPath::new(p.to_vec())?, false)
+            .is_err_and(|e| e.code == ErrorCode::PathRejected);
+        if !blocked {
+            return Ok(None);
+        }
+        let mut at = self.ws.root.clone();
+        let mut start = 0;
+        for slash in p.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(j, _)| j) {
+            let ancestor = &p[..slash];
+            at.push(std::ffi::OsStr::from_bytes(&p[start..slash]));
+            start = slash + 1;
+            let shown = String::from_utf8_lossy(ancestor);
+            match std::fs::symlink_metadata(&at) {
+                Ok(m) if m.is_dir() => continue,
+                Ok(m) if m.file_type().is_symlink() => {
+                    return Ok(Some(format!("behind a symlink now ({shown}); never written through")));
+                }
+                Ok(_) if self.deleting.contains(ancestor) => return Ok(None),
+                Ok(_) => {
+                    return Ok(Some(format!(
+                        "{shown}, where its directory was, is a file now that this rewind leaves as it is"
+                    )));
+                }
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(Some("something on its way is not a directory; never written through".into()))
     }
 }
 
@@ -410,6 +452,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
         hidden: HiddenAtTarget::new(store, ws, chain.target_root, &chain.target),
         others: other_sessions_paths(store, ws, session, &chain.turns[0].turn_id)?,
         force,
+        deleting: BTreeSet::new(),
     };
     let mut paths = Vec::new();
     for change in changed.iter().filter(|c| !same(c.old.as_ref(), c.new.as_ref())) {

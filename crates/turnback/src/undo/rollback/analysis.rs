@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -106,6 +107,62 @@ pub(super) fn select(ctx: Context<'_>, selection: &Selection) -> Result<(Vec<Che
     records.dedup_by(|a, b| a.checkpoint_id == b.checkpoint_id);
     unreadable.sort_by(|a, b| b.checkpoint_id.cmp(&a.checkpoint_id));
     Ok((records, unreadable))
+}
+
+/// Most entries [`through_deletions`] reads of a directory standing at a path.
+const THROUGH_ENTRIES: usize = 10_000;
+
+/// `seen` at `path`, or absent if only paths in `deleting` (files this rollback deletes,
+/// as bytes) stand in the way: the nearest ancestor that is not a directory is a file it
+/// deletes (a directory the undone work replaced with a file), or the directory at the
+/// path holds nothing but directories and files it deletes (a file the undone work
+/// replaced with a directory; emptied, it gives way to the file coming back).
+pub(super) fn through_deletions(root: &Path, path: &RelPath, seen: Seen, deleting: &HashSet<Vec<u8>>) -> Seen {
+    let absent = Seen::Absent { moved: None };
+    match seen {
+        Seen::BehindSymlink => {
+            let bytes = path.as_bytes();
+            for (slash, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'/') {
+                let ancestor = &bytes[..slash];
+                match std::fs::symlink_metadata(root.join(OsStr::from_bytes(ancestor))) {
+                    Ok(m) if m.is_dir() => continue,
+                    Ok(m) if m.is_file() && deleting.contains(ancestor) => return absent,
+                    _ => return Seen::BehindSymlink,
+                }
+            }
+            Seen::BehindSymlink
+        }
+        Seen::Other if only_deletions_under(root, path.as_bytes(), deleting) => absent,
+        other => other,
+    }
+}
+
+/// Whether `dir` (relative to `root`) is a real directory holding, at any depth, only
+/// directories and files in `deleting` (at most [`THROUGH_ENTRIES`] entries are read).
+fn only_deletions_under(root: &Path, dir: &[u8], deleting: &HashSet<Vec<u8>>) -> bool {
+    let mut stack = vec![dir.to_vec()];
+    let mut read = 0;
+    while let Some(d) = stack.pop() {
+        let Ok(m) = std::fs::symlink_metadata(root.join(OsStr::from_bytes(&d))) else { return false };
+        if !m.is_dir() {
+            return false;
+        }
+        let Ok(entries) = std::fs::read_dir(root.join(OsStr::from_bytes(&d))) else { return false };
+        for entry in entries {
+            read += 1;
+            let Ok(entry) = entry else { return false };
+            if read > THROUGH_ENTRIES {
+                return false;
+            }
+            let child = crate::fs::relpath::join(&d, entry.file_name().as_bytes());
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(child),
+                Ok(t) if t.is_file() && deleting.contains(&child) => {}
+                _ => return false,
+            }
+        }
+    }
+    true
 }
 
 /// Looks at what is at `path` now, without following symlinks.
@@ -363,6 +420,20 @@ pub(super) fn analyze_records(
         observed.push(Observation { path: path.clone(), steps: steps.clone(), seen, bytes });
     }
     mark_open_handles(&mut observed.iter_mut().map(|o| &mut o.seen).collect::<Vec<_>>());
+    // What stands in the way only because of this rollback's own deletions (a type
+    // change the undone work made) is seen as absent: the deletions go first.
+    let deleting: HashSet<Vec<u8>> = observed
+        .iter()
+        .filter(|o| matches!(o.seen, Seen::File { .. }))
+        .filter(|o| {
+            let excluded = choices.get(&o.path) == Some(&Choice::Skip);
+            matches!(decide_path(&refs, &o.steps, &o.seen, excluded, &pre_cache).1, Some(Final::Absent))
+        })
+        .map(|o| o.path.as_bytes().to_vec())
+        .collect();
+    for o in &mut observed {
+        o.seen = through_deletions(&ctx.workspace.root, &o.path, std::mem::replace(&mut o.seen, Seen::Other), &deleting);
+    }
     let mut paths = Vec::with_capacity(observed.len());
     let mut plan_material = Vec::with_capacity(observed.len());
     for Observation { path, steps, seen, bytes } in observed {
@@ -460,5 +531,7 @@ pub(super) fn write_of(p: &PathPlan) -> Write {
     // Parents are recreated only for a file that is to come back where none is; a
     // directory someone removed meanwhile is not brought back for an edit.
     let make_parents = matches!(p.real, Seen::Absent { .. });
-    Write { path: p.path.clone(), expected, current, intended, make_parents, clear_empty_dir: false }
+    // A directory of nothing but directories where the file comes back is what the
+    // undone work left once this rollback's deletions went: it gives way.
+    Write { path: p.path.clone(), expected, current, intended, make_parents, clear_empty_dir: make_parents }
 }

@@ -75,13 +75,21 @@ impl Applying<'_> {
         let ctx = self.ctx;
         let refs: Vec<&CheckpointRecord> = self.records.iter().collect();
         let written = written_back(ctx)?;
+        let deleting: std::collections::HashSet<Vec<u8>> = self
+            .analysis
+            .paths
+            .iter()
+            .filter(|p| matches!(p.real, Seen::File { .. }) && matches!(p.write, Some(Final::Absent)))
+            .map(|p| p.path.as_bytes().to_vec())
+            .collect();
         for plan in self.analysis.paths.iter_mut().filter(|p| p.write.is_some()) {
             let first = &plan.steps[0];
             let recorded = refs
                 .iter()
                 .find(|r| r.checkpoint_id == first.checkpoint_id)
                 .and_then(|r| r.targets[first.target_index].post_image.as_ref().and_then(|p| p.identity));
-            let (mut seen, bytes) = observe(ctx.store, ctx.workspace, &plan.path, recorded.as_ref(), &written)?;
+            let (seen, bytes) = observe(ctx.store, ctx.workspace, &plan.path, recorded.as_ref(), &written)?;
+            let mut seen = through_deletions(&ctx.workspace.root, &plan.path, seen, &deleting);
             mark_open_handles(&mut [&mut seen]);
             if seen == plan.real {
                 continue;
