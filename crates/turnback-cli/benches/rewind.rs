@@ -98,7 +98,8 @@ fn main() {
         tb(&["turn", "begin", "--prompt", "create the files"]);
         write_files(&work, files, round);
         tb(&["turn", "end"]);
-        let into = dir.path().join("fork");
+        // Canonical: `fork --into` refuses a path through a symlink (a temporary directory on macOS).
+        let into = dir.path().canonicalize().unwrap().join("fork");
         forking.push(tb(&[
             "session",
             "fork",

@@ -481,7 +481,8 @@ pub enum SessionCommand {
         /// Carry turns 1..T (default: all).
         #[arg(long, value_name = "T")]
         after_turn: Option<u64>,
-        /// Materialise the files into this new (or empty) directory, the fork's workspace.
+        /// Materialise the files into this new (or empty) directory, the fork's workspace:
+        /// outside the workspace and any .git, reached through no symlink.
         #[arg(long, value_name = "DIR")]
         into: Option<PathBuf>,
         /// The new session's id (default: a fresh UUID v7).

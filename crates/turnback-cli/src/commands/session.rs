@@ -2,7 +2,7 @@
 
 use turnback::{Result, format_size};
 
-use crate::app::{Ctx, cwd};
+use crate::app::Ctx;
 use crate::cli::SessionCommand;
 use crate::output::Outcome;
 
@@ -48,11 +48,6 @@ pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
             Ok(Outcome::of(&info, text))
         }
         SessionCommand::Fork { from, after_turn, into, id } => {
-            let into = match into {
-                Some(d) if d.is_absolute() => Some(d),
-                Some(d) => Some(cwd()?.join(d)),
-                None => None,
-            };
             let f = ctx.open(false)?.fork(&from, after_turn, into.as_deref(), id.as_deref())?;
             let mut text = format!(
                 "{}\n  forked from {} with {} turns and {} snapshots",

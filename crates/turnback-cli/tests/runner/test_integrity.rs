@@ -488,3 +488,22 @@ fn a_mistyped_sub_agent_is_not_found_even_beside_unreadable_records() {
     let err = env.fail(&["--session", &session, "rollback", "--agent", "sub-2"], None);
     assert_eq!(err.code, "not-found", "{err:?}");
 }
+
+/// The `initialized` marker says a store was here: a `store.db` deleted under it is
+/// damage to restore, not a store never made, and nothing is made in its place.
+#[test]
+fn a_store_whose_database_was_deleted_is_corrupt_not_missing() {
+    let env = Env::new();
+    env.ok(&["fs", "create", "a.txt"], Some(b"a\n"));
+    let db = env.store.join("store.db");
+    std::fs::remove_file(&db).unwrap();
+    for args in [&["checkpoints", "--all"][..], &["init"], &["fs", "create", "b.txt"]] {
+        let f = env.fail(args, Some(b"b\n"));
+        assert_eq!((f.exit, f.code.as_str()), (1, "corrupt"), "{args:?}: {:#}", f.doc);
+        assert!(f.message.contains("was deleted"), "{}", f.message);
+        assert!(!db.exists(), "{args:?} made a new database in its place");
+    }
+    let out = env.run(&["checkpoints"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", show_output(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("turnback: corrupt: "), "{}", show_output(&out));
+}

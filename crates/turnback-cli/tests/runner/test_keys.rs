@@ -234,3 +234,22 @@ fn key_rotation_keeps_old_data_readable_and_reencrypt_moves_everything_to_the_ne
     let relisted: Vec<Value> = env.checkpoints();
     assert_eq!(relisted, listed, "re-encryption changes no checkpoint");
 }
+
+#[test]
+fn key_import_of_text_that_is_not_a_key_is_invalid_argument_and_writes_nothing() {
+    // No store yet, and a store with data (whose key is checked first): the input is wrong
+    // either way, not the key store.
+    let env = Env::without_key();
+    for text in [&b"not base64 at all!\n"[..], b"c2hvcnQ=\n"] {
+        let f = env.fail(&["key", "import"], Some(text));
+        assert_eq!((f.exit, f.code.as_str()), (2, "invalid-argument"), "{:#}", f.doc);
+        assert!(f.message.contains("the imported key"), "{}", f.message);
+        assert!(!env.default_key_file().exists(), "no key file was written");
+    }
+    env.ok(&["fs", "write", "a.txt"], Some(b"alpha\n"));
+    let key_before = std::fs::read(env.default_key_file()).unwrap();
+    let f = env.fail(&["key", "import"], Some(b"not base64 at all!\n"));
+    assert_eq!((f.exit, f.code.as_str()), (2, "invalid-argument"), "{:#}", f.doc);
+    assert!(!f.message.contains("TURNBACK_KEY"), "names the input, not a variable never set: {}", f.message);
+    assert_eq!(std::fs::read(env.default_key_file()).unwrap(), key_before);
+}

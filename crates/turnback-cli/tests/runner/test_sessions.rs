@@ -88,8 +88,12 @@ fn a_fork_carries_turns_through_t_materialises_files_and_outlives_its_parent() {
     let paths: Vec<&str> = diff["changes"].as_array().unwrap().iter().map(|c| c["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["a.txt", "t2.txt"]);
     env.assert_verify_clean();
-    let f = env.fail(&["session", "fork", "--from", "child", "--into", into.to_str().unwrap()], None);
+    let full = env.root.join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("mine.txt"), "mine\n").unwrap();
+    let f = env.fail(&["session", "fork", "--from", "child", "--into", full.to_str().unwrap()], None);
     assert_eq!(f.code, "already-exists", "never materialises into a non-empty directory");
+    assert_eq!(std::fs::read_dir(&full).unwrap().count(), 1);
 }
 
 /// `fork --into` makes the directories first and then writes the files in parallel: every
@@ -126,4 +130,89 @@ fn a_fork_into_writes_every_file_of_a_deep_tree_with_its_bytes_modes_and_links()
     assert_eq!(std::fs::read_link(into.join("a-link-to-a-dir")).unwrap(), std::path::Path::new("d1/e1"));
     assert_eq!(std::fs::read_link(into.join("d0/run")).unwrap(), std::path::Path::new("../bin/run.sh"));
     assert!(std::fs::symlink_metadata(into.join("a-link-to-a-dir")).unwrap().file_type().is_symlink());
+}
+
+/// A session of one turn that wrote `a.txt`, to fork.
+fn one_turn(env: &Env) {
+    env.ok(&["session", "new", "--id", "parent"], None);
+    env.ok(&["--session", "parent", "turn", "begin", "--prompt", "p"], None);
+    env.write("a.txt", "a\n");
+    env.ok(&["--session", "parent", "turn", "end"], None);
+}
+
+/// Files and directories under `dir`, for asserting a refused fork wrote nothing there.
+fn entries(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() && !path.is_symlink() {
+                stack.push(path.clone());
+            }
+            found.push(path);
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn fork_into_refuses_git_the_workspace_and_a_symlinked_path() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.ws.join(".git/refs")).unwrap();
+    env.write("src/main.rs", "fn main() {}\n");
+    one_turn(&env);
+    std::fs::create_dir(env.root.join("real")).unwrap();
+    std::os::unix::fs::symlink(env.root.join("real"), env.root.join("link")).unwrap();
+    std::os::unix::fs::symlink(&env.ws, env.root.join("ws-link")).unwrap();
+    let (ws_before, real_before) = (entries(&env.ws), entries(&env.root.join("real")));
+
+    let root = env.root.to_str().unwrap();
+    let ws = env.ws.to_str().unwrap();
+    for into in [
+        format!("{ws}/.git"),
+        format!("{ws}/.git/forked"),
+        format!("{root}/elsewhere/.git/forked"),
+        ws.to_string(),
+        format!("{ws}/src"),
+        format!("{ws}/inner"),
+        "inner".to_string(),
+        "./src/../inner".to_string(),
+        format!("{root}/link"),
+        format!("{root}/link/fork"),
+        format!("{root}/ws-link/fork"),
+        format!("{root}/store/fork"),
+    ] {
+        let f = env.fail(&["session", "fork", "--from", "parent", "--into", &into], None);
+        assert_eq!((f.exit, f.code.as_str()), (1, "path-rejected"), "--into {into}: {:#}", f.doc);
+        assert!(f.message.contains("cannot fork into"), "{into}: {}", f.message);
+    }
+    assert_eq!(entries(&env.ws), ws_before, "nothing was written in the workspace or its .git");
+    assert_eq!(entries(&env.root.join("real")), real_before, "nothing was written through the symlink");
+    assert!(!env.root.join("elsewhere").exists());
+    let sessions = env.json(&["session", "list"]);
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 1, "no session was made: {sessions}");
+
+    // A new directory beside the workspace, given relative to it, is where a fork goes.
+    let forked = env.json(&["session", "fork", "--from", "parent", "--into", "../beside"]);
+    assert_eq!(forked["into"], env.root.join("beside").to_str().unwrap());
+    assert_eq!(std::fs::read_to_string(env.root.join("beside/a.txt")).unwrap(), "a\n");
+}
+
+#[test]
+fn fork_into_a_directory_holding_the_workspace_or_into_a_file_says_why() {
+    let env = Env::new();
+    one_turn(&env);
+    let f = env.fail(&["session", "fork", "--from", "parent", "--into", env.root.to_str().unwrap()], None);
+    assert_eq!((f.exit, f.code.as_str()), (1, "path-rejected"), "{:#}", f.doc);
+    assert!(f.message.contains("holds the workspace"), "{}", f.message);
+    let f = env.fail(&["session", "fork", "--from", "parent", "--into", ".."], None);
+    assert_eq!(f.code, "path-rejected", "{:#}", f.doc);
+
+    std::fs::write(env.root.join("a-file"), "mine\n").unwrap();
+    let f = env.fail(&["session", "fork", "--from", "parent", "--into", "../a-file"], None);
+    assert_eq!((f.exit, f.code.as_str()), (1, "already-exists"), "{:#}", f.doc);
+    assert!(f.message.contains("is not a directory"), "{}", f.message);
+    assert_eq!(std::fs::read_to_string(env.root.join("a-file")).unwrap(), "mine\n");
 }

@@ -203,9 +203,11 @@ impl Turnback {
     /// key must be its key.
     ///
     /// # Errors
-    /// `key-unavailable` if `text` is not a key; `key-mismatch` if the store was made with
+    /// `invalid-argument` if `text` is not a key; `key-mismatch` if the store was made with
     /// another; `already-exists` if another key file is in the way (never replaced).
     pub fn import_key(options: &Options, text: &str) -> Result<KeyImport> {
+        // The input is checked first: a store opened with it would call it TURNBACK_KEY.
+        keys::decode_imported_key(text)?;
         let dir = options.store.clone().or_else(crate::storage::store::default_dir);
         if let Some(dir) = dir.filter(|d| d.join("store.db").exists()) {
             let check = StoreOptions {

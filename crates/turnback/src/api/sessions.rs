@@ -101,13 +101,22 @@ impl Turnback {
 
     /// Forks session `from` after turn `after` (default: its newest): a new session
     /// carrying its turns, snapshots and history through that turn; with `into`, also the
-    /// files as they were right after it, written into that new or empty directory.
+    /// files as they were right after it, written into that new or empty directory, which
+    /// must lie outside the workspace, the store and any `.git` and be reached through no
+    /// symlink. A relative `into` is taken from the directory relative paths are resolved
+    /// from.
     ///
     /// # Errors
     /// `not-found` for an unknown session or turn, or a state after the turn that was not
-    /// snapshotted; `already-exists` if `into` is not empty.
+    /// snapshotted; `path-rejected` if `into` is in a `.git`, inside or above the workspace,
+    /// the store or the keys, or reached through a symlink; `already-exists` if it is not an
+    /// empty directory.
     pub fn fork(&self, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<Forked> {
-        fork::fork(&self.store, from, after, into, id)
+        let into = match into {
+            Some(dir) if dir.is_relative() => Some(self.cwd()?.join(dir)),
+            other => other.map(Path::to_path_buf),
+        };
+        fork::fork(&self.store, from, after, into.as_deref(), id)
     }
 
     /// Appends conversation entries to the session's history, each durably before the

@@ -5,13 +5,14 @@
 //! Invariants: the fork holds its own copies of the turn and snapshot records (pointing at
 //! the same content-addressed trees), so it outlives its parent: deleting the parent and
 //! running `gc` leaves everything the fork reaches. Materialising writes only into a new or
-//! empty directory, never follows a symlink, records nested repositories as skipped, and
-//! reports success only after one sync of the file system made every file and name it
-//! wrote durable.
+//! empty directory outside the workspace, turnback's store and keys and any `.git`, reached
+//! through no symlink ([`fork_target`]); it never follows a symlink, records nested
+//! repositories as skipped, and reports success only after one sync of the file system made
+//! every file and name it wrote durable.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
@@ -54,10 +55,12 @@ pub struct Forked {
 /// that turn.
 ///
 /// # Errors
-/// `not-found` for an unknown session or turn; `already-exists` if `into` is not empty;
-/// `not-found` if the state after the turn was not snapshotted.
+/// `not-found` for an unknown session or turn, or if the state after the turn was not
+/// snapshotted; for `into`, as [`fork_target`].
 pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<Forked> {
     let parent = Session::get(store, from)?.ok_or_else(|| Error::not_found(format!("session {from}")))?;
+    let source = Workspace::by_id(store, &parent.workspace_id)?;
+    let into = into.map(|dir| fork_target(&source.root, store.protected_paths(), dir)).transpose()?;
     let all = turn::list(store, from)?;
     let last = after.unwrap_or_else(|| all.last().map_or(0, |t| t.index));
     if after.is_some() && !all.iter().any(|t| t.index == last) {
@@ -70,16 +73,16 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         Some(_) => Some(state_after(store, &all, last)?),
         None => None,
     };
-    let workspace = match into {
+    let workspace = match &into {
         Some(dir) => {
-            prepare_dir(dir)?;
+            std::fs::create_dir_all(dir).context(dir)?;
             Workspace::ensure(store, dir)?
         }
-        None => Workspace::by_id(store, &parent.workspace_id)?,
+        None => source,
     };
     let session = Session::create(store, &workspace, id)?;
     let (forked, snapshots, history_entries) = copy_records(store, &parent, session, &workspace, &carried, last)?;
-    let (files_written, not_written) = match (into, state) {
+    let (files_written, not_written) = match (&into, state) {
         (Some(dir), Some(state)) => materialise(store, dir, &state)?,
         _ => (0, Vec::new()),
     };
@@ -88,10 +91,87 @@ pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, 
         turns: carried.len() as u64,
         snapshots,
         history_entries,
-        into: into.map(Path::to_path_buf),
+        into,
         files_written,
         not_written,
     })
+}
+
+/// Where `fork --into` may write: `into` (absolute) with `.` and `..` resolved, if it is a
+/// new or empty directory that is neither inside nor above the workspace at `workspace`
+/// (canonical) or one of turnback's `protected` paths (its store and keys), has no `.git`
+/// among its components, and is reached through no symlink.
+///
+/// Each existing component is examined once, from the root down, without following it: a
+/// symlink anywhere on the way is refused, not resolved, so the path returned is the one
+/// the operating system will write to and the comparisons with the workspace are exact.
+///
+/// # Errors
+/// `invalid-argument` for a relative `into`; `path-rejected` for a `.git` component, a
+/// symlink on the way, or a place inside or above the workspace, the store or the keys;
+/// `already-exists` for anything there but an empty directory.
+pub(crate) fn fork_target(workspace: &Path, protected: &[PathBuf], into: &Path) -> Result<PathBuf> {
+    let reject =
+        |why: String| Error::new(ErrorCode::PathRejected, format!("cannot fork into {}: {why}", into.display()));
+    if !into.is_absolute() {
+        return Err(Error::new(ErrorCode::InvalidArgument, format!("{} is not an absolute path", into.display())));
+    }
+    if into.components().any(|c| c.as_os_str() == ".git") {
+        return Err(reject("it is inside a .git directory; turnback never touches a repository's internals".into()));
+    }
+    let mut target = PathBuf::new();
+    // How many of `target`'s last components do not exist (below a missing one, none does).
+    let mut missing = 0usize;
+    for c in into.components() {
+        match c {
+            Component::CurDir => {}
+            // The component popped was checked not to be a symlink, so `..` means its parent.
+            Component::ParentDir => {
+                if target.pop() {
+                    missing = missing.saturating_sub(1);
+                }
+            }
+            Component::Normal(name) => {
+                target.push(name);
+                if missing > 0 {
+                    missing += 1;
+                    continue;
+                }
+                match std::fs::symlink_metadata(&target) {
+                    Ok(m) if m.file_type().is_symlink() => {
+                        return Err(reject(format!("{} is a symlink; give the path it leads to", target.display())));
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing = 1,
+                    Err(e) => return Err(e).context(&target),
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => target.push(c.as_os_str()),
+        }
+    }
+    let places = std::iter::once((workspace.to_path_buf(), "the workspace"))
+        .chain(protected.iter().map(|p| (p.canonicalize().unwrap_or_else(|_| p.clone()), "turnback's store or keys")));
+    for (place, what) in places {
+        if target == place {
+            return Err(reject(format!("it is {what}")));
+        }
+        if target.starts_with(&place) {
+            return Err(reject(format!("it is inside {what}; fork into a directory outside it")));
+        }
+        if place.starts_with(&target) {
+            return Err(reject(format!("it holds {what}; fork into a directory outside it")));
+        }
+    }
+    if missing == 0 {
+        let not_empty = |why: &str| Error::new(ErrorCode::AlreadyExists, format!("{} {why}", target.display()));
+        if !std::fs::symlink_metadata(&target).context(&target)?.is_dir() {
+            return Err(not_empty("is not a directory"));
+        }
+        if std::fs::read_dir(&target).context(&target)?.next().is_some() {
+            return Err(not_empty("is not empty"));
+        }
+    }
+    Ok(target)
 }
 
 /// Copies into `session`, in one transaction, the `carried` turns of `parent` with their
@@ -214,19 +294,6 @@ pub(crate) fn state_after(store: &Store, turns: &[Turn], index: u64) -> Result<S
     }
 }
 
-fn prepare_dir(dir: &Path) -> Result<()> {
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(Error::new(ErrorCode::AlreadyExists, format!("{} is not empty", dir.display())));
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir).context(dir),
-        Err(e) => Err(e).context(dir),
-    }
-}
-
 /// Writes object `id` into the new file `target` (its directory made already) as its
 /// pieces are read and verified (memory does not grow with the file's size); runs of zeros
 /// become holes, which read back as zeros in a new file. Not synced: the caller syncs the
@@ -264,4 +331,94 @@ fn write_new(store: &Store, target: &Path, id: &ContentId, mode: u32) -> Result<
 fn is_zeros(bytes: &[u8]) -> bool {
     const PAGE: [u8; 4096] = [0; 4096];
     bytes.chunks(PAGE.len()).all(|c| c == &PAGE[..c.len()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A workspace `ws` (canonical) with a file and a `.git`, a store beside it, and room
+    /// for a fork next to both.
+    struct Places {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        ws: PathBuf,
+        store: PathBuf,
+    }
+
+    fn places() -> Places {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let (ws, store) = (root.join("ws"), root.join("store"));
+        std::fs::create_dir_all(ws.join(".git")).unwrap();
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::write(ws.join("a.txt"), "a").unwrap();
+        std::fs::create_dir(&store).unwrap();
+        Places { _tmp: tmp, root, ws, store }
+    }
+
+    fn target(p: &Places, into: &Path) -> Result<PathBuf> {
+        fork_target(&p.ws, std::slice::from_ref(&p.store), into)
+    }
+
+    fn code(p: &Places, into: &Path) -> ErrorCode {
+        target(p, into).expect_err(&format!("{} must be refused", into.display())).code
+    }
+
+    #[test]
+    fn a_fork_target_is_a_new_or_empty_directory_outside_the_workspace() {
+        let p = places();
+        assert_eq!(target(&p, &p.root.join("fork")).unwrap(), p.root.join("fork"));
+        assert_eq!(target(&p, &p.root.join("new/deeper/fork")).unwrap(), p.root.join("new/deeper/fork"));
+        std::fs::create_dir(p.root.join("empty")).unwrap();
+        assert_eq!(target(&p, &p.root.join("empty")).unwrap(), p.root.join("empty"));
+        // `.` and `..` are resolved; a name that merely starts like the workspace is outside it.
+        assert_eq!(target(&p, &p.ws.join("src/../../fork/.")).unwrap(), p.root.join("fork"));
+        assert_eq!(target(&p, &p.root.join("ws-fork")).unwrap(), p.root.join("ws-fork"));
+        assert_eq!(target(&p, &p.root.join("missing/../empty")).unwrap(), p.root.join("empty"));
+    }
+
+    #[test]
+    fn a_fork_target_in_a_git_directory_the_workspace_or_the_store_is_rejected() {
+        let p = places();
+        for into in [
+            p.ws.join(".git"),
+            p.ws.join(".git/forked"),
+            p.root.join("elsewhere/.git/forked"),
+            p.ws.clone(),
+            p.ws.join("src"),
+            p.ws.join("new/fork"),
+            p.root.clone(),
+            p.store.join("fork"),
+        ] {
+            assert_eq!(code(&p, &into), ErrorCode::PathRejected, "{}", into.display());
+        }
+        let holds = target(&p, &p.root).unwrap_err();
+        assert!(holds.message.contains("holds the workspace"), "{}", holds.message);
+    }
+
+    #[test]
+    fn a_fork_target_reached_through_a_symlink_is_rejected_not_resolved() {
+        let p = places();
+        std::fs::create_dir(p.root.join("real")).unwrap();
+        std::os::unix::fs::symlink(p.root.join("real"), p.root.join("link")).unwrap();
+        std::os::unix::fs::symlink(&p.ws, p.root.join("ws-link")).unwrap();
+        for into in [p.root.join("link"), p.root.join("link/fork"), p.root.join("ws-link/fork"), p.root.join("link/..")]
+        {
+            assert_eq!(code(&p, &into), ErrorCode::PathRejected, "{}", into.display());
+        }
+        assert!(std::fs::read_dir(p.root.join("real")).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn a_fork_target_that_holds_something_or_is_relative_is_refused() {
+        let p = places();
+        std::fs::create_dir(p.root.join("full")).unwrap();
+        std::fs::write(p.root.join("full/f"), "f").unwrap();
+        std::fs::write(p.root.join("file"), "f").unwrap();
+        assert_eq!(code(&p, &p.root.join("full")), ErrorCode::AlreadyExists);
+        assert_eq!(code(&p, &p.root.join("missing/../full")), ErrorCode::AlreadyExists);
+        assert_eq!(code(&p, &p.root.join("file")), ErrorCode::AlreadyExists);
+        assert_eq!(code(&p, Path::new("relative/fork")), ErrorCode::InvalidArgument);
+    }
 }

@@ -160,6 +160,13 @@ fn decode_key(text: &str, what: &str) -> Result<SecretKey> {
     })
 }
 
+/// The key a person hands to `key import`: `invalid-argument` if `text` is not one, since
+/// then the input is wrong, not the key store (a stored key that does not decode is
+/// `key-unavailable`).
+pub(crate) fn decode_imported_key(text: &str) -> Result<SecretKey> {
+    decode_key(text, "the imported key").map_err(|e| Error::invalid(e.message))
+}
+
 /// The text of the key file `path`: `key-unavailable` if it is not text at all (raw key
 /// bytes, say), since only base64 is a key file.
 fn read_key_text(path: &Path) -> Result<String> {
@@ -272,11 +279,11 @@ pub fn export_master_key(config: &KeyConfig) -> Result<String> {
 /// the key that is there already changes nothing; returns the file and whether it wrote.
 ///
 /// # Errors
-/// `key-unavailable` if `text` is not a key; `invalid-argument` if `TURNBACK_KEY` is set
-/// (it is the key) or there is no key file location; `already-exists` if another key is
-/// there (it is never replaced).
+/// `invalid-argument` if `text` is not a key, if `TURNBACK_KEY` is set (it is the key) or
+/// there is no key file location; `already-exists` if another key is there (it is never
+/// replaced).
 pub fn import_master_key(config: &KeyConfig, text: &str) -> Result<(PathBuf, bool)> {
-    let key = decode_key(text, "the imported key")?;
+    let key = decode_imported_key(text)?;
     if config.env_key.is_some() {
         return Err(Error::invalid("TURNBACK_KEY is set, and it is the key: unset it to import one into a key file"));
     }
@@ -616,6 +623,20 @@ mod tests {
             assert_eq!(err.code, ErrorCode::KeyUnavailable, "{}", err.message);
             assert!(err.message.contains("must hold the 256-bit master key in base64"), "{}", err.message);
         }
+    }
+
+    #[test]
+    fn an_imported_key_that_is_not_one_is_the_callers_mistake_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k");
+        for text in ["not base64 at all!\n", "c2hvcnQ=\n"] {
+            let err = import_master_key(&file_config(&path), text).unwrap_err();
+            assert_eq!(err.code, ErrorCode::InvalidArgument, "{}", err.message);
+            assert!(err.message.starts_with("the imported key"), "{}", err.message);
+        }
+        assert!(!path.exists());
+        let err = find_master_key(&KeyConfig::with_key("not base64 at all!".into()), false).unwrap_err();
+        assert_eq!(err.code, ErrorCode::KeyUnavailable, "TURNBACK_KEY is the key store: {}", err.message);
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //!   whose associated data binds the record's namespace and key.
 //! - Opening a store finds the master key (creating one only for an empty store), checks
 //!   it against the store (`key-mismatch`). A store whose database was initialised (the
-//!   `initialized` marker beside it) and now holds nothing is `corrupt`, never made anew. Opening recovers nothing: the facade
-//!   (`Turnback::open`) runs every layer's reconcile before anything else can read.
+//!   `initialized` marker beside it) and now holds nothing or is gone is `corrupt`, never
+//!   made anew. Opening recovers nothing: the facade (`Turnback::open`) runs every layer's
+//!   reconcile before anything else can read.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -85,11 +86,24 @@ impl Store {
     /// Opens the store described by `opts`, reconciling any interrupted work.
     ///
     /// # Errors
-    /// `not-found` if the store does not exist and `create` is false; `key-unavailable` if
-    /// the store holds data and no key is found; `key-mismatch` for the wrong key.
+    /// `not-found` if the store does not exist and `create` is false; `corrupt` if its
+    /// database was deleted or emptied after it was initialised; `key-unavailable` if the
+    /// store holds data and no key is found; `key-mismatch` for the wrong key.
     pub fn open(opts: &StoreOptions) -> Result<Self> {
         let dir = &opts.dir;
+        let marker = dir.join(INITIALIZED);
         if !dir.join("store.db").exists() {
+            if marker.exists() {
+                // Checked before anything is made: an empty database here would be a new store.
+                return Err(Error::corrupt(
+                    "store",
+                    format!(
+                        "{} is missing although this store was initialised: it was deleted \
+                         (restore it from a backup, or move the store directory aside to start a new one)",
+                        dir.join("store.db").display()
+                    ),
+                ));
+            }
             if !opts.create {
                 return Err(Error::new(
                     ErrorCode::NotFound,
@@ -101,7 +115,6 @@ impl Store {
         }
         let kv = SqliteKv::open(&dir.join("store.db"))?;
         let has_data = keys::store_has_key(&kv)?;
-        let marker = dir.join(INITIALIZED);
         if !has_data && marker.exists() {
             return Err(Error::corrupt(
                 "store",
