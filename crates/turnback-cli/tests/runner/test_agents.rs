@@ -1457,6 +1457,195 @@ fn user_scope_installs_go_under_home_and_codex_honours_codex_home() {
     }
 }
 
+/// Where each installer keeps its hooks, and one of the events it hooks.
+const HOOK_FILES: [(&str, &str, &str); 4] = [
+    ("claude-code", ".claude/settings.json", "Stop"),
+    ("codex", ".codex/hooks.json", "Stop"),
+    ("gemini", ".gemini/settings.json", "AfterAgent"),
+    ("cursor", ".cursor/hooks.json", "stop"),
+];
+
+/// `agent`'s hooks file holding one handler on `event` that runs `command`, in the shape of
+/// that agent's file, beside a setting of the person's.
+fn hooks_file_with(agent: &str, event: &str, command: &str) -> Value {
+    if agent == "cursor" {
+        json!({ "version": 1, "hooks": { event: [{ "command": command }] } })
+    } else {
+        json!({ "model": "opus", "hooks": { event: [{ "hooks": [{ "type": "command", "command": command }] }] } })
+    }
+}
+
+/// The commands of `event`'s handlers in `agent`'s hooks file.
+fn commands_on(settings: &Value, agent: &str, event: &str) -> Vec<String> {
+    let list = settings["hooks"][event].as_array().cloned().unwrap_or_default();
+    let handlers: Vec<Value> = if agent == "cursor" {
+        list
+    } else {
+        list.iter().flat_map(|g| g["hooks"].as_array().cloned().unwrap_or_default()).collect()
+    };
+    handlers.iter().map(|h| h["command"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+#[test]
+fn an_installed_hook_in_another_form_is_not_installed_twice() {
+    let env = Env::new();
+    for (agent, rel, event) in HOOK_FILES {
+        let file = env.ws.join(rel);
+        // The person's own ways to run turnback's hook: left as they wrote them.
+        let persons = [
+            format!("sh -c 'exec turnback hook {agent}'"),
+            format!("bash -c \"turnback hook {agent}\""),
+            format!("exec turnback hook {agent}"),
+            format!("env X=1 turnback hook {agent}"),
+            format!("cd \"$PWD\" && turnback --store \"$HOME/tb\" hook {agent} 2>>/tmp/tb.log"),
+        ];
+        // turnback's own way, with a binary elsewhere: brought up to date where it is.
+        let written =
+            [format!("/usr/local/bin/turnback hook {agent}"), format!("\"/opt/my tools/turnback\" hook {agent}")];
+        for (form, persons) in persons.iter().map(|f| (f, true)).chain(written.iter().map(|f| (f, false))) {
+            write_file(&file, &pretty(&hooks_file_with(agent, event, form)));
+            env.ok(&["install", agent], None);
+            let installed = std::fs::read_to_string(&file).unwrap();
+            let settings: Value = serde_json::from_str(&installed).unwrap();
+            let ours: Vec<String> = commands_on(&settings, agent, event)
+                .into_iter()
+                .filter(|c| c.contains(&format!("hook {agent}")))
+                .collect();
+            assert_eq!(ours.len(), 1, "{agent}, {form}: one turnback hook on {event}: {installed}");
+            if persons {
+                assert_eq!(&ours[0], form, "{agent}: the person's form stays as written: {installed}");
+            } else {
+                assert_ne!(&ours[0], form, "{agent}: turnback's own form is brought up to date: {installed}");
+            }
+            let again = env.json(&["install", agent]);
+            assert_eq!(again["files"][0]["changed"], false, "{agent}, {form}: {again:#}");
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), installed, "{agent}, {form}: installing again");
+            // Uninstalling takes out what install took for turnback's hook.
+            env.ok(&["install", agent, "--uninstall"], None);
+            let left = std::fs::read_to_string(&file).unwrap_or_default();
+            assert!(!left.contains(&format!("hook {agent}")), "{agent}, {form}: {left}");
+        }
+    }
+}
+
+#[test]
+fn a_second_copy_of_turnbacks_hook_is_taken_out_at_install() {
+    // What an install that did not recognise the person's form left: two turnback hooks.
+    let env = Env::new();
+    let file = env.ws.join(".claude/settings.json");
+    let persons = "sh -c 'exec turnback hook claude-code'";
+    let twice = json!({ "hooks": { "Stop": [
+        { "hooks": [{ "type": "command", "command": persons }] },
+        { "hooks": [{ "type": "command", "command": "turnback hook claude-code", "timeout": 30 }] },
+        { "hooks": [{ "type": "command", "command": "notify-send done" }] }
+    ] } });
+    write_file(&file, &pretty(&twice));
+    env.ok(&["install", "claude-code"], None);
+    let settings: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(commands_on(&settings, "claude-code", "Stop"), [persons, "notify-send done"], "{settings:#}");
+}
+
+#[test]
+fn a_command_that_only_mentions_turnback_is_not_taken_for_its_hook() {
+    let env = Env::new();
+    let file = env.ws.join(".claude/settings.json");
+    let command = |c: &str| json!([{ "hooks": [{ "type": "command", "command": c }] }]);
+    let theirs = json!({ "hooks": {
+        "Stop": command("echo turnback hook claude-code"),
+        "PreToolUse": command("mytool --then turnback hook claude-code"),
+        "SessionEnd": command("turnback-other hook claude-code"),
+        "Notification": command("notify-send 'turnback hook claude-code'")
+    } });
+    write_file(&file, &pretty(&theirs));
+    // Kept at install, beside turnback's own, and given back at uninstall byte for byte.
+    let installed = install_round_trip(&env, &["claude-code"], std::slice::from_ref(&file));
+    let settings: Value = serde_json::from_str(installed[0].as_deref().unwrap()).unwrap();
+    for (event, theirs) in [
+        ("Stop", "echo turnback hook claude-code"),
+        ("PreToolUse", "mytool --then turnback hook claude-code"),
+        ("SessionEnd", "turnback-other hook claude-code"),
+    ] {
+        let commands = commands_on(&settings, "claude-code", event);
+        assert_eq!(commands.len(), 2, "{event}: {settings:#}");
+        assert_eq!(commands[0], theirs);
+    }
+}
+
+#[test]
+fn a_reinstall_leaves_turnbacks_hooks_where_they_are_among_the_persons() {
+    let env = Env::new();
+    let file = env.ws.join(".claude/settings.json");
+    write_file(&file, &pretty(&json!({ "model": "opus" })));
+    env.ok(&["install", "claude-code"], None);
+    // The person adds hooks after turnback's: to one of its events and two of their own.
+    let mut settings: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let group = |c: &str| json!({ "hooks": [{ "type": "command", "command": c }] });
+    settings["hooks"]["Stop"].as_array_mut().unwrap().push(group("notify-send done"));
+    settings["hooks"]["Notification"] = json!([group("notify-send ping")]);
+    settings["hooks"]["PermissionRequest"] = json!([group("audit.sh")]);
+    settings["theme"] = json!("dark");
+    let theirs = pretty(&settings);
+    write_file(&file, &theirs);
+    let again = env.json(&["install", "claude-code"]);
+    assert_eq!(again["files"][0]["changed"], false, "{again:#}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), theirs, "installing again moves nothing");
+    env.ok(&["install", "claude-code", "--uninstall"], None);
+    let expected = json!({ "model": "opus", "hooks": {
+        "Stop": [group("notify-send done")],
+        "Notification": [group("notify-send ping")],
+        "PermissionRequest": [group("audit.sh")]
+    }, "theme": "dark" });
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), pretty(&expected), "the person's hooks, in their order");
+}
+
+#[test]
+fn gemini_uninstall_gives_back_settings_without_an_added_hooks_key() {
+    let env = Env::new();
+    let file = env.ws.join(".gemini/settings.json");
+    let theirs = json!({ "general": { "vimMode": true } });
+    write_file(&file, &pretty(&theirs));
+    env.ok(&["install", "gemini"], None);
+    // Gemini CLI (or the person) writes more settings after turnback's `hooks`.
+    let mut settings: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    settings["ui"] = json!({ "theme": "GitHub" });
+    settings["tools"] = json!({ "sandbox": false });
+    write_file(&file, &pretty(&settings));
+    env.ok(&["install", "gemini", "--uninstall"], None);
+    let expected =
+        json!({ "general": { "vimMode": true }, "ui": { "theme": "GitHub" }, "tools": { "sandbox": false } });
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), pretty(&expected), "no hooks key, the rest where it was");
+}
+
+#[test]
+fn cursor_uninstall_gives_back_hooks_json_without_an_added_version() {
+    let env = Env::new();
+    let file = env.ws.join(".cursor/hooks.json");
+    write_file(&file, &pretty(&json!({ "hooks": { "afterFileEdit": [{ "command": ".cursor/hooks/format.sh" }] } })));
+    install_round_trip(&env, &["cursor"], std::slice::from_ref(&file));
+}
+
+#[test]
+fn uninstalling_where_nothing_is_installed_leaves_every_file_as_it_is() {
+    let env = Env::new();
+    // Written in the person's own style, or holding nothing: none of it turnback's to rewrite.
+    let files = [
+        (".claude/settings.json", "{\"model\": \"opus\", \"permissions\": {\"allow\": [\"Bash(npm test)\"]}}\n"),
+        (".gemini/settings.json", "{}\n"),
+        (".cursor/hooks.json", "{\n  \"version\": 1\n}\n"),
+        (".codex/hooks.json", "{ \"hooks\": { \"Stop\": [] } }"),
+    ];
+    for (rel, text) in files {
+        write_file(&env.ws.join(rel), text);
+    }
+    for agent in ["claude-code", "gemini", "cursor", "codex"] {
+        let out = env.json(&["install", agent, "--uninstall"]);
+        assert!(out["files"].as_array().unwrap().iter().all(|f| f["changed"] == false), "{out:#}");
+    }
+    for (rel, text) in files {
+        assert_eq!(std::fs::read_to_string(env.ws.join(rel)).ok().as_deref(), Some(text), "{rel}");
+    }
+}
+
 #[test]
 fn gemini_a_relative_replace_is_checkpointed_on_the_file_gemini_edits() {
     // Gemini resolves a relative `replace` path itself (pathCorrector.ts): "app.ts" in a

@@ -91,7 +91,7 @@ pub fn trusted(places: &Places) -> Option<(usize, usize)> {
         for (g, group) in groups.as_array().into_iter().flatten().enumerate() {
             for (h, handler) in group.get("hooks").and_then(|v| v.as_array()).into_iter().flatten().enumerate() {
                 let command = handler.get("command").and_then(|c| c.as_str()).unwrap_or("");
-                if !super::is_our_command(command, HookAgent::Codex) {
+                if !super::own_command::is_own(command, HookAgent::Codex) {
                     continue;
                 }
                 all += 1;
@@ -150,6 +150,10 @@ fn feature(text: Option<&str>, what: &str, uninstall: bool) -> Result<Option<Str
         }
         if table.is_empty() {
             doc.remove("features");
+        } else if let Some(table) = doc["features"].as_table_mut().filter(|t| t.iter().all(|(_, v)| !v.is_value())) {
+            // Only `[features.…]` tables are left: the `[features]` header turnback's key
+            // needed goes with it (as it was before, implied by them).
+            table.set_implicit(true);
         }
     } else {
         // Set by the person already, or an inline table (a comment cannot mark a key in one,
@@ -201,5 +205,15 @@ mod tests {
         // An older turnback's deprecated key goes at uninstall too.
         let old = "[features]\ncodex_hooks = true # turned on by turnback install codex\n";
         assert_eq!(feature(Some(old), "c", true).unwrap(), None);
+    }
+
+    #[test]
+    fn uninstall_takes_out_the_features_header_turnbacks_key_needed() {
+        // `[features]` implied by its sub-tables alone: installing writes the header for
+        // turnback's key, uninstalling leaves it implied again.
+        let implied = "model = \"o3\"\n\n[features.x]\ny = 1\n";
+        let on = feature(Some(implied), "c", false).unwrap().unwrap();
+        assert!(on.contains("[features]\nhooks = true"), "{on}");
+        assert_eq!(feature(Some(&on), "c", true).unwrap().as_deref(), Some(implied));
     }
 }

@@ -4,12 +4,16 @@
 //! is recorded. Each agent's module says which files change and how; this one reads,
 //! writes and reports.
 //!
-//! Invariants: installing keeps every other setting and hook; a file is rewritten only if
-//! its text changes (a second install changes nothing, byte for byte); uninstalling
-//! removes exactly what installing added (a file turnback created and left empty goes
-//! too); nothing is written when any file cannot be read as the agent's format, nor when
-//! any file leads through a symlink outside the scope's root (the project, or the home
-//! directory for `--scope user`) unless `--follow-symlinks` says so.
+//! Invariants: installing keeps every other setting and hook, where it is, and leaves one
+//! turnback hook on each event it hooks: a hook of turnback's already there in any form
+//! `own_command` recognises counts, and is never installed a second time; a file is
+//! rewritten only if its text changes (a second install changes nothing, byte for byte,
+//! nor does an uninstall with nothing to take out); uninstalling takes out turnback's
+//! hooks in every form recognised, with the keys, lists, tables and files only they filled
+//! (what turnback added, empty or not, goes; a file turnback created goes too), moving
+//! nothing else; nothing is written when any file cannot be read as the agent's format,
+//! nor when any file leads through a symlink outside the scope's root (the project, or the
+//! home directory for `--scope user`) unless `--follow-symlinks` says so.
 
 mod claude_code;
 mod codex;
@@ -17,6 +21,7 @@ mod cursor;
 mod gemini;
 mod json_hooks;
 mod opencode;
+mod own_command;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -279,14 +284,6 @@ fn shell_quoted(s: &str) -> String {
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
     }
-}
-
-/// Whether `command` is a hook command turnback installed for `agent` (perhaps with a
-/// redirection after it, as for Gemini CLI).
-pub fn is_our_command(command: &str, agent: HookAgent) -> bool {
-    let hook = format!(" hook {}", agent_name(agent));
-    let ours = command.ends_with(&hook) || command.contains(&format!("{hook} "));
-    ours && command.contains("turnback")
 }
 
 /// Refuses `file` if, through a symlink (the file's own or a directory's on the way), it
