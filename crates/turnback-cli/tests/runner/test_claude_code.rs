@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, claude_event, claude_transcript, hook, parse_json, show_output, stamp, str_at};
+use crate::common::{Env, claude_event, claude_transcript, hook, parse_json, show_output, stamp, str_at, with};
 
 /// A `Write` through the hooks: PreToolUse, the file written, PostToolUse.
 fn write(env: &Env, session: &str, rel: &str, content: &str, id: &str, extra: Value) {
@@ -172,6 +172,86 @@ fn a_transcript_path_naming_a_fifo_never_blocks_the_stop_hook() {
     // The same file given to `history import` is refused at once.
     let out = env.run(&["--session", session, "history", "import", "--claude-code", fifo.to_str().unwrap()], None);
     assert_eq!(out.status.code(), Some(2), "{}", show_output(&out));
+}
+
+#[test]
+fn a_transcript_path_naming_a_device_or_a_directory_never_blocks_the_stop_hook() {
+    let env = Env::new();
+    let dir = env.root.join("a-directory.jsonl");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, path) in [std::path::PathBuf::from("/dev/zero"), dir].into_iter().enumerate() {
+        let session = format!("cc-odd-{i}");
+        let prompt = with(
+            claude_event(&env, &session, "UserPromptSubmit", json!({ "prompt": "hi" })),
+            json!({
+            "transcript_path": path }),
+        );
+        let out = env.run(&["hook", "claude-code"], Some(prompt.to_string().as_bytes()));
+        assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+        let stop = with(prompt, json!({ "hook_event_name": "Stop", "stop_hook_active": false }));
+        let started = std::time::Instant::now();
+        let out = env.run(&["hook", "claude-code"], Some(stop.to_string().as_bytes()));
+        assert_eq!(out.status.code(), Some(0), "{}: {}", path.display(), show_output(&out));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{}: {:?}", path.display(), started.elapsed());
+        let turns = env.json(&["--session", &session, "turns"]);
+        assert!(turns["turns"][0]["endedAt"].is_string(), "{}: the turn ended: {turns:#}", path.display());
+    }
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert_eq!(log.matches("claude-code invalid-argument: Stop failed").count(), 2, "each refusal logged: {log}");
+}
+
+/// Runs a `Stop` hook that stops dead at the end snapshot's failpoint (test builds), with
+/// `vars`; returns it once it is there.
+fn stuck_stop_hook(env: &Env, session: &str, vars: &[(&str, &str)]) -> std::process::Child {
+    use std::io::{BufRead, Write};
+    let prompt = claude_event(env, session, "UserPromptSubmit", json!({ "prompt": "hi" }));
+    let out = env.run(&["hook", "claude-code"], Some(prompt.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    let stop = claude_event(env, session, "Stop", json!({ "stop_hook_active": false }));
+    let mut cmd = env.command(&["hook", "claude-code"]);
+    cmd.env("TURNBACK_FAILPOINT", "snapshot-walked");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stop.to_string().as_bytes()).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.contains("failpoint snapshot-walked reached"), "{line}");
+    child
+}
+
+#[test]
+fn a_hook_ends_within_a_second_of_sigterm_and_within_its_time_bound() {
+    let env = Env::new();
+    let mut child = stuck_stop_hook(&env, "cc-term", &[]);
+    let signalled = std::time::Instant::now();
+    let killed = std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let took = signalled.elapsed();
+    assert_eq!(status.code(), Some(0), "a hook always exits 0");
+    // One second, and a little for a loaded machine to schedule the process.
+    assert!(took < std::time::Duration::from_millis(1500), "SIGTERM ended the hook in {took:?}");
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.contains("claude-code cancelled: hook ended, stopped by a signal"), "{log}");
+
+    let mut child = stuck_stop_hook(&env, "cc-bound", &[("TURNBACK_HOOK_TIMEOUT_MS", "700")]);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let log = std::fs::read_to_string(env.store.join("hooks.log")).unwrap_or_default();
+    assert!(log.contains("claude-code cancelled: hook ended, over its time bound"), "{log}");
+    // What the stuck hook did not record, the next event does: the turn ends.
+    let stop = claude_event(&env, "cc-bound", "Stop", json!({ "stop_hook_active": false }));
+    let out = env.run(&["hook", "claude-code"], Some(stop.to_string().as_bytes()));
+    assert_eq!(out.status.code(), Some(0), "{}", show_output(&out));
+    let turns = env.json(&["--session", "cc-bound", "turns"]);
+    assert!(turns["turns"][0]["endedAt"].is_string(), "{turns:#}");
 }
 
 #[test]

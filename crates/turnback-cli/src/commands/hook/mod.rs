@@ -10,7 +10,9 @@
 //! path, a prompt or a payload: nothing plain goes under the store), the exit code is 0, and stdout holds only what the agent
 //! expects from a hook that lets everything through (nothing for most agents; Cursor's
 //! "allow" answers), so nothing turnback prints reaches the conversation. Events arriving
-//! twice or out of order are harmless: the protocol is built for them.
+//! twice or out of order are harmless: the protocol is built for them. A hook ends within a
+//! bound whatever it is given (20 s, `TURNBACK_HOOK_TIMEOUT_MS`) and within a second of
+//! SIGINT or SIGTERM, logged, still exiting 0.
 
 mod claude_code;
 mod codex;
@@ -23,7 +25,8 @@ pub mod patch;
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use turnback::{AgentEvent, Error, ErrorCode, Result, TranscriptFormat, Turnback};
@@ -98,6 +101,7 @@ fn handle(ctx: &Ctx, agent: HookAgent, name: &mut String) -> Outcome {
             return Outcome::raw(answer(agent, ""));
         }
     };
+    watchdog(ctx.store_dir().ok(), agent, Arc::clone(&cancel), hook_bound());
     // Bounded by what is kept, not by what the agent sends (a 100 MB prompt keeps 4 MiB
     // here, 256 KiB in the history): see `turnback::read_json_input`.
     let result = turnback::read_json_input(std::io::stdin().lock())
@@ -117,6 +121,55 @@ fn handle(ctx: &Ctx, agent: HookAgent, name: &mut String) -> Outcome {
         log(ctx, agent, name, &e);
     }
     Outcome::raw(answer(agent, name))
+}
+
+/// How long a hook may run (`TURNBACK_HOOK_TIMEOUT_MS` overrides it): an agent waits on
+/// its hooks, so a hook that cannot finish must not freeze it. Far above what a hook takes
+/// (milliseconds; a walk of a large tree without the watcher, seconds).
+const HOOK_BOUND: Duration = Duration::from_secs(20);
+/// How long a hook told to stop (SIGINT, SIGTERM) has to finish what it is doing.
+const STOP_GRACE: Duration = Duration::from_millis(800);
+
+fn hook_bound() -> Duration {
+    std::env::var("TURNBACK_HOOK_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+        .map_or(HOOK_BOUND, Duration::from_millis)
+}
+
+/// Ends the hook — exit 0, the agent's answer printed, the reason in `hooks.log` — once it
+/// has run for `bound`, or [`STOP_GRACE`] after a stop signal. Ending mid-way is safe:
+/// everything a hook records is one transaction at a time, as a crash at any step is
+/// (tested by killing real processes); what it did not record, the next event or
+/// `history import` picks up.
+fn watchdog(store: Option<PathBuf>, agent: HookAgent, stop: Arc<AtomicBool>, bound: Duration) {
+    let started = std::time::Instant::now();
+    let spawned = std::thread::Builder::new().name("turnback-hook-watchdog".into()).spawn(move || {
+        let mut stopped: Option<std::time::Instant> = None;
+        loop {
+            std::thread::sleep(Duration::from_millis(20));
+            if stopped.is_none() && stop.load(Ordering::SeqCst) {
+                stopped = Some(std::time::Instant::now());
+            }
+            let why = if stopped.is_some_and(|at| at.elapsed() >= STOP_GRACE) {
+                "stopped by a signal"
+            } else if started.elapsed() >= bound {
+                "over its time bound"
+            } else {
+                continue;
+            };
+            if let Some(dir) = &store {
+                append_log(dir, agent, ErrorCode::Cancelled, &format!("hook ended, {why}"));
+            }
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(answer(agent, "").as_bytes());
+            let _ = out.flush();
+            std::process::exit(0);
+        }
+    });
+    // Without the thread the hook runs unbounded, as it did before it: nothing to log.
+    drop(spawned);
 }
 
 /// With `TURNBACK_HOOK_CAPTURE=FILE`, appends the event exactly as the agent sent it, one
