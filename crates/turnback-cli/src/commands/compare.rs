@@ -49,7 +49,7 @@ pub fn stat_lines(changes: &[NumStat]) -> String {
                 _ => "binary".into(),
             };
             let change = serde_json::to_value(c.change).ok().and_then(|v| v.as_str().map(String::from));
-            format!("  {:<13} {:>12}  {}\n", change.unwrap_or_default(), counts, quote_name(c.path.as_bytes()))
+            format!("  {:<13} {:>12}  {}\n", change.unwrap_or_default(), counts, quote_name(c.path_bytes()))
         })
         .collect()
 }

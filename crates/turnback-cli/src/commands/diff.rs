@@ -35,8 +35,8 @@ fn numstat_text(report: &DiffReport) -> String {
         .changes
         .iter()
         .map(|c| match (c.added, c.deleted) {
-            (Some(x), Some(y)) => format!("{x}\t{y}\t{}\n", quote_name(c.path.as_bytes())),
-            _ => format!("-\t-\t{}\n", quote_name(c.path.as_bytes())),
+            (Some(x), Some(y)) => format!("{x}\t{y}\t{}\n", quote_name(c.path_bytes())),
+            _ => format!("-\t-\t{}\n", quote_name(c.path_bytes())),
         })
         .collect()
 }
@@ -51,13 +51,13 @@ fn stat_text(report: &DiffReport) -> String {
                 del += y;
                 t.push_str(&format!(
                     " {} | {} {}{}\n",
-                    quote_name(c.path.as_bytes()),
+                    quote_name(c.path_bytes()),
                     x + y,
                     "+".repeat(x.min(40) as usize),
                     "-".repeat(y.min(40) as usize)
                 ));
             }
-            _ => t.push_str(&format!(" {} | Bin\n", quote_name(c.path.as_bytes()))),
+            _ => t.push_str(&format!(" {} | Bin\n", quote_name(c.path_bytes()))),
         }
     }
     t.push_str(&format!(" {} files changed, {add} insertions(+), {del} deletions(-)\n", report.changes.len()));

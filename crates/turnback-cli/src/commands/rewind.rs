@@ -50,7 +50,7 @@ fn paths_text(plan: &RewindPlan) -> String {
         };
         let why = p.detail.as_deref().map(|d| format!(" ({})", escape_controls(d))).unwrap_or_default();
         let forced = if p.forced { " [forced]" } else { "" };
-        text.push_str(&format!("  {what:<12} {}{why}{forced}\n", quote_name(p.path.as_bytes())));
+        text.push_str(&format!("  {what:<12} {}{why}{forced}\n", quote_name(p.path_bytes())));
     }
     for l in &plan.left_out {
         text.push_str(&format!(

@@ -1,6 +1,6 @@
 //! `turnback snapshot`.
 
-use turnback::{Result, format_size};
+use turnback::{Result, escape_controls, format_size, quote_name};
 
 use crate::app::Ctx;
 use crate::output::{Outcome, Progress, left_out};
@@ -9,7 +9,7 @@ pub fn take(ctx: &Ctx, full: bool) -> Result<Outcome> {
     let tb = ctx.open(true)?;
     let r = Progress::during(|report| if full { tb.snapshot_full(Some(report)) } else { tb.snapshot(Some(report)) })?;
     let mut text = match &r.skipped {
-        Some(reason) => format!("snapshot {} skipped: {reason}", r.snapshot_id),
+        Some(reason) => format!("snapshot {} skipped: {}", r.snapshot_id, escape_controls(reason)),
         None => format!(
             "snapshot {}: {} files ({}), {} read, {} stored, {} ms",
             r.snapshot_id,
@@ -24,7 +24,8 @@ pub fn take(ctx: &Ctx, full: bool) -> Result<Outcome> {
         text.push_str(" (from the watcher's changes)");
     }
     for n in &r.nested_repos {
-        text.push_str(&format!("\n  nested repository {} at {}", n.path, n.commit));
+        let (path, commit) = (quote_name(n.path.as_bytes()), escape_controls(&n.commit));
+        text.push_str(&format!("\n  nested repository {path} at {commit}"));
     }
     for s in &r.skipped_paths {
         text.push_str(&format!("\n  left out {}", left_out(&s.path, &s.reason)));

@@ -317,6 +317,50 @@ fn diff_rewind_and_rollback_quote_control_characters_in_names() {
     assert!(String::from_utf8_lossy(&out.stdout).contains(r"evil\033[2J\rprompt"));
 }
 
+/// Two names that differ only in bytes that are not UTF-8 never print the same (as U+FFFD):
+/// every human listing shows each such byte in octal, in double quotes, as git does.
+#[test]
+fn names_differing_only_in_invalid_utf8_print_apart_in_octal() {
+    use std::ffi::OsStr;
+    let env = Env::new();
+    env.ok(&["init"], None);
+    let (ff, fe): (&[u8], &[u8]) = (b"a\xff.txt", b"a\xfe.txt");
+    env.ok(&["turn", "begin", "--prompt", "one"], None);
+    create_named(&env, ff, b"by hand\n");
+    env.ok(&[OsStr::new("fs"), OsStr::new("write"), OsStr::from_bytes(fe)], Some(b"checkpointed\n"));
+    env.ok(&["turn", "end"], None);
+
+    let both = [r#""a\377.txt""#, r#""a\376.txt""#];
+    for (args, shown) in [
+        (vec!["diff", "--turn", "1"], [r#""a/a\377.txt""#, r#""b/a\376.txt""#]),
+        (vec!["diff", "--turn", "1", "--stat"], both),
+        (vec!["diff", "--turn", "1", "--numstat"], both),
+        (vec!["rewind", "--to", "1"], both),
+        (vec!["checkpoints"], [r#""a\376.txt""#; 2]),
+        (vec!["rollback", "--turn", "1"], [r#""a\376.txt""#; 2]),
+    ] {
+        let out = env.run(&args, None);
+        assert!(matches!(out.status.code(), Some(0 | 3 | 20)), "{args:?}: {}", show_output(&out));
+        assert_no_control(&format!("{args:?}"), &out.stdout);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains('\u{fffd}'), "{args:?} shows a name lossily:\n{text}");
+        for name in shown {
+            assert!(text.contains(name), "{args:?} shows {name}:\n{text}");
+        }
+    }
+    let out = env.ok(&["rewind", "--to", "1"], None);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(r#"delete       "a\377.txt""#) && text.contains(r#"delete       "a\376.txt""#), "{text}");
+
+    // `--json` keeps its fields: the exact bytes are for people's output only.
+    let diff = env.json(&["diff", "--turn", "1", "--stat"]);
+    for c in diff["changes"].as_array().unwrap() {
+        let mut keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["added", "change", "deleted", "path"], "{c}");
+    }
+}
+
 /// A shell command and a sub-agent's id come from the agent as they are: `turn shell` and
 /// `checkpoints` escape them like a prompt; `--json` keeps them exact.
 #[test]

@@ -35,10 +35,13 @@ pub enum Change {
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Changed {
-    /// The path.
+    /// The path (lossy if not UTF-8).
     pub path: String,
     /// How.
     pub change: Change,
+    /// The path's exact bytes.
+    #[serde(skip)]
+    raw: Vec<u8>,
     #[serde(skip)]
     old: Option<Node>,
     #[serde(skip)]
@@ -50,7 +53,7 @@ pub struct Changed {
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NumStat {
-    /// The path.
+    /// The path (lossy if not UTF-8: [`NumStat::path_bytes`] has it exact).
     pub path: String,
     /// How it changed.
     pub change: Change,
@@ -58,6 +61,17 @@ pub struct NumStat {
     pub added: Option<u64>,
     /// Lines deleted (none: binary).
     pub deleted: Option<u64>,
+    #[serde(skip)]
+    raw: Vec<u8>,
+}
+
+impl NumStat {
+    /// The path's exact bytes, for showing it to people with
+    /// [`quote_name`](crate::quote_name): two names that differ only in bytes that are
+    /// not UTF-8 have the same lossy [`path`](Self::path).
+    pub fn path_bytes(&self) -> &[u8] {
+        &self.raw
+    }
 }
 
 /// The changed paths between the trees `from` and `to`, sorted by path.
@@ -67,11 +81,12 @@ pub fn trees(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<Chan
         .map(|r| Changed {
             path: String::from_utf8_lossy(&r.path).into_owned(),
             change: r.change,
+            raw: r.path,
             old: r.old,
             new: r.new,
         })
         .collect();
-    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out.sort_by(|a, b| a.path.cmp(&b.path).then_with(|| a.raw.cmp(&b.raw)));
     Ok(out)
 }
 
@@ -204,12 +219,12 @@ pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<Nu
             }
             _ => (None, None),
         };
-        counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted });
+        counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted, raw: c.raw.clone() });
         if !patch {
             continue;
         }
         // Names in headers are quoted as git quotes them, so a name cannot forge a line.
-        let side = |prefix: &str| quote_name(format!("{prefix}{}", c.path).as_bytes()).into_owned();
+        let side = |prefix: &str| quote_name(&[prefix.as_bytes(), &c.raw].concat()).into_owned();
         let (a_name, b_name) = (side("a/"), side("b/"));
         out.push_str(&format!("diff --turnback {a_name} {b_name}\n"));
         match texts {

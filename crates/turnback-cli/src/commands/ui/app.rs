@@ -20,7 +20,7 @@ use super::diffs::{DiffState, Diffs};
 
 use turnback::{
     Analysis, CheckpointRecord, Choice, CompareRequest, Comparison, ErrorCode, HistoryEntry, HistorySelection, Options,
-    Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback,
+    RelPath, Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback, quote_name,
 };
 
 /// How many of the newest ended turns have their diff computed when the screen opens.
@@ -63,7 +63,7 @@ pub struct RollbackView {
     /// What is rolled back, in words (`turn 2's edits`, `checkpoint 0f3a…`).
     pub what: String,
     /// A safe choice per conflicting path (workspace-relative), as the preview was asked with.
-    pub choices: Vec<(String, Choice)>,
+    pub choices: Vec<(RelPath, Choice)>,
     /// Position in `analysis.targets` of the target the choice keys act on.
     pub cursor: usize,
 }
@@ -113,6 +113,8 @@ pub struct App {
     pub last_fork: Option<String>,
     pub screen: Screen,
     pub help: bool,
+    /// Lines scrolled in the help (kept within it when drawn).
+    pub help_scroll: u16,
     /// Lines scrolled in the turn view and the previews.
     pub scroll: u16,
     /// One line about the last thing done (or refused).
@@ -156,6 +158,7 @@ impl App {
             filtering: false,
             screen: Screen::Timeline,
             help: false,
+            help_scroll: 0,
             scroll: 0,
             status: String::new(),
             color,
@@ -318,13 +321,13 @@ impl App {
     pub fn choose(&mut self, choice: Choice) {
         let Screen::Rollback(view) = &self.screen else { return };
         let Some(target) = view.analysis.targets.get(view.cursor) else { return };
-        let path = target.path.display();
+        let path = target.path.clone();
         let chosen = view.choices.iter().any(|(p, _)| *p == path);
         if !chosen && !matches!(target.outcome, TargetOutcome::Conflict { .. }) {
-            self.status = format!("{path} is not in conflict: nothing to choose");
+            self.status = format!("{} is not in conflict: nothing to choose", quote_name(path.as_bytes()));
             return;
         }
-        let mut choices: Vec<(String, Choice)> = view.choices.iter().filter(|(p, _)| *p != path).cloned().collect();
+        let mut choices: Vec<(RelPath, Choice)> = view.choices.iter().filter(|(p, _)| *p != path).cloned().collect();
         if !view.choices.iter().any(|(p, c)| *p == path && *c == choice) {
             choices.push((path, choice));
         }
@@ -333,11 +336,11 @@ impl App {
         self.move_cursor(cursor as i64);
     }
 
-    fn choice_paths(&self, choices: &[(String, Choice)]) -> Vec<(PathBuf, Choice)> {
-        choices.iter().map(|(p, c)| (self.workspace_root.join(p), *c)).collect()
+    fn choice_paths(&self, choices: &[(RelPath, Choice)]) -> Vec<(PathBuf, Choice)> {
+        choices.iter().map(|(p, c)| (self.workspace_root.join(p.as_path()), *c)).collect()
     }
 
-    fn preview_rollback_of(&mut self, selection: RollbackSelection, what: String, choices: Vec<(String, Choice)>) {
+    fn preview_rollback_of(&mut self, selection: RollbackSelection, what: String, choices: Vec<(RelPath, Choice)>) {
         match self.tb.rollback_preview(&selection, &self.choice_paths(&choices)) {
             Ok(analysis) => {
                 self.show(Screen::Rollback(Box::new(RollbackView { analysis, selection, what, choices, cursor: 0 })))
@@ -381,8 +384,8 @@ impl App {
                         for f in &done.choice_files {
                             lines.push(format!(
                                 "  wrote {} for {}",
-                                turnback::quote_name(f.file.as_bytes()),
-                                turnback::quote_name(f.path.as_bytes())
+                                quote_name(f.file.as_bytes()),
+                                quote_name(f.path.as_bytes())
                             ));
                         }
                         self.after_apply(what, done.rollback_checkpoint_id, lines);
@@ -507,9 +510,9 @@ impl App {
                     Ok(forked) => {
                         let what = format!(
                             "forked {} after turn {turn} into {} as session {}",
-                            self.session_id,
-                            into.display(),
-                            forked.session.id
+                            quote_name(self.session_id.as_bytes()),
+                            quote_name(into.as_os_str().as_encoded_bytes()),
+                            quote_name(forked.session.id.as_bytes())
                         );
                         self.applied.push(what.clone());
                         self.status = format!("c compares with it · {what}");
@@ -533,6 +536,7 @@ impl App {
     pub fn back(&mut self) {
         if self.help {
             self.help = false;
+            self.help_scroll = 0;
         } else {
             self.show(Screen::Timeline);
         }

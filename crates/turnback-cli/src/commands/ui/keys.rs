@@ -14,6 +14,8 @@ pub fn handle(app: &mut App, event: &Event) {
     match event {
         Event::Key(key) if key.kind != KeyEventKind::Release => key_press(app, key),
         Event::Mouse(m) => match m.kind {
+            MouseEventKind::ScrollDown if app.help => app.help_scroll = app.help_scroll.saturating_add(1),
+            MouseEventKind::ScrollUp if app.help => app.help_scroll = app.help_scroll.saturating_sub(1),
             MouseEventKind::ScrollDown => down(app),
             MouseEventKind::ScrollUp => up(app),
             _ => {}
@@ -61,6 +63,9 @@ fn key_press(app: &mut App, key: &KeyEvent) {
         }
         return;
     }
+    if app.help {
+        return help_key(app, key.code);
+    }
     if app.filtering {
         match key.code {
             KeyCode::Enter => app.filtering = false,
@@ -104,6 +109,26 @@ fn key_press(app: &mut App, key: &KeyEvent) {
         KeyCode::Char('f') if !preview => app.ask(Ask::ForkInto),
         KeyCode::Char('c') if !preview => app.ask(Ask::CompareWith),
         KeyCode::Char('s') if matches!(app.screen, Screen::Timeline) => app.next_session(),
+        _ => {}
+    }
+}
+
+/// The help is on top: its keys scroll it or close it (`q` still quits); the screen below
+/// waits. The draw keeps the scroll within the help.
+fn help_key(app: &mut App, code: KeyCode) {
+    let s = &mut app.help_scroll;
+    match code {
+        KeyCode::Char('?') | KeyCode::Esc => {
+            app.help = false;
+            app.help_scroll = 0;
+        }
+        KeyCode::Char('q') => app.quit = true,
+        KeyCode::Down | KeyCode::Char('j') => *s = s.saturating_add(1),
+        KeyCode::Up | KeyCode::Char('k') => *s = s.saturating_sub(1),
+        KeyCode::PageDown | KeyCode::Char(' ') => *s = s.saturating_add(10),
+        KeyCode::PageUp => *s = s.saturating_sub(10),
+        KeyCode::Home | KeyCode::Char('g') => *s = 0,
+        KeyCode::End | KeyCode::Char('G') => *s = u16::MAX,
         _ => {}
     }
 }

@@ -37,7 +37,7 @@ pub fn rewind_lines(plan: &RewindPlan) -> Vec<String> {
         lines.push("nothing to change".into());
     }
     for p in &plan.paths {
-        let name = quote_name(p.path.as_bytes());
+        let name = quote_name(p.path_bytes());
         let line = match p.action {
             RewindAction::Restore => format!("  restore      {name}"),
             RewindAction::Delete => format!("  delete       {name}"),
@@ -70,7 +70,7 @@ pub fn rollback_lines(targets: &[TargetAnalysis]) -> Vec<String> {
     targets
         .iter()
         .map(|t| {
-            let name = quote_name(t.path.display().as_bytes()).into_owned();
+            let name = quote_name(t.path.as_bytes()).into_owned();
             match &t.outcome {
                 TargetOutcome::AppliedEligible { no_op: true, .. } => {
                     format!("  unchanged    {name} (already as before)")
@@ -94,8 +94,7 @@ pub fn rollback_lines(targets: &[TargetAnalysis]) -> Vec<String> {
 pub fn rollback_view_lines(view: &super::app::RollbackView) -> Vec<String> {
     let mut lines = rollback_lines(&view.analysis.targets);
     for (i, (line, t)) in lines.iter_mut().zip(&view.analysis.targets).enumerate() {
-        let path = t.path.display();
-        if let Some((_, c)) = view.choices.iter().find(|(p, _)| *p == path) {
+        if let Some((_, c)) = view.choices.iter().find(|(p, _)| *p == t.path) {
             line.push_str(&format!("  [your choice: {}]", choice_word(*c)));
         }
         if i == view.cursor {
@@ -135,8 +134,7 @@ pub fn checkpoint_lines(pick: &super::app::CheckpointPick) -> Vec<String> {
         .enumerate()
         .map(|(i, c)| {
             let mark = if i == pick.cursor { ">" } else { " " };
-            let paths: Vec<String> =
-                c.targets.iter().map(|t| quote_name(t.path.display().as_bytes()).into_owned()).collect();
+            let paths: Vec<String> = c.targets.iter().map(|t| quote_name(t.path.as_bytes()).into_owned()).collect();
             format!(
                 "{mark} {}  {}  {}",
                 c.checkpoint_id.get(..12).unwrap_or(&c.checkpoint_id),
@@ -158,7 +156,7 @@ pub fn compare_lines(c: &Comparison) -> Vec<String> {
                     (Some(a), Some(d)) => format!("+{a} -{d}"),
                     _ => "binary".into(),
                 };
-                format!("  {count:>10}  {}", quote_name(n.path.as_bytes()))
+                format!("  {count:>10}  {}", quote_name(n.path_bytes()))
             })
             .collect()
     };

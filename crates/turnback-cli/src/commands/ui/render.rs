@@ -1,5 +1,5 @@
 //! Drawing one frame: a header (the session), the screen open, a status line and the keys
-//! in a footer, with `?` the help on top.
+//! in a footer, with `?` the help on top of all but the footer.
 //!
 //! Invariants: drawing reads the app state (and, in the turn view, the facade's cached or
 //! live diff); it changes nothing on disk. Colour only when `NO_COLOR` is unset; added and
@@ -9,7 +9,7 @@ use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use turnback::quote_name;
 
 use super::app::{App, Ask, Screen};
@@ -27,8 +27,12 @@ pub fn hunk_style(app: &App) -> Style {
     if app.color { Style::new().fg(Color::Cyan) } else { Style::new() }
 }
 
-/// The keys of the screen open.
+/// The keys of the screen open (with the help open: how to scroll and close it, on the
+/// last row whatever the size of the terminal).
 pub fn footer(app: &App) -> &'static str {
+    if app.help {
+        return HELP_KEYS;
+    }
     if app.filtering {
         return "type to filter · enter keep · esc clear";
     }
@@ -45,6 +49,9 @@ pub fn footer(app: &App) -> &'static str {
         Screen::Compare(_) => "↑↓ scroll · esc back · ? help · q quit",
     }
 }
+
+/// How to move in the help and close it.
+const HELP_KEYS: &str = "esc/? close · ↑↓/jk PgUp/PgDn scroll · q quit";
 
 const HELP: &str = "\
 ↑/↓, j/k   move between turns (scroll in a diff or a preview)
@@ -107,18 +114,76 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
         Some((Ask::ForkInto, text)) => format!("fork into: {}", turnback::escape_controls(text)),
         Some((Ask::CompareWith, text)) => format!("compare with session: {}", turnback::escape_controls(text)),
         None if app.filtering => format!("/{}", turnback::escape_controls(&app.filter)),
-        None => app.status.clone(),
+        // A status may carry an error's message, which may carry a name: escaped like text.
+        None => turnback::escape_controls(&app.status).into_owned(),
     };
     frame.render_widget(Paragraph::new(status_text), status);
     frame.render_widget(Paragraph::new(footer(app)).style(Style::new().add_modifier(Modifier::DIM)), footer_area);
     if app.help {
-        let area = centered(frame.area(), 80, 20);
-        frame.render_widget(Clear, area);
-        frame.render_widget(
-            Paragraph::new(HELP).wrap(Wrap { trim: false }).block(Block::new().borders(Borders::ALL).title(" Keys ")),
-            area,
-        );
+        help(frame, app, Rect { height: frame.area().height.saturating_sub(footer_area.height), ..frame.area() });
     }
+}
+
+/// The help over `within` (the frame but its footer): wrapped to the width there, scrolled
+/// when it does not fit, its title saying how to close it and, while more is below or
+/// above, its bottom edge how to see it.
+fn help(frame: &mut Frame, app: &mut App, within: Rect) {
+    let width = within.width.min(80);
+    let lines = help_lines(width.saturating_sub(2) as usize);
+    let area = centered(within, width, (lines.len() as u16).saturating_add(2));
+    let rows = area.height.saturating_sub(2) as usize;
+    let last = lines.len().saturating_sub(rows) as u16;
+    app.help_scroll = app.help_scroll.min(last);
+    let mut block = Block::new().borders(Borders::ALL).title(" Keys · esc/? close ");
+    if last > 0 {
+        let at = match app.help_scroll {
+            0 => "↓ more",
+            s if s == last => "↑ more",
+            _ => "↑↓ more",
+        };
+        block = block.title_bottom(Line::from(format!(" {at} · PgUp/PgDn ")).right_aligned());
+    }
+    frame.render_widget(Clear, area);
+    frame.render_widget(Paragraph::new(lines.join("\n")).block(block).scroll((app.help_scroll, 0)), area);
+}
+
+/// The help's lines wrapped at word breaks to `width` columns, a key's description going on
+/// under itself (every help line is text of one column per character).
+fn help_lines(width: usize) -> Vec<String> {
+    /// Where a key's description begins.
+    const KEYS: usize = 11;
+    let width = width.max(1);
+    let mut out = Vec::new();
+    for line in HELP.lines() {
+        let chars: Vec<char> = line.chars().collect();
+        let keyed = chars.len() > KEYS && chars[KEYS - 2] == ' ' && chars[KEYS - 1] == ' ';
+        let indent = if keyed && width >= KEYS + 10 { KEYS } else { 0 };
+        let mut current = String::new();
+        let mut len = 0;
+        for word in line.split_inclusive(' ') {
+            let w = word.trim_end_matches(' ').chars().count();
+            if len > indent && len + w > width {
+                out.push(current.trim_end().to_string());
+                (current, len) = (" ".repeat(indent), indent);
+                if word.trim().is_empty() {
+                    continue;
+                }
+            }
+            current.push_str(word);
+            len += word.chars().count();
+        }
+        out.push(current.trim_end().to_string());
+    }
+    // A word longer than the width is cut, not clipped.
+    out.iter()
+        .flat_map(|l| {
+            let chars: Vec<char> = l.chars().collect();
+            if chars.is_empty() {
+                return vec![String::new()];
+            }
+            chars.chunks(width).map(|c| c.iter().collect::<String>()).collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 pub fn short(id: &str) -> &str {

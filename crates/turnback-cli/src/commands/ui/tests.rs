@@ -72,6 +72,45 @@ fn the_timeline_lists_sessions_and_turns_with_the_newest_chosen() {
     }
 }
 
+fn press(app: &mut App, code: crossterm::event::KeyCode) {
+    let key = crossterm::event::KeyEvent::new(code, crossterm::event::KeyModifiers::NONE);
+    super::keys::handle(app, &crossterm::event::Event::Key(key));
+}
+
+/// At 60×20 the help does not fit: it says how to close it whatever the size, its keys
+/// scroll it (not the timeline below it) down to its last line, and esc closes it.
+#[test]
+fn the_help_scrolls_to_its_last_line_and_says_how_to_close_it_on_a_small_screen() {
+    use crossterm::event::KeyCode;
+    let f = fixture();
+    let mut app = App::open(&f.options).unwrap();
+    let selected = app.selected;
+    press(&mut app, KeyCode::Char('?'));
+    let last = "Set NO_COLOR for no colour.";
+    let screen = draw(&mut app, 60, 20);
+    assert!(screen.contains("Keys · esc/? close"), "{screen}");
+    assert!(screen.contains("↓ more"), "says there is more:\n{screen}");
+    assert!(!screen.contains(last), "the last line does not fit:\n{screen}");
+    press(&mut app, KeyCode::PageDown);
+    let screen = draw(&mut app, 60, 20);
+    assert!(screen.contains("? this help · q quit") && screen.contains(last), "scrolled to the end:\n{screen}");
+    assert!(screen.contains("Keys · esc/? close") && screen.contains("↑ more"), "{screen}");
+    for _ in 0..3 {
+        press(&mut app, KeyCode::Char('k'));
+    }
+    press(&mut app, KeyCode::Char('j'));
+    let screen = draw(&mut app, 60, 20);
+    assert!(!screen.contains(last) && screen.contains("↑↓ more"), "two lines up:\n{screen}");
+    assert_eq!(app.selected, selected, "the keys scrolled the help, not the timeline");
+    let screen = draw(&mut app, 40, 8);
+    assert!(screen.lines().last().unwrap().starts_with("esc/? close"), "the footer says it too:\n{screen}");
+    let screen = draw(&mut app, 24, 4);
+    assert!(screen.contains("Keys · esc/? close"), "too small for a footer, the title says it:\n{screen}");
+    press(&mut app, KeyCode::Esc);
+    assert!(!app.help && !app.quit);
+    assert!(!draw(&mut app, 60, 20).contains("esc/? close"));
+}
+
 #[test]
 fn the_turn_view_shows_the_diff_with_markers_and_the_conversation() {
     let f = fixture();
@@ -177,7 +216,7 @@ fn a_rollback_preview_offers_the_safe_choices_and_a_chosen_skip_leaves_the_path_
     }
     app.choose(turnback::Choice::Skip);
     let Screen::Rollback(view) = &app.screen else { panic!("{}", app.status) };
-    assert_eq!(view.choices, [("a.txt".to_string(), turnback::Choice::Skip)]);
+    assert_eq!(view.choices, [(turnback::RelPath::new("a.txt").unwrap(), turnback::Choice::Skip)]);
     let screen = draw(&mut app, 160, 48);
     assert!(screen.contains("a.txt") && screen.contains("[your choice: skip]"), "{screen}");
     app.confirm();

@@ -134,7 +134,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
                     } else {
                         added_style(app)
                     };
-                    lines.push(Line::styled(format!("  {counts:>10}  {}", quote_name(c.path.as_bytes())), style));
+                    lines.push(Line::styled(format!("  {counts:>10}  {}", quote_name(c.path_bytes())), style));
                 }
             }
             Some(DiffState::Computing) => lines.push(Line::raw("  computing its diff…")),
