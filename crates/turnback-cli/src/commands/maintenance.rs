@@ -32,7 +32,7 @@ pub fn verify(ctx: &Ctx, deep: bool) -> Result<Outcome> {
 }
 
 pub fn reconcile(ctx: &Ctx) -> Result<Outcome> {
-    // Opening runs every recovery; the workspace's stray temporary files are swept too.
+    // Opening runs every recovery; a sync cookie a killed watcher left is removed too.
     let tb = ctx.open(false)?;
     let r = &tb.reconcile()?;
     let mut text = format!(

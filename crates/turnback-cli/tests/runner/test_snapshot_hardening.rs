@@ -395,3 +395,120 @@ fn a_100_mb_history_append_is_read_in_bounded_memory() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("larger than 64 MiB"), "{}", show_output(&out));
     assert!(peak < 160 << 20, "peak RSS {peak} bytes");
 }
+
+// ---------------------------------------------------------------------------------------
+// A person's files named like turnback's temporary files
+// ---------------------------------------------------------------------------------------
+
+/// Files a person made whose names look like turnback's temporary files: the writing and
+/// swapping names of a write, in the root and below it, the watcher's sync cookie, and a
+/// suffix turnback never uses.
+const LOOK_ALIKES: &[&str] = &[
+    ".a.turnback-0123456789abcdef0123456789abcdef.part",
+    "sub/.a.turnback-0123456789abcdef0123456789abcdef.part",
+    ".X.turnback-0123456789abcdef0123456789abcdef.tmp",
+    "sub/.X.turnback-0123456789abcdef0123456789abcdef.tmp",
+    ".X.turnback-0123456789abcdef0123456789abcdef.swapping",
+    ".watch.turnback-0123456789abcdef0123456789abcdef.tmp",
+    "sub/.watch.turnback-fedcba9876543210fedcba9876543210.tmp",
+];
+
+fn look_alike_bytes(rel: &str) -> Vec<u8> {
+    format!("a person's file named {rel}\n").into_bytes()
+}
+
+fn assert_look_alikes_intact(env: &Env, after: &str) {
+    for rel in LOOK_ALIKES {
+        assert_eq!(env.read(rel), Some(look_alike_bytes(rel)), "{rel} after {after}");
+    }
+}
+
+#[test]
+fn a_persons_file_named_like_a_turnback_temp_file_survives_snapshot_reconcile_rewind_and_gc() {
+    let env = Env::new();
+    env.write("a.txt", "one\n");
+    for rel in LOOK_ALIKES {
+        env.write(rel, look_alike_bytes(rel));
+    }
+    let changed = "sub/.a.turnback-0123456789abcdef0123456789abcdef.part";
+    env.ok(&["init"], None);
+
+    // Snapshotted like any other file.
+    let snap = env.json(&["snapshot"]);
+    assert_eq!(snap["files"], 1 + LOOK_ALIKES.len() as u64, "every look-alike is recorded: {snap:#}");
+    assert_look_alikes_intact(&env, "snapshot");
+
+    let report = env.json(&["reconcile"]);
+    assert_eq!(
+        (report["tempFilesRemoved"].as_u64(), report["recoveredFiles"].as_array().map(Vec::len)),
+        (Some(0), Some(0)),
+        "{report:#}"
+    );
+    assert_look_alikes_intact(&env, "reconcile");
+
+    // A turn: the agent edits a.txt and rewrites one look-alike.
+    turn(&env, "edit", |env| {
+        env.ok(&["fs", "edit", "a.txt", "--old", "one", "--new", "two"], None);
+        env.write(changed, "rewritten in the turn\n");
+    });
+    let diff = env.json(&["diff", "--turn", "1", "--stat"]).to_string();
+    assert!(diff.contains(".a.turnback-0123456789abcdef0123456789abcdef.part"), "the turn's change is seen: {diff}");
+
+    // Rewound: the look-alike the turn changed comes back from the snapshot, the others stay.
+    let rewound = env.json(&["rewind", "--to", "1", "--apply"]);
+    assert_eq!(rewound["plan"]["resultType"], "full", "{rewound:#}");
+    assert_eq!(env.read("a.txt").unwrap(), b"one\n");
+    assert_look_alikes_intact(&env, "rewind");
+
+    // The rewind taken back: the turn's version again, the others untouched.
+    let undo = str_at(&rewound, "/checkpointId").to_string();
+    let undone = env.json(&["rollback", &undo, "--apply"]);
+    assert_eq!(undone["resultType"], "full", "{undone:#}");
+    assert_eq!(env.read("a.txt").unwrap(), b"two\n");
+    assert_eq!(env.read(changed).unwrap(), b"rewritten in the turn\n");
+    env.write(changed, look_alike_bytes(changed));
+
+    // A name copied from a real temporary name (the edit's checkpoint, long finished).
+    let edit = env.checkpoints().iter().map(|c| str_at(c, "/checkpointId").to_string()).next().unwrap();
+    let copied = format!(".a.txt.turnback-{}.tmp", edit.replace('-', ""));
+    env.write(&copied, "someone's words\n");
+
+    env.json(&["gc"]);
+    let report = env.json(&["reconcile"]);
+    assert_eq!(
+        (report["tempFilesRemoved"].as_u64(), report["recoveredFiles"].as_array().map(Vec::len)),
+        (Some(0), Some(0)),
+        "{report:#}"
+    );
+    let snap = env.json(&["snapshot"]);
+    assert_eq!(snap["files"], 2 + LOOK_ALIKES.len() as u64, "{snap:#}");
+    assert_look_alikes_intact(&env, "gc, reconcile and another snapshot");
+    assert_eq!(env.read(&copied).unwrap(), b"someone's words\n");
+    assert_eq!(env.read("a.txt.turnback-recovered"), None, "nothing was renamed");
+    env.assert_verify_clean();
+}
+
+/// With the file watcher running, a person's file named like its sync cookie (in the root,
+/// where cookies are made) is content: its change reaches the next watched snapshot, which
+/// agrees with a full walk.
+#[test]
+fn a_persons_file_named_like_the_watchers_cookie_is_seen_by_watched_snapshots() {
+    let mut env = Env::new();
+    env.set_var("TURNBACK_WATCH", "auto");
+    let cookie = ".watch.turnback-0123456789abcdef0123456789abcdef.tmp";
+    env.write(cookie, "first\n");
+    env.ok(&["init"], None);
+    env.ok(&["watch", "start"], None);
+    env.ok(&["snapshot"], None); // the first one with a mark walks everything
+    let before = env.json(&["snapshot"]);
+    assert_eq!(before["watched"], true, "{before:#}");
+    assert_eq!(before["files"], 1, "the look-alike is recorded: {before:#}");
+    env.write(cookie, "changed\n");
+    let after = env.json(&["snapshot"]);
+    assert_eq!(after["watched"], true, "{after:#}");
+    assert_ne!(after["root"], before["root"], "the watcher told of the change: {after:#}");
+    let full = env.json(&["snapshot", "--full"]);
+    assert_eq!(after["root"], full["root"], "watched {after:#}\nfull {full:#}");
+    assert_eq!(env.read(cookie).unwrap(), b"changed\n");
+    env.ok(&["watch", "stop"], None);
+}

@@ -247,22 +247,40 @@ fn a_crash_in_the_middle_of_a_large_write_leaves_the_old_file_and_no_leftover() 
     env.assert_verify_clean();
 }
 
+/// A write's temporary file is left out of a snapshot taken while it is in flight (its
+/// checkpoint is pending); files a person named the same way are recorded.
 #[test]
 fn turnbacks_own_temporary_files_are_never_snapshotted() {
     let env = Env::new();
+    env.write("big.bin", "old\n");
     env.ok(&["init"], None);
-    env.ok(&["turn", "begin", "--prompt", "work"], None);
     let id = "01a2318f0d4b7c2e9a5f3b6d8e1c2a47";
     env.write("notes.md", "a person's notes\n");
-    env.write(&format!("src/.main.rs.turnback-{id}.tmp"), "half of a write");
-    env.write(&format!(".big.bin.turnback-{id}.part"), "a write in progress");
-    // Names that only look similar are anyone's files, and recorded.
+    // Names shaped like turnback's that no write of turnback's made are anyone's files.
+    env.write(&format!("src/.main.rs.turnback-{id}.tmp"), "a person's file");
+    env.write(&format!(".big.bin.turnback-{id}.part"), "another");
     env.write(".x.turnback-notanid.tmp", "someone's file");
+    let ours = |env: &Env| -> Vec<String> {
+        turnback_temp_files(env)
+            .into_iter()
+            .filter(|n| n.starts_with(".big.bin.turnback-") && !n.contains(id))
+            .collect()
+    };
+    // A write held with its complete temporary file in place, not yet swapped in.
+    let mut writing = env.spawn_at_failpoint(&["fs", "write", "big.bin"], Some(b"new\n"), "write-temp-synced");
+    assert_eq!(ours(&env).len(), 1, "the write's temporary file is there");
+    let snap = env.json(&["--session", "other", "snapshot"]);
+    assert_eq!(snap["files"], 5, "big.bin, notes.md and the three look-alikes, not the temporary file: {snap:#}");
+    writing.kill();
+    // The next command's reconcile removes the write's temporary file, and only it.
+    env.ok(&["turn", "begin", "--prompt", "work"], None);
+    assert_eq!(ours(&env), Vec::<String>::new());
+    env.write("late.md", "more\n");
     env.ok(&["turn", "end"], None);
-    let diff = env.json(&["diff", "--turn", "1", "--stat"]);
-    let text = diff.to_string();
-    assert!(text.contains("notes.md") && text.contains(".x.turnback-notanid.tmp"), "{diff:#}");
-    assert!(!text.contains(id), "a temporary file was recorded: {diff:#}");
+    let diff = env.json(&["diff", "--turn", "1", "--stat"]).to_string();
+    assert!(diff.contains("late.md") && !diff.contains(".big.bin.turnback-"), "{diff}");
+    assert_eq!(env.read(&format!(".big.bin.turnback-{id}.part")).unwrap(), b"another");
+    assert_eq!(env.read(&format!("src/.main.rs.turnback-{id}.tmp")).unwrap(), b"a person's file");
 }
 
 /// The temporary name turnback gives a write of `name` (in its directory) for `checkpoint`.
@@ -270,8 +288,11 @@ fn temp_of(dir: &str, name: &str, checkpoint: &str, suffix: &str) -> String {
     format!("{dir}.{name}.turnback-{}.{suffix}", checkpoint.replace('-', ""))
 }
 
+/// Files named exactly as temporary files of checkpoints that are over (a write, its undo)
+/// or unknown: no record of turnback's accounts for them, so reconcile leaves them as they
+/// are, never removed or renamed.
 #[test]
-fn reconcile_removes_turnbacks_stray_temporary_files_and_keeps_what_may_be_someone_elses() {
+fn reconcile_leaves_files_named_like_temporary_files_no_pending_checkpoint_accounts_for() {
     let env = Env::new();
     let original = noise(64 << 10, 17);
     env.ok(&["init"], None);
@@ -283,29 +304,20 @@ fn reconcile_removes_turnbacks_stray_temporary_files_and_keeps_what_may_be_someo
     let undo = str_at(&applied, "/rollbackCheckpointId").to_string();
     env.write("notes.md", "a person's notes\n");
 
-    // What a rollback cut short by a full disk left in an earlier version: the start of
-    // the bytes it was putting back, under the name it swaps from, its operation closed.
     let cut_short = temp_of("", "big.txt", &undo, "tmp");
     env.write(&cut_short, &original[..10_000]);
-    // A write in progress when its process went, of a checkpoint nobody knows.
     let writing = temp_of("sub/", "x.txt", "01a2318f-0d4b-7c2e-9a5f-3b6d8e1c2a47", "part");
     env.write(&writing, "anything at all");
-    // Under a swapping name, content that is none of the checkpoint's: maybe someone's.
     let foreign = temp_of("", "notes.md", &shrink, "tmp");
     env.write(&foreign, "someone's words\n");
 
     let report = env.json(&["reconcile"]);
-    assert_eq!(report["tempFilesRemoved"], 2, "{report:#}");
-    assert_eq!(report["recoveredFiles"], serde_json::json!(["notes.md.turnback-recovered"]), "{report:#}");
-    assert_eq!(env.read(&cut_short), None);
-    assert_eq!(env.read(&writing), None);
-    assert_eq!(env.read(&foreign), None);
-    assert_eq!(env.read("notes.md.turnback-recovered").unwrap(), b"someone's words\n");
+    assert_eq!(report["tempFilesRemoved"], 0, "{report:#}");
+    assert_eq!(report["recoveredFiles"], serde_json::json!([]), "{report:#}");
+    assert_eq!(env.read(&cut_short).unwrap(), &original[..10_000]);
+    assert_eq!(env.read(&writing).unwrap(), b"anything at all");
+    assert_eq!(env.read(&foreign).unwrap(), b"someone's words\n");
+    assert_eq!(env.read("notes.md.turnback-recovered"), None);
     assert_eq!(env.read("big.txt").unwrap(), original, "the files themselves are left alone");
     assert_eq!(env.read("notes.md").unwrap(), b"a person's notes\n");
-    let again = env.json(&["reconcile"]);
-    assert_eq!(
-        (again["tempFilesRemoved"].as_u64(), again["recoveredFiles"].as_array().map(Vec::len)),
-        (Some(0), Some(0))
-    );
 }

@@ -429,24 +429,21 @@ impl Turnback {
     }
 
     /// Recovery on request (`turnback reconcile`): what opening found and did (see
-    /// [`reconciled`](Self::reconciled)), and then a sweep of this workspace, if it is
-    /// registered, for turnback's own temporary files that no interrupted operation
-    /// accounts for (left by a failed clean-up or an earlier version). Each is removed, or
-    /// kept as `NAME.turnback-recovered` if it may hold someone else's content; both count
-    /// in the report. The sweep runs only while no writer holds the workspace lock (so no
-    /// write of turnback's is under way); it never waits for one: a busy workspace is swept
-    /// next time.
+    /// [`reconciled`](Self::reconciled)), and then, if this workspace is registered and no
+    /// watcher of it runs, the removal of the sync cookie a watcher killed mid-sync left in
+    /// its root (counted as a temporary file removed). Nothing else is looked for: turnback
+    /// removes only temporary files a record of its own accounts for (an interrupted
+    /// write's pending checkpoint, the watcher's cookie record), never a file for its name
+    /// alone — one named like a temporary file is anyone's.
     ///
     /// # Errors
-    /// Store errors; `io` if the workspace cannot be read.
+    /// Store errors; `io` if the watcher's lock cannot be opened.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
         let mut report = self.reconciled.clone();
         if let Some(ws) = self.registered_workspace()?
-            && let Some(_turn) = lock::try_workspace(&self.store.locks_dir(), &ws.id)?
+            && crate::watch::remove_dead_cookie(self.store.dir(), &ws.id, &ws.root)?
         {
-            let swept = checkpoint::sweep_temp_files(&self.store, &ws.root, self.store.protected_paths())?;
-            report.temp_files_removed += swept.removed;
-            report.recovered_files.extend(swept.recovered);
+            report.temp_files_removed += 1;
         }
         Ok(report)
     }

@@ -37,7 +37,7 @@ pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, finish_written, over_cap_error, record_before_writes, stage,
 };
 pub use query::{ListFilter, Unreadable, all_ids, by_operation, cross_check, get, list, load, read_image};
-pub use reconcile::{ReconcileReport, ReconciledCheckpoint, reconcile, sweep_temp_files};
+pub use reconcile::{ReconcileReport, ReconciledCheckpoint, own_temp, reconcile};
 
 use serde::{Deserialize, Serialize};
 
@@ -524,6 +524,25 @@ mod tests {
         assert_eq!(loaded.stage_state, StageState::Staging);
         assert!(f.store.kv().get(schema::CHECKPOINTS_PENDING, r.checkpoint_id.as_bytes()).unwrap().is_some());
         assert_eq!(get(&f.store, &r.checkpoint_id).unwrap_err().code, ErrorCode::RecoveryLocked);
+    }
+
+    #[test]
+    fn only_the_temporary_names_of_a_pending_checkpoint_are_turnbacks_own() {
+        let f = fixture();
+        let r = stage_one(&f, Some("deadbeef".into()));
+        dispatch(&f.store, &r.checkpoint_id, &[None]).unwrap();
+        let hex = r.checkpoint_id.replace('-', "");
+        let own = |rel: &str| own_temp(&f.store, "w1", rel.as_bytes()).unwrap();
+        assert_eq!(own(&format!(".a.txt.turnback-{hex}.part")), Some(crate::fs::files::TempPhase::Writing));
+        assert_eq!(own(&format!(".a.txt.turnback-{hex}.tmp")), Some(crate::fs::files::TempPhase::Swapping));
+        // The same shape is anyone's file: another id, target, directory or workspace.
+        assert_eq!(own(".a.txt.turnback-0123456789abcdef0123456789abcdef.part"), None);
+        assert_eq!(own(&format!(".b.txt.turnback-{hex}.part")), None);
+        assert_eq!(own(&format!("sub/.a.txt.turnback-{hex}.part")), None);
+        assert_eq!(own_temp(&f.store, "w2", format!(".a.txt.turnback-{hex}.part").as_bytes()).unwrap(), None);
+        // Once reconcile has settled the interrupted write, its names are nobody's any more.
+        reconcile(&f.store, &|_| None).unwrap();
+        assert_eq!(own(&format!(".a.txt.turnback-{hex}.part")), None);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! Invariants: a record is marked only after its workspace was cleaned, so a crash during
 //! reconcile leaves work for the next run, never a lost temporary file; a temporary file is
 //! deleted only when it cannot hold anyone's content ([`temp_verdict`]), otherwise it is
-//! kept, visible, as `NAME.turnback-recovered`.
+//! kept, visible, as `NAME.turnback-recovered`. A file is one of turnback's temporary
+//! files only while a pending checkpoint accounts for its name ([`own_temp`]), never for
+//! its name alone: what a person names like one is theirs, recorded and never removed.
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -18,7 +20,7 @@ use crate::base::time::{format_ms, now_ms};
 use crate::checkpoint::artifact::ImageRole;
 use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
-use crate::error::{ErrorCode, IoResultExt, Result};
+use crate::error::{ErrorCode, Result};
 use crate::fs::files::{self, Current, TempPhase};
 use crate::fs::lock;
 use crate::fs::relpath::RelPath;
@@ -36,7 +38,8 @@ pub struct ReconcileReport {
     pub in_progress: u64,
     /// External stages waiting for their `commit` (left alone).
     pub awaiting_commit: u64,
-    /// Temporary files of interrupted writes removed from workspaces.
+    /// Temporary files of interrupted writes removed from workspaces (and, on request, a
+    /// sync cookie a killed watcher left).
     pub temp_files_removed: u64,
     /// Directories an interrupted write had created, removed again (only if empty).
     pub dirs_removed: u64,
@@ -157,14 +160,13 @@ fn mark_interrupted(store: &Store, id: &str) -> Result<Option<ReconciledCheckpoi
 }
 
 /// Removes what an interrupted write left in the workspace: its temporary files (see
-/// [`temp_verdict`]) and directories it created (if empty).
+/// [`temp_verdict`]) and directories it created (if empty). Only the names the record
+/// accounts for ([`temp_names`]) are looked at: nothing is removed for its name alone.
 fn clean_workspace(store: &Store, root: &Path, record: &CheckpointRecord, report: &mut ReconcileReport) {
     for (index, t) in record.targets.iter().enumerate() {
         if let Ok(parent) = files::open_parent(root, &t.path, false) {
-            let swapping = files::temp_name(&t.path, &record.checkpoint_id);
-            for (temp, phase) in [(files::writing_name(&swapping), TempPhase::Writing), (swapping, TempPhase::Swapping)]
-            {
-                settle(store, &parent, &temp, phase, &t.path, Some((record, index)), report);
+            for (temp, phase) in temp_names(&t.path, &record.checkpoint_id) {
+                settle(store, &parent, &temp, phase, &t.path, (record, index), report);
             }
         }
         for dir in t.created_dirs.iter().rev() {
@@ -175,25 +177,73 @@ fn clean_workspace(store: &Store, root: &Path, record: &CheckpointRecord, report
     }
 }
 
+/// The temporary names a write of `path` for the checkpoint `checkpoint_id` uses (in
+/// `path`'s directory), each with its phase: the writing name first, then the swapping
+/// one ([`files::temp_name`], [`files::writing_name`]).
+fn temp_names(path: &RelPath, checkpoint_id: &str) -> [(OsString, TempPhase); 2] {
+    let swapping = files::temp_name(path, checkpoint_id);
+    [(files::writing_name(&swapping), TempPhase::Writing), (swapping, TempPhase::Swapping)]
+}
+
+/// The one decision whether the file at `rel` (relative to the root of the workspace
+/// `workspace_id`) is one of turnback's own temporary files, and in which phase.
+///
+/// A name alone never makes a file turnback's: a person may name a file anything. The
+/// record does. A write's temporary files are named after its checkpoint
+/// ([`files::temp_name`]), and that checkpoint is pending from before the first of them
+/// exists until after the last is gone: its stage commits before the write begins, and it
+/// stops being pending only once its write is over (the temporary files removed) or, after
+/// a crash, once [`reconcile`] has removed them. So the file is turnback's exactly when
+/// its name is the temporary name, for one of its targets, of a checkpoint of this
+/// workspace that is still pending. Every other file — one named like a temporary file
+/// by a person, one copied from a real temporary name, one left after its checkpoint was
+/// forgotten — is anyone's: recorded by snapshots, never removed.
+///
+/// Asked after the file was seen (listed), the answer is safe against a write running
+/// meanwhile: if its checkpoint is no longer pending, its temporary file was gone before
+/// the question, so a look at the file after it finds nothing.
+///
+/// # Errors
+/// Store errors (a record that cannot be read: `corrupt`).
+pub fn own_temp(store: &Store, workspace_id: &str, rel: &[u8]) -> Result<Option<TempPhase>> {
+    let name = rel.rsplit(|b| *b == b'/').next().unwrap_or(rel);
+    let (Some(phase), Some(checkpoint_id)) = (files::temp_phase(name), checkpoint_of_temp(name)) else {
+        return Ok(None);
+    };
+    if !store.kv().contains(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())? {
+        return Ok(None);
+    }
+    let record = match load(store, &checkpoint_id) {
+        Ok(record) => record,
+        Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let dir = &rel[..rel.len() - name.len()];
+    let own = record.workspace_id == workspace_id
+        && record.targets.iter().any(|t| {
+            let path = t.path.as_bytes();
+            let target_dir = path.iter().rposition(|b| *b == b'/').map_or(&path[..0], |at| &path[..=at]);
+            target_dir == dir
+                && temp_names(&t.path, &checkpoint_id).iter().any(|(n, p)| *p == phase && n.as_bytes() == name)
+        });
+    Ok(own.then_some(phase))
+}
+
 /// Settles one leftover temporary file `temp` beside `path` (in `parent`): removes it or
 /// keeps it as `NAME.turnback-recovered`, as [`temp_verdict`] says. `written_by` is the
-/// checkpoint whose write it is and the index of `path` among its targets (`None`: no
-/// such checkpoint is known any more, so its content cannot be told from anyone's).
+/// checkpoint whose write it is and the index of `path` among its targets.
 fn settle(
     store: &Store,
     parent: &files::Parent,
     temp: &OsStr,
     phase: TempPhase,
     path: &RelPath,
-    written_by: Option<(&CheckpointRecord, usize)>,
+    (record, index): (&CheckpointRecord, usize),
     report: &mut ReconcileReport,
 ) {
     let found = match parent.read_sibling(temp) {
         Ok(Current::Absent) => return,
-        Ok(Current::File { bytes, .. }) => match written_by {
-            Some((record, index)) => compare(store, record, index, &bytes),
-            None => Found::Other,
-        },
+        Ok(Current::File { bytes, .. }) => compare(store, record, index, &bytes),
         Err(_) => Found::Unreadable,
     };
     match temp_verdict(phase, found) {
@@ -240,88 +290,13 @@ fn compare(store: &Store, record: &CheckpointRecord, index: usize, bytes: &[u8])
     Found::Other
 }
 
-/// What a sweep of one workspace for turnback's own stray temporary files did.
-#[derive(Debug, Clone, Default, Serialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct TempSweep {
-    /// turnback's temporary files found and removed.
-    pub removed: u64,
-    /// Temporary files that may hold someone else's content, kept as
-    /// `NAME.turnback-recovered` (paths relative to the workspace).
-    pub recovered: Vec<String>,
-}
-
-/// Finds every temporary file of turnback's ([`files::temp_phase`]) under `root` — not
-/// only those of interrupted operations, which [`reconcile`] settles at every open, but
-/// also any an earlier version or a failed clean-up left behind an operation that ended —
-/// and settles each as [`temp_verdict`] says. Never follows a symlink and never enters
-/// `.git` or `skip_dirs` (the store). Leaves alone the files of operations still pending.
-///
-/// The caller holds the workspace lock, so no turnback write to the workspace is under way.
-///
-/// # Errors
-/// `io` if `root` cannot be read; a directory that cannot be read below it is passed over.
-pub fn sweep_temp_files(store: &Store, root: &Path, skip_dirs: &[PathBuf]) -> Result<TempSweep> {
-    let mut found = Vec::new();
-    find_temp_files(root, root, skip_dirs, &mut found)?;
-    let mut report = ReconcileReport::default();
-    for (rel, phase) in found {
-        let name = rel.components().last().expect("non-empty").to_os_string();
-        let Some((path, checkpoint_id)) = target_of(&rel) else { continue };
-        if store.kv().contains(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())? {
-            continue;
-        }
-        let record = load(store, &checkpoint_id).ok();
-        let written_by = record.as_ref().and_then(|r| r.targets.iter().position(|t| t.path == path).map(|i| (r, i)));
-        let Ok(parent) = files::open_parent(root, &path, false) else { continue };
-        settle(store, &parent, &name, phase, &path, written_by, &mut report);
-    }
-    Ok(TempSweep { removed: report.temp_files_removed, recovered: report.recovered_files })
-}
-
-/// Collects the temporary files of turnback's under `dir` (relative to `root`).
-fn find_temp_files(root: &Path, dir: &Path, skip_dirs: &[PathBuf], out: &mut Vec<(RelPath, TempPhase)>) -> Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if dir == root => return Err(e).context(dir),
-        Err(_) => return Ok(()),
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Ok(kind) = entry.file_type() else { continue };
-        let path = entry.path();
-        if kind.is_dir() {
-            if name != ".git" && !skip_dirs.contains(&path) {
-                find_temp_files(root, &path, skip_dirs, out)?;
-            }
-        } else if let Some(phase) = files::temp_phase(name.as_bytes())
-            && let Ok(rel) = path.strip_prefix(root)
-            && let Ok(rel) = RelPath::new(rel.as_os_str().as_bytes())
-        {
-            out.push((rel, phase));
-        }
-    }
-    Ok(())
-}
-
-/// The target and the checkpoint id a temporary file's path names (see
-/// [`files::temp_name`]; the target's name may have been shortened there, then no
-/// target of the checkpoint matches).
-fn target_of(temp: &RelPath) -> Option<(RelPath, String)> {
-    let bytes = temp.as_bytes();
-    let (dir, name) = match bytes.iter().rposition(|b| *b == b'/') {
-        Some(at) => (&bytes[..=at], &bytes[at + 1..]),
-        None => (&b""[..], bytes),
-    };
+/// The checkpoint id a temporary name ([`files::temp_name`]) carries, hyphenated as ids
+/// are (`None` if `name` is not shaped like one).
+fn checkpoint_of_temp(name: &[u8]) -> Option<String> {
+    files::temp_phase(name)?;
     let stem = name.strip_suffix(b".tmp").or_else(|| name.strip_suffix(b".part"))?;
-    let (base, id) = stem.split_at_checked(stem.len().checked_sub(32)?)?;
-    let base = base.strip_suffix(b".turnback-")?.strip_prefix(b".")?;
-    let id = std::str::from_utf8(id).ok()?;
-    let checkpoint_id = format!("{}-{}-{}-{}-{}", &id[..8], &id[8..12], &id[12..16], &id[16..20], &id[20..]);
-    let mut path = dir.to_vec();
-    path.extend_from_slice(base);
-    Some((RelPath::new(path).ok()?, checkpoint_id))
+    let id = std::str::from_utf8(&stem[stem.len() - 32..]).ok()?;
+    Some(format!("{}-{}-{}-{}-{}", &id[..8], &id[8..12], &id[12..16], &id[16..20], &id[20..]))
 }
 
 /// What was found under a temporary name.
@@ -377,14 +352,12 @@ mod tests {
     }
 
     #[test]
-    fn a_temporary_name_names_its_target_and_checkpoint() {
+    fn a_temporary_name_names_its_checkpoint() {
         let rel = RelPath::new("src/main.rs").unwrap();
         let id = "01a2318f-0d4b-7c2e-9a5f-3b6d8e1c2a47";
-        let swapping = files::temp_name(&rel, id);
-        for name in [swapping.clone(), files::writing_name(&swapping)] {
-            let mut temp = b"src/".to_vec();
-            temp.extend_from_slice(name.as_bytes());
-            assert_eq!(target_of(&RelPath::new(temp).unwrap()), Some((rel.clone(), id.to_string())));
+        for (name, _) in temp_names(&rel, id) {
+            assert_eq!(checkpoint_of_temp(name.as_bytes()).as_deref(), Some(id));
         }
+        assert_eq!(checkpoint_of_temp(b".main.rs.turnback-recovered"), None);
     }
 }

@@ -761,9 +761,11 @@ pub enum TempPhase {
     Swapping,
 }
 
-/// Whether `name` is one of turnback's temporary file names (`.NAME.turnback-ID.tmp` or
-/// `.part`, ID 32 hex digits), and in which phase. The walk leaves such files out of every
-/// snapshot and reconcile recognises them by it.
+/// Whether `name` is shaped like one of turnback's temporary file names
+/// (`.NAME.turnback-ID.tmp` or `.part`, ID 32 hex digits), and in which phase its name
+/// says it is. The shape alone never makes a file turnback's (anyone may name a file so):
+/// only a record does (`checkpoint::own_temp`); the shape only says which names to ask
+/// about.
 pub fn temp_phase(name: &[u8]) -> Option<TempPhase> {
     let (stem, phase) = if let Some(stem) = name.strip_suffix(SWAPPING.as_bytes()) {
         (stem, TempPhase::Swapping)

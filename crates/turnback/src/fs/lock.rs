@@ -98,11 +98,6 @@ pub fn workspace(dir: &Path, workspace_id: &str) -> Result<NamedLock> {
     NamedLock::exclusive(dir, &format!("workspace-{workspace_id}"))
 }
 
-/// The workspace lock if no writer holds it now (`None`: one does).
-pub fn try_workspace(dir: &Path, workspace_id: &str) -> Result<Option<NamedLock>> {
-    NamedLock::try_exclusive(dir, &format!("workspace-{workspace_id}"))
-}
-
 /// The lock snapshots of one session hold in turn: two processes snapshotting one
 /// session wait for each other; neither is skipped.
 pub fn session(dir: &Path, session_id: &str) -> Result<NamedLock> {

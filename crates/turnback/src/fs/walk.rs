@@ -15,7 +15,9 @@
 //! - Symlinks are recorded as links (their target), never followed; every directory is
 //!   opened relative to its parent with `O_NOFOLLOW`, so a directory swapped for a symlink
 //!   mid-walk is not entered.
-//! - turnback's own temporary files ([`files::temp_phase`]) are never recorded.
+//! - turnback's own temporary files are never recorded; which files are its own the
+//!   caller decides ([`OwnTemps`]), asked only of names shaped like one
+//!   ([`files::temp_phase`]): a name alone never leaves a file out.
 //! - Entries come out in component order ([`component_order`]) without a sort of the whole.
 
 use std::ffi::OsStr;
@@ -187,6 +189,16 @@ pub struct ScopedDirs {
 /// Which directories (relative, `/`-separated) a partial walk enters.
 pub type Scope<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
 
+/// Which files (relative, `/`-separated) are turnback's own temporary files right now,
+/// never recorded. Asked only of names shaped like one ([`files::temp_phase`]), after the
+/// name was listed and before the file is stat-ed, so a temporary file whose write ended
+/// meanwhile is found gone rather than recorded (see `checkpoint::own_temp`).
+pub type OwnTemps<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
+
+/// No file is turnback's own (a tree no write of turnback's is in).
+#[cfg(test)]
+pub const NO_OWN_TEMPS: OwnTemps<'static> = &|_: &[u8]| false;
+
 const EXCLUDED_NAMES: &[&str] = &[
     ".env",
     ".envrc",
@@ -225,7 +237,7 @@ pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
 /// `io` if `root` cannot be read.
 #[cfg(test)]
 pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
-    walk_scoped(root, skip_dirs, None)
+    walk_scoped(root, skip_dirs, None, NO_OWN_TEMPS)
 }
 
 /// The walk (see [the module](self)), entering only the directories `scope` accepts (the
@@ -240,8 +252,13 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 ///
 /// # Errors
 /// `io` if `root` cannot be read.
-pub fn walk_scoped(root: &Path, skip_dirs: &[std::path::PathBuf], scope: Option<Scope<'_>>) -> Result<Walk> {
-    walk_keeping(root, skip_dirs, scope, &AsFound)
+pub fn walk_scoped(
+    root: &Path,
+    skip_dirs: &[std::path::PathBuf],
+    scope: Option<Scope<'_>>,
+    own_temps: OwnTemps<'_>,
+) -> Result<Walk> {
+    walk_keeping(root, skip_dirs, scope, own_temps, &AsFound)
 }
 
 /// [`walk_scoped`], keeping of each entry what `keeper` makes of it as soon as it is found
@@ -254,6 +271,7 @@ pub fn walk_keeping<T: Send, K: Keeper<T>>(
     root: &Path,
     skip_dirs: &[std::path::PathBuf],
     scope: Option<Scope<'_>>,
+    own_temps: OwnTemps<'_>,
     keeper: &K,
 ) -> Result<Walk<T>> {
     let root = root.canonicalize().context(root)?;
@@ -270,6 +288,7 @@ pub fn walk_keeping<T: Send, K: Keeper<T>>(
         root_name: root.file_name().map(OsStrExt::as_bytes),
         skip,
         scope,
+        own_temps,
         keeper,
         excluded: AtomicU64::new(0),
         notes: Mutex::new(Notes::default()),
@@ -303,6 +322,7 @@ struct Walker<'a, K> {
     /// Directories never entered (relative to the root).
     skip: Vec<Vec<u8>>,
     scope: Option<Scope<'a>>,
+    own_temps: OwnTemps<'a>,
     keeper: &'a K,
     excluded: AtomicU64,
     notes: Mutex<Notes>,
@@ -492,8 +512,16 @@ impl<K> Walker<'_, K> {
         let is_dir = file_type == FileType::Directory;
         // The ignore rules first, then turnback's own temporary files (never counted), then
         // the exclusions (counted, but `.git` itself, which is never content).
-        if rules.ignored(&path, is_dir) || files::temp_phase(name).is_some() {
+        if rules.ignored(&path, is_dir) {
             return Visit::Skip;
+        }
+        if !is_dir && files::temp_phase(name).is_some() {
+            if (self.own_temps)(&path) {
+                return Visit::Skip;
+            }
+            // Anyone's file: stat-ed after the question (a temporary file gone meanwhile
+            // is then found gone, not recorded).
+            stat = None;
         }
         if excluded(name, parent) || self.skip.contains(&path) {
             if name != b".git" {
@@ -761,9 +789,6 @@ mod tests {
             let parent = path[..path.len() - name.len()]
                 .strip_suffix(b"/")
                 .map(|p| p.rsplit(|c| *c == b'/').next().unwrap_or_default());
-            if files::temp_phase(name).is_some() {
-                return false;
-            }
             if excluded(name, parent) {
                 if name != b".git" {
                     counter.fetch_add(1, Ordering::Relaxed);
@@ -935,6 +960,31 @@ mod tests {
             }
         }
         ws
+    }
+
+    #[test]
+    fn a_walk_leaves_out_only_the_temporary_files_its_caller_says_are_turnbacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let ours = "sub/.a.txt.turnback-01a2318f0d4b7c2e9a5f3b6d8e1c2a47.part";
+        let look_alikes = [
+            ".a.turnback-0123456789abcdef0123456789abcdef.part",
+            "sub/.b.turnback-0123456789abcdef0123456789abcdef.tmp",
+        ];
+        for rel in look_alikes.iter().chain([&ours, &"sub/a.txt"]) {
+            std::fs::create_dir_all(dir.path().join(rel).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(rel), rel).unwrap();
+        }
+        let asked = Mutex::new(Vec::new());
+        let own = |rel: &[u8]| {
+            asked.lock().unwrap().push(String::from_utf8_lossy(rel).into_owned());
+            rel == ours.as_bytes()
+        };
+        let walked = walk_scoped(dir.path(), &[], None, &own).unwrap();
+        let paths: Vec<String> = walked.entries.iter().map(|e| String::from_utf8_lossy(&e.path).into_owned()).collect();
+        assert_eq!(paths, [look_alikes[0], look_alikes[1], "sub/a.txt"], "look-alikes are anyone's files");
+        let mut asked = asked.into_inner().unwrap();
+        asked.sort();
+        assert_eq!(asked, [look_alikes[0], ours, look_alikes[1]], "asked only of names shaped like temporary ones");
     }
 
     #[test]

@@ -167,6 +167,21 @@ pub(crate) struct Source<'a> {
     pub session_id: &'a str,
 }
 
+impl Source<'_> {
+    /// Whether the file at `rel` is one of turnback's own temporary files now, which no
+    /// snapshot records: a write's, by the pending checkpoint that named it
+    /// ([`checkpoint::own_temp`](crate::checkpoint::own_temp)), or, in the root, the sync
+    /// cookie of the workspace's watcher now in flight, by the watcher's record of it. A
+    /// file named like one but accounted for by neither is anyone's, and recorded. A store
+    /// error counts as turnback's: the file is left out of this snapshot (never removed).
+    pub(crate) fn own_temp(&self, store: &Store, rel: &[u8]) -> bool {
+        if !rel.contains(&b'/') && crate::watch::cookie_in_flight(store.dir(), self.workspace_id, rel) {
+            return true;
+        }
+        crate::checkpoint::own_temp(store, self.workspace_id, rel).map_or(true, |phase| phase.is_some())
+    }
+}
+
 /// Takes a snapshot of `source`, telling `hooks` (the turns) what it commits and prunes:
 /// under the session's lock and the shared objects lock, it first syncs with the
 /// workspace's watcher (before anything is stat-ed); a watched snapshot patches the previous

@@ -344,18 +344,23 @@ fn view<'a>(cache: &'a StatCache, files: &'a FileRecords, slot: &'a Slot, k: usi
 }
 
 impl<'c> Scan<'c> {
-    /// Walks `root` (leaving out `skip_dirs`) while the stat cache is `loading` (which
-    /// whoever loads it must set, even when loading fails: past [`KEPT_BEFORE_LOADED`]
-    /// entries the walk waits for it): each entry
+    /// Walks `root` (leaving out `skip_dirs` and turnback's `own_temps`) while the stat
+    /// cache is `loading` (which whoever loads it must set, even when loading fails: past
+    /// [`KEPT_BEFORE_LOADED`] entries the walk waits for it): each entry
     /// found once the cache is there is matched against it at once, on the walk's threads;
     /// [`Scan::new`] matches the others (and makes the scan of these slots).
     ///
     /// # Errors
     /// `io` if `root` cannot be read.
-    pub(super) fn walk(root: &Path, skip_dirs: &[std::path::PathBuf], loading: &OnceLock<StatCache>) -> Result<Walked> {
+    pub(super) fn walk(
+        root: &Path,
+        skip_dirs: &[std::path::PathBuf],
+        own_temps: walk::OwnTemps<'_>,
+        loading: &OnceLock<StatCache>,
+    ) -> Result<Walked> {
         let keeping =
             Keeping { loading, files: Mutex::new(FileRecords::default()), before_loaded: AtomicUsize::new(0) };
-        let walk = walk::walk_keeping(root, skip_dirs, None, &keeping)?;
+        let walk = walk::walk_keeping(root, skip_dirs, None, own_temps, &keeping)?;
         let files = keeping.files.into_inner().unwrap_or_else(|p| p.into_inner());
         Ok(Walked { walk, files })
     }
@@ -640,7 +645,7 @@ mod tests {
                         let _ = loading.set(StatCache::of_entries(cached()));
                     });
                 }
-                Scan::walk(dir.path(), &[], &loading).unwrap()
+                Scan::walk(dir.path(), &[], walk::NO_OWN_TEMPS, &loading).unwrap()
             });
             // Entries kept by reference and recorded.
             let kinds = |slots: &[Slot]| {
@@ -685,7 +690,7 @@ mod tests {
         let loading = OnceLock::new();
         let _ = loading.set(StatCache::of_entries(cached));
         let cache = loading.get().unwrap();
-        let walked = Scan::walk(dir.path(), &[], &loading).unwrap();
+        let walked = Scan::walk(dir.path(), &[], walk::NO_OWN_TEMPS, &loading).unwrap();
         // Joined within each directory by the walk: a/b; a/c/n; a/d..a/e; z/1..z/4; z/l.
         let items: Vec<usize> = walked.walk.entries.iter().map(Slot::len).collect();
         assert_eq!(items, [1, 1, 2, 4, 1], "joined as walked");
@@ -733,7 +738,7 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(300));
                 let _ = loading.set(StatCache::of_entries(cached()));
             });
-            Scan::walk(dir.path(), &[], &loading).unwrap()
+            Scan::walk(dir.path(), &[], walk::NO_OWN_TEMPS, &loading).unwrap()
         });
         let unmatched = walked
             .walk

@@ -109,7 +109,8 @@ pub(super) fn take(
             let _ = loading.set(cache);
             Ok(dropped)
         });
-        let walked = Scan::walk(source.root, store.protected_paths(), &loading);
+        let own_temps = |rel: &[u8]| source.own_temp(store, rel);
+        let walked = Scan::walk(source.root, store.protected_paths(), &own_temps, &loading);
         let loaded = loader.join().unwrap_or_else(|_| Err(Error::new(ErrorCode::Io, "stat cache loader panicked")));
         (walked, loaded)
     });

@@ -161,7 +161,8 @@ pub(super) fn patch(
     let Some(old_root) = previous.root.as_deref().and_then(ContentId::from_hex) else { return Ok(None) };
     let Some(scope) = Scope::of(dirty) else { return Ok(None) };
     let enter = |rel: &[u8]| scope.enters(rel);
-    let walked = walk_scoped(source.root, store.protected_paths(), Some(&enter))?;
+    let own_temps = |rel: &[u8]| source.own_temp(store, rel);
+    let walked = walk_scoped(source.root, store.protected_paths(), Some(&enter), &own_temps)?;
     if !walked.skipped.is_empty() {
         return Ok(None);
     }

@@ -14,7 +14,13 @@
 //! - Paths under the workspace's own `.git` are not content (only `info/exclude` changes
 //!   the walk: it is passed on so the snapshot walks everything); inside a nested
 //!   repository's `.git` an event dirties the repository's directory (its commit is read
-//!   again); paths under the store and turnback's temporary files are dropped.
+//!   again); paths under the store and the watcher's own cookies are dropped.
+//! - A cookie is recorded (by name, in the store's `watch/` directory) before it is made and
+//!   the record cleared only after it is removed, so a snapshot can tell the cookie in
+//!   flight from a person's file of the same shape ([`super::cookie_in_flight`]), and a
+//!   watcher killed mid-sync leaves a cookie the next one removes
+//!   ([`remove_recorded_cookie`]). A file is a cookie to the watcher only if this watcher
+//!   made it: every other change is content, whatever its name.
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
@@ -39,6 +45,9 @@ const EXIT_CHECK: Duration = Duration::from_millis(500);
 const COOKIE_WAIT: Duration = Duration::from_secs(10);
 /// The name every cookie starts with (then `.turnback-<32 hex>.tmp`: a temporary name).
 const COOKIE_STEM: &[u8] = b".watch.turnback-";
+/// How long the watcher knows a cookie it made for its own (its removal's event comes
+/// within [`COOKIE_WAIT`] of its creation).
+const COOKIE_KNOWN: Duration = Duration::from_secs(30);
 
 /// What a watcher watches and where it answers.
 #[derive(Debug, Clone)]
@@ -62,6 +71,8 @@ struct State {
     /// Cookies seen, by name, with their sequence number and when (one no sync waits for
     /// any more is forgotten).
     cookies: HashMap<Vec<u8>, (u64, Instant)>,
+    /// Cookies this watcher made, by name, with when (forgotten after [`COOKIE_KNOWN`]).
+    made: HashMap<Vec<u8>, Instant>,
     /// Why the watcher cannot vouch for anything (it then answers every sync with none).
     problem: Option<String>,
     /// Why it is exiting.
@@ -102,11 +113,14 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     };
     let root = cfg.root.clone();
+    let record = super::cookie_record(&cfg.lock);
+    remove_recorded_cookie(&root, &record);
     let root_id = root.metadata().map(|m| (m.dev(), m.ino())).context(&root)?;
     let shared: Shared = Arc::new((
         Mutex::new(State {
             dirty: Dirty::new(cfg.max_dirty),
             cookies: HashMap::new(),
+            made: HashMap::new(),
             problem: None,
             exit: None,
             events: 0,
@@ -181,6 +195,7 @@ fn serve(
     started_at_ms: i64,
 ) -> Result<()> {
     listener.set_nonblocking(true).context(&cfg.socket)?;
+    let record = super::cookie_record(&cfg.lock);
     loop {
         if lock(shared).exit.is_some() {
             return Ok(());
@@ -194,7 +209,7 @@ fn serve(
         }
         let Some((kind, previous_epoch, previous_seq)) = decode_request(&bytes) else { continue };
         let reply = match kind {
-            SYNC => encode_sync(&sync(root, shared, epoch, &previous_epoch, previous_seq)),
+            SYNC => encode_sync(&sync(root, &record, shared, epoch, &previous_epoch, previous_seq)),
             STATUS | STOP => {
                 let state = lock(shared);
                 let (dirty, _, _, overflows) = state.dirty.counts();
@@ -244,7 +259,9 @@ fn accept(listener: &UnixListener, wait: Duration) -> Option<UnixStream> {
 }
 
 /// One sync: a cookie through the event stream, then what changed since the previous mark.
-fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previous_seq: u64) -> Synced {
+/// The cookie is recorded at `record` before it is made and the record cleared after it
+/// is removed.
+fn sync(root: &Path, record: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previous_seq: u64) -> Synced {
     {
         let mut state = lock(shared);
         state.last_sync = Instant::now();
@@ -260,9 +277,18 @@ fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previou
     let mut name = COOKIE_STEM.to_vec();
     name.extend_from_slice(hex::hex(&id).as_bytes());
     name.extend_from_slice(b".tmp");
-    debug_assert!(files::temp_phase(&name).is_some(), "a cookie is never recorded");
+    debug_assert!(files::temp_phase(&name).is_some(), "a cookie's name is shaped as a temporary file's");
+    if let Err(e) = write_record(record, &name, true) {
+        return Synced::None { why: format!("cannot record the sync cookie: {e}") };
+    }
+    {
+        let mut state = lock(shared);
+        state.made.retain(|_, at| at.elapsed() < COOKIE_KNOWN);
+        state.made.insert(name.clone(), Instant::now());
+    }
     let path = root.join(std::ffi::OsStr::from_bytes(&name));
     if let Err(e) = std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        let _ = write_record(record, b"", false);
         return Synced::None { why: format!("cannot write the sync cookie in the workspace root: {e}") };
     }
     let deadline = Instant::now() + COOKIE_WAIT;
@@ -278,7 +304,9 @@ fn sync(root: &Path, shared: &Shared, epoch: &str, previous_epoch: &str, previou
         state = shared.1.wait_timeout(state, left).unwrap_or_else(|p| p.into_inner()).0;
     };
     drop(state);
-    let _ = std::fs::remove_file(&path);
+    if std::fs::remove_file(&path).is_ok() {
+        let _ = write_record(record, b"", false);
+    }
     let Some(seq) = seq else {
         return Synced::None { why: "the watcher did not see its sync cookie in time".into() };
     };
@@ -405,20 +433,43 @@ impl Handler<'_> {
         if self.skip.iter().any(|s| path.starts_with(s)) {
             return;
         }
-        let name = rel.rsplit(|c| *c == b'/').next().unwrap_or_default();
-        if files::temp_phase(name).is_some() {
-            if name.starts_with(COOKIE_STEM) && !rel.contains(&b'/') {
-                let seq = state.dirty.tick();
-                // Its removal is an event too, after its sync took it: bounded by age.
-                state.cookies.retain(|_, (_, at)| at.elapsed() < COOKIE_WAIT);
-                state.cookies.insert(name.to_vec(), (seq, Instant::now()));
-            }
+        // Only a cookie this watcher made is one; a file of any other name is content.
+        if state.made.contains_key(rel) {
+            let seq = state.dirty.tick();
+            // Its removal is an event too, after its sync took it: bounded by age.
+            state.cookies.retain(|_, (_, at)| at.elapsed() < COOKIE_WAIT);
+            state.cookies.insert(rel.to_vec(), (seq, Instant::now()));
             return;
         }
         if let Some(dirty) = content_path(rel) {
             state.dirty.touch(dirty.to_vec());
         }
     }
+}
+
+/// Writes `name` (empty: no cookie in flight) as the cookie record at `record`, durably
+/// with `sync`.
+fn write_record(record: &Path, name: &[u8], sync: bool) -> std::io::Result<()> {
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(record)?;
+    std::io::Write::write_all(&mut file, name)?;
+    if sync { file.sync_data() } else { Ok(()) }
+}
+
+/// Removes the cookie a watcher killed mid-sync left in `root`, as its record at `record`
+/// names it, then clears the record; true if a cookie was removed. Only a name the record
+/// holds is removed, and only one shaped as a cookie's. The caller holds the watcher's
+/// lock, so no sync is in flight.
+pub(super) fn remove_recorded_cookie(root: &Path, record: &Path) -> bool {
+    let Ok(name) = std::fs::read(record) else { return false };
+    if name.is_empty() {
+        return false;
+    }
+    let is_cookie = name.starts_with(COOKIE_STEM) && !name.contains(&b'/') && files::temp_phase(&name).is_some();
+    let removed = is_cookie && std::fs::remove_file(root.join(std::ffi::OsStr::from_bytes(&name))).is_ok();
+    if !is_cookie || removed || !root.join(std::ffi::OsStr::from_bytes(&name)).exists() {
+        let _ = write_record(record, b"", false);
+    }
+    removed
 }
 
 /// The path a change at `rel` dirties: itself; for one inside a nested repository's `.git`,
@@ -465,6 +516,32 @@ mod tests {
         assert!(!watched("/ws/vendor/lib/.git/objects/ab") && !watched("/ws/vendor/lib/.git/logs"));
         assert!(!watched("/ws/web/node_modules") && !watched("/ws/web/node_modules/x") && !watched("/ws/.venv/lib"));
         assert!(!watched("/ws/.turnback") && !watched("/ws/.turnback/watch") && !watched("/elsewhere"));
+    }
+
+    #[test]
+    fn only_the_cookie_a_dead_watcher_recorded_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, record) = (dir.path().join("ws"), dir.path().join("watch-x.cookie"));
+        std::fs::create_dir(&root).unwrap();
+        let name = |c: u8| {
+            let mut name = COOKIE_STEM.to_vec();
+            name.extend_from_slice(&[c; 32]);
+            name.extend_from_slice(b".tmp");
+            String::from_utf8(name).unwrap()
+        };
+        let (left, look_alike) = (name(b'a'), name(b'b'));
+        std::fs::write(root.join(&left), "").unwrap();
+        std::fs::write(root.join(&look_alike), "a person's file").unwrap();
+        write_record(&record, left.as_bytes(), true).unwrap();
+        assert!(remove_recorded_cookie(&root, &record));
+        assert!(!root.join(&left).exists());
+        assert_eq!(std::fs::read(root.join(&look_alike)).unwrap(), b"a person's file");
+        assert_eq!(std::fs::read(&record).unwrap(), b"", "the record is cleared");
+        // Nothing recorded: nothing removed, whatever the root holds.
+        assert!(!remove_recorded_cookie(&root, &record));
+        std::fs::write(&record, "../outside").unwrap();
+        assert!(!remove_recorded_cookie(&root, &record), "only a cookie's name is ever removed");
+        assert!(root.join(&look_alike).exists());
     }
 
     #[test]

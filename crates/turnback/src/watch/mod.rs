@@ -4,10 +4,9 @@
 //!
 //! Invariants:
 //! - **Never a wrong snapshot.** A snapshot first *syncs*: the watcher creates a cookie
-//!   file in the workspace root (a name the walk never records, see
-//!   [`files::temp_phase`](crate::fs::files::temp_phase)), waits for its event and removes
-//!   it. Events of one watcher arrive in order, so every change made before the sync has
-//!   been seen by then. The reply is the watcher's epoch (random per process), the cookie's
+//!   file in the workspace root (recorded first, so no snapshot records it while it is in
+//!   flight: [`cookie_in_flight`]), waits for its event and removes it. Events of one
+//!   watcher arrive in order, so every change made before the sync has been seen by then. The reply is the watcher's epoch (random per process), the cookie's
 //!   sequence number (the *mark*, recorded with the snapshot) and the paths changed after
 //!   the mark the previous snapshot recorded — or "walk everything" when that mark is of
 //!   another epoch, older than what the watcher still holds (an overflow, a failed watch)
@@ -198,6 +197,35 @@ pub(crate) fn socket_path(store_dir: &Path, workspace_id: &str) -> Result<PathBu
 /// The watcher's lock directory and lock name (held by the watcher alone).
 pub(crate) fn lock_of(store_dir: &Path, workspace_id: &str) -> (PathBuf, String) {
     (canonical(store_dir).join("watch"), format!("watch-{}", workspace_id.replace('-', "")))
+}
+
+/// The record of a watcher's sync cookie in flight, beside its lock (`lock`, as
+/// [`lock_of`] gives it): the cookie's name from before the cookie is made until after it
+/// is removed, empty (or absent) otherwise.
+pub(crate) fn cookie_record(lock: &(PathBuf, String)) -> PathBuf {
+    lock.0.join(format!("{}.cookie", lock.1))
+}
+
+/// Whether `name` (in the workspace root) is the sync cookie the watcher of `workspace_id`
+/// has in flight, as its record says. Asked after `name` was seen, the answer is safe
+/// against the sync running meanwhile: the record is cleared only once the cookie is gone.
+pub(crate) fn cookie_in_flight(store_dir: &Path, workspace_id: &str, name: &[u8]) -> bool {
+    std::fs::read(cookie_record(&lock_of(store_dir, workspace_id))).is_ok_and(|r| !r.is_empty() && r == name)
+}
+
+/// Removes the sync cookie a watcher killed mid-sync left in `root`, if no watcher of
+/// `workspace_id` runs (a new watcher does the same as it starts); true if one was.
+///
+/// # Errors
+/// `io` if the watcher's lock cannot be opened.
+pub(crate) fn remove_dead_cookie(store_dir: &Path, workspace_id: &str, root: &Path) -> Result<bool> {
+    let lock = lock_of(store_dir, workspace_id);
+    let record = cookie_record(&lock);
+    if std::fs::metadata(&record).map_or(true, |m| m.len() == 0) {
+        return Ok(false);
+    }
+    let Some(_only_one) = crate::fs::lock::NamedLock::try_exclusive(&lock.0, &lock.1)? else { return Ok(false) };
+    Ok(daemon::remove_recorded_cookie(root, &record))
 }
 
 /// `dir` with `..`, `.` and symlinks resolved (as it is, if it cannot be).
