@@ -166,8 +166,13 @@ fn with_id(mut v: Value, id: &str) -> Value {
 }
 
 fn from_files(storage: &Path, session: &str) -> Result<Value> {
+    // Each file as a regular file only (never a FIFO or a device), read within the caps
+    // of any JSON turnback takes from outside.
     let read = |p: &Path| -> Result<Value> {
-        let text = std::fs::read_to_string(p).context(p)?;
+        let file = crate::fs::files::open_regular(p)?;
+        let text = crate::base::bounded::read_json(std::io::BufReader::new(file))
+            .map_err(|e| Error::invalid(format!("{}: {e}", p.display())))?
+            .text;
         serde_json::from_str(&text).map_err(|e| Error::corrupt(p.display(), e))
     };
     let sorted = |dir: &Path| -> Result<Vec<std::path::PathBuf>> {
