@@ -432,7 +432,8 @@ pub(super) fn analyze_records(
         .map(|o| o.path.as_bytes().to_vec())
         .collect();
     for o in &mut observed {
-        o.seen = through_deletions(&ctx.workspace.root, &o.path, std::mem::replace(&mut o.seen, Seen::Other), &deleting);
+        o.seen =
+            through_deletions(&ctx.workspace.root, &o.path, std::mem::replace(&mut o.seen, Seen::Other), &deleting);
     }
     let mut paths = Vec::with_capacity(observed.len());
     let mut plan_material = Vec::with_capacity(observed.len());
