@@ -109,7 +109,13 @@ fn a_4_gib_file_snapshots_and_comes_back_byte_for_byte_in_bounded_memory() {
     // `verify --deep` reads every object back (exit 0: clean), the large one in pieces too.
     let verify_kib = peak_kib(&env, &["verify", "--deep"]);
     assert!(verify_kib < BOUND_KIB, "verifying a 4 GiB file peaked at {verify_kib} KiB");
+    // A turn that deletes it: its diff's counts are read in pieces too.
+    env.ok(&["turn", "begin", "--prompt", "delete the big file"], None);
+    std::fs::remove_file(&big).unwrap();
+    env.ok(&["turn", "end"], None);
+    let stat_kib = peak_kib(&env, &["diff", "--turn", "2", "--stat"]);
+    assert!(stat_kib < BOUND_KIB, "diff --stat of a deleted 4 GiB file peaked at {stat_kib} KiB");
     eprintln!(
-        "peak memory with a 4 GiB file: snapshot {snapshot_kib} KiB, fork --into {fork_kib} KiB, verify --deep {verify_kib} KiB"
+        "peak memory with a 4 GiB file: snapshot {snapshot_kib} KiB, fork --into {fork_kib} KiB, verify --deep {verify_kib} KiB, diff --stat {stat_kib} KiB"
     );
 }

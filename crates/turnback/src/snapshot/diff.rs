@@ -196,11 +196,77 @@ fn text(c: &Option<(ContentClass, Vec<u8>)>) -> Option<&str> {
     }
 }
 
+/// The counts of a file added or deleted whole (`None` for any other change), read in
+/// pieces: every line of it is added (or deleted), so its lines are counted as its bytes go
+/// by, and memory does not grow with its size. A file that is not UTF-8 text counts as
+/// binary (no counts), as the whole-content path says.
+fn one_sided_counts(store: &Store, c: &Changed) -> Result<Option<(Option<u64>, Option<u64>)>> {
+    let (node, added) = match (&c.old, &c.new) {
+        (None, Some(n)) => (n, true),
+        (Some(n), None) => (n, false),
+        _ => return Ok(None),
+    };
+    let id = match &node.kind {
+        NodeKind::File(id) | NodeKind::Symlink(id) => *id,
+        _ => return Ok(None),
+    };
+    let mut lines = Lines::default();
+    let header = store.read_object_to(&id, &mut |piece| {
+        lines.feed(piece);
+        Ok(())
+    })?;
+    let n = (header.class != ContentClass::BinaryBlob).then(|| lines.finish()).flatten();
+    Ok(Some(if added { (n, n.map(|_| 0)) } else { (n.map(|_| 0), n) }))
+}
+
+/// Lines of a text fed in pieces, as a diff counts them (a last line without its newline
+/// counts), and whether it is UTF-8 throughout (a character may span two pieces).
+#[derive(Default)]
+struct Lines {
+    newlines: u64,
+    last: Option<u8>,
+    /// The start of a character the last piece ended in.
+    carry: Vec<u8>,
+    invalid: bool,
+}
+
+impl Lines {
+    fn feed(&mut self, piece: &[u8]) {
+        if piece.is_empty() {
+            return;
+        }
+        self.newlines += piece.iter().filter(|b| **b == b'\n').count() as u64;
+        self.last = piece.last().copied();
+        if self.invalid {
+            return;
+        }
+        let joined = [std::mem::take(&mut self.carry).as_slice(), piece].concat();
+        if let Err(e) = std::str::from_utf8(&joined) {
+            match e.error_len() {
+                Some(_) => self.invalid = true,
+                None => self.carry = joined[e.valid_up_to()..].to_vec(),
+            }
+        }
+    }
+
+    /// The number of lines, or `None` if the text was not UTF-8.
+    fn finish(self) -> Option<u64> {
+        if self.invalid || !self.carry.is_empty() {
+            return None;
+        }
+        Some(self.newlines + u64::from(self.last.is_some_and(|b| b != b'\n')))
+    }
+}
+
 /// The line counts and, with `patch`, the unified diff, decrypting each content once.
 pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<NumStat>, String)> {
     let mut counts = Vec::with_capacity(changes.len());
     let mut out = String::new();
     for c in changes {
+        if !patch && let Some((added, deleted)) = one_sided_counts(store, c)? {
+            counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted, raw: c.raw.clone() });
+            continue;
+        }
         let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
         let texts = (text(&old), text(&new));
         let (added, deleted) = match texts {
@@ -240,4 +306,29 @@ pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<Nu
         }
     }
     Ok((counts, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(pieces: &[&[u8]]) -> Option<u64> {
+        let mut lines = Lines::default();
+        for p in pieces {
+            lines.feed(p);
+        }
+        lines.finish()
+    }
+
+    #[test]
+    fn lines_fed_in_pieces_count_as_a_whole_text_does() {
+        assert_eq!(count(&[]), Some(0));
+        assert_eq!(count(&[b"a\nb\n"]), Some(2));
+        assert_eq!(count(&[b"a\nb"]), Some(2), "a last line without its newline counts");
+        assert_eq!(count(&[b"a", b"\n", b"b\n", b"c"]), Some(3));
+        let e = "é".as_bytes();
+        assert_eq!(count(&[b"x", &e[..1], &e[1..], b"\n"]), Some(1), "a character across two pieces is UTF-8");
+        assert_eq!(count(&[b"x\xff\n"]), None, "not UTF-8: binary");
+        assert_eq!(count(&[b"x", &e[..1]]), None, "a character cut at the end is not UTF-8");
+    }
 }
