@@ -122,6 +122,40 @@ fn a_stopped_watcher_makes_a_snapshot_walk_after_a_short_wait() {
 }
 
 #[test]
+fn a_stopped_watcher_is_replaced_at_the_next_turn_and_the_replacement_logged() {
+    let env = watched_env();
+    env.write("a.txt", "one\n");
+    let old = env.json(&["watch", "start"])["pid"].as_u64().expect("a pid");
+    let signal = |sig: &str, pid: u64| std::process::Command::new("kill").args([sig, &pid.to_string()]).status();
+    assert!(signal("-STOP", old).unwrap().success());
+    let started = Instant::now();
+    env.ok(&["turn", "begin", "--prompt", "go on"], None);
+    assert!(started.elapsed() < Duration::from_secs(5), "the turn did not wait out the stuck watcher");
+    // The new watcher ends the stuck one and takes its place.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let new = loop {
+        // While the old one is ended, a status request may find its connection reset.
+        let out = env.run(&["--json", "watch", "status"], None);
+        let status: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        if let Some(pid) = status["pid"].as_u64().filter(|p| *p != old) {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no new watcher answered: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_ne!(new, old);
+    let state = std::fs::read_to_string(format!("/proc/{old}/status")).unwrap_or_default();
+    assert!(state.is_empty() || state.contains("State:\tZ"), "the stuck watcher is gone: {state}");
+    let log = std::fs::read_to_string(env.store.join("watch/watch.log")).unwrap_or_default();
+    assert!(log.contains(&format!("replaced watcher {old}")), "{log}");
+    env.ok(&["snapshot"], None); // the new watcher's first mark: a walk
+    env.write("a.txt", "two\n");
+    let (watched, _) = both(&env);
+    assert_eq!(watched["watched"], true, "the new watcher vouches for the snapshot: {watched}");
+    env.ok(&["watch", "stop"], None);
+}
+
+#[test]
 fn watched_snapshots_agree_with_full_walks_and_leave_no_trace() {
     let env = watched_env();
     let canary = unique("canaryw");

@@ -12,6 +12,9 @@ use crate::watch::{self, StartWatcher, WatchStatus, daemon};
 /// How long `watch start` waits for a new watcher to answer (watching a large tree takes
 /// a while: one watch per directory).
 const START_WAIT: Duration = Duration::from_secs(120);
+/// How long a turn's start waits for the watcher's status before it starts a replacement:
+/// on the agent's path, and a healthy watcher answers in a millisecond.
+const LIVENESS_WAIT: Duration = Duration::from_millis(200);
 
 impl Turnback {
     /// Starts file watchers with `starter` (the command line's detached process): turn
@@ -88,13 +91,15 @@ impl Turnback {
     }
 
     /// Starts the watcher if the settings ask for one, a way to start it was given and none
-    /// answers. A watcher that cannot start only means snapshots walk the whole tree.
+    /// answers (within [`LIVENESS_WAIT`]: a healthy one answers in a millisecond). A watcher that cannot start only means snapshots walk the whole tree.
     pub(crate) fn ensure_watcher(&self) {
         if self.store.settings().snapshots.watch != WatchMode::Auto {
             return;
         }
         let (Some(starter), Ok(socket)) = (self.watcher.as_deref(), self.watch_socket()) else { return };
-        if !watch::answers(&socket)
+        // A watcher that accepts but does not answer (stopped, swamped) is replaced: the
+        // new one ends it (see the watcher's start).
+        if watch::liveness(&socket, LIVENESS_WAIT) != watch::Liveness::Answers
             && let Ok(ws) = self.workspace()
         {
             let _ = starter.start(&ws.root);

@@ -102,16 +102,16 @@ const LOCK_WAIT: Duration = Duration::from_secs(3);
 /// # Errors
 /// `io` if the workspace cannot be watched or the socket bound.
 pub(crate) fn run(cfg: &Config) -> Result<()> {
-    let deadline = Instant::now() + LOCK_WAIT;
-    let _only_one = loop {
-        if let Some(lock) = NamedLock::try_exclusive(&cfg.lock.0, &cfg.lock.1)? {
-            break lock;
-        }
-        if Instant::now() >= deadline {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let _only_one = match take_lock(cfg)? {
+        Some(lock) => lock,
+        None if replace_stuck(cfg) => match take_lock(cfg)? {
+            Some(lock) => lock,
+            None => return Ok(()),
+        },
+        None => return Ok(()),
     };
+    // Who holds the lock, for a later watcher that finds this one stuck.
+    let _ = std::fs::write(super::pid_record(&cfg.lock), std::process::id().to_string());
     let root = cfg.root.clone();
     let record = super::cookie_record(&cfg.lock);
     remove_recorded_cookie(&root, &record);
@@ -156,6 +156,54 @@ pub(crate) fn run(cfg: &Config) -> Result<()> {
         // handling thread owns the event source and drops it as it ends.
         answered
     })
+}
+
+/// Takes the workspace's watcher lock, waiting up to [`LOCK_WAIT`] for a watcher told to
+/// stop to let go of it; `None` if another still holds it.
+fn take_lock(cfg: &Config) -> Result<Option<NamedLock>> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        if let Some(lock) = NamedLock::try_exclusive(&cfg.lock.0, &cfg.lock.1)? {
+            return Ok(Some(lock));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Ends the watcher holding the lock if it is stuck — it accepts connections but does not
+/// answer within [`super::SYNC_WAIT`] (stopped by a debugger or SIGSTOP, a suspended
+/// machine) — and is this very program (its executable is ours: a recycled process id is
+/// never killed). It is killed outright (a stopped process handles no other signal); what
+/// it knew is rebuilt by a walk. Logged in the watchers' log. True if it was ended.
+fn replace_stuck(cfg: &Config) -> bool {
+    if super::liveness(&cfg.socket, super::SYNC_WAIT) != super::Liveness::Stuck {
+        return false;
+    }
+    let Some(pid) = std::fs::read_to_string(super::pid_record(&cfg.lock)).ok().and_then(|p| p.trim().parse().ok())
+    else {
+        return false;
+    };
+    let ours = match (std::fs::read_link(format!("/proc/{pid}/exe")), std::env::current_exe()) {
+        (Ok(theirs), Ok(mine)) => theirs == mine,
+        _ => false,
+    };
+    let Some(process) = rustix::process::Pid::from_raw(pid).filter(|_| ours) else { return false };
+    if rustix::process::kill_process(process, rustix::process::Signal::KILL).is_err() {
+        return false;
+    }
+    use std::io::Write;
+    let line = format!(
+        "{} replaced watcher {pid}: it did not answer within {} ms\n",
+        crate::base::time::format_ms(crate::base::time::now_ms()),
+        super::SYNC_WAIT.as_millis()
+    );
+    if let Ok(mut log) = std::fs::OpenOptions::new().create(true).append(true).open(super::log_of(&cfg.lock)) {
+        let _ = log.write_all(line.as_bytes());
+    }
+    true
 }
 
 /// Checks every [`EXIT_CHECK`] whether to exit: idle too long, workspace root or socket gone.

@@ -265,7 +265,7 @@ const NONE: u8 = 2;
 /// How long a snapshot waits for the watcher's answer before it walks instead. A healthy
 /// watcher answers in milliseconds; one stopped (SIGSTOP, a suspended machine) or swamped
 /// must not hold up the agent waiting on the hook: the walk is always right.
-const SYNC_WAIT: Duration = Duration::from_millis(800);
+pub(crate) const SYNC_WAIT: Duration = Duration::from_millis(800);
 
 fn connect(socket: &Path, timeout: Duration) -> Option<UnixStream> {
     let stream = UnixStream::connect(socket).ok()?;
@@ -396,9 +396,39 @@ pub(crate) fn stop(socket: &Path) -> Result<WatchStatus> {
     ask(socket, STOP)
 }
 
-/// Whether some watcher answers at `socket`.
-pub(crate) fn answers(socket: &Path) -> bool {
-    UnixStream::connect(socket).is_ok()
+/// Whether a watcher is there and answering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// It answered a status request within the wait.
+    Answers,
+    /// Nothing listens at the socket.
+    Absent,
+    /// Something accepted the connection but did not answer in time (stopped, swamped).
+    Stuck,
+}
+
+/// Asks the watcher at `socket` for its status, waiting at most `wait`.
+pub(crate) fn liveness(socket: &Path, wait: Duration) -> Liveness {
+    let Some(mut stream) = connect(socket, wait) else { return Liveness::Absent };
+    let mut bytes = Vec::new();
+    let answered = stream.write_all(&[STATUS]).and_then(|()| {
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        stream.read_to_end(&mut bytes)
+    });
+    match answered {
+        Ok(_) if serde_json::from_slice::<WatchStatus>(&bytes).is_ok() => Liveness::Answers,
+        _ => Liveness::Stuck,
+    }
+}
+
+/// Where the watcher holding `lock` (as [`lock_of`] gives it) writes its process id.
+pub(crate) fn pid_record(lock: &(PathBuf, String)) -> PathBuf {
+    lock.0.join(format!("{}.pid", lock.1))
+}
+
+/// The watchers' log (replacements), beside their locks: `STORE/watch/watch.log`.
+pub(crate) fn log_of(lock: &(PathBuf, String)) -> PathBuf {
+    lock.0.join("watch.log")
 }
 
 /// `path` relative to `root`, as bytes (`None` outside it).
