@@ -156,6 +156,33 @@ fn a_stopped_watcher_is_replaced_at_the_next_turn_and_the_replacement_logged() {
 }
 
 #[test]
+fn a_new_sessions_first_snapshot_starts_from_the_workspaces_newest_and_reads_what_changed() {
+    let env = watched_env();
+    for i in 0..40 {
+        env.write(&format!("src/f{i}.txt"), format!("file {i}\n"));
+    }
+    env.ok(&["watch", "start"], None);
+    env.ok(&["session", "new", "--id", "first"], None);
+    env.ok(&["--session", "first", "snapshot"], None); // the watcher's first mark: a walk
+    env.write("src/f3.txt", "changed\n");
+    env.ok(&["session", "new", "--id", "second"], None);
+    let second = env.json(&["--session", "second", "snapshot"]);
+    assert_eq!(second["watched"], true, "the new session starts from the other's snapshot: {second}");
+    assert_eq!(second["readFiles"], 1, "only the changed file is read: {second}");
+    assert_eq!(second["files"], 40, "{second}");
+    let full = env.json(&["--session", "second", "snapshot", "--full"]);
+    assert_eq!(second["root"], full["root"], "and it is right");
+    // The first session, older now, starts from the second's newer snapshot too.
+    env.write("src/f4.txt", "changed too\n");
+    let first = env.json(&["--session", "first", "snapshot"]);
+    assert_eq!(first["watched"], true, "{first}");
+    assert_eq!(first["readFiles"], 1, "{first}");
+    let full = env.json(&["--session", "first", "snapshot", "--full"]);
+    assert_eq!(first["root"], full["root"]);
+    env.ok(&["watch", "stop"], None);
+}
+
+#[test]
 fn watched_snapshots_agree_with_full_walks_and_leave_no_trace() {
     let env = watched_env();
     let canary = unique("canaryw");

@@ -1061,6 +1061,9 @@ pub(super) fn commit(
     }
     cancelled(opts)?;
     put_record(store, &mut *txn, record)?;
+    if record.watch.is_some() && record.root.is_some() && record.skipped.is_none() {
+        txn.put(crate::storage::schema::WATCHED_NEWEST, record.workspace_id.as_bytes(), record.snapshot_id.as_bytes())?;
+    }
     hooks.committed(&mut *txn, record)?;
     if let Some(value) = &cache {
         statcache::put_in(&mut *txn, &record.session_id, value)?;

@@ -36,24 +36,48 @@ use crate::snapshot::tree::{self, Node, NodeKind};
 use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, newest};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object::{self, Sealed};
+use crate::storage::schema;
 use crate::storage::settings::WatchMode;
 use crate::storage::store::Store;
 use crate::watch::{self, Synced, WatchMark};
 
 /// Syncs with the workspace's watcher (before anything is stat-ed): what changed since the
-/// session's latest snapshot, if the watcher can say.
+/// newer of the session's latest snapshot and the workspace's newest marked one (another
+/// session's: a new session starts from it), if the watcher can say.
 pub(super) fn sync(store: &Store, source: Source<'_>) -> Result<(Synced, Option<SnapshotRecord>)> {
     // `--full` still syncs: its mark lets the next snapshot be watched.
     if store.settings().snapshots.watch == WatchMode::Off {
         return Ok((Synced::None { why: "not watched".into() }, None));
     }
-    let previous = newest(store, source.session_id, |_| true)?;
+    let own = newest(store, source.session_id, |_| true)?;
+    let previous = match workspace_newest(store, source.workspace_id, own.as_ref())? {
+        Some(other) => Some(other),
+        None => own,
+    };
     let socket = match watch::socket_path(store.dir(), source.workspace_id) {
         Ok(s) => s,
         Err(e) => return Ok((Synced::None { why: e.message }, previous)),
     };
     let mark = previous.as_ref().and_then(|p| p.watch.as_ref());
     Ok((watch::sync(&socket, mark), previous))
+}
+
+/// The workspace's newest marked snapshot, if it is newer than `own` (the session's
+/// latest) and still there: a tree as complete as any other of the workspace's, which the
+/// same checks ([`usable`], then the patch's own) vouch for before it is patched.
+fn workspace_newest(store: &Store, workspace_id: &str, own: Option<&SnapshotRecord>) -> Result<Option<SnapshotRecord>> {
+    let Some(id) = store.kv().get(schema::WATCHED_NEWEST, workspace_id.as_bytes())? else { return Ok(None) };
+    let id = String::from_utf8_lossy(&id).into_owned();
+    // Snapshot ids are UUID v7: they sort by the time they were made.
+    if own.is_some_and(|o| o.snapshot_id >= id) {
+        return Ok(None);
+    }
+    match crate::snapshot::get(store, &id) {
+        Ok(record) if record.workspace_id == workspace_id && record.watch.is_some() => Ok(Some(record)),
+        Ok(_) => Ok(None),
+        Err(e) if e.code == crate::error::ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The mark a snapshot synced at `synced` records.

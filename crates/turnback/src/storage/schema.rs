@@ -90,6 +90,9 @@ tables! {
     SNAPSHOTS_BY_SESSION = "snapshots-by-session" in "snapshot/";
     /// Snapshots by turn and side.
     SNAPSHOTS_BY_TURN = "snapshots-by-turn" in "snapshot/";
+    /// The newest snapshot of each workspace that holds a watcher's mark, whichever
+    /// session took it: where a new session's first watched snapshot starts from.
+    WATCHED_NEWEST = "watched-newest" in "snapshot/", derived;
     /// Per-session stat caches.
     STATCACHE = "statcache" in "snapshot/statcache.rs", sealed, large, derived;
     /// Per-session deltas over the stat caches (what changed since each was written whole).
