@@ -4,6 +4,7 @@ mod common;
 mod test_fuzz;
 mod test_integrity;
 mod test_mutations;
+mod test_rewind_property;
 mod test_rollback_property;
 mod test_snapshot;
 mod test_store;

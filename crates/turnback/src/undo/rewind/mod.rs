@@ -428,6 +428,27 @@ impl Judge<'_> {
     }
 }
 
+/// A file that comes back where a directory is now needs that directory gone: if the plan
+/// leaves something below it alone, the file is left alone too, named for what stays (the
+/// write would find the directory not empty). Decided once every path is, since what is
+/// below a path comes after it.
+fn keep_directories_holding_what_stays(paths: &mut [PathPlan]) {
+    let staying: Vec<Vec<u8>> =
+        paths.iter().filter(|p| p.action == Action::LeaveAlone).map(|p| p.raw.clone()).collect();
+    for p in paths.iter_mut().filter(|p| p.action == Action::Restore && p.current.is_none()) {
+        let below = |s: &&Vec<u8>| s.len() > p.raw.len() && s.starts_with(&p.raw) && s[p.raw.len()] == b'/';
+        if let Some(stays) = staying.iter().find(below) {
+            p.action = Action::LeaveAlone;
+            p.reason = Some(Reason::BehindSymlink);
+            p.detail = Some(format!(
+                "a directory now, holding {}, which this rewind leaves as it is",
+                String::from_utf8_lossy(stays)
+            ));
+            p.forced = false;
+        }
+    }
+}
+
 fn is_kind(n: Option<&Node>, f: impl Fn(&NodeKind) -> bool) -> bool {
     n.is_some_and(|n| f(&n.kind))
 }
@@ -458,6 +479,7 @@ pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &B
     for change in changed.iter().filter(|c| !same(c.old.as_ref(), c.new.as_ref())) {
         paths.push(judge.path(&chain, &change.path, change.old.as_ref(), change.new.as_ref())?);
     }
+    keep_directories_holding_what_stays(&mut paths);
     let material = serde_json::json!({
         "target": chain.target.root,
         "current": chain.current.root,

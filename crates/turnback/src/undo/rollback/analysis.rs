@@ -312,11 +312,14 @@ pub(super) fn decide_path(
                 // of this rollback: older mutations must not build on someone else's state.
                 later_not_taken_back = true;
             }
-            if !no_op {
+            // The bytes already as before, but not the mode the mutation changed (a rewind
+            // or a rollback may change only a mode): the mode goes back.
+            let pre_mode = t.pre_image.identity.map(|i| i.permissions());
+            let post_mode = t.post_image.as_ref().and_then(|p| p.identity).map(|i| i.permissions());
+            let mode_back = no_op && bytes.is_some() && pre_mode.is_some() && pre_mode != post_mode;
+            if !no_op || mode_back {
                 final_state = Some(match bytes {
-                    Some(bytes) => {
-                        Final::File { bytes, mode: kept_mode.or(t.pre_image.identity.map(|i| i.permissions())) }
-                    }
+                    Some(bytes) => Final::File { bytes, mode: kept_mode.or(pre_mode) },
                     None => Final::Absent,
                 });
             }
@@ -329,10 +332,13 @@ pub(super) fn decide_path(
             virtual_state = true;
         }
     }
-    // Nothing to write if the path already is what the steps would make it.
+    // Nothing to write if the path already is what the steps would make it, mode and all.
     let write = final_state.filter(|f| match (f, real) {
         (Final::Absent, Seen::Absent { .. }) => false,
-        (Final::File { .. }, Seen::File { digest, .. }) => Some(digest.as_str()) != seen.digest(),
+        (Final::File { mode, .. }, Seen::File { digest, identity, .. }) => {
+            Some(digest.as_str()) != seen.digest()
+                || mode.is_some_and(|m| identity.is_some_and(|i| i.permissions() != m))
+        }
         _ => true,
     });
     (out, write)
