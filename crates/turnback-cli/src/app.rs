@@ -142,10 +142,14 @@ fn dispatch(ctx: &Ctx, command: Command) -> Result<Outcome> {
         Command::Doctor => commands::doctor::run(ctx),
         Command::Verify { deep } => commands::maintenance::verify(ctx, deep),
         Command::Reconcile => commands::maintenance::reconcile(ctx),
-        Command::Gc { remote: None, .. } => commands::maintenance::gc(ctx),
+        #[cfg(feature = "remote")]
         Command::Gc { remote: Some(name), grace_secs } => commands::remote::gc(ctx, &name, grace_secs),
+        Command::Gc { .. } => commands::maintenance::gc(ctx),
+        #[cfg(feature = "remote")]
         Command::Remote(r) => commands::remote::run(ctx, r),
+        #[cfg(feature = "remote")]
         Command::Push { name, all } => commands::remote::push(ctx, name.as_deref(), all),
+        #[cfg(feature = "remote")]
         Command::Pull { name, all } => commands::remote::pull(ctx, name.as_deref(), all),
         Command::Du => commands::maintenance::du(ctx),
         Command::Key(k) => commands::key::run(ctx, k),

@@ -270,10 +270,12 @@ pub enum Command {
     /// Example: turnback gc   or   turnback gc --remote team
     Gc {
         /// Collect on this remote instead of the local store.
+        #[cfg(feature = "remote")]
         #[arg(long, value_name = "NAME")]
         remote: Option<String>,
         /// With --remote: keep unnamed objects younger than this many seconds (a push may
         /// be about to name them) [default: 3600].
+        #[cfg(feature = "remote")]
         #[arg(long, value_name = "SECS", requires = "remote")]
         grace_secs: Option<u64>,
     },
@@ -286,12 +288,14 @@ pub enum Command {
     Key(KeyCommand),
     /// S3-compatible remotes sessions are pushed to and pulled from (credentials from the
     /// AWS environment variables or ~/.aws/credentials, never stored).
+    #[cfg(feature = "remote")]
     #[command(subcommand)]
     Remote(RemoteCommand),
     /// Upload a session (--session, default the workspace's latest; --all: every session
     /// of the store) to a remote: only what it lacks, encrypted.
     ///
     /// Example: turnback push team --session agent-42
+    #[cfg(feature = "remote")]
     Push {
         /// The remote (default: the only one configured).
         name: Option<String>,
@@ -303,6 +307,7 @@ pub enum Command {
     /// a new session joins the workspace. Never writes workspace files.
     ///
     /// Example: turnback pull team --session agent-42
+    #[cfg(feature = "remote")]
     Pull {
         /// The remote (default: the only one configured).
         name: Option<String>,
@@ -336,6 +341,7 @@ pub enum WatchCommand {
 }
 
 #[derive(Debug, Subcommand)]
+#[cfg(feature = "remote")]
 pub enum RemoteCommand {
     /// Add a remote.
     ///
@@ -459,6 +465,7 @@ pub enum SessionCommand {
     /// Example: turnback session list   or   turnback session list --remote team
     List {
         /// List this remote's sessions instead.
+        #[cfg(feature = "remote")]
         #[arg(long, value_name = "NAME")]
         remote: Option<String>,
     },

@@ -50,6 +50,7 @@ mod base;
 mod checkpoint;
 mod error;
 mod fs;
+#[cfg(feature = "remote")]
 mod remote;
 mod session;
 mod snapshot;
@@ -62,10 +63,11 @@ pub use api::{
     Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, CompareRequest,
     CompareSide, Comparison, Deleted, DiffReport, DiffRequest, DuReport, Encryption, FileText, ForkPoint, GcReport,
     InitReport, InitSettings, Inspection, InspectionProblem, KeyImport, KeyStatus, KeyVersion, Mutation,
-    MutationReport, ObjectUsage, Options, Problem, Progress, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList,
-    RemoteSessionList, SessionChoice, SessionInfo, SessionList, SessionUsage, ShellRecorded, TurnList, TurnSummary,
-    Turnback, VerifyCounts, VerifyReport, read_at_most, read_json_input,
+    MutationReport, ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList, SessionUsage, ShellRecorded,
+    TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport, read_at_most, read_json_input,
 };
+#[cfg(feature = "remote")]
+pub use api::{PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
 pub use base::quote::{escape_controls, escape_lines, quote_name};
 pub use base::time::{format_ms, now_ms};
 pub use checkpoint::artifact::ImageRole;
@@ -80,9 +82,13 @@ pub use error::{Error, ErrorCode, Result};
 pub use fs::files::FileIdentity;
 pub use fs::relpath::RelPath;
 pub use fs::walk::Skipped;
+#[cfg(feature = "remote")]
 pub use remote::RemoteConfig;
+#[cfg(feature = "remote")]
 pub use remote::gc::{RemoteGcReport, RemoteSession};
+#[cfg(feature = "remote")]
 pub use remote::pull::{PullProgress, PullReport};
+#[cfg(feature = "remote")]
 pub use remote::push::{PushProgress, PushReport};
 pub use session::Session;
 pub use session::begin::{BeginRequest, Begun, RunningSnapshot, StartSnapshot};

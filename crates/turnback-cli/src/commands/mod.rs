@@ -14,6 +14,7 @@ pub mod install;
 pub mod key;
 pub mod maintenance;
 pub mod mcp;
+#[cfg(feature = "remote")]
 pub mod remote;
 pub mod rewind;
 pub mod rollback;

@@ -13,8 +13,9 @@ pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {
             let text = s.id.clone();
             Ok(Outcome::of(&s, text))
         }
+        #[cfg(feature = "remote")]
         SessionCommand::List { remote: Some(name) } => super::remote::sessions(ctx, &name),
-        SessionCommand::List { remote: None } => {
+        SessionCommand::List { .. } => {
             let list = ctx.open(false)?.sessions()?;
             let mut text = String::new();
             for s in &list.sessions {

@@ -21,8 +21,10 @@
 mod calls;
 pub(crate) use calls::Closing;
 mod compare;
+mod keys;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;
+#[cfg(feature = "remote")]
 mod remote;
 mod sessions;
 mod turns;
@@ -30,11 +32,13 @@ mod undo;
 mod watching;
 
 pub use compare::{CompareRequest, CompareSide, Comparison, ForkPoint};
+pub use keys::KeyImport;
 pub use maintenance::{
     Deleted, DuReport, GcReport, KeyStatus, KeyVersion, ObjectUsage, Problem, SessionUsage, VerifyCounts, VerifyReport,
 };
 pub use mutation::{CheckpointSummary, FileText, Mutation, MutationReport};
-pub use remote::{KeyImport, PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
+#[cfg(feature = "remote")]
+pub use remote::{PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
 pub use sessions::{Appended, SessionInfo, SessionList};
 pub use turns::{DiffReport, DiffRequest, ShellRecorded, TurnList, TurnSummary};
 pub use undo::{ArtifactView, CheckpointList, CheckpointView, Encryption, Inspection, InspectionProblem};

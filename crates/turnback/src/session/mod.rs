@@ -303,6 +303,7 @@ impl Session {
 
 /// Writes, inside `txn`, a session that arrived from another store (a pull) with its place
 /// in its workspace's list, as the workspace's newest.
+#[cfg(feature = "remote")]
 pub(crate) fn adopt_in(store: &Store, txn: &mut dyn Txn, session: &Session) -> Result<()> {
     put_in(store, txn, session)?;
     let index = format!("{}/{:016}/{}", session.workspace_id, now_ms(), session.id);

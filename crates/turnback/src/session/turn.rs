@@ -201,6 +201,7 @@ pub(crate) fn put(store: &Store, txn: &mut dyn Txn, turn: &Turn) -> Result<()> {
 
 /// Removes, inside `txn`, the index row that places a turn of `session` at `index` (a
 /// pull moving a turn up to make room for another machine's turn; [`put`] places it anew).
+#[cfg(feature = "remote")]
 pub(crate) fn unindex_in(store: &Store, txn: &mut dyn Txn, session: &str, index: u64) -> Result<()> {
     let index_key = format!("{session}/{index:010}");
     digest::delete(store.keys(), txn, schema::TURNS_BY_SESSION, index_key.as_bytes()).map(drop)

@@ -123,13 +123,17 @@ struct File {
     snapshots: FileSnapshots,
     #[serde(default)]
     history: FileHistory,
+    /// Read (and checked) with or without the `remote` feature: one settings file serves
+    /// every build.
     #[serde(default)]
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     remote: FileRemote,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct FileRemote {
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     auto_push: Option<String>,
 }
 
@@ -138,6 +142,7 @@ struct FileRemote {
 ///
 /// # Errors
 /// As [`Settings::load`].
+#[cfg(feature = "remote")]
 pub fn auto_push(path: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(text) => {

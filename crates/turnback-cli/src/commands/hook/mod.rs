@@ -224,6 +224,7 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
         let recorded = tb.record_event(event, Some(cancel));
         // At each turn end, the session goes to the auto-push remote (if one is set), in
         // the background.
+        #[cfg(feature = "remote")]
         if let (turnback::AgentEvent::Stopped { .. }, Ok(r)) = (event, &recorded)
             && let Some(t) = &r.turn
         {
