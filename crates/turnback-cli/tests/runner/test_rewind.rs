@@ -351,3 +351,26 @@ fn a_rewind_names_the_real_obstacle_when_a_persons_file_stands_where_a_directory
     assert!(!detail.contains("symlink") && detail.contains("is a file now"), "names the real cause: {detail}");
     assert_eq!(env.read("d").unwrap(), b"a person's file\n");
 }
+
+#[test]
+fn the_undo_of_a_rewind_that_took_back_a_chmod_says_it_writes_the_mode_and_does() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.write("run.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(env.ws.join("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    turn(&env, "first", |_| {});
+    turn(&env, "chmod", |e| {
+        std::fs::set_permissions(e.ws.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    });
+    let out = env.run(&["--json", "rewind", "--to", "2", "--apply"], None);
+    assert!(out.status.success(), "{}", show_output(&out));
+    let mode = || std::fs::metadata(env.ws.join("run.sh")).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(), 0o644);
+    let undo = parse_json(&out)["checkpointId"].as_str().unwrap().to_string();
+    let preview = parse_json(&env.run(&["--json", "rollback", &undo], None));
+    let target = &preview["targets"][0];
+    assert_eq!(target["outcome"]["noOp"], false, "the preview says the mode is written: {preview:#}");
+    let applied = env.run(&["--json", "rollback", &undo, "--apply"], None);
+    assert!(applied.status.success(), "{}", show_output(&applied));
+    assert_eq!(mode(), 0o755, "the undo gives the mode back");
+}

@@ -317,6 +317,12 @@ pub(super) fn decide_path(
             let pre_mode = t.pre_image.identity.map(|i| i.permissions());
             let post_mode = t.post_image.as_ref().and_then(|p| p.identity).map(|i| i.permissions());
             let mode_back = no_op && bytes.is_some() && pre_mode.is_some() && pre_mode != post_mode;
+            if mode_back
+                && let Some(TargetAnalysis { outcome: Outcome::AppliedEligible { no_op, .. }, .. }) = out.last_mut()
+            {
+                // What the preview says is what the apply does: the mode is written.
+                *no_op = false;
+            }
             if !no_op || mode_back {
                 final_state = Some(match bytes {
                     Some(bytes) => Final::File { bytes, mode: kept_mode.or(pre_mode) },
