@@ -19,6 +19,9 @@ use std::path::Path;
 pub enum ErrorCode {
     /// Stored data was altered: a record, a ciphertext or its metadata does not verify.
     Corrupt,
+    /// The store was written by an unreleased build of turnback, in a format no release
+    /// reads (formats are versioned and migrated from the first tagged release on).
+    StoreTooOld,
     /// The record belongs to an incomplete stage (a crash between stage and commit).
     RecoveryLocked,
     /// Nothing with that id exists.
@@ -60,6 +63,7 @@ impl ErrorCode {
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorCode::Corrupt => "corrupt",
+            ErrorCode::StoreTooOld => "store-too-old",
             ErrorCode::RecoveryLocked => "recovery-locked",
             ErrorCode::NotFound => "not-found",
             ErrorCode::KeyUnavailable => "key-unavailable",
@@ -89,6 +93,9 @@ impl ErrorCode {
     pub fn recovery_actions(self) -> &'static [&'static str] {
         match self {
             ErrorCode::Corrupt => &["inspect the store (turnback verify --deep)", "restore the store from a backup"],
+            ErrorCode::StoreTooOld => {
+                &["move the store directory aside and start a new one (turnback init); the old one is not read"]
+            }
             ErrorCode::RecoveryLocked => {
                 &["inspect the store (turnback inspect ID)", "run recovery (turnback reconcile)"]
             }

@@ -54,14 +54,15 @@ impl Call {
         }
     }
 
-    /// Stores from before these states held a bare operation id: a pending call.
-    fn decode(value: &[u8]) -> Call {
+    /// The state `value` holds; anything else (the bare operation id of an unreleased
+    /// build's store, a damaged row) is `corrupt`.
+    fn decode(value: &[u8]) -> Result<Call> {
         let text = String::from_utf8_lossy(value);
         match text.split_once(':') {
-            _ if text == "seen" => Call::Seen,
-            Some(("pending", op)) => Call::Pending(op.to_string()),
-            Some(("done", op)) => Call::Done(op.to_string()),
-            _ => Call::Pending(text.into_owned()),
+            _ if text == "seen" => Ok(Call::Seen),
+            Some(("pending", op)) => Ok(Call::Pending(op.to_string())),
+            Some(("done", op)) => Ok(Call::Done(op.to_string())),
+            _ => Err(Error::corrupt("a tool call's record", "not a call state")),
         }
     }
 }
@@ -71,7 +72,7 @@ fn key_of(session: &str, key: &str) -> Vec<u8> {
 }
 
 fn get(store: &Store, session: &str, key: &str) -> Result<Option<Call>> {
-    Ok(store.kv().get(schema::EXTERNAL_OPERATIONS, &key_of(session, key))?.map(|v| Call::decode(&v)))
+    store.kv().get(schema::EXTERNAL_OPERATIONS, &key_of(session, key))?.map(|v| Call::decode(&v)).transpose()
 }
 
 fn set(store: &Store, session: &str, key: &str, call: &Call) -> Result<()> {
@@ -95,7 +96,7 @@ fn anonymous(store: &Store, session: &str, name: &str, paths: &[PathBuf]) -> Res
     let mut out = Vec::new();
     store.kv().scan(schema::EXTERNAL_OPERATIONS, &prefix, &mut |k, v| {
         let key = String::from_utf8_lossy(&k[session.len() + 1..]).into_owned();
-        out.push((key, Call::decode(v)));
+        out.push((key, Call::decode(v)?));
         Ok(true)
     })?;
     Ok((base, out))
@@ -166,7 +167,7 @@ pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<Op
     let also = |txn: &mut dyn Txn, record: &CheckpointRecord| {
         // The same call delivered twice at once: the other stage won; this one goes.
         if let Some(Call::Pending(_) | Call::Done(_)) =
-            txn.get(schema::EXTERNAL_OPERATIONS, &record_key)?.map(|v| Call::decode(&v))
+            txn.get(schema::EXTERNAL_OPERATIONS, &record_key)?.map(|v| Call::decode(&v)).transpose()?
         {
             return Err(Error::new(ErrorCode::ConcurrentUpdate, format!("tool call {key} was staged meanwhile")));
         }
@@ -221,7 +222,7 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_
     let prefix = format!("{session}/");
     let mut pending = Vec::new();
     store.kv().scan(schema::EXTERNAL_OPERATIONS, prefix.as_bytes(), &mut |k, v| {
-        if let Call::Pending(op) = Call::decode(v) {
+        if let Call::Pending(op) = Call::decode(v)? {
             pending.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), op));
         }
         Ok(true)
@@ -306,13 +307,11 @@ mod tests {
     use super::Call;
 
     #[test]
-    fn call_states_round_trip_and_a_bare_operation_id_is_pending() {
+    fn call_states_round_trip_and_anything_else_is_corrupt() {
         for call in [Call::Seen, Call::Pending("0193-a".into()), Call::Done("0193-b".into())] {
-            assert_eq!(Call::decode(&call.encode()), call);
+            assert_eq!(Call::decode(&call.encode()).unwrap(), call);
         }
-        assert_eq!(
-            Call::decode(b"0193a0b2-0000-7000-8000-000000000000"),
-            Call::Pending("0193a0b2-0000-7000-8000-000000000000".into())
-        );
+        let bare = Call::decode(b"0193a0b2-0000-7000-8000-000000000000").unwrap_err();
+        assert_eq!(bare.code, crate::error::ErrorCode::Corrupt);
     }
 }

@@ -64,14 +64,9 @@ const ID_BYTES: usize = 32;
 const ENTRY_COLUMNS: usize = 4 + 8 + 16 + 16 + 8 + 8 + ID_BYTES;
 /// Entries in component order (the walk's), then the tree ids, the shape and the
 /// generation.
+/// A cache of any other layout (the unreleased ones before it) is not read: the cache is
+/// derived, so the next snapshot reads every file once and writes it anew.
 const MAGIC: &[u8; 4] = b"TBS6";
-/// Without a generation (before 2026-12-02, evening): read, and rewritten at the next
-/// snapshot.
-const MAGIC_NO_GENERATION: &[u8; 4] = b"TBS5";
-/// Without a shape (before 2026-12-02): read, and rewritten at the next snapshot.
-const MAGIC_NO_SHAPE: &[u8; 4] = b"TBS4";
-/// Entries in byte order (before 2026-12): read, put in component order, rewritten.
-const MAGIC_BYTE_ORDER: &[u8; 4] = b"TBS3";
 /// A whole cache's row that names its pieces: the generation, the number of pieces and the
 /// plaintext's size follow.
 const PIECES_MAGIC: &[u8; 4] = b"TBSP";
@@ -305,15 +300,6 @@ impl Files {
     pub(crate) fn in_order(&self) -> bool {
         self.items.windows(2).all(|w| component_order(self.path_of(&w[0]), self.path_of(&w[1])).is_lt())
     }
-
-    /// Puts them in order with their `ids`, keeping one file per path (an older layout's
-    /// byte order).
-    fn sort(&mut self, ids: &mut Vec<ContentId>) {
-        let mut both: Vec<(PackedFile, ContentId)> = self.items.drain(..).zip(ids.drain(..)).collect();
-        both.sort_by(|a, b| component_order(self.path_of(&a.0), self.path_of(&b.0)));
-        both.dedup_by(|a, b| self.path_of(&a.0) == self.path_of(&b.0));
-        (self.items, *ids) = both.into_iter().unzip();
-    }
 }
 
 /// Why a cache with more than 4 GiB of paths, or on more than 2^16 devices, does not load.
@@ -347,8 +333,6 @@ pub struct StatCache {
     pub tree_ids: Vec<ContentId>,
     /// The tree its files made, if it was written with one (the delta's, if it has one).
     pub shape: Option<Shape>,
-    /// Read from an older layout: rewrite it at the next snapshot.
-    pub outdated: bool,
     /// The whole cache's generation, which its delta names.
     pub generation: [u8; 16],
     /// What the delta laid over it.
@@ -1050,14 +1034,10 @@ fn decode(bytes: &[u8]) -> Result<StatCache> {
 fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::Manifest)>) -> Result<StatCache> {
     let mut input = Input::new(plain, size);
     let magic: [u8; 4] = input.array()?;
-    let version = match &magic {
-        MAGIC => 6,
-        MAGIC_NO_GENERATION => 5,
-        MAGIC_NO_SHAPE => 4,
-        MAGIC_BYTE_ORDER => 3,
-        // An older format is not an error: the next snapshot reads everything again.
-        _ => return Ok(StatCache::default()),
-    };
+    if &magic != MAGIC {
+        // Another layout is not an error: the next snapshot reads everything again.
+        return Ok(StatCache::default());
+    }
     let taken_at_ns = i128::from_le_bytes(input.array()?);
     let count = input.count(2 + ENTRY_COLUMNS)?;
     let mut entries = Files { items: Vec::with_capacity(count), ..Files::default() };
@@ -1068,10 +1048,10 @@ fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::
         None if matches!(column, Column::Device) => Err(Error::corrupt("stat cache", TOO_LONG)),
         None => Err(malformed()),
     })?;
-    // Written in order since `TBS4`; an older one's byte order is sorted once here, with
-    // its ids in memory.
-    let in_order = version > 3 && entries.in_order();
-    let whole_ids = match left.filter(|_| in_order) {
+    if !entries.in_order() {
+        return Err(malformed());
+    }
+    let whole_ids = match left {
         Some((session, manifest)) => {
             let at = input.position();
             input.skip((ID_BYTES * count) as u64)?;
@@ -1080,19 +1060,15 @@ fn decode_from(plain: impl Read, size: Option<u64>, left: Option<(&str, pieces::
         None => {
             let mut ids = vec![ContentId([0; ID_BYTES]); count];
             input.ids(&mut ids, |id| id)?;
-            if !in_order {
-                entries.sort(&mut ids);
-            }
             WholeIds::Resident(ids)
         }
     };
-    let (tree_ids, shape) = input.trees_and_shape(version >= 5)?;
-    let generation = if version == 6 { input.array()? } else { [0; 16] };
+    let (tree_ids, shape) = input.trees_and_shape()?;
+    let generation = input.array()?;
     if !input.at_end() {
         return Err(malformed());
     }
-    let outdated = version < 6;
-    Ok(StatCache { taken_at_ns, entries, whole_ids, tree_ids, shape, outdated, generation, ..Default::default() })
+    Ok(StatCache { taken_at_ns, entries, whole_ids, tree_ids, shape, generation, ..Default::default() })
 }
 
 /// A cache entry before its columns are read.
@@ -1136,7 +1112,7 @@ fn decode_delta(bytes: &[u8]) -> Result<DecodedDelta> {
     if !entries.windows(2).all(|w| component_order(&w[0].0, &w[1].0).is_lt()) {
         return Err(bad());
     }
-    let (tree_ids, shape) = input.trees_and_shape(true)?;
+    let (tree_ids, shape) = input.trees_and_shape()?;
     if !input.at_end() {
         return Err(bad());
     }
@@ -1270,12 +1246,9 @@ impl<R: Read> Input<R> {
     }
 
     /// The tree ids, then the shape if the layout has one (`with_shape`).
-    fn trees_and_shape(&mut self, with_shape: bool) -> Result<(Vec<ContentId>, Option<Shape>)> {
+    fn trees_and_shape(&mut self) -> Result<(Vec<ContentId>, Option<Shape>)> {
         let trees = self.count(32)?;
         let tree_ids = (0..trees).map(|_| self.array().map(ContentId)).collect::<Result<Vec<_>>>()?;
-        if !with_shape {
-            return Ok((tree_ids, None));
-        }
         let shape = match self.array::<1>()? {
             [0] => None,
             [1] => Some(Shape { root: ContentId(self.array()?), others: self.array()? }),
@@ -1324,31 +1297,18 @@ mod tests {
         assert_eq!(back.entries, cache.entries);
         assert_eq!(back.tree_ids, cache.tree_ids);
         assert_eq!(back.shape, cache.shape);
-        assert!(!back.outdated);
         for cut in MAGIC.len()..bytes.len() {
             assert!(decode(&bytes[..cut]).is_err(), "cut at {cut} accepted");
         }
     }
 
     #[test]
-    fn an_older_cache_in_byte_order_is_read_in_component_order_and_marked_for_rewriting() {
-        let paths = ["a.c", "a/b", "a/b.c", "a/b/c", "b"];
-        // Each path's id is its first byte and length: it must follow its path when sorted.
-        let id_of = |p: &[u8]| ContentId([p[0] + p.len() as u8; 32]);
+    fn a_walks_paths_asked_in_order_are_found_where_they_are() {
+        let paths = ["a/b", "a/b/c", "a/b.c", "a.c", "b"];
         let cache = StatCache::of_entries(
-            paths.iter().map(|p| (p.as_bytes().to_vec(), Cached { stat: stat(1), id: id_of(p.as_bytes()) })).collect(),
+            paths.iter().map(|p| (p.as_bytes().to_vec(), Cached { stat: stat(1), id: ContentId([1; 32]) })).collect(),
         );
-        let mut bytes = cache.encode();
-        bytes[..4].copy_from_slice(MAGIC_BYTE_ORDER);
-        bytes.truncate(bytes.len() - 16);
-        assert_eq!(bytes.pop(), Some(0), "no shape");
-        let back = decode(&bytes).unwrap();
-        let order: Vec<&[u8]> = back.entries.iter().map(|(p, _)| p).collect();
-        assert_eq!(order, [&b"a/b"[..], b"a/b/c", b"a/b.c", b"a.c", b"b"]);
-        let ids: Vec<ContentId> = (0..order.len()).map(|i| back.id(i)).collect();
-        assert_eq!(ids, order.iter().map(|p| id_of(p)).collect::<Vec<_>>(), "each id follows its path");
-        assert!(back.outdated);
-        assert!(!decode(&back.encode()).unwrap().outdated, "rewritten in component order");
+        let back = decode(&cache.encode()).unwrap();
         // A walk's paths, asked in order from where the last was found, are found where
         // they are, and those not cached where they would go.
         let mut hint = 0;
@@ -1389,30 +1349,24 @@ mod tests {
     }
 
     #[test]
-    fn a_cache_without_a_shape_is_read_and_marked_for_rewriting() {
+    fn a_cache_of_another_layout_is_not_read_and_one_out_of_order_is_malformed() {
         let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
         cache.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) });
-        let mut bytes = cache.encode();
-        bytes[..4].copy_from_slice(MAGIC_NO_SHAPE);
-        bytes.truncate(bytes.len() - 16);
-        assert_eq!(bytes.pop(), Some(0));
-        let back = decode(&bytes).unwrap();
-        assert_eq!((back.entries, back.shape, back.outdated), (cache.entries, None, true));
-    }
-
-    #[test]
-    fn a_cache_without_a_generation_is_read_and_marked_for_rewriting() {
-        let mut cache = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
-        cache.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) });
-        cache.shape = Some(Shape { root: ContentId([9; 32]), others: [4; 32] });
+        cache.push(b"b", Cached { stat: stat(2), id: ContentId([2; 32]) });
         cache.generation = [7; 16];
-        let mut bytes = cache.encode();
-        let fresh = decode(&bytes).unwrap();
-        assert_eq!((fresh.generation, fresh.shape, fresh.outdated), ([7; 16], cache.shape, false));
-        bytes[..4].copy_from_slice(MAGIC_NO_GENERATION);
-        bytes.truncate(bytes.len() - 16);
-        let back = decode(&bytes).unwrap();
-        assert_eq!((back.entries, back.shape, back.outdated), (cache.entries, cache.shape, true));
+        let bytes = cache.encode();
+        assert_eq!(decode(&bytes).unwrap().generation, [7; 16]);
+        // An unreleased layout (TBS3 to TBS5): nothing is read, the next snapshot reads all.
+        for old in [b"TBS3", b"TBS4", b"TBS5"] {
+            let mut older = bytes.clone();
+            older[..4].copy_from_slice(old);
+            assert!(decode(&older).unwrap().entries.is_empty(), "{}", String::from_utf8_lossy(old));
+        }
+        // Out of order is no layout of turnback's.
+        let swapped = bytes.iter().position(|b| *b == b'a').unwrap();
+        let mut wrong = bytes.clone();
+        wrong[swapped] = b'c';
+        assert!(decode(&wrong).is_err(), "paths out of order are malformed");
     }
 
     fn whole(paths: &[&str]) -> StatCache {

@@ -749,9 +749,6 @@ fn how_to_build<'w>(
     if unchanged {
         return Ok(Build::Same(shape));
     }
-    if cache.outdated {
-        return Ok(Build::Whole);
-    }
     Ok(match changes(store, walked, plan)? {
         Some(changes)
             if statcache::delta_fits(changes.cache.len(), cache.delta.tree_ids.len(), cache.entries.len()) =>
@@ -1013,7 +1010,7 @@ const SETTLE_LATER_BYTES: u64 = 4 << 20;
 /// The cache's, asked for the ids of the files read again with the stat it holds.
 fn cache_still_holds(store: &Store, walked: &Scan<'_>, plan: &ReadPlan, taken_at_ns: i128) -> Result<bool> {
     let cache = walked.cache();
-    if cache.outdated || plan.files as usize != cache.entries.len() {
+    if plan.files as usize != cache.entries.len() {
         return Ok(false);
     }
     let (mut settling, mut settling_bytes) = (0usize, 0u64);

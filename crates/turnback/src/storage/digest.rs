@@ -194,39 +194,6 @@ pub(crate) fn init_in(keys: &KeyRing, txn: &mut dyn Txn) -> Result<()> {
     Ok(())
 }
 
-/// Computes every digest from the rows the store holds, once, for a store written before
-/// digests were kept (its key check says so), and records in its key check that it keeps
-/// them, in one transaction. A store that keeps them already is left alone: digests are
-/// never recomputed over what someone left of a store that had them.
-pub(crate) fn upgrade(keys: &mut KeyRing, kv: &dyn KeyValueStore) -> Result<()> {
-    if keys.digests_kept() {
-        return Ok(());
-    }
-    let mut txn = kv.begin()?;
-    if keys.mark_digests_kept(&mut *txn)? {
-        // Another process upgraded it meanwhile.
-        return Ok(());
-    }
-    for key in txn.keys(schema::INDEX_DIGESTS, b"")? {
-        txn.delete(schema::INDEX_DIGESTS, &key)?;
-    }
-    for ns in digested() {
-        // Read through the transaction: rows written meanwhile by others are counted.
-        let mut rows = Vec::new();
-        for k in txn.keys(ns, b"")? {
-            if let Some(v) = txn.get(ns, &k)? {
-                rows.push((k, v));
-            }
-        }
-        let (groups, total) = sums(keys, ns, &mut rows.into_iter());
-        for (group, d) in groups {
-            txn.put(schema::INDEX_DIGESTS, &group_row(ns, &group), &d.encode())?;
-        }
-        txn.put(schema::INDEX_DIGESTS, ns.as_bytes(), &total.encode())?;
-    }
-    txn.commit()
-}
-
 /// What is wrong with one digested index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Mismatch {
@@ -249,8 +216,6 @@ pub(crate) enum Mismatch {
         /// Rows there now.
         rows: u64,
     },
-    /// The store's key check does not say that it keeps digests.
-    NotKept,
 }
 
 impl Mismatch {
@@ -259,7 +224,6 @@ impl Mismatch {
         match self {
             Mismatch::Rows { ns, group: Some(g), .. } => format!("{ns} of session {g}"),
             Mismatch::Rows { ns, group: None, .. } | Mismatch::TotalMissing { ns, .. } => ns.to_string(),
-            Mismatch::NotKept => schema::INDEX_DIGESTS.to_string(),
         }
     }
 
@@ -283,7 +247,6 @@ impl Mismatch {
                 "the {ns} index ({rows} row(s)) has no keyed total: its digests were deleted outside turnback, \
                  perhaps with the table's rows"
             ),
-            Mismatch::NotKept => "the store's key check does not say it keeps index digests".to_string(),
         }
     }
 }
@@ -292,9 +255,6 @@ impl Mismatch {
 /// snapshot (`KeyValueStore::read_snapshot`): rows and digests read apart from each other
 /// while a writer commits do not add up.
 pub(crate) fn check(keys: &KeyRing, kv: &dyn KeyValueStore) -> Result<Vec<Mismatch>> {
-    if !keys.digests_kept() {
-        return Ok(vec![Mismatch::NotKept]);
-    }
     let mut out = Vec::new();
     for ns in digested() {
         let (groups, total) = computed(keys, kv, ns)?;
@@ -350,9 +310,7 @@ mod tests {
     use crate::storage::kv::MemoryKv;
 
     fn ring(kv: &MemoryKv) -> KeyRing {
-        let mut ring = KeyRing::open_with(kv, SecretKey([3u8; 32]), KeySource::Env, &init_in).unwrap();
-        upgrade(&mut ring, kv).unwrap();
-        ring
+        KeyRing::open_with(kv, SecretKey([3u8; 32]), KeySource::Env, &init_in).unwrap()
     }
 
     fn write(keys: &KeyRing, kv: &MemoryKv, key: &[u8], value: &[u8]) {
@@ -373,7 +331,6 @@ mod tests {
     fn a_new_store_has_every_total_and_checks_clean() {
         let kv = MemoryKv::new();
         let keys = ring(&kv);
-        assert!(keys.digests_kept());
         assert_eq!(check(&keys, &kv).unwrap(), vec![]);
         for ns in digested() {
             assert!(kv.contains(schema::INDEX_DIGESTS, ns.as_bytes()).unwrap(), "{ns} has its total");
@@ -384,19 +341,16 @@ mod tests {
     }
 
     #[test]
-    fn a_store_from_before_digests_gets_them_once_and_never_again() {
+    fn an_unreleased_builds_store_from_before_digests_is_too_old_and_deleted_digests_stay_missing() {
         let kv = MemoryKv::new();
         let keys = ring(&kv);
         write(&keys, &kv, b"s1/0000000001", b"t1");
-        // As a store written before digests: no digest rows, the v1 key check.
-        wipe_digests(&kv);
-        keys::write_check_v1(&kv, &SecretKey([3u8; 32])).unwrap();
-        let mut legacy = KeyRing::open_with(&kv, SecretKey([3u8; 32]), KeySource::Env, &init_in).unwrap();
-        assert!(!legacy.digests_kept());
-        assert_eq!(check(&legacy, &kv).unwrap(), vec![Mismatch::NotKept]);
-        upgrade(&mut legacy, &kv).unwrap();
-        assert_eq!(check(&legacy, &kv).unwrap(), vec![], "upgraded over what it held");
-        // Digests deleted afterwards are never recomputed: the store says it keeps them.
+        let other = MemoryKv::new();
+        ring(&other);
+        keys::write_check_v1(&other, &SecretKey([3u8; 32])).unwrap();
+        let refused = KeyRing::open_with(&other, SecretKey([3u8; 32]), KeySource::Env, &init_in).unwrap_err();
+        assert_eq!(refused.code, crate::error::ErrorCode::StoreTooOld);
+        // Digests deleted are never recomputed: the table reports them missing.
         wipe_digests(&kv);
         let keys = ring(&kv);
         let found = check(&keys, &kv).unwrap();

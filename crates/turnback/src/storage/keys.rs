@@ -11,11 +11,11 @@
 //! - A key that cannot be used — a file holding anything but the base64 of 32 bytes, raw
 //!   bytes included — is `key-unavailable` saying what the file must hold, never `io`.
 //! - The store keeps a keyed check value of the master key, so a wrong key is reported as
-//!   `key-mismatch` before anything is decrypted, never as corruption. Its label also says,
-//!   authenticated, whether the store keeps index digests (`storage/digest.rs`): a store
-//!   made or upgraded by this version holds the `v2` value, which nobody without the key can
-//!   turn back into the `v1` value of a store from before digests; a check missing while
-//!   data keys are present is `corrupt`, never written anew.
+//!   `key-mismatch` before anything is decrypted, never as corruption. A store holds the
+//!   `v2` value (its label says, authenticated, that it keeps index digests:
+//!   `storage/digest.rs`); the `v1` value of an unreleased build's store from before digests
+//!   is `store-too-old`, never read. A check missing while data keys are present is
+//!   `corrupt`, never written anew.
 //! - The master key encrypts nothing but data keys. Data keys are versioned; new writes use
 //!   the newest, and every version ever made stays in the store, so nothing written under
 //!   any version becomes unreadable.
@@ -356,13 +356,9 @@ pub struct KeyRing {
     current: u32,
     /// Where the master key came from.
     pub source: KeySource,
-    /// The key check of a store that keeps index digests.
-    check_v2: [u8; 32],
-    /// The store's key check is `check_v2`.
-    digests_kept: bool,
 }
 
-/// The key check of a store from before index digests were kept.
+/// The key check of an unreleased build's store from before index digests (refused).
 fn check_value_v1(master: &SecretKey) -> [u8; 32] {
     master.derive(Purpose::KeyCheck).mac(&[b"turnback master key check v1"])
 }
@@ -413,8 +409,6 @@ impl KeyRing {
             data: BTreeMap::new(),
             current: 0,
             source,
-            check_v2,
-            digests_kept: true,
         };
         let stored = match kv.get(schema::META, META_CHECK)? {
             Some(v) => v,
@@ -437,7 +431,10 @@ impl KeyRing {
             }
         };
         if stored == check_v1 {
-            ring.digests_kept = false;
+            return Err(Error::new(
+                ErrorCode::StoreTooOld,
+                "this store was written by an unreleased build of turnback (before index digests); no release reads it",
+            ));
         } else if stored != check_v2 {
             return Err(Error::new(
                 ErrorCode::KeyMismatch,
@@ -446,20 +443,6 @@ impl KeyRing {
         }
         ring.reload(kv)?;
         Ok(ring)
-    }
-
-    /// Whether the store keeps index digests (its key check says so, authenticated).
-    pub(crate) fn digests_kept(&self) -> bool {
-        self.digests_kept
-    }
-
-    /// Records, in `txn`, that the store keeps index digests from now on: the key check
-    /// moves to its `v2` value. Whether it already did, as `txn` reads it.
-    pub(crate) fn mark_digests_kept(&mut self, txn: &mut dyn Txn) -> Result<bool> {
-        let was = txn.get(schema::META, META_CHECK)?.as_deref() == Some(&self.check_v2[..]);
-        txn.put(schema::META, META_CHECK, &self.check_v2)?;
-        self.digests_kept = true;
-        Ok(was)
     }
 
     fn reload(&mut self, kv: &dyn KeyValueStore) -> Result<()> {
@@ -538,8 +521,8 @@ impl KeyRing {
     }
 }
 
-/// Makes the store in `kv` look as a store from before index digests does: its key check
-/// the `v1` value (for tests of the upgrade).
+/// Makes the store in `kv` look as an unreleased build's store from before index digests
+/// does: its key check the `v1` value (for the test that it is refused).
 #[cfg(test)]
 pub(crate) fn write_check_v1(kv: &dyn KeyValueStore, master: &SecretKey) -> Result<()> {
     let mut txn = kv.begin()?;

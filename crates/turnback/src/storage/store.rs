@@ -126,9 +126,7 @@ impl Store {
             ));
         }
         let (master, source) = keys::find_master_key(&opts.keys, !has_data)?;
-        let mut keys = KeyRing::open_with(&kv, master, source, &digest::init_in)?;
-        // A store from before index digests gets them here, once (see `digest`).
-        digest::upgrade(&mut keys, &kv)?;
+        let keys = KeyRing::open_with(&kv, master, source, &digest::init_in)?;
         if !marker.exists() {
             // Written once the keys are committed (a crash before it leaves a store that is
             // rightly initialised again); stores made before the marker get it here. A store
@@ -151,8 +149,7 @@ impl Store {
         master: crypto::SecretKey,
         settings: Settings,
     ) -> Result<Self> {
-        let mut keys = KeyRing::open_with(kv.as_ref(), master, keys::KeySource::Env, &digest::init_in)?;
-        digest::upgrade(&mut keys, kv.as_ref())?;
+        let keys = KeyRing::open_with(kv.as_ref(), master, keys::KeySource::Env, &digest::init_in)?;
         Self::assemble(dir, kv, keys, settings)
     }
 

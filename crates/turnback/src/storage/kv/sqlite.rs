@@ -164,8 +164,8 @@ fn migrate(conn: &Connection) -> Result<()> {
                  PRAGMA user_version = 3;"
             ))?;
         } else if version < 3 {
-            // Version 3: no table changes. Its index digests are computed, once, when the
-            // store is first opened with its key (`digest::upgrade`, told by the key check).
+            // Version 3: no table changes (a store whose key check predates index digests is
+            // refused as `store-too-old` when it is opened with its key).
             conn.execute_batch("PRAGMA user_version = 3;")?;
         }
         Ok(())
