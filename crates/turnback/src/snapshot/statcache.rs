@@ -30,8 +30,8 @@
 //! - The whole cache is stored in [`pieces`](crate::snapshot::pieces) of 1 MiB, written
 //!   ahead of the snapshot's commit; its own row holds only which pieces make it (a
 //!   manifest: the generation, their number and the plaintext's size), written in the
-//!   snapshot's transaction. A row of an older layout holds the whole sealed cache: read as
-//!   before, replaced by a manifest at the next whole write.
+//!   snapshot's transaction. A row of any other layout (an unreleased build's, which held
+//!   the whole sealed cache) is not read: the next snapshot reads every file once.
 //! - Loaded from its pieces, a cache holds its paths and stats in memory and leaves its
 //!   content ids where they are ([`StatCache::ids_of`] reads them again, at their place,
 //!   each piece authenticated again): a snapshot asks for the ids of what changed, and only
@@ -52,7 +52,6 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::fs::walk::{Stat, component_order};
 use crate::snapshot::pieces;
 use crate::storage::content::ContentId;
-use crate::storage::crypto;
 use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
@@ -345,8 +344,8 @@ pub struct StatCache {
 /// Where the whole cache's content ids are.
 #[derive(Debug)]
 enum WholeIds {
-    /// In memory, one per entry of the whole cache: read for `gc`'s roots, from a row of the
-    /// older layout, from pieces whose entries had to be put in order, or a test's cache.
+    /// In memory, one per entry of the whole cache: read for `gc`'s roots, or a test's
+    /// cache.
     Resident(Vec<ContentId>),
     /// Left in the pieces they were read from: `count` ids, 32 bytes each, from byte `at`
     /// of the plaintext the manifest names (a million files' ids are 32 MB, which a
@@ -678,26 +677,17 @@ pub(crate) fn store_whole<'p, I: Iterator<Item = (&'p [u8], Cached)>>(
     Ok(Write::Whole { row, generation })
 }
 
-/// What a whole cache's row holds.
-enum Row {
-    /// Which pieces make the cache.
-    Pieces(pieces::Manifest),
-    /// The cache itself, sealed in the row (the older layout): its plaintext as it is read,
-    /// and its size.
-    Whole(crypto::Opened),
-}
-
-/// Opens the row `value` of `session`'s whole cache, decompressing no more of it than its
-/// head.
+/// Opens the row `value` of `session`'s whole cache: the manifest of the pieces that make
+/// it, or `None` for a row of another layout (not read).
 ///
 /// # Errors
 /// `corrupt` if it does not open or its manifest is malformed.
-fn open_row(store: &Store, session: &str, value: Vec<u8>) -> Result<Row> {
-    let (mut plain, size) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value)?;
+fn open_row(store: &Store, session: &str, value: Vec<u8>) -> Result<Option<pieces::Manifest>> {
+    let (mut plain, _) = store.open_bytes_reader(schema::STATCACHE, session.as_bytes(), value)?;
     let mut magic = [0u8; 4];
     plain.read_exact(&mut magic).map_err(|_| malformed())?;
     if &magic != PIECES_MAGIC {
-        return Ok(Row::Whole((Box::new(io::Cursor::new(magic).chain(plain)), size)));
+        return Ok(None);
     }
     let mut manifest = [0u8; pieces::MANIFEST_BYTES];
     plain.read_exact(&mut manifest).map_err(|_| malformed())?;
@@ -706,24 +696,20 @@ fn open_row(store: &Store, session: &str, value: Vec<u8>) -> Result<Row> {
     }
     let manifest = pieces::Manifest::from_bytes(&manifest)
         .ok_or_else(|| Error::corrupt("stat cache", "its manifest counts other than its pieces hold"))?;
-    Ok(Row::Pieces(manifest))
+    Ok(Some(manifest))
 }
 
-/// The whole cache of `session` from its row `value`: the pieces it names, or (an older
-/// layout) the cache sealed in the row itself. Its content ids are left in its pieces
-/// unless `ids` asks for them in memory (a cache of the older layout has them in memory).
+/// The whole cache of `session` from its row `value`, read from the pieces it names (none,
+/// for a row of another layout). Its content ids are left in its pieces unless `ids` asks
+/// for them in memory.
 fn open_whole(store: &Store, session: &str, value: Vec<u8>, ids: IdsIn) -> Result<StatCache> {
-    match open_row(store, session, value)? {
-        Row::Whole((plain, size)) => decode_from(plain, size, None),
-        Row::Pieces(manifest) => {
-            let left = (ids == IdsIn::Pieces).then_some((session, manifest));
-            let cache = pieces::read(store, session, manifest, |plain| decode_from(plain, Some(manifest.size), left))?;
-            if cache.generation != manifest.generation {
-                return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
-            }
-            Ok(cache)
-        }
+    let Some(manifest) = open_row(store, session, value)? else { return Ok(StatCache::default()) };
+    let left = (ids == IdsIn::Pieces).then_some((session, manifest));
+    let cache = pieces::read(store, session, manifest, |plain| decode_from(plain, Some(manifest.size), left))?;
+    if cache.generation != manifest.generation {
+        return Err(Error::corrupt("stat cache", "its pieces belong to another cache"));
     }
+    Ok(cache)
 }
 
 /// Whether a whole cache's content ids are read into memory or left in its pieces.
@@ -734,15 +720,14 @@ enum IdsIn {
 }
 
 /// The generation of the pieces the whole cache of `session` names, read in `txn`; `None`
-/// if it names none (no cache, the older layout, or a row that does not verify).
+/// if it names none (no cache, a row of another layout, or a row that does not verify).
 ///
 /// # Errors
 /// The store's other than a row's corruption (then no piece of the session is swept).
 fn named_generation(store: &Store, txn: &mut dyn Txn, session: &str) -> Result<Option<[u8; 16]>> {
     let Some(value) = txn.get(schema::STATCACHE, session.as_bytes())? else { return Ok(None) };
     match open_row(store, session, value) {
-        Ok(Row::Pieces(manifest)) => Ok(Some(manifest.generation)),
-        Ok(Row::Whole(_)) => Ok(None),
+        Ok(manifest) => Ok(manifest.map(|m| m.generation)),
         Err(e) if e.code == ErrorCode::Corrupt => Ok(None),
         Err(e) => Err(e),
     }
@@ -951,7 +936,7 @@ pub(crate) fn others_digest<'a>(entries: impl Iterator<Item = (&'a [u8], &'a cra
 /// snapshot pruned since, and the next full walk still takes its ids as stored.
 pub(crate) fn named_ids(store: &Store) -> Result<(Vec<ContentId>, Vec<ContentId>)> {
     let (mut files, mut trees) = (Vec::new(), Vec::new());
-    // Each row read after the keys are listed (a row of the older layout is a whole cache).
+    // Each row read after the keys are listed.
     for session in cached_sessions(store)? {
         let Some(value) = store.kv().get(schema::STATCACHE, session.as_bytes())? else { continue };
         // A cache that does not verify names nothing; an error reading one that may (its

@@ -759,35 +759,43 @@ fn piece_keys(env: &Env) -> Vec<Vec<u8>> {
 }
 
 #[test]
-fn opening_a_whole_stat_cache_is_bounded_by_the_size_it_records_in_either_layout() {
+fn opening_a_whole_stat_cache_is_bounded_by_the_size_it_records_and_another_layout_is_not_read() {
+    use crate::snapshot::pieces;
     let env = Env::new();
     write(&env, "a.txt", "a");
     take(&env);
     let key = env.session.id.as_bytes();
     let ns = crate::storage::schema::STATCACHE;
     assert_eq!(piece_keys(&env).len(), 1, "a small cache is one piece");
-    let load = || {
+    let generation = [7u8; 16];
+    let piece_key = pieces::key(&env.session.id, &generation, 0);
+    let pieces_ns = crate::storage::schema::STATCACHE_PIECES;
+    // `plain` as the one piece of a cache whose manifest counts `size` bytes; its load is
+    // refused, and the largest allocation it made is returned.
+    let load_in_pieces = |plain: &[u8], size: u64| {
+        let piece = env.store.seal_bytes(pieces_ns, &piece_key, 1, plain).unwrap();
+        let mut row = b"TBSP".to_vec();
+        row.extend_from_slice(&pieces::Manifest { generation, pieces: 1, size }.to_bytes());
+        let row = env.store.seal_bytes(ns, key, 1, &row).unwrap();
+        let mut txn = env.store.kv().begin().unwrap();
+        txn.put(pieces_ns, &piece_key, &piece).unwrap();
+        txn.put(ns, key, &row).unwrap();
+        txn.commit().unwrap();
         turnback_fuzz::take_largest();
         let err = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap_err();
         assert_eq!(err.code, crate::error::ErrorCode::Corrupt);
         assert!(!err.message.contains("missing"), "refused for what it claims, not a piece not found: {err:?}");
         turnback_fuzz::take_largest()
     };
-    // The older layout: the whole cache sealed in its own row, its size in its frame.
-    let load_sealed = |plain: &[u8]| {
-        let sealed = env.store.seal_bytes(ns, key, 1, plain).unwrap();
-        let mut txn = env.store.kv().begin().unwrap();
-        txn.put(ns, key, &sealed).unwrap();
-        txn.commit().unwrap();
-        load()
-    };
     // 2,000,000 entries claimed by a few bytes: refused before room is made for them (the
     // count is held to the recorded size; at the 256 MiB record bound it would be 200 MB).
     let mut claims = b"TBS6".to_vec();
     claims.extend_from_slice(&0i128.to_le_bytes());
     crate::base::varint::put(&mut claims, 2_000_000);
-    let largest = load_sealed(&claims);
-    assert!(largest < 1 << 20, "a {largest}-byte allocation for a {}-byte cache", claims.len());
+    for size in [claims.len() as u64, 1 << 30] {
+        let largest = load_in_pieces(&claims, size);
+        assert!(largest < 1 << 20, "a {largest}-byte allocation for a manifest counting {size} bytes");
+    }
     // 3,000 paths each sharing 1 MiB with the one before, from about 1 MiB of plaintext.
     let mut plain = b"TBS6".to_vec();
     plain.extend_from_slice(&0i128.to_le_bytes());
@@ -799,27 +807,15 @@ fn opening_a_whole_stat_cache_is_bounded_by_the_size_it_records_in_either_layout
         crate::base::varint::put(&mut plain, 1 << 20);
         crate::base::varint::put(&mut plain, 0);
     }
-    load_sealed(&plain);
-    // In pieces: the same claim in a piece whose manifest counts its true size is refused
-    // the same way; a manifest that counts more than its pieces hold is refused too.
-    use crate::snapshot::pieces;
-    let generation = [7u8; 16];
-    let piece_key = pieces::key(&env.session.id, &generation, 0);
-    let pieces_ns = crate::storage::schema::STATCACHE_PIECES;
-    let piece = env.store.seal_bytes(pieces_ns, &piece_key, 1, &claims).unwrap();
-    let manifest = |size: u64| {
-        let mut row = b"TBSP".to_vec();
-        row.extend_from_slice(&pieces::Manifest { generation, pieces: 1, size }.to_bytes());
-        env.store.seal_bytes(ns, key, 1, &row).unwrap()
-    };
-    for size in [claims.len() as u64, 1 << 30] {
-        let mut txn = env.store.kv().begin().unwrap();
-        txn.put(pieces_ns, &piece_key, &piece).unwrap();
-        txn.put(ns, key, &manifest(size)).unwrap();
-        txn.commit().unwrap();
-        let largest = load();
-        assert!(largest < 1 << 20, "a {largest}-byte allocation for a manifest counting {size} bytes");
-    }
+    load_in_pieces(&plain, plain.len() as u64);
+    // An unreleased build's layout (the whole cache sealed in its own row) is not read:
+    // no cache, so the next snapshot reads every file.
+    let sealed = env.store.seal_bytes(ns, key, 1, &claims).unwrap();
+    let mut txn = env.store.kv().begin().unwrap();
+    txn.put(ns, key, &sealed).unwrap();
+    txn.commit().unwrap();
+    let none = crate::snapshot::statcache::StatCache::load(&env.store, &env.session.id).unwrap();
+    assert!(none.entries.is_empty());
 }
 
 #[test]

@@ -137,11 +137,8 @@ fn migrate(conn: &Connection) -> Result<()> {
     let result = (|| -> Result<()> {
         // Re-read under the write lock: another process may have migrated meanwhile.
         let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        // Version 2: small values in one B-tree keyed by (ns, key) (`WITHOUT ROWID`), not a
-        // rowid table plus an index that repeated every key; namespaces of large values in
-        // a rowid table of their own (see `schema`).
-        let large =
-            schema::TABLES.iter().filter(|t| t.large).map(|t| format!("'{}'", t.name)).collect::<Vec<_>>().join(", ");
+        // Small values in one B-tree keyed by (ns, key) (`WITHOUT ROWID`); namespaces of
+        // large values in a rowid table of their own (see `schema`).
         let tables = "CREATE TABLE kv_small (
                           ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key)
                       ) WITHOUT ROWID;
@@ -154,19 +151,13 @@ fn migrate(conn: &Connection) -> Result<()> {
                  ALTER TABLE kv_small RENAME TO kv;
                  PRAGMA user_version = 3;"
             ))?;
-        } else if version < 2 {
-            conn.execute_batch(&format!(
-                "{tables}
-                 INSERT INTO kv_large (ns, key, value) SELECT ns, key, value FROM kv WHERE ns IN ({large});
-                 INSERT INTO kv_small (ns, key, value) SELECT ns, key, value FROM kv WHERE ns NOT IN ({large});
-                 DROP TABLE kv;
-                 ALTER TABLE kv_small RENAME TO kv;
-                 PRAGMA user_version = 3;"
-            ))?;
-        } else if version < 3 {
-            // Version 3: no table changes (a store whose key check predates index digests is
-            // refused as `store-too-old` when it is opened with its key).
-            conn.execute_batch("PRAGMA user_version = 3;")?;
+        } else if version < SCHEMA_VERSION {
+            // An unreleased build's layout (one table for every value; or before index
+            // digests): no release reads it.
+            return Err(Error::new(
+                ErrorCode::StoreTooOld,
+                format!("the store database's layout {version} is an unreleased build's; no release reads it"),
+            ));
         }
         Ok(())
     })();
@@ -506,30 +497,26 @@ mod tests {
     }
 
     #[test]
-    fn a_version_1_store_is_migrated_with_its_data() {
+    fn an_unreleased_builds_layout_is_too_old_and_left_as_it_is() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.db");
-        {
+        for version in [1, 2] {
+            {
+                let conn = Connection::open(&path).unwrap();
+                conn.execute_batch(&format!(
+                    "DROP TABLE IF EXISTS kv;
+                     CREATE TABLE kv (ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key));
+                     INSERT INTO kv VALUES ('sessions', x'04', x'05');
+                     PRAGMA user_version = {version};"
+                ))
+                .unwrap();
+            }
+            let refused = SqliteKv::open(&path).expect_err("refused");
+            assert_eq!(refused.code, ErrorCode::StoreTooOld, "layout {version}");
             let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE kv (ns TEXT NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, PRIMARY KEY (ns, key));
-                 INSERT INTO kv VALUES ('objects', x'01', x'0203');
-                 INSERT INTO kv VALUES ('sessions', x'04', x'05');
-                 PRAGMA user_version = 1;",
-            )
-            .unwrap();
+            let kept: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+            assert_eq!(kept, version, "nothing was changed");
         }
-        let kv = SqliteKv::open(&path).unwrap();
-        assert_eq!(kv.get("objects", &[1]).unwrap(), Some(vec![2, 3]));
-        assert_eq!(kv.get("sessions", &[4]).unwrap(), Some(vec![5]));
-        let conn = Connection::open(&path).unwrap();
-        let sql: String = conn.query_row("SELECT sql FROM sqlite_master WHERE name = 'kv'", [], |r| r.get(0)).unwrap();
-        assert!(sql.contains("WITHOUT ROWID"), "{sql}");
-        let large: i64 =
-            conn.query_row("SELECT count(*) FROM kv_large WHERE ns = 'objects'", [], |r| r.get(0)).unwrap();
-        assert_eq!(large, 1, "large values moved to their own table");
-        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
     }
 
     #[test]
