@@ -316,7 +316,18 @@ pub(super) fn decide_path(
             // or a rollback may change only a mode): the mode goes back.
             let pre_mode = t.pre_image.identity.map(|i| i.permissions());
             let post_mode = t.post_image.as_ref().and_then(|p| p.identity).map(|i| i.permissions());
-            let mode_back = no_op && bytes.is_some() && pre_mode.is_some() && pre_mode != post_mode;
+            // Only a mode the mutation changed (a file before and after) and that is not
+            // back already.
+            let mode_now = match &seen {
+                Seen::File { identity: Some(id), .. } => Some(id.permissions()),
+                _ => None,
+            };
+            let mode_back = no_op
+                && bytes.is_some()
+                && pre_mode.is_some()
+                && post_mode.is_some()
+                && pre_mode != post_mode
+                && mode_now != pre_mode;
             if mode_back
                 && let Some(TargetAnalysis { outcome: Outcome::AppliedEligible { no_op, .. }, .. }) = out.last_mut()
             {
