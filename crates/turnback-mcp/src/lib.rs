@@ -169,13 +169,8 @@ fn for_mcp(message: &str) -> String {
     HINTS.iter().fold(message.to_string(), |m, (cli, tool)| m.replace(cli, tool))
 }
 
-fn selection(p: &RollbackParams) -> RollbackSelection {
-    match (p.turn, p.since_turn, &p.agent) {
-        (Some(t), _, _) => RollbackSelection::Turn(t),
-        (_, Some(t), _) => RollbackSelection::SinceTurn(t),
-        (_, _, Some(id)) => RollbackSelection::Subagent(id.clone()),
-        _ => RollbackSelection::Checkpoints(p.checkpoint_ids.clone()),
-    }
+fn selection(p: &RollbackParams) -> Result<RollbackSelection> {
+    RollbackSelection::from_parts(p.checkpoint_ids.clone(), p.turn, p.since_turn, p.agent.clone())
 }
 
 #[tool_router(router = tool_router)]
@@ -387,7 +382,7 @@ impl Server {
         &self,
         Parameters(p): Parameters<RollbackParams>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
-        result(self.open().and_then(|tb| tb.rollback_preview(&selection(&p), &[])))
+        result(self.open().and_then(|tb| tb.rollback_preview(&selection(&p)?, &[])))
     }
 
     /// Applies a rollback; never overwrites work done since.
@@ -407,7 +402,7 @@ impl Server {
         &self,
         Parameters(p): Parameters<RollbackParams>,
     ) -> std::result::Result<CallToolResult, ErrorData> {
-        result(self.open().and_then(|tb| tb.rollback_apply(&selection(&p), &[], p.plan_id.as_deref())))
+        result(self.open().and_then(|tb| tb.rollback_apply(&selection(&p)?, &[], p.plan_id.as_deref())))
     }
 
     /// Previews a rewind to the start of a turn.

@@ -22,12 +22,7 @@ pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {
         );
         return Ok(Outcome::of(&done, text));
     }
-    let selection = match (args.turn, args.since_turn, args.agent) {
-        (Some(t), _, _) => RollbackSelection::Turn(t),
-        (_, Some(t), _) => RollbackSelection::SinceTurn(t),
-        (_, _, Some(id)) => RollbackSelection::Subagent(id),
-        _ => RollbackSelection::Checkpoints(args.ids),
-    };
+    let selection = RollbackSelection::from_parts(args.ids, args.turn, args.since_turn, args.agent)?;
     let mut choices = Vec::new();
     for spec in &args.choose {
         let (path, choice) = spec

@@ -55,6 +55,35 @@ pub enum Selection {
     Subagent(String),
 }
 
+impl Selection {
+    /// The selection a caller's parts make — checkpoint ids, a turn, "since a turn", a
+    /// sub-agent — for every door alike: at most one of the last three, and then no ids.
+    /// With none of them, the ids (an empty list selects nothing).
+    ///
+    /// # Errors
+    /// `invalid-argument` when more than one kind of selection is given.
+    pub fn from_parts(
+        checkpoints: Vec<String>,
+        turn: Option<u64>,
+        since_turn: Option<u64>,
+        subagent: Option<String>,
+    ) -> Result<Selection> {
+        let kinds = usize::from(!checkpoints.is_empty())
+            + usize::from(turn.is_some())
+            + usize::from(since_turn.is_some())
+            + usize::from(subagent.is_some());
+        if kinds > 1 {
+            return Err(Error::invalid("select one kind of checkpoints: ids, a turn, since a turn, or a sub-agent's"));
+        }
+        Ok(match (turn, since_turn, subagent) {
+            (Some(t), _, _) => Selection::Turn(t),
+            (_, Some(t), _) => Selection::SinceTurn(t),
+            (_, _, Some(id)) => Selection::Subagent(id),
+            _ => Selection::Checkpoints(checkpoints),
+        })
+    }
+}
+
 /// A state in the three-way comparison.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
@@ -354,4 +383,30 @@ pub struct ResolveResult {
     pub checkpoint_id: String,
     /// Effects never reversible.
     pub excluded_effects: Vec<ExcludedEffect>,
+}
+
+#[cfg(test)]
+mod selection_tests {
+    use super::Selection;
+
+    #[test]
+    fn a_selection_is_one_kind_of_parts_for_every_door() {
+        let ids = || vec!["c1".to_string()];
+        assert_eq!(Selection::from_parts(ids(), None, None, None).unwrap(), Selection::Checkpoints(ids()));
+        assert_eq!(Selection::from_parts(vec![], Some(2), None, None).unwrap(), Selection::Turn(2));
+        assert_eq!(Selection::from_parts(vec![], None, Some(3), None).unwrap(), Selection::SinceTurn(3));
+        assert_eq!(
+            Selection::from_parts(vec![], None, None, Some("a".into())).unwrap(),
+            Selection::Subagent("a".into())
+        );
+        assert_eq!(Selection::from_parts(vec![], None, None, None).unwrap(), Selection::Checkpoints(vec![]));
+        for (c, t, s, a) in [
+            (ids(), Some(1), None, None),
+            (vec![], Some(1), Some(2), None),
+            (vec![], Some(1), None, Some("x".to_string())),
+        ] {
+            let e = Selection::from_parts(c, t, s, a).unwrap_err();
+            assert_eq!(e.code, crate::error::ErrorCode::InvalidArgument);
+        }
+    }
 }
