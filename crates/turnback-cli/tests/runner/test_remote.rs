@@ -383,10 +383,18 @@ fn auto_push_sends_the_session_at_each_turn_end_in_the_background() {
     std::fs::write(&settings, text).unwrap();
     turn(&a, "auto", "one", &[("x.txt", Some("x\n"))]);
     turn(&a, "auto", "two", &[("y.txt", Some("y\n"))]);
+    // An agent's session that ends without a stop (the person quit mid-turn) is pushed too.
+    let prompt = crate::common::claude_event(&a, "quit", "UserPromptSubmit", serde_json::json!({ "prompt": "go" }));
+    crate::common::hook(&a, "claude-code", &prompt);
+    let end =
+        crate::common::claude_event(&a, "quit", "SessionEnd", serde_json::json!({ "reason": "prompt_input_exit" }));
+    crate::common::hook(&a, "claude-code", &end);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let listed = a.json(&["session", "list", "--remote", "team"]);
-        if listed["sessions"][0]["turns"] == 2 {
+        let sessions = listed["sessions"].as_array().cloned().unwrap_or_default();
+        let turns_of = |id: &str| sessions.iter().find(|s| s["id"] == id).map(|s| s["turns"].clone());
+        if turns_of("auto") == Some(serde_json::json!(2)) && turns_of("quit") == Some(serde_json::json!(1)) {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no auto-push arrived: {listed:#}");

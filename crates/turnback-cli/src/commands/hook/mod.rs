@@ -222,10 +222,10 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
     }
     for event in &t.events {
         let recorded = tb.record_event(event, Some(cancel));
-        // At each turn end, the session goes to the auto-push remote (if one is set), in
-        // the background.
+        // At each turn end — the agent's stop, or its session's end — the session goes to
+        // the auto-push remote (if one is set), in the background.
         #[cfg(feature = "remote")]
-        if let (turnback::AgentEvent::Stopped { .. }, Ok(r)) = (event, &recorded)
+        if let (turnback::AgentEvent::Stopped { .. } | turnback::AgentEvent::SessionEnded, Ok(r)) = (event, &recorded)
             && let Some(t) = &r.turn
         {
             crate::commands::remote::auto_push(&tb, &t.session_id);
