@@ -624,6 +624,21 @@ fn resumed(c: &Ctx) {
         || format!("{whole:#}\n{imported:#?}\n{first:#?}\n{}", std::fs::read_to_string(source[1]).unwrap_or_default()),
     );
 
+    // A copy of the first conversation's record: Gemini CLI 0.61.0 may delete it when the
+    // next conversation starts (its session cleanup drops a record it does not read back as
+    // resumable), and the refusal is about what the record says, not where it is.
+    let kept: Vec<String> = source
+        .iter()
+        .map(|a| match std::path::Path::new(a).file_name() {
+            Some(name) if std::path::Path::new(a).is_file() => {
+                let copy = c.env.root.join(name);
+                std::fs::copy(a, &copy).expect("copy the record");
+                copy.to_string_lossy().into_owned()
+            }
+            _ => (*a).to_string(),
+        })
+        .collect();
+    let source: Vec<&str> = kept.iter().map(String::as_str).collect();
     c.prompt("4", "Start anew.", false);
     let newest = c.json(&["turns"]);
     let out = c.env.run(&[&["history", "import"], &source[..]].concat(), None);
@@ -631,7 +646,10 @@ fn resumed(c: &Ctx) {
     c.check(
         "a new conversation is a new session, and importing the first one's record into it is refused (exit 2)",
         newest["sessionId"] != session.as_str() && out.status.code() == Some(2) && stderr.contains(&session),
-        || format!("{newest:#}\n{}", crate::common::show_output(&out)),
+        || {
+            let records = crate::common::files_under(&c.env.home);
+            format!("{newest:#}\n{}\nthe agent's records: {records:#?}", crate::common::show_output(&out))
+        },
     );
     c.check_hooks_log_empty();
 }
