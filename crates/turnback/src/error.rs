@@ -285,7 +285,7 @@ fn free_bytes(path: &Path) -> Option<u64> {
 }
 
 /// Attaches the path an I/O error concerns, so every I/O failure names its file.
-pub trait IoResultExt<T> {
+pub(crate) trait IoResultExt<T> {
     /// Converts the error to an `io` [`Error`] naming `path`.
     fn context(self, path: impl AsRef<Path>) -> Result<T>;
 }

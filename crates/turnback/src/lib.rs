@@ -43,6 +43,7 @@
 //! `watch`, `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `remote`, `api` and `agent`;
 //! `docs/architecture.md` describes each and the way a hook event travels through them.
 #![deny(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod agent;
 mod api;

@@ -17,9 +17,9 @@ use std::io::{BufRead, BufReader, Read};
 /// Most bytes of one JSON string kept as read (4 MiB): far above anything turnback keeps of
 /// one field (the history keeps 256 KiB of a text, 64 KiB of a tool's input or output),
 /// and enough for any patch an agent's edit tool carries.
-pub const STRING_CAP: usize = 4 * 1024 * 1024;
+pub(crate) const STRING_CAP: usize = 4 * 1024 * 1024;
 /// Most bytes of a document once its long strings are cut (64 MiB).
-pub const DOCUMENT_CAP: usize = 64 * 1024 * 1024;
+pub(crate) const DOCUMENT_CAP: usize = 64 * 1024 * 1024;
 
 /// A document read within the caps.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,13 +34,13 @@ pub struct Bounded {
 
 /// The marker ending a text cut by `n` bytes: `"\n[turnback: cut N bytes]"`. The history's
 /// own caps use the same one, and count an earlier cut in their notes ([`earlier_cut`]).
-pub fn marker(n: usize) -> String {
+pub(crate) fn marker(n: usize) -> String {
     format!("\n[turnback: cut {n} bytes]")
 }
 
 /// A text that already ends with a [`marker`]: the text before it and the bytes cut then
 /// (`(text, 0)` if it has none).
-pub fn earlier_cut(text: &str) -> (&str, usize) {
+pub(crate) fn earlier_cut(text: &str) -> (&str, usize) {
     let Some(start) = text.rfind("\n[turnback: cut ") else { return (text, 0) };
     let number = text[start..].strip_prefix("\n[turnback: cut ").and_then(|r| r.strip_suffix(" bytes]"));
     match number.and_then(|n| n.parse::<usize>().ok()) {
@@ -54,7 +54,7 @@ pub fn earlier_cut(text: &str) -> (&str, usize) {
 ///
 /// # Errors
 /// I/O errors of `input`.
-pub fn read_at_most(input: impl Read, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_at_most(input: impl Read, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
     let mut kept = Vec::new();
     input.take(cap.saturating_add(1)).read_to_end(&mut kept)?;
     Ok((kept.len() as u64 <= cap).then_some(kept))
@@ -65,7 +65,7 @@ pub fn read_at_most(input: impl Read, cap: u64) -> std::io::Result<Option<Vec<u8
 /// # Errors
 /// I/O errors of `input`; `InvalidData` if what is kept is not UTF-8; `FileTooLarge` if
 /// the document as kept is over [`DOCUMENT_CAP`].
-pub fn read_json(input: impl Read) -> std::io::Result<Bounded> {
+pub(crate) fn read_json(input: impl Read) -> std::io::Result<Bounded> {
     read_json_with(input, STRING_CAP, DOCUMENT_CAP)
 }
 
@@ -142,7 +142,7 @@ impl Escape {
 ///
 /// # Errors
 /// As [`read_json`].
-pub fn read_json_up_to(input: impl Read, document_cap: usize) -> std::io::Result<Bounded> {
+pub(crate) fn read_json_up_to(input: impl Read, document_cap: usize) -> std::io::Result<Bounded> {
     read_json_with(input, STRING_CAP, document_cap)
 }
 

@@ -9,7 +9,7 @@
 
 /// Stops here forever if the `TURNBACK_FAILPOINT` environment variable names `name`.
 #[inline]
-pub fn hit(name: &str) {
+pub(crate) fn hit(name: &str) {
     #[cfg(debug_assertions)]
     if std::env::var_os("TURNBACK_FAILPOINT").is_some_and(|v| v == name) {
         use std::io::Write;

@@ -1,7 +1,7 @@
 //! Lower-case hexadecimal, the form ids and digests take in records and output.
 
 /// Lower-case hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -12,7 +12,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 /// Parses lower- or upper-case hex.
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
+pub(crate) fn unhex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) {
         return None;
     }

@@ -2,10 +2,10 @@
 //! concepts — clocks, integer codecs, crash-test failpoints, redaction of secrets, names
 //! made safe to show on a terminal, reading untrusted JSON in bounded memory.
 
-pub mod bounded;
-pub mod failpoint;
-pub mod hex;
-pub mod quote;
-pub mod redact;
-pub mod time;
+pub(crate) mod bounded;
+pub(crate) mod failpoint;
+pub(crate) mod hex;
+pub(crate) mod quote;
+pub(crate) mod redact;
+pub(crate) mod time;
 pub(crate) mod varint;

@@ -78,7 +78,7 @@ fn rules() -> &'static [(Regex, &'static str)] {
 }
 
 /// `text` with every secret-looking value replaced by `[redacted]`.
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     let mut out = text.to_string();
     for (pattern, with) in rules() {
         out = pattern.replace_all(&out, *with).into_owned();

@@ -37,7 +37,7 @@ pub enum ImageRole {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
-pub enum ArtifactState {
+pub(crate) enum ArtifactState {
     /// Written with a checkpoint that has not committed.
     Staged,
     /// Its checkpoint committed.
@@ -48,7 +48,7 @@ pub enum ArtifactState {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct ContentMetadata {
+pub(crate) struct ContentMetadata {
     /// Keyed digest (HMAC-SHA-256) of the plaintext, hex.
     pub digest: String,
     /// Plaintext size in bytes.
@@ -65,7 +65,7 @@ pub struct ContentMetadata {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct ArtifactRecord {
+pub(crate) struct ArtifactRecord {
     /// This artifact's id.
     pub artifact_id: String,
     /// The checkpoint it belongs to.
@@ -142,7 +142,7 @@ pub(crate) fn remove(txn: &mut dyn Txn, id: &str) -> Result<Option<u64>> {
 }
 
 /// The record of artifact `id`.
-pub fn record(kv: &dyn KeyValueStore, id: &str) -> Result<ArtifactRecord> {
+pub(crate) fn record(kv: &dyn KeyValueStore, id: &str) -> Result<ArtifactRecord> {
     let value = kv.get(schema::ARTIFACTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("artifact {id}")))?;
     parse(id, &value)
 }

@@ -99,7 +99,7 @@ pub(crate) fn is_open_now(kv: &dyn KeyValueStore, operation_id: &str) -> Result<
 }
 
 /// Every event of `operation_id`, in order.
-pub fn events(kv: &dyn KeyValueStore, operation_id: &str) -> Result<Vec<JournalEntry>> {
+pub(crate) fn events(kv: &dyn KeyValueStore, operation_id: &str) -> Result<Vec<JournalEntry>> {
     let mut out = Vec::new();
     kv.scan(schema::JOURNAL, format!("{operation_id}/").as_bytes(), &mut |_, v| {
         out.push(serde_json::from_slice(v).map_err(|e| Error::corrupt("journal", e))?);
@@ -109,7 +109,7 @@ pub fn events(kv: &dyn KeyValueStore, operation_id: &str) -> Result<Vec<JournalE
 }
 
 /// The number of journal entries in the store.
-pub fn count(kv: &dyn KeyValueStore) -> Result<u64> {
+pub(crate) fn count(kv: &dyn KeyValueStore) -> Result<u64> {
     let mut n = 0;
     kv.scan_keys(schema::JOURNAL, b"", &mut |_| {
         n += 1;

@@ -22,9 +22,9 @@
 //! - Every target carries its path, effect, and pre-/post-image digest, size, class,
 //!   artifact and file identity: rollback needs nothing else.
 
-pub mod artifact;
-pub mod journal;
-pub mod retention;
+pub(crate) mod artifact;
+pub(crate) mod journal;
+pub(crate) mod retention;
 
 mod eviction;
 mod lifecycle;
@@ -36,8 +36,10 @@ pub(crate) use eviction::{delete_session_in, evict_expired};
 pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, finish_written, over_cap_error, record_before_writes, stage,
 };
-pub use query::{ListFilter, Unreadable, all_ids, by_operation, cross_check, get, list, load, read_image};
-pub use reconcile::{ReconcileReport, ReconciledCheckpoint, own_temp, reconcile};
+pub use query::Unreadable;
+pub(crate) use query::{ListFilter, all_ids, by_operation, cross_check, get, list, load, read_image};
+pub use reconcile::{ReconcileReport, ReconciledCheckpoint};
+pub(crate) use reconcile::{own_temp, reconcile};
 
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +56,7 @@ const USAGE_ARTIFACT_BYTES: &[u8] = b"artifact-bytes";
 const CHECKPOINT_SCHEMA: u16 = 1;
 
 /// Effects no checkpoint can take back; listed with every checkpoint and rollback.
-pub const EXCLUDED_EFFECTS: [&str; 6] = ["shell", "remote", "permission", "process", "symlink-side", "external"];
+pub(crate) const EXCLUDED_EFFECTS: [&str; 6] = ["shell", "remote", "permission", "process", "symlink-side", "external"];
 
 macro_rules! state_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
@@ -429,7 +431,7 @@ fn usage_in(txn: &mut dyn Txn) -> Result<u64> {
 }
 
 /// Bytes all retained checkpoint artifacts use now.
-pub fn usage(store: &Store) -> Result<u64> {
+pub(crate) fn usage(store: &Store) -> Result<u64> {
     Ok(match store.kv().get(schema::USAGE, USAGE_ARTIFACT_BYTES)? {
         Some(v) => u64::from_be_bytes(v.as_slice().try_into().map_err(|_| Error::corrupt("usage", "bad counter"))?),
         None => 0,

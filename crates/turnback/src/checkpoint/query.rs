@@ -11,7 +11,7 @@ use crate::storage::schema;
 use crate::storage::store::Store;
 
 /// The checkpoint recording operation `operation_id`.
-pub fn by_operation(store: &Store, operation_id: &str) -> Result<String> {
+pub(crate) fn by_operation(store: &Store, operation_id: &str) -> Result<String> {
     let id = store
         .kv()
         .get(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes())?
@@ -23,7 +23,7 @@ pub fn by_operation(store: &Store, operation_id: &str) -> Result<String> {
 ///
 /// # Errors
 /// `not-found`, or `corrupt` if it was altered.
-pub fn load(store: &Store, id: &str) -> Result<CheckpointRecord> {
+pub(crate) fn load(store: &Store, id: &str) -> Result<CheckpointRecord> {
     let value = store
         .kv()
         .get(schema::CHECKPOINTS, id.as_bytes())?
@@ -38,7 +38,7 @@ pub fn load(store: &Store, id: &str) -> Result<CheckpointRecord> {
 /// # Errors
 /// `not-found`; `corrupt` if altered or marked corrupt; `recovery-locked` if it is not
 /// committed (an incomplete or unreachable stage).
-pub fn get(store: &Store, id: &str) -> Result<CheckpointRecord> {
+pub(crate) fn get(store: &Store, id: &str) -> Result<CheckpointRecord> {
     let record = load(store, id)?;
     verify_usable(&record)?;
     Ok(record)
@@ -73,7 +73,7 @@ fn verify_usable(record: &CheckpointRecord) -> Result<()> {
 /// # Errors
 /// `recovery-locked` if the checkpoint is not committed; `not-found` if the content was
 /// evicted or never stored; `corrupt` if anything does not verify. No bytes on failure.
-pub fn read_image(
+pub(crate) fn read_image(
     store: &Store,
     record: &CheckpointRecord,
     target: usize,
@@ -104,7 +104,7 @@ pub fn read_image(
 
 /// Which checkpoints to list.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct ListFilter {
+pub(crate) struct ListFilter {
     /// Only those made in this prompt round.
     pub prompt_round: Option<u64>,
     /// Include incomplete, unreachable and evicted records.
@@ -133,7 +133,7 @@ pub struct Unreadable {
 
 /// A session's checkpoints: the records that open, and those that do not.
 #[derive(Debug, Clone, Default)]
-pub struct Listing {
+pub(crate) struct Listing {
     /// Records that open and verify, oldest first.
     pub records: Vec<CheckpointRecord>,
     /// Records the index names that cannot be opened, oldest first.
@@ -152,7 +152,7 @@ fn index_round(value: &[u8]) -> Option<u64> {
 /// The checkpoints of session `session_id`, oldest first. Without `all`, only complete
 /// checkpoints whose content is still kept; records that cannot be opened are always in
 /// [`Listing::unreadable`] (those of `filter`'s round, or of an unknown round).
-pub fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Listing> {
+pub(crate) fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Listing> {
     let mut out = Listing::default();
     for (id, indexed_round) in index_rows(store, session_id)? {
         // One altered record must not hide every other checkpoint, nor itself.
@@ -188,7 +188,7 @@ pub fn list(store: &Store, session_id: &str, filter: ListFilter) -> Result<Listi
 
 /// The rows of session `session_id`'s checkpoint index: each checkpoint id with the round
 /// the row gives it, oldest first (for `verify`).
-pub fn index_rows(store: &Store, session_id: &str) -> Result<Vec<(String, Option<u64>)>> {
+pub(super) fn index_rows(store: &Store, session_id: &str) -> Result<Vec<(String, Option<u64>)>> {
     let prefix = format!("{session_id}/");
     let mut rows = Vec::new();
     store.kv().scan(schema::CHECKPOINTS_BY_SESSION, prefix.as_bytes(), &mut |k, v| {
@@ -199,7 +199,7 @@ pub fn index_rows(store: &Store, session_id: &str) -> Result<Vec<(String, Option
 }
 
 /// Every checkpoint id in the store, in session order.
-pub fn all_ids(store: &Store) -> Result<Vec<String>> {
+pub(crate) fn all_ids(store: &Store) -> Result<Vec<String>> {
     store.kv().text_keys(schema::CHECKPOINTS)
 }
 
@@ -210,7 +210,7 @@ pub fn all_ids(store: &Store) -> Result<Vec<String>> {
 /// mid-apply: see `journal_agrees`). `records` holds every checkpoint id of the store with
 /// its record as `load` opened it (`None`: it does not open), so each is decrypted once.
 /// Each problem comes with what it concerns.
-pub fn cross_check(
+pub(crate) fn cross_check(
     store: &Store,
     records: &std::collections::BTreeMap<String, Option<CheckpointRecord>>,
 ) -> Result<Vec<(String, Error)>> {

@@ -80,7 +80,7 @@ pub struct ReconciledCheckpoint {
 ///
 /// `workspace_root` finds a workspace's directory by id (`None`: it is not registered any
 /// more), so the temporary file an interrupted write left can be looked at.
-pub fn reconcile(store: &Store, workspace_root: &dyn Fn(&str) -> Option<PathBuf>) -> Result<ReconcileReport> {
+pub(crate) fn reconcile(store: &Store, workspace_root: &dyn Fn(&str) -> Option<PathBuf>) -> Result<ReconcileReport> {
     let mut pending = Vec::new();
     store.kv().scan(schema::CHECKPOINTS_PENDING, b"", &mut |k, v| {
         pending.push((String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()));
@@ -205,7 +205,7 @@ fn temp_names(path: &RelPath, checkpoint_id: &str) -> [(OsString, TempPhase); 2]
 ///
 /// # Errors
 /// Store errors (a record that cannot be read: `corrupt`).
-pub fn own_temp(store: &Store, workspace_id: &str, rel: &[u8]) -> Result<Option<TempPhase>> {
+pub(crate) fn own_temp(store: &Store, workspace_id: &str, rel: &[u8]) -> Result<Option<TempPhase>> {
     let name = rel.rsplit(|b| *b == b'/').next().unwrap_or(rel);
     let (Some(phase), Some(checkpoint_id)) = (files::temp_phase(name), checkpoint_of_temp(name)) else {
         return Ok(None);

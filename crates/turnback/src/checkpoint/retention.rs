@@ -29,7 +29,7 @@ pub struct RetentionVerdict {
 }
 
 /// Decides whether a checkpoint made in `created` is retained at round `current`.
-pub fn evaluate(created: u64, current: u64, window: u32) -> RetentionVerdict {
+pub(crate) fn evaluate(created: u64, current: u64, window: u32) -> RetentionVerdict {
     let expiry = created.saturating_add(u64::from(window));
     RetentionVerdict {
         creation_prompt_round: created,
@@ -89,7 +89,7 @@ impl CapacityVerdict {
 }
 
 /// Decides whether `checkpoint_bytes` more fit beside `store_usage` under `settings`.
-pub fn evaluate_capacity(settings: &Settings, store_usage: u64, checkpoint_bytes: u64) -> CapacityVerdict {
+pub(crate) fn evaluate_capacity(settings: &Settings, store_usage: u64, checkpoint_bytes: u64) -> CapacityVerdict {
     let breach = if checkpoint_bytes > settings.checkpoint_cap {
         Some(Breach::Checkpoint)
     } else if store_usage.saturating_add(checkpoint_bytes) > settings.store_cap {

@@ -78,7 +78,7 @@ impl FileIdentity {
 
 /// What is at a path right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Current {
+pub(crate) enum Current {
     /// Nothing.
     Absent,
     /// A regular file with these bytes.
@@ -117,10 +117,10 @@ fn clear_dirs(dir: impl AsFd, name: &OsStr, depth: usize) -> bool {
 }
 
 /// A check of the bytes and identity of a file found at a target.
-pub type Matcher<'a> = dyn Fn(&[u8], &FileIdentity) -> bool + 'a;
+pub(crate) type Matcher<'a> = dyn Fn(&[u8], &FileIdentity) -> bool + 'a;
 
 /// What a compare-and-swap expects at the target.
-pub enum Expect<'a> {
+pub(crate) enum Expect<'a> {
     /// Nothing.
     Absent,
     /// A regular file the matcher accepts.
@@ -138,7 +138,7 @@ impl std::fmt::Debug for Expect<'_> {
 
 /// The result of a compare-and-swap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Swap {
+pub(crate) enum Swap {
     /// The target held what was expected and now holds the new state.
     Done,
     /// The target held something else; it was left exactly as found.
@@ -147,7 +147,7 @@ pub enum Swap {
 
 /// What is at a path, for analysis: never fails on a symlink or a non-file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Observed {
+pub(crate) enum Observed {
     /// Nothing.
     Absent,
     /// A regular file.
@@ -167,7 +167,7 @@ pub enum Observed {
 
 /// An open handle on the directory that holds a target, reached without symlinks.
 #[derive(Debug)]
-pub struct Parent {
+pub(crate) struct Parent {
     fd: Arc<OwnedFd>,
     name: OsString,
     shown: PathBuf,
@@ -184,7 +184,7 @@ fn behind_symlink(shown: &Path) -> Error {
 
 /// Opens the parent directory of `rel` under `root`, refusing symlinked components.
 /// With `create`, missing directories are made (and listed in `created_dirs`).
-pub fn open_parent(root: &Path, rel: &RelPath, create: bool) -> Result<Parent> {
+pub(crate) fn open_parent(root: &Path, rel: &RelPath, create: bool) -> Result<Parent> {
     let shown = root.join(rel.as_path());
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut fd = rustix::fs::open(root, dir_flags, Mode::empty()).context(root)?;
@@ -228,13 +228,13 @@ impl Parent {
     ///
     /// # Errors
     /// `path-rejected` if it is a symlink or anything but a regular file.
-    pub fn read(&self) -> Result<Current> {
+    pub(crate) fn read(&self) -> Result<Current> {
         self.read_name(&self.name)
     }
 
     /// What the target is, without following a symlink and without failing on a symlink
     /// or a non-file (for three-way analysis).
-    pub fn observe(&self) -> Result<Observed> {
+    pub(crate) fn observe(&self) -> Result<Observed> {
         match rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW) {
             Err(Errno::NOENT) => return Ok(Observed::Absent),
             Err(Errno::ACCESS) => return Ok(Observed::Unreadable),
@@ -255,13 +255,13 @@ impl Parent {
     }
 
     /// The target's identity, if it is a regular file (never following a symlink).
-    pub fn identity(&self) -> Option<FileIdentity> {
+    pub(crate) fn identity(&self) -> Option<FileIdentity> {
         let st = rustix::fs::statat(&self.fd, &self.name, AtFlags::SYMLINK_NOFOLLOW).ok()?;
         (FileType::from_raw_mode(st.st_mode) == FileType::RegularFile).then(|| FileIdentity::of(&st))
     }
 
     /// Names of the entries beside the target, with their inode numbers.
-    pub fn siblings(&self) -> Result<Vec<(OsString, u64)>> {
+    pub(crate) fn siblings(&self) -> Result<Vec<(OsString, u64)>> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, ".", flags, Mode::empty()).context(&self.shown)?;
         let mut dir = rustix::fs::Dir::read_from(&fd).context(&self.shown)?;
@@ -281,7 +281,7 @@ impl Parent {
     /// file. The sibling must also have been born no later than the recorded state was
     /// stamped (its birth time, where the file system keeps one) or, where it keeps
     /// none, still carry the recorded size and modification time.
-    pub fn is_same_file(&self, name: &OsStr, recorded: &FileIdentity) -> bool {
+    pub(crate) fn is_same_file(&self, name: &OsStr, recorded: &FileIdentity) -> bool {
         use rustix::fs::StatxFlags;
         let mask = StatxFlags::INO | StatxFlags::BTIME | StatxFlags::MTIME | StatxFlags::SIZE;
         let Ok(st) = rustix::fs::statx(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW, mask) else {
@@ -299,19 +299,19 @@ impl Parent {
     }
 
     /// Reads another entry of the same directory (never following a symlink).
-    pub fn read_sibling(&self, name: &OsStr) -> Result<Current> {
+    pub(crate) fn read_sibling(&self, name: &OsStr) -> Result<Current> {
         self.read_name(name)
     }
 
     /// Renames one entry of the same directory to another name, never replacing one.
-    pub fn rename_sibling(&self, from: &OsStr, to: &OsStr) -> Result<()> {
+    pub(crate) fn rename_sibling(&self, from: &OsStr, to: &OsStr) -> Result<()> {
         rustix::fs::renameat_with(&self.fd, from, &self.fd, to, rustix::fs::RenameFlags::NOREPLACE)
             .context(&self.shown)?;
         rustix::fs::fsync(&self.fd).context(&self.shown)
     }
 
     /// The target's name in its directory.
-    pub fn name(&self) -> &OsStr {
+    pub(crate) fn name(&self) -> &OsStr {
         &self.name
     }
 
@@ -321,7 +321,7 @@ impl Parent {
     /// displaced is checked, and if it is not the expected one it is swapped straight
     /// back, untouched. Returns [`Swap::Changed`] in that case, having written nothing.
     /// Also returns the new file's identity when it was put in place.
-    pub fn swap_in(
+    pub(crate) fn swap_in(
         &self,
         temp: &OsStr,
         bytes: &[u8],
@@ -343,7 +343,7 @@ impl Parent {
 
     /// The target `rel` beside this one: the same directory handle, another name. `rel`
     /// must be in the same directory.
-    pub fn sibling(&self, rel: &RelPath) -> Parent {
+    pub(crate) fn sibling(&self, rel: &RelPath) -> Parent {
         let name = rel.components().last().expect("a RelPath has at least one component").to_os_string();
         let shown = self.shown.with_file_name(&name);
         Parent { fd: Arc::clone(&self.fd), name, shown, created_dirs: Vec::new() }
@@ -353,7 +353,7 @@ impl Parent {
     /// undone turn put where a file was, its files already removed: `x/sub/` left of
     /// `x/sub/file`); true if it did. Anything else inside — a file, a symlink — leaves
     /// the whole of it in place (what was emptied stays emptied). Never follows a symlink.
-    pub fn clear_empty_dir(&self) -> bool {
+    pub(crate) fn clear_empty_dir(&self) -> bool {
         clear_dirs(&self.fd, &self.name, 0)
     }
 
@@ -362,13 +362,13 @@ impl Parent {
     /// one sync of the file system ([`FileSystem::sync`]) makes them durable together.
     /// [`Parent::seal_staged`] then gives the file the name `temp`;
     /// [`Parent::discard_staged`] removes it. On error nothing is left.
-    pub fn stage(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+    pub(crate) fn stage(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<()> {
         self.write_new(&writing_name(temp), bytes, mode, false).map(drop)
     }
 
     /// Renames a staged file, complete and made durable by a sync of the file system since
     /// it was written, to `temp` itself (its swapping name). On error nothing is left.
-    pub fn seal_staged(&self, temp: &OsStr) -> Result<()> {
+    pub(crate) fn seal_staged(&self, temp: &OsStr) -> Result<()> {
         let writing = writing_name(temp);
         if let Err(e) = rustix::fs::renameat(&self.fd, &writing, &self.fd, temp) {
             let _ = rustix::fs::unlinkat(&self.fd, &writing, AtFlags::empty());
@@ -385,7 +385,7 @@ impl Parent {
     /// Where the file system has no no-replace rename, it is sealed and linked in
     /// ([`Parent::seal_staged`], [`Parent::swap_synced`]). Without syncing the directory;
     /// the staged file is gone after it.
-    pub fn create_staged(&self, temp: &OsStr) -> Result<Swap> {
+    pub(crate) fn create_staged(&self, temp: &OsStr) -> Result<Swap> {
         let writing = writing_name(temp);
         let flags = rustix::fs::RenameFlags::NOREPLACE;
         let result = match rustix::fs::renameat_with(&self.fd, &writing, &self.fd, &self.name, flags) {
@@ -404,7 +404,7 @@ impl Parent {
     }
 
     /// Removes a staged file that is not to be swapped in after all.
-    pub fn discard_staged(&self, temp: &OsStr) {
+    pub(crate) fn discard_staged(&self, temp: &OsStr) {
         let _ = rustix::fs::unlinkat(&self.fd, writing_name(temp), AtFlags::empty());
     }
 
@@ -412,7 +412,7 @@ impl Parent {
     /// is at `temp`, without syncing the directory: the caller syncs it ([`Parent::sync`],
     /// [`FileSystem::sync`]) before it records that the write was made. `temp` is gone after it
     /// (or names a displaced file it could not put back, as the error says).
-    pub fn swap_synced(&self, temp: &OsStr, expect: &Expect<'_>) -> Result<Swap> {
+    pub(crate) fn swap_synced(&self, temp: &OsStr, expect: &Expect<'_>) -> Result<Swap> {
         let result = match expect {
             Expect::Absent => match rustix::fs::linkat(&self.fd, temp, &self.fd, &self.name, AtFlags::empty()) {
                 Ok(()) => {
@@ -478,14 +478,14 @@ impl Parent {
     }
 
     /// Syncs the directory itself (the names in it).
-    pub fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         rustix::fs::fsync(&self.fd).context(&self.shown)
     }
 
     /// Removes the target only if it is what `matches` accepts: it is first moved aside
     /// to `temp` (atomically), checked there, and then deleted — or moved back untouched.
     /// An already absent target counts as removed.
-    pub fn remove_if(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
+    pub(crate) fn remove_if(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
         let result = self.remove_if_unsynced(temp, matches)?;
         self.sync()?;
         Ok(result)
@@ -493,7 +493,7 @@ impl Parent {
 
     /// [`remove_if`](Self::remove_if) without syncing the directory: the caller syncs it
     /// ([`Parent::sync`], [`FileSystem::sync`]) before it records that the file was removed.
-    pub fn remove_if_unsynced(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
+    pub(crate) fn remove_if_unsynced(&self, temp: &OsStr, matches: &Matcher<'_>) -> Result<Swap> {
         match rustix::fs::renameat(&self.fd, &self.name, &self.fd, temp) {
             Ok(()) => {}
             Err(Errno::NOENT) => return Ok(Swap::Done),
@@ -603,7 +603,7 @@ impl Parent {
     /// `temp` is the temporary name to use (see [`temp_name`]).
     /// Nothing displaces anything here, so the file is written under the writing name and
     /// renamed straight over the target.
-    pub fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
+    pub(crate) fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
         let writing = writing_name(temp);
         let file = self.write_new(&writing, bytes, mode, true)?;
         failpoint::hit("write-temp-synced");
@@ -619,7 +619,7 @@ impl Parent {
 
     /// Removes the temporary file `temp` (a swapping or a writing name) if a crash left it
     /// behind; true if one was there.
-    pub fn remove_temp(&self, temp: &OsStr) -> Result<bool> {
+    pub(crate) fn remove_temp(&self, temp: &OsStr) -> Result<bool> {
         match rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()) {
             Ok(()) => Ok(true),
             Err(Errno::NOENT) => Ok(false),
@@ -631,7 +631,7 @@ impl Parent {
 /// The file system a workspace is on, for one sync of everything written to it
 /// (`syncfs`): a batch of writes made durable together, not file by file.
 #[derive(Debug)]
-pub struct FileSystem {
+pub(crate) struct FileSystem {
     fd: OwnedFd,
     shown: PathBuf,
 }
@@ -639,7 +639,7 @@ pub struct FileSystem {
 impl FileSystem {
     /// The file system of the directory `root` (opened now: [`sync`](Self::sync) reports
     /// every write-back failure on it from now on).
-    pub fn of(root: &Path) -> Result<Self> {
+    pub(crate) fn of(root: &Path) -> Result<Self> {
         let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
         let fd = rustix::fs::open(root, flags, Mode::empty()).context(root)?;
         Ok(FileSystem { fd, shown: root.to_path_buf() })
@@ -650,7 +650,7 @@ impl FileSystem {
     ///
     /// # Errors
     /// `io` if any write-back failed.
-    pub fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         #[cfg(any(target_os = "linux", target_os = "android"))]
         return rustix::fs::syncfs(&self.fd).context(&self.shown);
         // Elsewhere there is no per-file-system sync: everything is flushed.
@@ -668,7 +668,7 @@ impl FileSystem {
 ///
 /// # Errors
 /// `not-found`, `io`; `invalid-argument` for anything but a regular file.
-pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+pub(crate) fn open_regular(path: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let flags = (OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32;
     let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path).context(path)?;
@@ -683,7 +683,7 @@ pub fn open_regular(path: &Path) -> Result<std::fs::File> {
 
 /// The parent directories of `rel` that do not exist yet, outermost first (found without
 /// following symlinks), so a mutation can record them before it creates them.
-pub fn missing_parents(root: &Path, rel: &RelPath) -> Result<Vec<RelPath>> {
+pub(crate) fn missing_parents(root: &Path, rel: &RelPath) -> Result<Vec<RelPath>> {
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let shown = root.join(rel.as_path());
     let mut fd = rustix::fs::open(root, dir_flags, Mode::empty()).context(root)?;
@@ -709,7 +709,7 @@ pub fn missing_parents(root: &Path, rel: &RelPath) -> Result<Vec<RelPath>> {
 }
 
 /// Removes the directory `rel` if it is empty (never following a symlink); true if removed.
-pub fn remove_empty_dir(root: &Path, rel: &RelPath) -> Result<bool> {
+pub(crate) fn remove_empty_dir(root: &Path, rel: &RelPath) -> Result<bool> {
     let parent = match open_parent(root, rel, false) {
         Ok(p) => p,
         Err(e) if e.code == ErrorCode::NotFound => return Ok(false),
@@ -728,7 +728,7 @@ pub fn remove_empty_dir(root: &Path, rel: &RelPath) -> Result<bool> {
 /// The temporary (swapping) name used while replacing `rel` for the checkpoint
 /// `checkpoint_id`: `.NAME.turnback-ID.tmp`, the id's hyphens left out. Its writing name
 /// ends in `.part` instead ([`writing_name`]).
-pub fn temp_name(rel: &RelPath, checkpoint_id: &str) -> OsString {
+pub(crate) fn temp_name(rel: &RelPath, checkpoint_id: &str) -> OsString {
     let base = rel.components().last().expect("non-empty").as_bytes();
     let mut name = b".".to_vec();
     // Keep the name short enough for NAME_MAX with the suffix added.
@@ -742,7 +742,7 @@ const WRITING: &str = ".part";
 
 /// The name the bytes of the temporary file `temp` are written under, before the complete
 /// file takes the name `temp`.
-pub fn writing_name(temp: &OsStr) -> OsString {
+pub(crate) fn writing_name(temp: &OsStr) -> OsString {
     let bytes = temp.as_bytes();
     let stem = bytes.strip_suffix(SWAPPING.as_bytes()).unwrap_or(bytes);
     let mut name = stem.to_vec();
@@ -752,7 +752,7 @@ pub fn writing_name(temp: &OsStr) -> OsString {
 
 /// How far the write of one of turnback's temporary files got, as its name says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TempPhase {
+pub(crate) enum TempPhase {
     /// Still being written (`.part`): turnback's own bytes, possibly a prefix of them.
     /// No swap has begun, so nobody's content can be in it.
     Writing,
@@ -766,7 +766,7 @@ pub enum TempPhase {
 /// says it is. The shape alone never makes a file turnback's (anyone may name a file so):
 /// only a record does (`checkpoint::own_temp`); the shape only says which names to ask
 /// about.
-pub fn temp_phase(name: &[u8]) -> Option<TempPhase> {
+pub(crate) fn temp_phase(name: &[u8]) -> Option<TempPhase> {
     let (stem, phase) = if let Some(stem) = name.strip_suffix(SWAPPING.as_bytes()) {
         (stem, TempPhase::Swapping)
     } else {

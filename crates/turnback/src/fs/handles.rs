@@ -8,13 +8,13 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 /// Whether open handles can be detected here.
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     Path::new("/proc/self/fd").is_dir()
 }
 
 /// For each `(device, inode)` in `files`, the pids of other processes holding it open or
 /// mapped.
-pub fn holders(files: &HashSet<(u64, u64)>) -> BTreeMap<(u64, u64), Vec<u32>> {
+pub(crate) fn holders(files: &HashSet<(u64, u64)>) -> BTreeMap<(u64, u64), Vec<u32>> {
     use std::os::unix::fs::MetadataExt;
     let mut found: BTreeMap<(u64, u64), Vec<u32>> = BTreeMap::new();
     if files.is_empty() {

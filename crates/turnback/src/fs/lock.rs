@@ -19,7 +19,7 @@ const TEMP_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// This process's held owner lock.
 #[derive(Debug)]
-pub struct OwnerLock {
+pub(crate) struct OwnerLock {
     id: String,
     path: PathBuf,
     _file: File,
@@ -27,7 +27,7 @@ pub struct OwnerLock {
 
 impl OwnerLock {
     /// Creates and locks a fresh owner file in `dir`.
-    pub fn acquire(dir: &Path) -> Result<Self> {
+    pub(crate) fn acquire(dir: &Path) -> Result<Self> {
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).context(dir)?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let path = dir.join(format!("owner-{id}.lock"));
@@ -41,7 +41,7 @@ impl OwnerLock {
     }
 
     /// The owner id recorded beside the work this process does.
-    pub fn id(&self) -> &str {
+    pub(crate) fn id(&self) -> &str {
         &self.id
     }
 }
@@ -54,20 +54,20 @@ impl Drop for OwnerLock {
 
 /// A named lock in the store's lock directory, held until dropped (or the process dies).
 #[derive(Debug)]
-pub struct NamedLock {
+pub(crate) struct NamedLock {
     _file: File,
 }
 
 impl NamedLock {
     /// Waits for and takes the lock `name` exclusively (one holder at a time).
-    pub fn exclusive(dir: &Path, name: &str) -> Result<Self> {
+    pub(crate) fn exclusive(dir: &Path, name: &str) -> Result<Self> {
         let file = Self::open(dir, name)?;
         file.lock().context(dir.join(name))?;
         Ok(NamedLock { _file: file })
     }
 
     /// Takes the lock `name` exclusively if nobody holds it (`None`: somebody does).
-    pub fn try_exclusive(dir: &Path, name: &str) -> Result<Option<Self>> {
+    pub(crate) fn try_exclusive(dir: &Path, name: &str) -> Result<Option<Self>> {
         let file = Self::open(dir, name)?;
         match file.try_lock() {
             Ok(()) => Ok(Some(NamedLock { _file: file })),
@@ -78,7 +78,7 @@ impl NamedLock {
 
     /// Waits for and takes the lock `name` shared (any number of shared holders, no
     /// exclusive one).
-    pub fn shared(dir: &Path, name: &str) -> Result<Self> {
+    pub(crate) fn shared(dir: &Path, name: &str) -> Result<Self> {
         let file = Self::open(dir, name)?;
         file.lock_shared().context(dir.join(name))?;
         Ok(NamedLock { _file: file })
@@ -94,24 +94,24 @@ impl NamedLock {
 
 /// The lock turnback's writers to one workspace hold in turn (mutations, rollbacks), so
 /// none reads a file another is about to replace.
-pub fn workspace(dir: &Path, workspace_id: &str) -> Result<NamedLock> {
+pub(crate) fn workspace(dir: &Path, workspace_id: &str) -> Result<NamedLock> {
     NamedLock::exclusive(dir, &format!("workspace-{workspace_id}"))
 }
 
 /// The lock snapshots of one session hold in turn: two processes snapshotting one
 /// session wait for each other; neither is skipped.
-pub fn session(dir: &Path, session_id: &str) -> Result<NamedLock> {
+pub(crate) fn session(dir: &Path, session_id: &str) -> Result<NamedLock> {
     NamedLock::exclusive(dir, &format!("session-{session_id}"))
 }
 
 /// Writers of objects not yet referenced by a committed record (snapshots) hold this
 /// shared; `gc` holds it exclusive, so it never sweeps what a snapshot is writing.
-pub fn objects(dir: &Path, exclusive: bool) -> Result<NamedLock> {
+pub(crate) fn objects(dir: &Path, exclusive: bool) -> Result<NamedLock> {
     if exclusive { NamedLock::exclusive(dir, "objects") } else { NamedLock::shared(dir, "objects") }
 }
 
 /// Whether the process that recorded `owner` in `dir` is still alive.
-pub fn owner_alive(dir: &Path, owner: &str) -> Result<bool> {
+pub(crate) fn owner_alive(dir: &Path, owner: &str) -> Result<bool> {
     if owner.is_empty() || !owner.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return Ok(false);
     }
@@ -133,7 +133,7 @@ pub fn owner_alive(dir: &Path, owner: &str) -> Result<bool> {
 
 /// Removes the owner files of processes that are gone (a process killed after finishing
 /// its work leaves one behind). Returns how many were removed.
-pub fn sweep(dir: &Path) -> Result<u64> {
+pub(crate) fn sweep(dir: &Path) -> Result<u64> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),

@@ -2,9 +2,9 @@
 //! writes, open-handle detection, liveness locks, and the workspace walk with its
 //! unconditional exclusions. It knows nothing of the store.
 
-pub mod files;
-pub mod handles;
-pub mod lock;
-pub mod relpath;
-pub mod rules;
-pub mod walk;
+pub(crate) mod files;
+pub(crate) mod handles;
+pub(crate) mod lock;
+pub(crate) mod relpath;
+pub(crate) mod rules;
+pub(crate) mod walk;

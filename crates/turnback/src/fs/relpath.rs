@@ -76,17 +76,17 @@ impl RelPath {
 
 /// The directory part of a relative `/`-separated path: what precedes the last `/` (`""`
 /// for a name in the workspace root).
-pub fn dir_of(path: &[u8]) -> &[u8] {
+pub(crate) fn dir_of(path: &[u8]) -> &[u8] {
     path.iter().rposition(|c| *c == b'/').map_or(&[][..], |at| &path[..at])
 }
 
 /// The last component of a relative `/`-separated path: what follows the last `/`.
-pub fn name_of(path: &[u8]) -> &[u8] {
+pub(crate) fn name_of(path: &[u8]) -> &[u8] {
     path.iter().rposition(|c| *c == b'/').map_or(path, |at| &path[at + 1..])
 }
 
 /// `dir/name`, or `name` in the workspace root (`dir` empty).
-pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+pub(crate) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     let mut path = Vec::with_capacity(dir.len() + 1 + name.len());
     if !dir.is_empty() {
         path.extend_from_slice(dir);
@@ -142,7 +142,7 @@ impl<'de> Deserialize<'de> for RelPath {
 /// `path-rejected` if it is outside the workspace, is the workspace itself, lies inside
 /// a `.git` directory, or is or lies inside one of `protected` (the store, the key file
 /// and the key's directory: an agent must not be able to destroy them).
-pub fn resolve(root: &Path, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
+pub(crate) fn resolve(root: &Path, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
     let lexical = normalize(&if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) });
     let reject = |why: &str| Error::new(ErrorCode::PathRejected, format!("{}: {why}", path.display()));
     // The root is canonical; a path that reaches the workspace through a symlink (a

@@ -45,12 +45,12 @@ struct Level {
 
 /// The rules in force in one directory (cheap to clone: shared with the directories above).
 #[derive(Debug, Clone, Default)]
-pub struct Rules(Option<Arc<Level>>);
+pub(crate) struct Rules(Option<Arc<Level>>);
 
 /// An ignore file that could not be read whole, or a rule in it that is not a valid glob
 /// (the rules that are valid still count).
 #[derive(Debug)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// The ignore file (or the directory whose rules did not build).
     pub path: PathBuf,
     /// What went wrong.
@@ -59,7 +59,7 @@ pub struct Problem {
 
 /// Which ignore-related names a directory's listing holds.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Markers {
+pub(crate) struct Markers {
     /// `.ignore`.
     pub ignore: bool,
     /// `.gitignore`.
@@ -70,7 +70,7 @@ pub struct Markers {
 
 impl Markers {
     /// Notes `name` if it is one of the names looked for.
-    pub fn note(&mut self, name: &[u8]) {
+    pub(crate) fn note(&mut self, name: &[u8]) {
         match name {
             b".ignore" => self.ignore = true,
             b".gitignore" => self.gitignore = true,
@@ -83,7 +83,7 @@ impl Markers {
 impl Rules {
     /// The rules of every directory above `root` (absolute and canonical), nearest last
     /// read; problems reading them are added to `notes`.
-    pub fn above(root: &Path, notes: &mut Vec<Problem>) -> Rules {
+    pub(crate) fn above(root: &Path, notes: &mut Vec<Problem>) -> Rules {
         let root_bytes = root.as_os_str().as_bytes();
         let mut rules = Rules::default();
         let parents: Vec<&Path> = root.ancestors().skip(1).collect();
@@ -104,7 +104,7 @@ impl Rules {
     /// listing holds; problems reading its ignore files are added to `notes`. A directory
     /// with none of the names (nearly all of them) shares its parent's rules, and nothing is
     /// read or built for it.
-    pub fn enter(&self, root: &Path, rel: &[u8], found: Markers, notes: &mut Vec<Problem>) -> Rules {
+    pub(crate) fn enter(&self, root: &Path, rel: &[u8], found: Markers, notes: &mut Vec<Problem>) -> Rules {
         if !(found.ignore || found.gitignore || found.git) {
             return self.clone();
         }
@@ -127,7 +127,7 @@ impl Rules {
     }
 
     /// Whether workspace-relative `rel` (a directory if `is_dir`) is ignored.
-    pub fn ignored(&self, rel: &[u8], is_dir: bool) -> bool {
+    pub(crate) fn ignored(&self, rel: &[u8], is_dir: bool) -> bool {
         let mut verdicts: [Option<bool>; 3] = [None; 3];
         let mut joined = Vec::new();
         let mut level = self.0.as_deref();

@@ -38,7 +38,7 @@ use crate::fs::rules::{self, Rules};
 
 /// What a walked path is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A regular file.
     File,
     /// A symlink with this target.
@@ -49,7 +49,7 @@ pub enum Kind {
 
 /// The stat fields a snapshot compares with its cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// `st_mode` (type and permissions).
     pub mode: u32,
     /// Size in bytes.
@@ -67,7 +67,7 @@ pub struct Stat {
 
 impl Stat {
     /// The stat fields of `m`.
-    pub fn of(m: &std::fs::Metadata) -> Self {
+    pub(crate) fn of(m: &std::fs::Metadata) -> Self {
         Stat {
             mode: m.mode(),
             size: m.size(),
@@ -100,7 +100,7 @@ fn nanos(seconds: i64, nanos: i64) -> i64 {
 
 /// One recorded path.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// Relative, `/`-separated.
     pub path: Vec<u8>,
     /// What it is.
@@ -122,7 +122,7 @@ pub struct Skipped {
 /// Everything one walk found: its entries, or what its caller kept of each
 /// ([`walk_keeping`]).
 #[derive(Debug)]
-pub struct Walk<T = Entry> {
+pub(crate) struct Walk<T = Entry> {
     /// Recorded paths, sorted by path components (or what a keeper kept of them, an item
     /// of which may stand for several: [`Keeper::join`]).
     pub entries: Vec<T>,
@@ -150,7 +150,7 @@ impl<T> Default for Walk<T> {
 /// in the same directory (never across a subdirectory's entries, nor across directories:
 /// a keeper that wants the longest runs joins again once the walk is flattened): a kept
 /// item may stand for several entries, and a walk holds fewer items than entries.
-pub trait Keeper<T>: Sync {
+pub(crate) trait Keeper<T>: Sync {
     /// What the keeper carries from one entry of a directory to the next.
     type Dir: Default;
 
@@ -179,7 +179,7 @@ impl Keeper<Entry> for AsFound {
 
 /// The directories a partial walk listed whole and those it did not enter.
 #[derive(Debug, Default)]
-pub struct ScopedDirs {
+pub(crate) struct ScopedDirs {
     /// Entered: every entry of theirs the rules keep is in the walk.
     pub listed: Vec<Vec<u8>>,
     /// Met in a listed directory but not entered.
@@ -187,17 +187,17 @@ pub struct ScopedDirs {
 }
 
 /// Which directories (relative, `/`-separated) a partial walk enters.
-pub type Scope<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
+pub(crate) type Scope<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
 
 /// Which files (relative, `/`-separated) are turnback's own temporary files right now,
 /// never recorded. Asked only of names shaped like one ([`files::temp_phase`]), after the
 /// name was listed and before the file is stat-ed, so a temporary file whose write ended
 /// meanwhile is found gone rather than recorded (see `checkpoint::own_temp`).
-pub type OwnTemps<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
+pub(crate) type OwnTemps<'a> = &'a (dyn Fn(&[u8]) -> bool + Sync);
 
 /// No file is turnback's own (a tree no write of turnback's is in).
 #[cfg(test)]
-pub const NO_OWN_TEMPS: OwnTemps<'static> = &|_: &[u8]| false;
+pub(crate) const NO_OWN_TEMPS: OwnTemps<'static> = &|_: &[u8]| false;
 
 const EXCLUDED_NAMES: &[&str] = &[
     ".env",
@@ -221,7 +221,7 @@ const EXCLUDED_SUFFIXES: &[&str] = &[".pem", ".key", ".p12", ".pfx", ".tfvars"];
 
 /// Whether a path with this file name (and parent name) is excluded whatever the ignore
 /// files say: secrets, credentials, dependency folders and `.git`.
-pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
+pub(crate) fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
     // Bytes, not text: a name that is not UTF-8 is matched all the same.
     EXCLUDED_NAMES.iter().any(|n| name == n.as_bytes())
         || EXCLUDED_PREFIXES.iter().any(|p| name.starts_with(p.as_bytes()))
@@ -236,7 +236,7 @@ pub fn excluded(name: &[u8], parent: Option<&[u8]>) -> bool {
 /// # Errors
 /// `io` if `root` cannot be read.
 #[cfg(test)]
-pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
+pub(crate) fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
     walk_scoped(root, skip_dirs, None, NO_OWN_TEMPS)
 }
 
@@ -252,7 +252,7 @@ pub fn walk(root: &Path, skip_dirs: &[std::path::PathBuf]) -> Result<Walk> {
 ///
 /// # Errors
 /// `io` if `root` cannot be read.
-pub fn walk_scoped(
+pub(crate) fn walk_scoped(
     root: &Path,
     skip_dirs: &[std::path::PathBuf],
     scope: Option<Scope<'_>>,
@@ -267,7 +267,7 @@ pub fn walk_scoped(
 ///
 /// # Errors
 /// `io` if `root` cannot be read.
-pub fn walk_keeping<T: Send, K: Keeper<T>>(
+pub(crate) fn walk_keeping<T: Send, K: Keeper<T>>(
     root: &Path,
     skip_dirs: &[std::path::PathBuf],
     scope: Option<Scope<'_>>,
@@ -607,7 +607,7 @@ enum Nested {
 
 /// Orders paths component by component (so a directory's entries are contiguous): the
 /// same as comparing the bytes with `/` ranked below every other byte.
-pub fn component_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+pub(crate) fn component_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
     let rank = |c: u8| if c == b'/' { 0u16 } else { u16::from(c) + 1 };
     // Paths of one directory share long prefixes: skip them eight bytes at a time.
     let n = a.len().min(b.len());
@@ -625,7 +625,7 @@ pub fn component_order(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 ///
 /// # Errors
 /// A reason for people when there is none (an unborn branch) or it cannot be read.
-pub fn nested_commit(dir: &Path) -> std::result::Result<String, String> {
+pub(crate) fn nested_commit(dir: &Path) -> std::result::Result<String, String> {
     let mut git_dir = dir.join(".git");
     if git_dir.is_file() {
         // A worktree or submodule: `gitdir: PATH`.

@@ -57,7 +57,13 @@ pub struct Forked {
 /// # Errors
 /// `not-found` for an unknown session or turn, or if the state after the turn was not
 /// snapshotted; for `into`, as [`fork_target`].
-pub fn fork(store: &Store, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<Forked> {
+pub(crate) fn fork(
+    store: &Store,
+    from: &str,
+    after: Option<u64>,
+    into: Option<&Path>,
+    id: Option<&str>,
+) -> Result<Forked> {
     let parent = Session::get(store, from)?.ok_or_else(|| Error::not_found(format!("session {from}")))?;
     let source = Workspace::by_id(store, &parent.workspace_id)?;
     let into = into.map(|dir| fork_target(&source.root, store.protected_paths(), dir)).transpose()?;

@@ -32,11 +32,11 @@ use crate::storage::store::Store;
 
 const SCHEMA: u16 = 1;
 /// Most bytes of a text field (`content`, `prompt`, `thinking`).
-pub const TEXT_CAP: usize = 256 * 1024;
+pub(crate) const TEXT_CAP: usize = 256 * 1024;
 /// Most bytes of one tool call's input, and of its output.
-pub const TOOL_CAP: usize = 64 * 1024;
+pub(crate) const TOOL_CAP: usize = 64 * 1024;
 /// Most bytes of one whole entry, serialised.
-pub const ENTRY_CAP: usize = 1024 * 1024;
+pub(crate) const ENTRY_CAP: usize = 1024 * 1024;
 /// What tool fields are squeezed to when an entry is over [`ENTRY_CAP`].
 const SQUEEZED_TOOL_CAP: usize = 4 * 1024;
 
@@ -152,7 +152,7 @@ impl NewEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct Totals {
+pub(crate) struct Totals {
     /// The next entry's sequence number.
     pub next_seq: u64,
     /// Entries kept.
@@ -212,7 +212,7 @@ pub(crate) fn put_totals_in(store: &Store, txn: &mut dyn Txn, session: &str, t: 
 }
 
 /// The session's totals.
-pub fn totals(store: &Store, session: &str) -> Result<Totals> {
+pub(crate) fn totals(store: &Store, session: &str) -> Result<Totals> {
     Ok(store.get_record(schema::HISTORY_TOTALS, session.as_bytes())?.unwrap_or_default())
 }
 
@@ -295,7 +295,7 @@ fn size(entry: &Entry) -> usize {
 }
 
 /// Applies every cap to `entry`, noting each cut.
-pub fn cap(entry: &mut Entry) {
+pub(crate) fn cap(entry: &mut Entry) {
     let mut notes = std::mem::take(&mut entry.notes);
     let mut content = Some(std::mem::take(&mut entry.content));
     cap_field(&mut content, "content", TEXT_CAP, &mut notes);
@@ -371,7 +371,7 @@ fn turn_for(store: &Store, session: &str, asked: Option<&str>) -> Result<Turn> {
 }
 
 /// Builds the stored form of `new` (turn resolved, caps applied) without storing it.
-pub fn prepare(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> {
+pub(crate) fn prepare(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> {
     let turn = turn_for(store, &session.id, new.turn_id.as_deref())?;
     Ok(entry_of(turn.turn_id, new))
 }
@@ -398,7 +398,7 @@ pub(crate) fn entry_of(turn_id: String, new: NewEntry) -> Entry {
 ///
 /// # Errors
 /// `not-found` for an unknown turn; `invalid-argument` if there is no turn to join.
-pub fn append(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> {
+pub(crate) fn append(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> {
     let entry = prepare(store, session, new)?;
     append_prepared(store, &session.id, std::slice::from_ref(&entry))?;
     Ok(entry)
@@ -410,7 +410,7 @@ pub fn append(store: &Store, session: &Session, new: NewEntry) -> Result<Entry> 
 ///
 /// # Errors
 /// As [`append`].
-pub fn append_reply(store: &Store, session: &Session, new: NewEntry) -> Result<Option<Entry>> {
+pub(crate) fn append_reply(store: &Store, session: &Session, new: NewEntry) -> Result<Option<Entry>> {
     let entry = prepare(store, session, new)?;
     let mut txn = store.kv().begin()?;
     let newest = match totals_in(store, &mut *txn, &session.id)?.next_seq.checked_sub(1) {
@@ -495,7 +495,7 @@ pub(crate) fn next_seq_in(store: &Store, txn: &mut dyn Txn, session: &str) -> Re
 
 /// Removes the oldest entries so the newest that fit in `keep` bytes remain, starting at
 /// a user entry. Returns how many were removed.
-pub fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
+pub(crate) fn compact(store: &Store, session: &str, keep: u64) -> Result<u64> {
     let all = keyed(store, session)?;
     // Walk back from the newest while it fits; then forward to a user entry.
     let mut kept_bytes = 0u64;
@@ -569,7 +569,7 @@ fn open_entry(store: &Store, key: &[u8], value: &[u8]) -> Result<(Entry, u64)> {
 ///
 /// # Errors
 /// `corrupt` if an entry does not verify; `not-found` for an unknown turn.
-pub fn read(store: &Store, session: &str, selection: &Selection) -> Result<View> {
+pub(crate) fn read(store: &Store, session: &str, selection: &Selection) -> Result<View> {
     let mut all: Vec<Entry> = keyed(store, session)?.into_iter().map(|(_, e, _)| e).collect();
     // In the order of their turns (a reply imported later still follows its prompt), and
     // in the order they were recorded within a turn. Entries of turns no longer listed
@@ -599,7 +599,7 @@ pub fn read(store: &Store, session: &str, selection: &Selection) -> Result<View>
 
 /// The prompt that started turn `turn_id`: its first user entry's prompt as sent (or its
 /// content).
-pub fn prompt_of(store: &Store, session: &str, turn_id: &str) -> Result<Option<String>> {
+pub(crate) fn prompt_of(store: &Store, session: &str, turn_id: &str) -> Result<Option<String>> {
     let view = read(store, session, &Selection::Turn(turn_id.to_string()))?;
     Ok(view.entries.into_iter().find(|e| e.role == Role::User).map(|e| e.prompt.unwrap_or(e.content)))
 }
@@ -724,7 +724,7 @@ pub struct Message {
 
 /// The history as plain role/content messages, ready to seed a stateless model API:
 /// entries with no text (tool calls only) are left out.
-pub fn messages(entries: &[Entry]) -> Vec<Message> {
+pub(crate) fn messages(entries: &[Entry]) -> Vec<Message> {
     entries
         .iter()
         .filter(|e| !e.content.is_empty())

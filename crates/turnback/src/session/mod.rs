@@ -9,12 +9,12 @@
 //!   that created it, or the first to name itself on a session that had none; once set it
 //!   never changes. A record written before agents were kept reads with none.
 
-pub mod begin;
-pub mod fork;
-pub mod history;
-pub mod import;
-pub mod turn;
-pub mod workspace;
+pub(crate) mod begin;
+pub(crate) mod fork;
+pub(crate) mod history;
+pub(crate) mod import;
+pub(crate) mod turn;
+pub(crate) mod workspace;
 
 use serde::{Deserialize, Serialize};
 
@@ -52,7 +52,7 @@ pub struct Session {
 ///
 /// # Errors
 /// `invalid-argument` saying what is allowed.
-pub fn validate_id(id: &str) -> Result<()> {
+pub(crate) fn validate_id(id: &str) -> Result<()> {
     let b = id.as_bytes();
     let ok = !b.is_empty()
         && b.len() <= 128

@@ -33,9 +33,9 @@ use crate::storage::store::Store;
 
 const TURN_SCHEMA: u16 = 1;
 /// How many turns a session's index keeps.
-pub const MAX_TURNS: usize = 1000;
+pub(crate) const MAX_TURNS: usize = 1000;
 /// How long a preview may be, in characters.
-pub const PREVIEW_CHARS: usize = 120;
+pub(crate) const PREVIEW_CHARS: usize = 120;
 
 /// What started a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -182,7 +182,7 @@ impl Turn {
 }
 
 /// The first line of `prompt`, cut to [`PREVIEW_CHARS`] characters.
-pub fn preview(prompt: &str) -> String {
+pub(crate) fn preview(prompt: &str) -> String {
     let line = prompt.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     let mut out: String = line.chars().take(PREVIEW_CHARS).collect();
     if line.chars().count() > PREVIEW_CHARS {
@@ -215,12 +215,12 @@ fn get_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Option<Turn>> {
 }
 
 /// The turn `id`.
-pub fn get(store: &Store, id: &str) -> Result<Turn> {
+pub(crate) fn get(store: &Store, id: &str) -> Result<Turn> {
     store.get_record(schema::TURNS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("turn {id}")))
 }
 
 /// The turns of `session`, oldest first.
-pub fn list(store: &Store, session: &str) -> Result<Vec<Turn>> {
+pub(crate) fn list(store: &Store, session: &str) -> Result<Vec<Turn>> {
     let prefix = format!("{session}/");
     let mut ids = Vec::new();
     store.kv().scan(schema::TURNS_BY_SESSION, prefix.as_bytes(), &mut |_, v| {
@@ -231,14 +231,14 @@ pub fn list(store: &Store, session: &str) -> Result<Vec<Turn>> {
 }
 
 /// The session's running turn, if any (a prompt turn before a background one).
-pub fn running(store: &Store, session: &str) -> Result<Option<Turn>> {
+pub(crate) fn running(store: &Store, session: &str) -> Result<Option<Turn>> {
     let turns = list(store, session)?;
     let prompt = turns.iter().rev().find(|t| t.running() && t.kind == TurnKind::Prompt);
     Ok(prompt.or_else(|| turns.iter().rev().find(|t| t.running())).cloned())
 }
 
 /// The turn with 1-based `index` in `session`.
-pub fn by_index(store: &Store, session: &str, index: u64) -> Result<Turn> {
+pub(crate) fn by_index(store: &Store, session: &str, index: u64) -> Result<Turn> {
     let key = format!("{session}/{index:010}");
     let id = store
         .kv()
@@ -295,7 +295,7 @@ fn repeats(running: &Turn, prompt: &str) -> bool {
 }
 
 /// A fresh turn id for a turn about to begin (its snapshot is taken under this id).
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
@@ -537,7 +537,7 @@ pub struct Shell<'a> {
 
 /// Records a shell command (redacted here) as an effect of the session's running turn, once
 /// per id. Returns the turn, or `None` when no turn is running.
-pub fn record_shell(store: &Store, session: &str, shell: Shell<'_>) -> Result<Option<Turn>> {
+pub(crate) fn record_shell(store: &Store, session: &str, shell: Shell<'_>) -> Result<Option<Turn>> {
     let (command, id) = (shell.command, shell.id);
     let Some(running) = running(store, session)? else { return Ok(None) };
     let mut txn = store.kv().begin()?;
@@ -692,7 +692,7 @@ fn mark_start_failed(store: &Store, txn: &mut dyn Txn, turn_id: &str, why: &str)
 
 /// Tells turns whose late start snapshot's process died that it will never come (their
 /// snapshot is marked skipped with the reason). Runs at every store open.
-pub fn reconcile(store: &Store) -> Result<u64> {
+pub(crate) fn reconcile(store: &Store) -> Result<u64> {
     let mut taking = Vec::new();
     store.kv().scan(schema::TURNS_TAKING_SNAPSHOT, b"", &mut |k, v| {
         taking.push((String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(v).into_owned()));

@@ -34,7 +34,7 @@ pub enum Change {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct Changed {
+pub(crate) struct Changed {
     /// The path (lossy if not UTF-8).
     pub path: String,
     /// How.
@@ -75,7 +75,7 @@ impl NumStat {
 }
 
 /// The changed paths between the trees `from` and `to`, sorted by path.
-pub fn trees(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<Changed>> {
+pub(crate) fn trees(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<Changed>> {
     let mut out: Vec<Changed> = raw(store, from, to)?
         .into_iter()
         .map(|r| Changed {
@@ -259,7 +259,7 @@ impl Lines {
 }
 
 /// The line counts and, with `patch`, the unified diff, decrypting each content once.
-pub fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<NumStat>, String)> {
+pub(crate) fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<NumStat>, String)> {
     let mut counts = Vec::with_capacity(changes.len());
     let mut out = String::new();
     for c in changes {

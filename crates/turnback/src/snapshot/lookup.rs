@@ -10,7 +10,7 @@ use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::store::Store;
 
 /// Reads and verifies the tree node `id`.
-pub fn read_tree(store: &Store, id: &ContentId) -> Result<Vec<Node>> {
+pub(crate) fn read_tree(store: &Store, id: &ContentId) -> Result<Vec<Node>> {
     let (header, bytes) = store.read_object(id)?;
     if header.class != ContentClass::Tree {
         return Err(Error::corrupt("tree", "object is not a tree"));
@@ -20,7 +20,7 @@ pub fn read_tree(store: &Store, id: &ContentId) -> Result<Vec<Node>> {
 
 /// Every object id some snapshot reaches (trees, file contents, symlink targets), and
 /// every one a session's stat cache names (see [`statcache`](crate::snapshot::statcache)).
-pub fn live_objects(store: &Store) -> Result<HashSet<ContentId>> {
+pub(crate) fn live_objects(store: &Store) -> Result<HashSet<ContentId>> {
     let mut roots: Vec<ContentId> =
         all(store)?.iter().filter_map(|r: &SnapshotRecord| r.root.as_deref().and_then(ContentId::from_hex)).collect();
     let (cached_files, cached_trees) = crate::snapshot::statcache::named_ids(store)?;
@@ -113,7 +113,7 @@ impl<'a> Lookup<'a> {
 }
 
 /// Every path of a snapshot's tree with its node (for diff and rewind).
-pub fn flatten(store: &Store, root: &ContentId) -> Result<BTreeMap<Vec<u8>, Node>> {
+pub(crate) fn flatten(store: &Store, root: &ContentId) -> Result<BTreeMap<Vec<u8>, Node>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![(Vec::new(), *root)];
     while let Some((prefix, id)) = stack.pop() {

@@ -32,20 +32,20 @@
 //! [`lookup`] reads trees; [`diff`] compares two; [`statcache`] and [`tree`] are their
 //! formats.
 
-pub mod diff;
+pub(crate) mod diff;
 mod lookup;
 mod patch;
 pub(crate) mod pieces;
 mod prune;
 mod scan;
-pub mod statcache;
+pub(crate) mod statcache;
 mod take;
-pub mod tree;
+pub(crate) mod tree;
 mod watched;
 
 pub(crate) use lookup::Lookup;
-pub use lookup::{flatten, live_objects, read_tree};
-pub use take::TakeOptions;
+pub(crate) use lookup::{flatten, live_objects, read_tree};
+pub(crate) use take::TakeOptions;
 
 use std::path::Path;
 
@@ -276,7 +276,7 @@ pub(crate) fn delete_session_in(store: &Store, txn: &mut dyn Txn, session: &str)
 ///
 /// # Errors
 /// `not-found`; `corrupt` if it does not verify.
-pub fn get(store: &Store, id: &str) -> Result<SnapshotRecord> {
+pub(crate) fn get(store: &Store, id: &str) -> Result<SnapshotRecord> {
     store.get_record(schema::SNAPSHOTS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("snapshot {id}")))
 }
 
@@ -289,7 +289,7 @@ pub(crate) fn get_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<Optio
 }
 
 /// The snapshots of `session`, oldest first.
-pub fn list(store: &Store, session: &str) -> Result<Vec<SnapshotRecord>> {
+pub(crate) fn list(store: &Store, session: &str) -> Result<Vec<SnapshotRecord>> {
     ids(store, session)?.iter().map(|id| get(store, id)).collect()
 }
 
@@ -322,7 +322,7 @@ pub(crate) fn newest(
 }
 
 /// Every snapshot in the store, oldest first per session.
-pub fn all(store: &Store) -> Result<Vec<SnapshotRecord>> {
+pub(crate) fn all(store: &Store) -> Result<Vec<SnapshotRecord>> {
     let mut out = Vec::new();
     store.kv().scan(schema::SNAPSHOTS, b"", &mut |k, v| {
         out.push(store.open_record(schema::SNAPSHOTS, k, v)?);
@@ -332,6 +332,6 @@ pub fn all(store: &Store) -> Result<Vec<SnapshotRecord>> {
 }
 
 /// The latest snapshot of `session` that was not skipped.
-pub fn latest(store: &Store, session: &str) -> Result<Option<SnapshotRecord>> {
+pub(crate) fn latest(store: &Store, session: &str) -> Result<Option<SnapshotRecord>> {
     newest(store, session, |s| s.root.is_some())
 }

@@ -16,7 +16,7 @@ use crate::storage::store::Store;
 #[derive(Debug, Clone, Default, Serialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct PruneReport {
+pub(super) struct PruneReport {
     /// Snapshots removed.
     pub snapshots: u64,
     /// Turns whose snapshots were removed.

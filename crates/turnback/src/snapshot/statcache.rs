@@ -73,7 +73,7 @@ const PIECES_MAGIC: &[u8; 4] = b"TBSP";
 /// removed), its tree ids and shape.
 const DELTA_MAGIC: &[u8; 4] = b"TBD1";
 /// How much older than the walk a file's mtime must be to be trusted unread.
-pub const RACY_MARGIN_NS: i128 = 2_000_000_000;
+pub(crate) const RACY_MARGIN_NS: i128 = 2_000_000_000;
 /// A delta may hold this many entries whatever the size of the whole cache …
 const DELTA_MIN_ENTRIES: usize = 1024;
 /// … or a sixteenth of the whole cache's entries, if more …
@@ -84,7 +84,7 @@ const DELTA_MAX_TREES: usize = 4096;
 /// Whether a file last modified at `stat`'s mtime was settled when the snapshot stamped
 /// `taken_at_ns` began: modified more than [`RACY_MARGIN_NS`] before it, so a cached stat
 /// can vouch for its content.
-pub fn settled(stat: &Stat, taken_at_ns: i128) -> bool {
+pub(crate) fn settled(stat: &Stat, taken_at_ns: i128) -> bool {
     i128::from(stat.mtime_ns) + RACY_MARGIN_NS < taken_at_ns
 }
 
@@ -101,7 +101,7 @@ pub(crate) fn delta_max_entries(whole: usize) -> usize {
 
 /// One cached file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cached {
+pub(crate) struct Cached {
     /// Its stat when read.
     pub stat: Stat,
     /// Its content id.
@@ -110,7 +110,7 @@ pub struct Cached {
 
 /// The tree a cache's files made, with the walk's other entries as they were then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
+pub(crate) struct Shape {
     /// The root of the tree built from the cached files and those entries.
     pub root: ContentId,
     /// The digest of every entry of that walk that is not a file ([`others_digest`]).
@@ -125,7 +125,7 @@ pub struct Shape {
 /// cache with more does not load: [`TOO_LONG`]); it may also hold paths no file refers to
 /// any more (removed by a delta), until the next whole cache.
 #[derive(Default, Clone)]
-pub struct Files {
+pub(crate) struct Files {
     paths: Vec<u8>,
     items: Vec<PackedFile>,
     /// The devices the files are on (an item holds the index of its own) …
@@ -152,22 +152,22 @@ struct PackedFile {
 
 impl Files {
     /// How many.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// File `i`'s path.
-    pub fn path(&self, i: usize) -> &[u8] {
+    pub(crate) fn path(&self, i: usize) -> &[u8] {
         self.path_of(&self.items[i])
     }
 
     /// File `i`'s stat when it was read.
-    pub fn stat(&self, i: usize) -> Stat {
+    pub(crate) fn stat(&self, i: usize) -> Stat {
         let item = self.items[i];
         Stat {
             mode: item.mode,
@@ -180,7 +180,7 @@ impl Files {
     }
 
     /// Each path and its stat, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Stat)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], Stat)> + '_ {
         (0..self.len()).map(|i| (self.path(i), self.stat(i)))
     }
 
@@ -271,7 +271,7 @@ impl Files {
     /// Where `path` is (`Ok`) or would go (`Err`), searched from `from` on when the file
     /// before `from` comes before `path` (galloping: a walk asks in order, so the answer is
     /// usually at `from` or just past it), else among them all.
-    pub fn find_from(&self, from: usize, path: &[u8]) -> std::result::Result<usize, usize> {
+    pub(crate) fn find_from(&self, from: usize, path: &[u8]) -> std::result::Result<usize, usize> {
         let before = |i: usize| component_order(self.path(i), path).is_lt();
         let n = self.len();
         let from = from.min(n);
@@ -318,7 +318,7 @@ impl std::fmt::Debug for Files {
 
 /// A session's stat cache: the whole cache with its delta laid over it.
 #[derive(Debug, Default)]
-pub struct StatCache {
+pub(crate) struct StatCache {
     /// When the walk that wrote the whole cache began (ns since epoch).
     pub taken_at_ns: i128,
     /// Each path and its stat, in component order ([`component_order`], the order of a
@@ -361,7 +361,7 @@ impl Default for WholeIds {
 
 /// What a delta laid over the whole cache.
 #[derive(Debug, Default)]
-pub struct Delta {
+pub(crate) struct Delta {
     /// When the walk that wrote it began.
     pub taken_at_ns: i128,
     /// The entries it gave (replaced or joined), in order: the `k`-th one's content id is
@@ -404,7 +404,7 @@ enum Origin {
 
 impl StatCache {
     /// Whether entry `i` was given by the delta (and was stat-ed at its walk).
-    pub fn given(&self, i: usize) -> bool {
+    pub(crate) fn given(&self, i: usize) -> bool {
         self.delta.given.binary_search_by_key(&i, |&entry| entry as usize).is_ok()
     }
 
@@ -421,7 +421,7 @@ impl StatCache {
     }
 
     /// Whether `stat` proves file entry `i` unchanged since it was read.
-    pub fn clean(&self, i: usize, stat: &Stat) -> bool {
+    pub(crate) fn clean(&self, i: usize, stat: &Stat) -> bool {
         let walked_at = if self.given(i) { self.delta.taken_at_ns } else { self.taken_at_ns };
         self.entries.stat(i) == *stat && settled(stat, walked_at)
     }
@@ -432,7 +432,7 @@ impl StatCache {
     ///
     /// # Errors
     /// The store's; `corrupt` if a piece no longer opens as it did when the cache loaded.
-    pub fn ids_of(&self, store: &Store, wanted: impl IntoIterator<Item = usize>) -> Result<Vec<ContentId>> {
+    pub(crate) fn ids_of(&self, store: &Store, wanted: impl IntoIterator<Item = usize>) -> Result<Vec<ContentId>> {
         let wanted = wanted.into_iter();
         let mut out = Vec::with_capacity(wanted.size_hint().0);
         let mut reader = match &self.whole_ids {
@@ -459,13 +459,13 @@ impl StatCache {
     ///
     /// # Errors
     /// As [`ids_of`](Self::ids_of).
-    pub fn all_ids(&self, store: &Store) -> Result<Vec<ContentId>> {
+    pub(crate) fn all_ids(&self, store: &Store) -> Result<Vec<ContentId>> {
         self.ids_of(store, 0..self.entries.len())
     }
 
     /// Whether `id` is a node of a tree this cache describes (the whole cache's or one
     /// made since).
-    pub fn names_tree(&self, id: &ContentId) -> bool {
+    pub(crate) fn names_tree(&self, id: &ContentId) -> bool {
         let named =
             self.named_trees.get_or_init(|| self.tree_ids.iter().chain(&self.delta.tree_ids).copied().collect());
         named.contains(id)
@@ -509,7 +509,7 @@ impl StatCache {
     ///
     /// # Errors
     /// `corrupt` if it does not verify.
-    pub fn load(store: &Store, session: &str) -> Result<Self> {
+    pub(crate) fn load(store: &Store, session: &str) -> Result<Self> {
         let key = session.as_bytes();
         let mut cache = match store.kv().get(schema::STATCACHE, key)? {
             Some(v) => open_whole(store, session, v, IdsIn::Pieces)?,

@@ -51,7 +51,7 @@ const STREAM_BLOCKS: usize = 8;
 
 /// How to take a snapshot.
 #[derive(Clone, Copy, Default)]
-pub struct TakeOptions<'a> {
+pub(crate) struct TakeOptions<'a> {
     /// Why.
     pub kind: Option<SnapshotKind>,
     /// The turn it belongs to.

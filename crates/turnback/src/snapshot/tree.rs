@@ -13,7 +13,7 @@ const MAGIC: &[u8; 4] = b"TBT1";
 
 /// What a tree entry is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NodeKind {
+pub(crate) enum NodeKind {
     /// A subdirectory; its node's id.
     Tree(ContentId),
     /// A regular file; its content's id.
@@ -26,7 +26,7 @@ pub enum NodeKind {
 
 /// One entry of a directory node.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Node {
+pub(crate) struct Node {
     /// The entry's name (one path component).
     pub name: Vec<u8>,
     /// Permission and type bits (`st_mode`; 0 for subtrees and nested repositories).
@@ -38,7 +38,7 @@ pub struct Node {
 }
 
 /// Encodes entries (sorted here by name) canonically.
-pub fn encode(mut nodes: Vec<Node>) -> Vec<u8> {
+pub(crate) fn encode(mut nodes: Vec<Node>) -> Vec<u8> {
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
     let mut out = Vec::with_capacity(8 + nodes.len() * 64);
     out.extend_from_slice(MAGIC);
@@ -68,7 +68,7 @@ pub fn encode(mut nodes: Vec<Node>) -> Vec<u8> {
 ///
 /// # Errors
 /// `corrupt` if malformed.
-pub fn decode(bytes: &[u8]) -> Result<Vec<Node>> {
+pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Node>> {
     let bad = || Error::corrupt("tree", "malformed node");
     if bytes.len() < 8 || &bytes[..4] != MAGIC {
         return Err(bad());

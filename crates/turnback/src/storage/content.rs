@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use crate::base::hex::{hex, unhex};
 
 /// Schema version of object plaintext framing.
-pub const OBJECT_SCHEMA: u16 = 1;
+pub(crate) const OBJECT_SCHEMA: u16 = 1;
 /// How far into a file to look for a NUL byte when classifying it.
-pub const BINARY_SNIFF_LEN: usize = 8 * 1024;
+pub(crate) const BINARY_SNIFF_LEN: usize = 8 * 1024;
 
 /// What kind of bytes an object holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -69,7 +69,7 @@ impl ContentClass {
 
 /// A keyed content id, which is also the content's digest.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ContentId(pub [u8; 32]);
+pub(crate) struct ContentId(pub [u8; 32]);
 
 impl std::fmt::Debug for ContentId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -79,24 +79,24 @@ impl std::fmt::Debug for ContentId {
 
 impl ContentId {
     /// Lower-case hex, as shown in `digest` fields.
-    pub fn to_hex(self) -> String {
+    pub(crate) fn to_hex(self) -> String {
         hex(&self.0)
     }
 
     /// The id stored as `bytes`, if they are 32 bytes long.
-    pub fn try_from_slice(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn try_from_slice(bytes: &[u8]) -> Option<Self> {
         bytes.try_into().ok().map(ContentId)
     }
 
     /// Parses the hex form.
-    pub fn from_hex(s: &str) -> Option<Self> {
+    pub(crate) fn from_hex(s: &str) -> Option<Self> {
         unhex(s)?.try_into().ok().map(ContentId)
     }
 }
 
 /// The plain header of a stored object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ObjectHeader {
+pub(crate) struct ObjectHeader {
     /// The data-key version it is encrypted under.
     pub key_version: u32,
     /// Its plaintext framing version.

@@ -21,7 +21,7 @@ use crate::base::hex::hex;
 use crate::error::{Error, ErrorCode, Result};
 
 /// Length of every symmetric key turnback uses.
-pub const KEY_LEN: usize = 32;
+pub(crate) const KEY_LEN: usize = 32;
 const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
 /// zstd level of everything sealed without a level of its own.
@@ -145,13 +145,13 @@ impl Purpose {
 }
 
 /// Fills `buf` from the operating system's random source.
-pub fn fill_random(buf: &mut [u8]) -> Result<()> {
+pub(crate) fn fill_random(buf: &mut [u8]) -> Result<()> {
     getrandom::fill(buf).map_err(|e| Error::new(ErrorCode::Io, format!("random source: {e}")))
 }
 
 /// What the associated data of an envelope binds: the object's identity and format.
 #[derive(Debug, Clone, Copy)]
-pub struct Binding<'a> {
+pub(crate) struct Binding<'a> {
     /// The kind of object (`object`, `record:checkpoints`, `data-key`, …).
     pub kind: &'a str,
     /// The object's id as stored (its key).
@@ -179,13 +179,13 @@ impl Binding<'_> {
 }
 
 /// Compresses then encrypts `plaintext`; returns `nonce || ciphertext || tag`.
-pub fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> Result<Vec<u8>> {
+pub(crate) fn seal(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8]) -> Result<Vec<u8>> {
     seal_at_level(key, binding, plaintext, ZSTD_LEVEL)
 }
 
 /// [`seal`] with a chosen zstd level (1 for large, often rewritten records such as the
 /// stat cache, where speed matters more than size).
-pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
+pub(crate) fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     seal_into(key, binding, plaintext, level, &mut out)?;
     Ok(out)
@@ -195,7 +195,13 @@ pub fn seal_at_level(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], le
 /// its caller wrote there): compressed straight into `out` and encrypted in place, so a
 /// block is allocated once, not once per step. On an error `out` holds a partial value,
 /// to be thrown away.
-pub fn seal_into(key: &SecretKey, binding: Binding<'_>, plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> {
+pub(crate) fn seal_into(
+    key: &SecretKey,
+    binding: Binding<'_>,
+    plaintext: &[u8],
+    level: i32,
+    out: &mut Vec<u8>,
+) -> Result<()> {
     use aes_gcm::aead::AeadInOut;
     out.reserve(NONCE_LEN + zstd::zstd_safe::compress_bound(plaintext.len()) + TAG_LEN);
     let mut nonce = [0u8; NONCE_LEN];
@@ -244,7 +250,7 @@ fn compress_into(plaintext: &[u8], level: i32, out: &mut Vec<u8>) -> Result<()> 
 /// `max_len` bounds the decompressed size (the recorded size for content), so a tampered
 /// frame cannot make us allocate without limit. Any failure is `corrupt`: by the time this
 /// runs the master key has been checked, so an authentication failure means altered bytes.
-pub fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize) -> Result<Vec<u8>> {
+pub(crate) fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize) -> Result<Vec<u8>> {
     let what = binding.kind;
     if sealed.len() < NONCE_LEN + TAG_LEN {
         return Err(Error::corrupt(what, "ciphertext too short"));
@@ -261,14 +267,14 @@ pub fn open(key: &SecretKey, binding: Binding<'_>, sealed: &[u8], max_len: usize
 
 /// What [`open_reader`] returns: the plaintext as it is decompressed, and its size as the
 /// frame records it (a bound for the caller's allocations), if it does.
-pub type Opened = (Box<dyn std::io::Read + Send>, Option<u64>);
+pub(crate) type Opened = (Box<dyn std::io::Read + Send>, Option<u64>);
 
 /// [`open`] for a large record, without holding its plaintext whole: the sealed bytes
 /// (nonce, ciphertext, tag) that start at `at` in `value` are authenticated and decrypted in
 /// place, and the reader decompresses them as it is read, ending (short, which the caller's
 /// format sees as truncation) after `max_len` bytes. Failures are `corrupt`, as in
 /// [`open`]; a bad frame shows as a read error.
-pub fn open_reader(
+pub(crate) fn open_reader(
     key: &SecretKey,
     binding: Binding<'_>,
     mut value: Vec<u8>,

@@ -220,7 +220,7 @@ pub(crate) enum Mismatch {
 
 impl Mismatch {
     /// What it concerns.
-    pub fn what(&self) -> String {
+    pub(crate) fn what(&self) -> String {
         match self {
             Mismatch::Rows { ns, group: Some(g), .. } => format!("{ns} of session {g}"),
             Mismatch::Rows { ns, group: None, .. } | Mismatch::TotalMissing { ns, .. } => ns.to_string(),
@@ -228,7 +228,7 @@ impl Mismatch {
     }
 
     /// The sentence `verify` reports.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Mismatch::Rows { ns, group, rows, expected } => {
                 let whose = group.as_ref().map(|g| format!(" of {g}")).unwrap_or_default();

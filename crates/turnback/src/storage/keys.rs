@@ -120,7 +120,7 @@ pub fn new_master_key() -> Result<String> {
 }
 
 /// Finds the master key; creates one only if `may_create` (the store holds no data).
-pub fn find_master_key(config: &KeyConfig, may_create: bool) -> Result<(SecretKey, KeySource)> {
+pub(crate) fn find_master_key(config: &KeyConfig, may_create: bool) -> Result<(SecretKey, KeySource)> {
     if let Some(text) = &config.env_key {
         return Ok((decode_key(text, "TURNBACK_KEY")?, KeySource::Env));
     }
@@ -182,7 +182,7 @@ fn read_key_text(path: &Path) -> Result<String> {
 }
 
 /// Encodes a key the way key files and `TURNBACK_KEY` hold it.
-pub fn encode_key(key: &SecretKey) -> String {
+pub(crate) fn encode_key(key: &SecretKey) -> String {
     B64.encode(key.expose())
 }
 
@@ -270,7 +270,7 @@ fn link_new_key_file(path: &Path, key: &SecretKey) -> Result<bool> {
 ///
 /// # Errors
 /// `key-unavailable` if there is none.
-pub fn export_master_key(config: &KeyConfig) -> Result<String> {
+pub(crate) fn export_master_key(config: &KeyConfig) -> Result<String> {
     Ok(encode_key(&find_master_key(config, false)?.0))
 }
 
@@ -282,7 +282,7 @@ pub fn export_master_key(config: &KeyConfig) -> Result<String> {
 /// `invalid-argument` if `text` is not a key, if `TURNBACK_KEY` is set (it is the key) or
 /// there is no key file location; `already-exists` if another key is there (it is never
 /// replaced).
-pub fn import_master_key(config: &KeyConfig, text: &str) -> Result<(PathBuf, bool)> {
+pub(crate) fn import_master_key(config: &KeyConfig, text: &str) -> Result<(PathBuf, bool)> {
     let key = decode_imported_key(text)?;
     if config.env_key.is_some() {
         return Err(Error::invalid("TURNBACK_KEY is set, and it is the key: unset it to import one into a key file"));
@@ -373,7 +373,7 @@ fn data_key_binding(version_bytes: &[u8]) -> Binding<'_> {
 }
 
 /// Whether the store already holds data (and so must never get a new master key).
-pub fn store_has_key(kv: &dyn KeyValueStore) -> Result<bool> {
+pub(crate) fn store_has_key(kv: &dyn KeyValueStore) -> Result<bool> {
     Ok(kv.get(schema::META, META_CHECK)?.is_some())
 }
 

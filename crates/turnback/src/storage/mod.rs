@@ -2,15 +2,15 @@
 //! keys, content-addressed objects and packs, sealed records, settings, and the store that
 //! holds them. No domain words: it does not know what a checkpoint or a turn is.
 
-pub mod content;
-pub mod crypto;
+pub(crate) mod content;
+pub(crate) mod crypto;
 pub(crate) mod digest;
 pub(crate) mod gc;
 pub(crate) mod header;
-pub mod keys;
-pub mod kv;
-pub mod object;
-pub mod pack;
+pub(crate) mod keys;
+pub(crate) mod kv;
+pub(crate) mod object;
+pub(crate) mod pack;
 pub(crate) mod schema;
-pub mod settings;
-pub mod store;
+pub(crate) mod settings;
+pub(crate) mod store;

@@ -40,7 +40,7 @@ use crate::storage::kv::{KeyValueStore, Txn};
 use crate::storage::schema;
 
 /// Plaintext bytes per block (the last block of a packer may hold fewer).
-pub const BLOCK_LEN: usize = 1024 * 1024;
+pub(crate) const BLOCK_LEN: usize = 1024 * 1024;
 /// zstd level for blocks: close to level 3's ratio on source trees at a lower cost.
 const BLOCK_LEVEL: i32 = 3;
 const BLOCK_MAGIC: &[u8; 3] = b"TB1";
@@ -143,7 +143,7 @@ pub(crate) struct Streamed {
 
 impl Streamed {
     /// Appends the next bytes of the object.
-    pub fn push(&mut self, mut bytes: &[u8]) {
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let (block, buf) = self.open.get_or_insert_with(|| (new_block_id(), Vec::with_capacity(BLOCK_LEN)));
             let take = bytes.len().min(BLOCK_LEN - buf.len());
@@ -161,21 +161,27 @@ impl Streamed {
     }
 
     /// How many full blocks wait to be sealed.
-    pub fn full_blocks(&self) -> usize {
+    pub(crate) fn full_blocks(&self) -> usize {
         self.full.len()
     }
 
     /// Compresses and encrypts the full blocks (on the thread pool), to be stored now:
     /// until [`finish`](Self::finish)'s entry is stored they are unreferenced, which `gc`
     /// (that never runs while a snapshot writes) would remove.
-    pub fn seal_full(&mut self, keys: &KeyRing) -> Result<SealedPack> {
+    pub(crate) fn seal_full(&mut self, keys: &KeyRing) -> Result<SealedPack> {
         let blocks = seal_blocks(keys, std::mem::take(&mut self.full))?;
         Ok(SealedPack { blocks, entries: Vec::new(), discard: Vec::new() })
     }
 
     /// The rest of the object's blocks and its index entry under `id` — or, if `known`
     /// (the store holds the content already), a pack that deletes the blocks stored so far.
-    pub fn finish(mut self, keys: &KeyRing, id: ContentId, class: ContentClass, known: bool) -> Result<SealedPack> {
+    pub(crate) fn finish(
+        mut self,
+        keys: &KeyRing,
+        id: ContentId,
+        class: ContentClass,
+        known: bool,
+    ) -> Result<SealedPack> {
         if known {
             return Ok(self.abandon());
         }
@@ -186,7 +192,7 @@ impl Streamed {
     }
 
     /// A pack that deletes every block of the object sealed so far (it is abandoned).
-    pub fn abandon(self) -> SealedPack {
+    pub(crate) fn abandon(self) -> SealedPack {
         let unsealed: HashSet<BlockId> = self.full.iter().map(|b| b.0).chain(self.open.as_ref().map(|b| b.0)).collect();
         let mut discard: Vec<BlockId> = self.pieces.iter().map(|p| p.block).collect();
         discard.retain(|b| !unsealed.contains(b));
@@ -203,18 +209,18 @@ fn seal_blocks(keys: &KeyRing, plain: Vec<(BlockId, Vec<u8>)>) -> Result<Vec<(Bl
 
 impl Packer {
     /// Whether nothing was added.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// The ids of the objects added, taken out: the packer is left only to be sealed (an
     /// [`add`](Self::add) after this would not see them).
-    pub fn take_ids(&mut self) -> HashSet<ContentId> {
+    pub(crate) fn take_ids(&mut self) -> HashSet<ContentId> {
         std::mem::take(&mut self.added)
     }
 
     /// Appends the object `id` (whose content is `bytes`) unless it was added already.
-    pub fn add(&mut self, id: ContentId, class: ContentClass, bytes: &[u8]) {
+    pub(crate) fn add(&mut self, id: ContentId, class: ContentClass, bytes: &[u8]) {
         if !self.added.insert(id) {
             return;
         }
@@ -237,12 +243,12 @@ impl Packer {
     }
 
     /// Starts an object to be packed as it is read ([`Streamed`]), in blocks of its own.
-    pub fn stream() -> Streamed {
+    pub(crate) fn stream() -> Streamed {
         Streamed { full: Vec::new(), open: None, pieces: Vec::new(), size: 0 }
     }
 
     /// Compresses and encrypts every block on the thread pool.
-    pub fn seal(mut self, keys: &KeyRing) -> Result<SealedPack> {
+    pub(crate) fn seal(mut self, keys: &KeyRing) -> Result<SealedPack> {
         self.full.extend(self.open.take());
         let blocks = seal_blocks(keys, self.full)?;
         let entries = self.entries.into_iter().map(|(id, loc)| (id, loc.encode())).collect();
@@ -252,7 +258,7 @@ impl Packer {
 
 impl SealedPack {
     /// Writes the blocks and index entries inside `txn`; returns the bytes written.
-    pub fn store(&self, txn: &mut dyn Txn) -> Result<u64> {
+    pub(crate) fn store(&self, txn: &mut dyn Txn) -> Result<u64> {
         let mut written = 0;
         for id in &self.discard {
             txn.delete(schema::BLOCKS, id)?;

@@ -17,7 +17,7 @@
 //!   backend keeps them in a rowid table of their own.
 
 /// A namespace: the name of one table of the store.
-pub type Ns = &'static str;
+pub(crate) type Ns = &'static str;
 
 /// One table of the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

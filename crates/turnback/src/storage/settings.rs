@@ -10,15 +10,15 @@ use serde::Deserialize;
 use crate::error::{Error, IoResultExt, Result};
 
 /// Default retention window, in prompt rounds.
-pub const DEFAULT_RETENTION_PROMPT_ROUNDS: u32 = 5;
+pub(crate) const DEFAULT_RETENTION_PROMPT_ROUNDS: u32 = 5;
 /// Smallest allowed retention window.
-pub const MIN_RETENTION_PROMPT_ROUNDS: u32 = 1;
+pub(crate) const MIN_RETENTION_PROMPT_ROUNDS: u32 = 1;
 /// Largest allowed retention window.
-pub const MAX_RETENTION_PROMPT_ROUNDS: u32 = 100;
+pub(crate) const MAX_RETENTION_PROMPT_ROUNDS: u32 = 100;
 /// Default cap on one checkpoint's artifacts: 100 MiB.
-pub const DEFAULT_CHECKPOINT_CAP: u64 = 100 * MIB;
+pub(crate) const DEFAULT_CHECKPOINT_CAP: u64 = 100 * MIB;
 /// Default cap on all retained checkpoint artifacts: 500 MiB.
-pub const DEFAULT_STORE_CAP: u64 = 500 * MIB;
+pub(crate) const DEFAULT_STORE_CAP: u64 = 500 * MIB;
 const MIB: u64 = 1024 * 1024;
 
 /// Every tunable limit.
@@ -37,7 +37,7 @@ pub struct Settings {
 }
 
 /// Default history budget per session: 32 MiB.
-pub const DEFAULT_HISTORY_BUDGET: u64 = 32 * MIB;
+pub(crate) const DEFAULT_HISTORY_BUDGET: u64 = 32 * MIB;
 
 /// Limits on snapshots, checked before any content is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +73,7 @@ pub enum WatchMode {
 }
 
 /// Default idle time after which the watcher exits: 30 minutes.
-pub const DEFAULT_WATCH_IDLE_SECS: u64 = 30 * 60;
+pub(crate) const DEFAULT_WATCH_IDLE_SECS: u64 = 30 * 60;
 
 impl Default for SnapshotLimits {
     fn default() -> Self {
@@ -143,7 +143,7 @@ struct FileRemote {
 /// # Errors
 /// As [`Settings::load`].
 #[cfg(feature = "remote")]
-pub fn auto_push(path: &Path) -> Result<Option<String>> {
+pub(crate) fn auto_push(path: &Path) -> Result<Option<String>> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let file: File =
@@ -202,7 +202,7 @@ impl SizeValue {
 }
 
 /// The text written to a new store's `settings.toml`.
-pub const DEFAULT_FILE: &str = "\
+pub(crate) const DEFAULT_FILE: &str = "\
 # turnback settings for this store. Sizes are bytes; KiB/MiB/GiB suffixes are powers of 1024.
 [checkpoints]
 # Checkpoints stay restorable for this many prompt rounds after the round that made them (1-100).
@@ -317,7 +317,7 @@ impl Settings {
 ///
 /// # Errors
 /// `invalid-argument` saying the allowed range.
-pub fn validate_retention(rounds: i64) -> Result<u32> {
+pub(crate) fn validate_retention(rounds: i64) -> Result<u32> {
     let range = i64::from(MIN_RETENTION_PROMPT_ROUNDS)..=i64::from(MAX_RETENTION_PROMPT_ROUNDS);
     if !range.contains(&rounds) {
         return Err(Error::invalid(format!(

@@ -3,9 +3,9 @@
 
 mod batch;
 pub(crate) mod guarded;
-pub mod patch;
-pub mod rewind;
-pub mod rollback;
+pub(crate) mod patch;
+pub(crate) mod rewind;
+pub(crate) mod rollback;
 
 use crate::checkpoint::Origin;
 use crate::error::Result;

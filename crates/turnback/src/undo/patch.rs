@@ -33,13 +33,13 @@ fn secret_pattern() -> &'static Regex {
 }
 
 /// Whether `line` looks like it carries a secret.
-pub fn looks_secret(line: &str) -> bool {
+pub(crate) fn looks_secret(line: &str) -> bool {
     secret_pattern().is_match(line)
 }
 
 /// A unified diff taking `current` to `target` for the file `name`, with secret-looking
 /// lines redacted; binary or non-UTF-8 content is described, not included.
-pub fn sanitized_patch(name: &str, current: Option<&[u8]>, target: Option<&[u8]>) -> String {
+pub(crate) fn sanitized_patch(name: &str, current: Option<&[u8]>, target: Option<&[u8]>) -> String {
     let binary = |b: Option<&[u8]>| {
         b.is_some_and(|b| ContentClass::of(b) == ContentClass::BinaryBlob || std::str::from_utf8(b).is_err())
     };
@@ -73,7 +73,7 @@ pub fn sanitized_patch(name: &str, current: Option<&[u8]>, target: Option<&[u8]>
 /// A three-way merge: the person's `current` version and the rollback's `target`, both
 /// descended from the agent's `base`. Returns the merged text and whether it has conflict
 /// markers; `None` for binary or non-UTF-8 content.
-pub fn three_way_merge(base: &[u8], current: &[u8], target: &[u8]) -> Option<(String, bool)> {
+pub(crate) fn three_way_merge(base: &[u8], current: &[u8], target: &[u8]) -> Option<(String, bool)> {
     let (base, current, target) = (as_text(base)?, as_text(current)?, as_text(target)?);
     Some(match diffy::merge(base, current, target) {
         Ok(merged) => (merged, false),

@@ -24,10 +24,10 @@
 //!   transcript naming another of the agent's sessions is refused.
 //! - An import is one transaction: its turns, entries and keys all land or none do.
 
-pub mod claude_code;
-pub mod codex;
-pub mod gemini;
-pub mod opencode;
+pub(crate) mod claude_code;
+pub(crate) mod codex;
+pub(crate) mod gemini;
+pub(crate) mod opencode;
 
 use std::collections::{HashMap, HashSet};
 
@@ -159,7 +159,7 @@ fn known_key(session: &str, format: Format, key: &str) -> Vec<u8> {
 ///
 /// # Errors
 /// `invalid-argument` if `text` is not such a record; store errors.
-pub fn import(store: &Store, session: &Session, format: Format, text: &str, scope: Scope) -> Result<Imported> {
+pub(crate) fn import(store: &Store, session: &Session, format: Format, text: &str, scope: Scope) -> Result<Imported> {
     let parsed = format.parse(text)?;
     if let Some(theirs) = other_session(session, format, scope, &parsed) {
         return Err(Error::invalid(format!(

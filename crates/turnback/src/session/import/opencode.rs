@@ -120,7 +120,7 @@ fn time(info: &Value) -> String {
 ///
 /// # Errors
 /// `not-found` if neither holds the session; `io` or `corrupt` when they cannot be read.
-pub fn read_storage(data: &Path, session: &str) -> Result<String> {
+pub(crate) fn read_storage(data: &Path, session: &str) -> Result<String> {
     let db = std::env::var_os("OPENCODE_DB").map(|p| data.join(p)).unwrap_or_else(|| data.join("opencode.db"));
     if db.exists()
         && let Some(export) = from_database(&db, session)?

@@ -10,7 +10,7 @@ type MemoryMap = BTreeMap<(Ns, Vec<u8>), Vec<u8>>;
 
 /// An in-memory backend with the same transaction semantics, for unit tests.
 #[derive(Debug, Default)]
-pub struct MemoryKv {
+pub(crate) struct MemoryKv {
     map: Mutex<MemoryMap>,
     /// A read snapshot: writes are refused.
     snapshot: bool,
@@ -18,7 +18,7 @@ pub struct MemoryKv {
 
 impl MemoryKv {
     /// An empty store.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 

@@ -25,10 +25,10 @@ use std::fmt;
 
 use crate::error::Result;
 
-pub use crate::storage::schema::Ns;
+pub(crate) use crate::storage::schema::Ns;
 
 /// A scan callback: receives each key and value, returns whether to go on.
-pub type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
+pub(crate) type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 
 /// A store of byte values under byte keys, grouped in namespaces.
 pub trait KeyValueStore: Send + Sync + fmt::Debug {

@@ -26,7 +26,7 @@ use crate::storage::schema;
 const SCHEMA_VERSION: i64 = 3;
 
 /// The production backend: one SQLite database file.
-pub struct SqliteKv {
+pub(crate) struct SqliteKv {
     conn: Mutex<Connection>,
     path: PathBuf,
     /// The thread holding the write transaction, if any: a read from that same thread
@@ -48,7 +48,7 @@ impl SqliteKv {
     /// # Errors
     /// `corrupt` if the file is not a readable database; `disk-full` if there is no space to
     /// create or migrate it; `io` otherwise.
-    pub fn open(path: &Path) -> Result<Self> {
+    pub(crate) fn open(path: &Path) -> Result<Self> {
         Self::open_unlocated(path).map_err(|e| e.in_database(path))
     }
 

@@ -11,21 +11,21 @@ use crate::storage::keys::KeyConfig;
 use crate::storage::settings::SettingsOverrides;
 use crate::storage::store::{Store, StoreOptions};
 
-pub const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
-pub const OTHER_KEY: &str = "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI=";
+pub(super) const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+pub(super) const OTHER_KEY: &str = "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI=";
 
-pub struct Env {
+pub(super) struct Env {
     pub dir: tempfile::TempDir,
     pub store: Store,
     pub ws: Workspace,
     pub session: Session,
 }
 
-pub fn options(dir: &Path, key: &str) -> StoreOptions {
+pub(super) fn options(dir: &Path, key: &str) -> StoreOptions {
     options_at(&dir.join("store"), key)
 }
 
-pub fn options_at(store: &Path, key: &str) -> StoreOptions {
+pub(super) fn options_at(store: &Path, key: &str) -> StoreOptions {
     StoreOptions {
         dir: store.to_path_buf(),
         keys: KeyConfig { env_key: Some(key.to_string()), ..KeyConfig::default() },
@@ -35,18 +35,18 @@ pub fn options_at(store: &Path, key: &str) -> StoreOptions {
 }
 
 /// Opens a store and recovers what crashed processes left, as `Turnback::open` does.
-pub fn open(opts: &StoreOptions) -> crate::error::Result<Store> {
+pub(super) fn open(opts: &StoreOptions) -> crate::error::Result<Store> {
     let store = Store::open(opts)?;
     crate::api::reconcile(&store)?;
     Ok(store)
 }
 
 impl Env {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::with_overrides(SettingsOverrides::default())
     }
 
-    pub fn with_overrides(overrides: SettingsOverrides) -> Self {
+    pub(super) fn with_overrides(overrides: SettingsOverrides) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("ws")).unwrap();
         let store = open(&StoreOptions { overrides, ..options(dir.path(), KEY) }).unwrap();
@@ -55,19 +55,19 @@ impl Env {
         Env { dir, store, ws, session }
     }
 
-    pub fn reopen(&mut self) {
+    pub(super) fn reopen(&mut self) {
         self.store = open(&options(self.dir.path(), KEY)).unwrap();
     }
 
-    pub fn path(&self, rel: &str) -> PathBuf {
+    pub(super) fn path(&self, rel: &str) -> PathBuf {
         self.ws.root.join(rel)
     }
 
-    pub fn apply(&self, m: Mutation) -> crate::error::Result<CheckpointRecord> {
+    pub(super) fn apply(&self, m: Mutation) -> crate::error::Result<CheckpointRecord> {
         self.apply_confirmed(m, false)
     }
 
-    pub fn apply_confirmed(&self, m: Mutation, confirm: bool) -> crate::error::Result<CheckpointRecord> {
+    pub(super) fn apply_confirmed(&self, m: Mutation, confirm: bool) -> crate::error::Result<CheckpointRecord> {
         let ctx = Context {
             store: &self.store,
             workspace: &self.ws,
@@ -79,12 +79,12 @@ impl Env {
         mutation::apply(ctx, m).map(|o| o.checkpoint)
     }
 
-    pub fn write(&self, rel: &str, content: &[u8]) -> CheckpointRecord {
+    pub(super) fn write(&self, rel: &str, content: &[u8]) -> CheckpointRecord {
         self.apply(Mutation::Write { path: rel.into(), content: content.to_vec() }).unwrap()
     }
 
     /// Replaces the stored value of `key` in `ns` with `f(value)`.
-    pub fn tamper(&self, ns: &'static str, key: &[u8], f: impl FnOnce(&mut Vec<u8>)) {
+    pub(super) fn tamper(&self, ns: &'static str, key: &[u8], f: impl FnOnce(&mut Vec<u8>)) {
         let mut value = self.store.kv().get(ns, key).unwrap().expect("value to tamper with");
         f(&mut value);
         let mut txn = self.store.kv().begin().unwrap();
@@ -93,7 +93,7 @@ impl Env {
     }
 
     /// Takes a snapshot of the workspace for the session, as the facade does.
-    pub fn snapshot(
+    pub(super) fn snapshot(
         &self,
         kind: crate::snapshot::SnapshotKind,
     ) -> crate::error::Result<crate::snapshot::SnapshotRecord> {
@@ -103,7 +103,7 @@ impl Env {
     }
 
     /// The keys of every row of table `ns`, in key order.
-    pub fn keys_in(&self, ns: &'static str) -> Vec<Vec<u8>> {
+    pub(super) fn keys_in(&self, ns: &'static str) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         self.store
             .kv()
@@ -115,7 +115,7 @@ impl Env {
         out
     }
 
-    pub fn record(&self, id: &str) -> CheckpointRecord {
+    pub(super) fn record(&self, id: &str) -> CheckpointRecord {
         checkpoint::load(&self.store, id).unwrap()
     }
 }

@@ -462,7 +462,13 @@ fn is_link(k: &NodeKind) -> bool {
 ///
 /// # Errors
 /// `not-found` if the turn or its start snapshot does not exist.
-pub fn plan(store: &Store, ws: &Workspace, session: &Session, to: u64, force: &BTreeSet<String>) -> Result<Plan> {
+pub(crate) fn plan(
+    store: &Store,
+    ws: &Workspace,
+    session: &Session,
+    to: u64,
+    force: &BTreeSet<String>,
+) -> Result<Plan> {
     let chain = Chain::load(store, ws, session, to)?;
     // Only the paths that differ between the target and now (found by descending into the
     // directories whose ids differ), each looked up along the chain.
@@ -533,7 +539,7 @@ pub(super) fn bytes_of(store: &Store, node: &Node) -> Result<Vec<u8>> {
 ///
 /// # Errors
 /// `conflict` for a stale plan; `over-cap` if the undo checkpoint would break a cap.
-pub fn apply(
+pub(crate) fn apply(
     store: &Store,
     ws: &Workspace,
     session: &Session,

@@ -403,7 +403,11 @@ pub struct Analysis {
 ///
 /// # Errors
 /// `not-found` for an unknown checkpoint id; `corrupt` if a selected record was altered.
-pub fn analyze(ctx: Context<'_>, selection: &Selection, choices: &BTreeMap<RelPath, Choice>) -> Result<Analysis> {
+pub(crate) fn analyze(
+    ctx: Context<'_>,
+    selection: &Selection,
+    choices: &BTreeMap<RelPath, Choice>,
+) -> Result<Analysis> {
     Ok(analyze_records(ctx, selection, choices)?.1)
 }
 

@@ -22,7 +22,7 @@ use crate::undo::guarded::{self, Refused, Write};
 /// # Errors
 /// `conflict` if `plan` no longer matches; `over-cap` if the rollback's own checkpoint
 /// would break a cap; I/O errors.
-pub fn apply(
+pub(crate) fn apply(
     ctx: Context<'_>,
     selection: &Selection,
     choices: &BTreeMap<RelPath, Choice>,

@@ -160,7 +160,7 @@ pub(super) fn write_choice(ctx: Context<'_>, prepared: PreparedChoice) -> Result
 /// # Errors
 /// `not-found` without a pending resolution; `invalid-argument` if conflict markers are
 /// left; `conflict` if the file changed since the merge was written.
-pub fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
+pub(crate) fn resolve(ctx: Context<'_>, path: &RelPath) -> Result<ResolveResult> {
     let key = resolution_key(ctx.store, ctx.workspace, path);
     let target =
         guarded::Target { store: ctx.store, workspace: ctx.workspace, session: ctx.session, failpoints: FAILPOINTS };

@@ -27,9 +27,10 @@ mod apply;
 mod choice;
 mod decision;
 
-pub use analysis::{Analysis, analyze};
-pub use apply::apply;
-pub use choice::resolve;
+pub use analysis::Analysis;
+pub(crate) use analysis::analyze;
+pub(crate) use apply::apply;
+pub(crate) use choice::resolve;
 
 use std::collections::BTreeMap;
 
@@ -137,7 +138,7 @@ pub enum SafeChoice {
 }
 
 /// The safe choices every conflict offers.
-pub const SAFE_CHOICES: [SafeChoice; 3] =
+pub(crate) const SAFE_CHOICES: [SafeChoice; 3] =
     [SafeChoice::SkipTarget, SafeChoice::ExportSanitizedPatch, SafeChoice::UserAuthoredResolution];
 
 /// Why a target conflicts.
@@ -286,7 +287,7 @@ impl Choice {
 
 /// Where a rollback happens.
 #[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// The store.
     pub store: &'a Store,
     /// The workspace.
@@ -365,10 +366,10 @@ pub struct RollbackResult {
     pub rollback_checkpoint_id: Option<String>,
 }
 
-pub use crate::undo::guarded::ResultType;
+pub(crate) use crate::undo::guarded::ResultType;
 
 /// Effects no rollback can take back, with status `never-protected`.
-pub fn excluded_effects() -> Vec<ExcludedEffect> {
+pub(crate) fn excluded_effects() -> Vec<ExcludedEffect> {
     EXCLUDED_EFFECTS.iter().map(|e| ExcludedEffect { effect: e, status: "never-protected" }).collect()
 }
 
