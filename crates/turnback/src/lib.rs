@@ -43,7 +43,7 @@
 //! `watch`, `storage`, `checkpoint`, `snapshot`, `session`, `undo`, `remote`, `api` and `agent`;
 //! `docs/architecture.md` describes each and the way a hook event travels through them.
 #![deny(missing_docs)]
-#![warn(unreachable_pub)]
+#![warn(unreachable_pub, unnameable_types)]
 
 mod agent;
 mod api;
@@ -100,6 +100,7 @@ pub use session::history::{
 };
 pub use session::import::{Format as TranscriptFormat, Imported, Scope as ImportScope};
 pub use session::turn::{RewoundBy, Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
+pub use session::workspace::Workspace;
 pub use snapshot::diff::{Change, NumStat};
 pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
 pub use storage::content::ContentClass;

@@ -69,13 +69,13 @@ pub(crate) fn validate_id(id: &str) -> Result<()> {
 
 impl Session {
     /// The session `id`, if it exists.
-    pub fn get(store: &Store, id: &str) -> Result<Option<Session>> {
+    pub(crate) fn get(store: &Store, id: &str) -> Result<Option<Session>> {
         validate_id(id)?;
         store.get_record(schema::SESSIONS, id.as_bytes())
     }
 
     /// The most recently created session of `workspace`, if any.
-    pub fn latest(store: &Store, workspace: &Workspace) -> Result<Option<Session>> {
+    pub(crate) fn latest(store: &Store, workspace: &Workspace) -> Result<Option<Session>> {
         let mut last = None;
         store.kv().scan_keys(schema::WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
             last = Some(k.to_vec());
@@ -95,7 +95,7 @@ impl Session {
     ///
     /// # Errors
     /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
-    pub fn create(store: &Store, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
+    pub(crate) fn create(store: &Store, workspace: &Workspace, id: Option<&str>) -> Result<Session> {
         Self::create_for(store, workspace, id, None)
     }
 
@@ -103,7 +103,12 @@ impl Session {
     ///
     /// # Errors
     /// As [`create`](Self::create).
-    pub fn create_for(store: &Store, workspace: &Workspace, id: Option<&str>, agent: Option<&str>) -> Result<Session> {
+    pub(crate) fn create_for(
+        store: &Store,
+        workspace: &Workspace,
+        id: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Session> {
         let mut txn = store.kv().begin()?;
         let session = Self::create_in(store, &mut *txn, workspace, id, agent)?;
         txn.commit()?;
@@ -165,7 +170,8 @@ impl Session {
     ///
     /// # Errors
     /// `invalid-argument` if `requested` belongs to another workspace or is malformed.
-    pub fn resolve(store: &Store, workspace: &Workspace, requested: Option<&str>) -> Result<Session> {
+    #[cfg(test)]
+    pub(crate) fn resolve(store: &Store, workspace: &Workspace, requested: Option<&str>) -> Result<Session> {
         Self::resolve_for(store, workspace, requested, None)
     }
 
@@ -174,7 +180,7 @@ impl Session {
     ///
     /// # Errors
     /// As [`resolve`](Self::resolve).
-    pub fn resolve_for(
+    pub(crate) fn resolve_for(
         store: &Store,
         workspace: &Workspace,
         requested: Option<&str>,
@@ -216,13 +222,14 @@ impl Session {
     }
 
     /// The current prompt round of session `id` (`None` if there is no such session).
-    pub fn round_of(store: &Store, id: &str) -> Result<Option<u64>> {
+    pub(crate) fn round_of(store: &Store, id: &str) -> Result<Option<u64>> {
         Ok(Session::get(store, id)?.map(|s| s.prompt_round))
     }
 
     /// Moves the session to its next prompt round and returns it (tests and tools; turns
     /// set the round themselves).
-    pub fn advance_round(store: &Store, id: &str) -> Result<u64> {
+    #[cfg(test)]
+    pub(crate) fn advance_round(store: &Store, id: &str) -> Result<u64> {
         let mut txn = store.kv().begin()?;
         let value =
             txn.get(schema::SESSIONS, id.as_bytes())?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
@@ -240,7 +247,7 @@ impl Session {
 
 impl Session {
     /// The sessions of `workspace`, oldest first.
-    pub fn list(store: &Store, workspace: &Workspace) -> Result<Vec<Session>> {
+    pub(crate) fn list(store: &Store, workspace: &Workspace) -> Result<Vec<Session>> {
         let mut ids = Vec::new();
         store.kv().scan_keys(schema::WORKSPACE_SESSIONS, format!("{}/", workspace.id).as_bytes(), &mut |k| {
             ids.push(String::from_utf8_lossy(k).rsplit('/').next().unwrap_or_default().to_string());
@@ -257,8 +264,9 @@ impl Session {
 }
 
 impl Session {
-    /// Every session in the store, by id.
-    pub fn all(store: &Store) -> Result<Vec<Session>> {
+    /// Every session in the store, by id (a push of them all).
+    #[cfg(feature = "remote")]
+    pub(crate) fn all(store: &Store) -> Result<Vec<Session>> {
         let mut out = Vec::new();
         store.kv().scan(schema::SESSIONS, b"", &mut |k, v| {
             out.push(store.open_record(schema::SESSIONS, k, v)?);

@@ -41,7 +41,7 @@ impl Workspace {
     ///
     /// # Errors
     /// `io` if `dir` is not an existing directory.
-    pub fn ensure(store: &Store, dir: &Path) -> Result<Self> {
+    pub(crate) fn ensure(store: &Store, dir: &Path) -> Result<Self> {
         let root = dir.canonicalize().context(dir)?;
         if !root.is_dir() {
             return Err(Error::invalid(format!("workspace {} is not a directory", root.display())));
@@ -67,13 +67,13 @@ impl Workspace {
     ///
     /// # Errors
     /// Store errors; `io` if `dir` does not exist.
-    pub fn find(store: &Store, dir: &Path) -> Result<Option<Self>> {
+    pub(crate) fn find(store: &Store, dir: &Path) -> Result<Option<Self>> {
         let root = dir.canonicalize().context(dir)?;
         store.get_record::<Workspace>(schema::WORKSPACES, &lookup_key(store, &root))
     }
 
     /// Finds a registered workspace by id.
-    pub fn by_id(store: &Store, id: &str) -> Result<Self> {
+    pub(crate) fn by_id(store: &Store, id: &str) -> Result<Self> {
         let mut found = None;
         store.kv().scan(schema::WORKSPACES, b"", &mut |k, v| {
             let ws: Workspace = store.open_record(schema::WORKSPACES, k, v)?;
@@ -91,12 +91,12 @@ impl Workspace {
     ///
     /// # Errors
     /// As [`relpath::resolve`].
-    pub fn resolve(&self, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
+    pub(crate) fn resolve(&self, path: &Path, cwd: &Path, protected: &[PathBuf]) -> Result<RelPath> {
         relpath::resolve(&self.root, path, cwd, protected)
     }
 
     /// The absolute path of `rel` (for messages and tests; access goes through `files`).
-    pub fn absolute(&self, rel: &RelPath) -> PathBuf {
+    pub(crate) fn absolute(&self, rel: &RelPath) -> PathBuf {
         self.root.join(rel.as_path())
     }
 }

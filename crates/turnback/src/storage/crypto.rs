@@ -29,7 +29,7 @@ pub(crate) const ZSTD_LEVEL: i32 = 3;
 
 /// 256 bits of key material. `Debug` never prints it.
 #[derive(Clone, PartialEq, Eq)]
-pub struct SecretKey(pub(crate) [u8; KEY_LEN]);
+pub(crate) struct SecretKey(pub(crate) [u8; KEY_LEN]);
 
 impl fmt::Debug for SecretKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -39,14 +39,14 @@ impl fmt::Debug for SecretKey {
 
 impl SecretKey {
     /// A fresh key from the operating system's random source.
-    pub fn random() -> Result<Self> {
+    pub(crate) fn random() -> Result<Self> {
         let mut k = [0u8; KEY_LEN];
         fill_random(&mut k)?;
         Ok(SecretKey(k))
     }
 
     /// Wraps raw bytes; fails unless there are exactly 32.
-    pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+    pub(crate) fn from_slice(bytes: &[u8]) -> Result<Self> {
         let arr: [u8; KEY_LEN] = bytes
             .try_into()
             .map_err(|_| Error::invalid(format!("a key must be {KEY_LEN} bytes, got {}", bytes.len())))?;
@@ -54,12 +54,12 @@ impl SecretKey {
     }
 
     /// The raw bytes (for writing the key file).
-    pub fn expose(&self) -> &[u8; KEY_LEN] {
+    pub(crate) fn expose(&self) -> &[u8; KEY_LEN] {
         &self.0
     }
 
     /// Derives the subkey for `purpose` (HKDF-SHA-256, one label per purpose).
-    pub fn derive(&self, purpose: Purpose) -> SecretKey {
+    pub(crate) fn derive(&self, purpose: Purpose) -> SecretKey {
         let hk = hkdf::Hkdf::<Sha256>::new(Some(b"turnback/v1"), &self.0);
         let mut out = [0u8; KEY_LEN];
         hk.expand(purpose.label().as_bytes(), &mut out).expect("32 bytes is a valid HKDF-SHA-256 output length");
@@ -69,7 +69,7 @@ impl SecretKey {
     /// [`mac`](Self::mac) of `parts` followed by one more part of `len` bytes, fed in
     /// pieces ([`StreamingMac::update`]): the same value as `mac` of all the parts, without
     /// holding the last one whole.
-    pub fn mac_streaming(&self, parts: &[&[u8]], len: u64) -> StreamingMac {
+    pub(crate) fn mac_streaming(&self, parts: &[&[u8]], len: u64) -> StreamingMac {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes any key length");
         for p in parts {
             mac.update(&(p.len() as u64).to_le_bytes());
@@ -80,7 +80,7 @@ impl SecretKey {
     }
 
     /// HMAC-SHA-256 of `parts` (each length-prefixed, so part boundaries are unambiguous).
-    pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
+    pub(crate) fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0).expect("HMAC takes any key length");
         for p in parts {
             mac.update(&(p.len() as u64).to_le_bytes());
@@ -92,7 +92,7 @@ impl SecretKey {
 
 /// A [`SecretKey::mac`] whose last part arrives in pieces; its length was given first.
 #[derive(Clone)]
-pub struct StreamingMac {
+pub(crate) struct StreamingMac {
     mac: Hmac<Sha256>,
     left: u64,
 }
@@ -105,21 +105,21 @@ impl fmt::Debug for StreamingMac {
 
 impl StreamingMac {
     /// Feeds the next piece of the last part.
-    pub fn update(&mut self, piece: &[u8]) {
+    pub(crate) fn update(&mut self, piece: &[u8]) {
         self.left = self.left.wrapping_sub(piece.len() as u64);
         self.mac.update(piece);
     }
 
     /// The MAC, if exactly the announced length was fed (else the value would not be the
     /// MAC of what was fed).
-    pub fn finish(self) -> Option<[u8; 32]> {
+    pub(crate) fn finish(self) -> Option<[u8; 32]> {
         (self.left == 0).then(|| self.mac.finalize().into_bytes().into())
     }
 }
 
 /// What a derived key is for. Each purpose has its own HKDF label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     /// Wraps the versioned data keys kept in the store (from the master key).
     WrapDataKeys,
     /// Keyed content ids and digests (from the master key, so ids survive data-key rotation).

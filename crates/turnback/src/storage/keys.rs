@@ -348,7 +348,7 @@ mod keychain {
 
 /// The keys of one open store: master-derived keys and every data-key version.
 #[derive(Debug, Clone)]
-pub struct KeyRing {
+pub(crate) struct KeyRing {
     content_id: SecretKey,
     lookup_id: SecretKey,
     wrap: SecretKey,
@@ -384,7 +384,7 @@ impl KeyRing {
     /// `key-mismatch` if `master` is not the key this store was created with; `corrupt` if
     /// a wrapped data key does not open under the right master key.
     #[cfg(test)]
-    pub fn open(kv: &dyn KeyValueStore, master: SecretKey, source: KeySource) -> Result<Self> {
+    pub(crate) fn open(kv: &dyn KeyValueStore, master: SecretKey, source: KeySource) -> Result<Self> {
         Self::open_with(kv, master, source, &|_, _| Ok(()))
     }
 
@@ -395,7 +395,7 @@ impl KeyRing {
     /// `key-mismatch` if `master` is not the key this store was created with; `corrupt` if
     /// a wrapped data key does not open under the right master key, or the key check is gone
     /// while data keys are there.
-    pub fn open_with(
+    pub(crate) fn open_with(
         kv: &dyn KeyValueStore,
         master: SecretKey,
         source: KeySource,
@@ -467,12 +467,12 @@ impl KeyRing {
     }
 
     /// The data-key version new writes use.
-    pub fn current_version(&self) -> u32 {
+    pub(crate) fn current_version(&self) -> u32 {
         self.current
     }
 
     /// Every data-key version the store holds.
-    pub fn versions(&self) -> Vec<u32> {
+    pub(crate) fn versions(&self) -> Vec<u32> {
         self.data.keys().copied().collect()
     }
 
@@ -480,33 +480,33 @@ impl KeyRing {
     ///
     /// # Errors
     /// `corrupt` if the store has no such version (a record naming it was altered).
-    pub fn data_key(&self, version: u32) -> Result<&SecretKey> {
+    pub(crate) fn data_key(&self, version: u32) -> Result<&SecretKey> {
         self.data.get(&version).ok_or_else(|| Error::corrupt("key ring", format!("no data key v{version}")))
     }
 
     /// The current encryption key and its version.
-    pub fn current_key(&self) -> (u32, &SecretKey) {
+    pub(crate) fn current_key(&self) -> (u32, &SecretKey) {
         (self.current, &self.data[&self.current])
     }
 
     /// The keyed content id (also the content digest) of `bytes`.
-    pub fn content_id(&self, bytes: &[u8]) -> [u8; 32] {
+    pub(crate) fn content_id(&self, bytes: &[u8]) -> [u8; 32] {
         self.content_id.mac(&[b"content", bytes])
     }
 
     /// The keyed content id of `len` bytes fed in pieces: the same id as
     /// [`content_id`](Self::content_id) of them all.
-    pub fn content_id_streaming(&self, len: u64) -> crypto::StreamingMac {
+    pub(crate) fn content_id_streaming(&self, len: u64) -> crypto::StreamingMac {
         self.content_id.mac_streaming(&[b"content"], len)
     }
 
     /// A keyed lookup id for a secret name such as a workspace path.
-    pub fn lookup_id(&self, domain: &str, name: &[u8]) -> [u8; 32] {
+    pub(crate) fn lookup_id(&self, domain: &str, name: &[u8]) -> [u8; 32] {
         self.lookup_id.mac(&[domain.as_bytes(), name])
     }
 
     /// Adds a new data-key version and makes it current; returns the new version.
-    pub fn rotate(&mut self, kv: &dyn KeyValueStore) -> Result<u32> {
+    pub(crate) fn rotate(&mut self, kv: &dyn KeyValueStore) -> Result<u32> {
         let mut txn = kv.begin()?;
         let newest = txn
             .keys(schema::KEYS, b"")?

@@ -40,7 +40,7 @@ pub(crate) const RECORD_MAX: usize = 256 * 1024 * 1024;
 
 /// How to open a store.
 #[derive(Debug, Clone)]
-pub struct StoreOptions {
+pub(crate) struct StoreOptions {
     /// The store directory.
     pub dir: PathBuf,
     /// Where to look for the master key.
@@ -51,21 +51,9 @@ pub struct StoreOptions {
     pub create: bool,
 }
 
-impl StoreOptions {
-    /// Options for the store at `dir` with keys and settings from the environment.
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        StoreOptions {
-            dir: dir.into(),
-            keys: KeyConfig::from_env(),
-            overrides: SettingsOverrides::default(),
-            create: false,
-        }
-    }
-}
-
 /// An open store.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct Store {
     dir: PathBuf,
     kv: Box<dyn KeyValueStore>,
     keys: KeyRing,
@@ -89,7 +77,7 @@ impl Store {
     /// `not-found` if the store does not exist and `create` is false; `corrupt` if its
     /// database was deleted or emptied after it was initialised; `key-unavailable` if the
     /// store holds data and no key is found; `key-mismatch` for the wrong key.
-    pub fn open(opts: &StoreOptions) -> Result<Self> {
+    pub(crate) fn open(opts: &StoreOptions) -> Result<Self> {
         let dir = &opts.dir;
         let marker = dir.join(INITIALIZED);
         if !dir.join("store.db").exists() {
@@ -143,7 +131,8 @@ impl Store {
 
     /// Opens a store over any backend (unit tests use [`MemoryKv`](crate::storage::kv::MemoryKv)).
     /// `dir` holds only the lock files.
-    pub fn with_backend(
+    #[cfg(test)]
+    pub(crate) fn with_backend(
         dir: PathBuf,
         kv: Box<dyn KeyValueStore>,
         master: crypto::SecretKey,
@@ -160,12 +149,12 @@ impl Store {
     }
 
     /// The store directory.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
     /// Paths no workspace operation may touch: the store, the key file and its directory.
-    pub fn protected_paths(&self) -> &[PathBuf] {
+    pub(crate) fn protected_paths(&self) -> &[PathBuf] {
         &self.protected
     }
 
@@ -175,7 +164,7 @@ impl Store {
     ///
     /// # Errors
     /// As the backend's reads.
-    pub fn read_view(&self) -> Result<Store> {
+    pub(crate) fn read_view(&self) -> Result<Store> {
         Ok(Store {
             dir: self.dir.clone(),
             kv: self.kv.read_snapshot()?,
@@ -187,22 +176,22 @@ impl Store {
     }
 
     /// The backend.
-    pub fn kv(&self) -> &dyn KeyValueStore {
+    pub(crate) fn kv(&self) -> &dyn KeyValueStore {
         self.kv.as_ref()
     }
 
     /// The key ring.
-    pub fn keys(&self) -> &KeyRing {
+    pub(crate) fn keys(&self) -> &KeyRing {
         &self.keys
     }
 
     /// The settings in force.
-    pub fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &Settings {
         &self.settings
     }
 
     /// Where owner lock files live.
-    pub fn locks_dir(&self) -> PathBuf {
+    pub(crate) fn locks_dir(&self) -> PathBuf {
         self.dir.join("locks")
     }
 
@@ -306,7 +295,7 @@ impl Store {
     /// key), so data written under any version remains readable. A process that opened the
     /// store before the rotation may still write under the previous version; running
     /// `--reencrypt` again moves that too. `turnback key status` shows what each version holds.
-    pub fn rotate_keys(&mut self, reencrypt: bool) -> Result<RotationReport> {
+    pub(crate) fn rotate_keys(&mut self, reencrypt: bool) -> Result<RotationReport> {
         let new_version = self.keys.rotate(self.kv.as_ref())?;
         let reencrypted = if reencrypt { self.reencrypt_all()? } else { 0 };
         Ok(RotationReport { new_version, reencrypted })
@@ -350,7 +339,7 @@ impl Store {
     }
 
     /// How many stored objects and records each data-key version encrypts.
-    pub fn key_usage(&self) -> Result<std::collections::BTreeMap<u32, u64>> {
+    pub(crate) fn key_usage(&self) -> Result<std::collections::BTreeMap<u32, u64>> {
         let mut usage = std::collections::BTreeMap::new();
         for v in self.keys.versions() {
             usage.insert(v, 0);

@@ -31,7 +31,7 @@ pub(crate) use crate::storage::schema::Ns;
 pub(crate) type Visit<'a> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'a;
 
 /// A store of byte values under byte keys, grouped in namespaces.
-pub trait KeyValueStore: Send + Sync + fmt::Debug {
+pub(crate) trait KeyValueStore: Send + Sync + fmt::Debug {
     /// The value under `key`, if any (a committed read; no transaction needed).
     fn get(&self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Whether `key` exists, without reading its value.
@@ -73,7 +73,7 @@ pub trait KeyValueStore: Send + Sync + fmt::Debug {
 }
 
 /// A write transaction. Dropping it without [`commit`](Txn::commit) discards every write.
-pub trait Txn {
+pub(crate) trait Txn {
     /// Reads through this transaction's own writes.
     fn get(&mut self, ns: Ns, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Keys starting with `prefix`, in order, including this transaction's writes.
