@@ -316,7 +316,10 @@ fn run_command(mut cmd: Command, stdin: Option<&[u8]>) -> Output {
     let mut child = cmd.spawn().expect("spawn turnback");
     if let Some(bytes) = stdin {
         let mut pipe = child.stdin.take().expect("stdin pipe");
-        pipe.write_all(bytes).expect("write stdin");
+        // A command that fails before it reads its input (a broken store) closes the pipe.
+        if let Err(e) = pipe.write_all(bytes) {
+            assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write stdin: {e}");
+        }
     }
     child.wait_with_output().expect("wait for turnback")
 }
