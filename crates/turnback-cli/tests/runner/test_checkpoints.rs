@@ -657,9 +657,7 @@ fn fs_write_refuses_content_over_the_checkpoint_cap_as_soon_as_it_passes_it() {
     });
     let mut peak_kib = 0u64;
     while child.try_wait().unwrap().is_none() {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-        let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().strip_suffix("kB"));
-        peak_kib = peak_kib.max(hwm.and_then(|v| v.trim().parse().ok()).unwrap_or(0));
+        peak_kib = peak_kib.max(crate::common::peak_rss_kib(child.id()));
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let out = child.wait_with_output().unwrap();

@@ -139,13 +139,6 @@ fn fuzz_mcp_requests() {
     assert_eq!(outside(&env, &env.root), before, "nothing outside the workspace and the store changed");
 }
 
-/// The peak resident memory of process `pid` so far, in bytes (`VmHWM`).
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().strip_suffix("kB"));
-    kib.and_then(|k| k.trim().parse::<u64>().ok()).map_or(0, |k| k * 1024)
-}
-
 #[test]
 fn an_oversized_request_gets_an_error_naming_the_limit_and_the_server_goes_on() {
     let env = Env::new();
@@ -166,6 +159,6 @@ fn an_oversized_request_gets_an_error_naming_the_limit_and_the_server_goes_on() 
         server.answer_to(&json!(format!("ping-{n}")));
     }
     assert!(!env.ws.join("big.txt").exists(), "nothing was written");
-    let peak = peak_rss(server.child.id());
+    let peak = crate::common::peak_rss_kib(server.child.id()) * 1024;
     assert!(peak > 0 && peak < 128 << 20, "a 200 MB request is read in bounded memory: peak {} MiB", peak >> 20);
 }

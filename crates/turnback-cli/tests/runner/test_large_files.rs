@@ -39,9 +39,7 @@ fn peak_kib(env: &Env, args: &[&str]) -> u64 {
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut high = 0;
     while !timed && child.try_wait().unwrap().is_none() {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap_or_default();
-        let hwm = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).map(|v| v.trim().trim_end_matches(" kB"));
-        high = high.max(hwm.and_then(|v| v.trim().parse().ok()).unwrap_or(0));
+        high = high.max(crate::common::peak_rss_kib(child.id()));
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();

@@ -90,6 +90,40 @@ pub(crate) enum Current {
     },
 }
 
+/// What stands on the way to a path where a directory should be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InTheWay {
+    /// A symlink (never followed).
+    Symlink,
+    /// A regular file.
+    File,
+    /// Anything else that is not a directory.
+    Other,
+}
+
+/// The nearest ancestor of `rel` (relative to `root`, as bytes) that exists and is not a
+/// directory, with what it is; `None` if every ancestor is a directory or one is missing.
+/// Undo plans ask it to tell a path behind a symlink from one behind a file they delete.
+pub(crate) fn not_a_directory_above<'a>(root: &Path, rel: &'a [u8]) -> Option<(&'a [u8], InTheWay)> {
+    for (slash, _) in rel.iter().enumerate().filter(|(_, b)| **b == b'/') {
+        let ancestor = &rel[..slash];
+        let meta = std::fs::symlink_metadata(root.join(OsStr::from_bytes(ancestor))).ok()?;
+        let kind = meta.file_type();
+        if kind.is_dir() {
+            continue;
+        }
+        let what = if kind.is_symlink() {
+            InTheWay::Symlink
+        } else if kind.is_file() {
+            InTheWay::File
+        } else {
+            InTheWay::Other
+        };
+        return Some((ancestor, what));
+    }
+    None
+}
+
 /// How deep [`Parent::clear_empty_dir`] goes before it leaves a tree alone.
 const CLEAR_DEPTH: usize = 64;
 

@@ -1347,11 +1347,13 @@ mod tests {
             older[..4].copy_from_slice(old);
             assert!(decode(&older).unwrap().entries.is_empty(), "{}", String::from_utf8_lossy(old));
         }
-        // Out of order is no layout of turnback's.
-        let swapped = bytes.iter().position(|b| *b == b'a').unwrap();
-        let mut wrong = bytes.clone();
-        wrong[swapped] = b'c';
-        assert!(decode(&wrong).is_err(), "paths out of order are malformed");
+        // Out of order is no layout of turnback's: the same cache with its paths swapped.
+        let mut wrong = StatCache { taken_at_ns: 5, tree_ids: vec![ContentId([3; 32])], ..Default::default() };
+        wrong.push(b"b", Cached { stat: stat(2), id: ContentId([2; 32]) });
+        wrong.push(b"a", Cached { stat: stat(1), id: ContentId([1; 32]) });
+        wrong.generation = [7; 16];
+        let wrong = decode(&wrong.encode()).unwrap_err();
+        assert_eq!(wrong.code, crate::error::ErrorCode::Corrupt, "paths out of order are malformed: {wrong:?}");
     }
 
     fn whole(paths: &[&str]) -> StatCache {

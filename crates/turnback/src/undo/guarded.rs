@@ -186,7 +186,12 @@ fn not_held(store: &Store, writes: &[Write]) -> Result<u64> {
     let mut kept = 0;
     for w in writes {
         if let crate::fs::files::Current::File { bytes, .. } = &w.current {
-            let id = crate::storage::content::ContentId(store.keys().content_id(bytes));
+            // The plan's compare-and-swap digest is the content's id: no second hash.
+            let id = match &w.expected {
+                Expected::File { digest, .. } => crate::storage::content::ContentId::from_hex(digest),
+                Expected::Absent => None,
+            };
+            let id = id.unwrap_or_else(|| crate::storage::content::ContentId(store.keys().content_id(bytes)));
             if !crate::storage::object::exists(store.kv(), &id)? {
                 kept += bytes.len() as u64;
             }

@@ -387,6 +387,15 @@ pub fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or_else(|| panic!("no string at {pointer} in {v:#}"))
 }
 
+/// The peak resident memory of the running process `pid` so far, in KiB (`VmHWM`; 0 once
+/// it is gone). The kernel's high-water mark never falls, so a poll any time before the
+/// process exits sees its peak up to then.
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().strip_suffix("kB"));
+    kib.and_then(|k| k.trim().parse().ok()).unwrap_or(0)
+}
+
 /// Whether the official MCP Python SDK is importable. `.ci/run` installs it and sets
 /// `TURNBACK_REQUIRE_MCP_CLIENT=1`, so CI never skips the end-to-end test.
 pub fn mcp_client_available() -> bool {

@@ -32,7 +32,6 @@
 mod hidden;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::ffi::OsStrExt;
 
 use serde::Serialize;
 
@@ -403,28 +402,17 @@ impl Judge<'_> {
         if !blocked {
             return Ok(None);
         }
-        let mut at = self.ws.root.clone();
-        let mut start = 0;
-        for slash in p.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(j, _)| j) {
-            let ancestor = &p[..slash];
-            at.push(std::ffi::OsStr::from_bytes(&p[start..slash]));
-            start = slash + 1;
-            let shown = String::from_utf8_lossy(ancestor);
-            match std::fs::symlink_metadata(&at) {
-                Ok(m) if m.is_dir() => continue,
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Ok(Some(format!("behind a symlink now ({shown}); never written through")));
-                }
-                Ok(_) if self.deleting.contains(ancestor) => return Ok(None),
-                Ok(_) => {
-                    return Ok(Some(format!(
-                        "{shown}, where its directory was, is a file now that this rewind leaves as it is"
-                    )));
-                }
-                Err(_) => return Ok(None),
+        Ok(match files::not_a_directory_above(&self.ws.root, p) {
+            Some((ancestor, files::InTheWay::Symlink)) => {
+                Some(format!("behind a symlink now ({}); never written through", String::from_utf8_lossy(ancestor)))
             }
-        }
-        Ok(Some("something on its way is not a directory; never written through".into()))
+            Some((ancestor, _)) if self.deleting.contains(ancestor) => None,
+            Some((ancestor, _)) => Some(format!(
+                "{}, where its directory was, is a file now that this rewind leaves as it is",
+                String::from_utf8_lossy(ancestor)
+            )),
+            None => Some("something on its way is not a directory; never written through".into()),
+        })
     }
 }
 

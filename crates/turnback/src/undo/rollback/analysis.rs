@@ -120,18 +120,10 @@ const THROUGH_ENTRIES: usize = 10_000;
 pub(super) fn through_deletions(root: &Path, path: &RelPath, seen: Seen, deleting: &HashSet<Vec<u8>>) -> Seen {
     let absent = Seen::Absent { moved: None };
     match seen {
-        Seen::BehindSymlink => {
-            let bytes = path.as_bytes();
-            for (slash, _) in bytes.iter().enumerate().filter(|(_, b)| **b == b'/') {
-                let ancestor = &bytes[..slash];
-                match std::fs::symlink_metadata(root.join(OsStr::from_bytes(ancestor))) {
-                    Ok(m) if m.is_dir() => continue,
-                    Ok(m) if m.is_file() && deleting.contains(ancestor) => return absent,
-                    _ => return Seen::BehindSymlink,
-                }
-            }
-            Seen::BehindSymlink
-        }
+        Seen::BehindSymlink => match files::not_a_directory_above(root, path.as_bytes()) {
+            Some((ancestor, files::InTheWay::File)) if deleting.contains(ancestor) => absent,
+            _ => Seen::BehindSymlink,
+        },
         Seen::Other if only_deletions_under(root, path.as_bytes(), deleting) => absent,
         other => other,
     }
