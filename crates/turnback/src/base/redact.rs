@@ -193,6 +193,11 @@ mod tests {
             ("ls -p", "ls -p"),
             ("ls -p src && mkdir -p build", "ls -p src && mkdir -p build"),
             ("grep -a pattern file.bin", "grep -a pattern file.bin"),
+            // A client's flag reaches no further than its own command.
+            ("mysql -h db; ls -pX", "mysql -h db; ls -pX"),
+            ("redis-cli ping | grep -a x", "redis-cli ping | grep -a x"),
+            ("docker login registry && tar -p x.tar", "docker login registry && tar -p x.tar"),
+            ("sshpass -f pw ssh host || cp -p a b", "sshpass -f pw ssh host || cp -p a b"),
             ("ssh -p 2222 host", "ssh -p 2222 host"),
             ("docker run -p 8080:80 nginx", "docker run -p 8080:80 nginx"),
             ("docker login --password-stdin < pw.txt", "docker login --password-stdin < pw.txt"),

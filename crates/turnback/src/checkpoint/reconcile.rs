@@ -223,8 +223,7 @@ pub(crate) fn own_temp(store: &Store, workspace_id: &str, rel: &[u8]) -> Result<
         && record.targets.iter().any(|t| {
             let path = t.path.as_bytes();
             let target_dir = path.iter().rposition(|b| *b == b'/').map_or(&path[..0], |at| &path[..=at]);
-            target_dir == dir
-                && temp_names(&t.path, &checkpoint_id).iter().any(|(n, p)| *p == phase && n.as_bytes() == name)
+            target_dir == dir && temp_names(&t.path, &checkpoint_id).iter().any(|(n, _)| n.as_bytes() == name)
         });
     Ok(own.then_some(phase))
 }

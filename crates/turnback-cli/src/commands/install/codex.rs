@@ -88,17 +88,15 @@ pub fn trusted(places: &Places) -> Option<(usize, usize)> {
     let state = doc.get("hooks").and_then(|h| h.get("state")).and_then(Item::as_table_like);
     let (mut trusted, mut all) = (0, 0);
     for (event, groups) in hooks.get("hooks")?.as_object()? {
-        for (g, group) in groups.as_array().into_iter().flatten().enumerate() {
-            for (h, handler) in group.get("hooks").and_then(|v| v.as_array()).into_iter().flatten().enumerate() {
-                let command = handler.get("command").and_then(|c| c.as_str()).unwrap_or("");
-                if !super::own_command::is_own(command, HookAgent::Codex) {
-                    continue;
-                }
-                all += 1;
-                let key = format!("{}:{}:{g}:{h}", hooks_file.display(), snake(event));
-                let hash = state.and_then(|s| s.get(&key)).and_then(|e| e.get("trusted_hash")).and_then(Item::as_str);
-                trusted += usize::from(hash.is_some_and(|h| !h.is_empty()));
+        let groups = groups.as_array().map(Vec::as_slice).unwrap_or_default();
+        for (g, h, handler) in super::json_hooks::handlers(groups) {
+            if super::json_hooks::ours(handler, HookAgent::Codex).is_none() {
+                continue;
             }
+            all += 1;
+            let key = format!("{}:{}:{g}:{h}", hooks_file.display(), snake(event));
+            let hash = state.and_then(|s| s.get(&key)).and_then(|e| e.get("trusted_hash")).and_then(Item::as_str);
+            trusted += usize::from(hash.is_some_and(|h| !h.is_empty()));
         }
     }
     (all > 0).then_some((trusted, all))

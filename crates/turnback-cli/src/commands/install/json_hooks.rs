@@ -211,7 +211,7 @@ fn drop_handlers(groups: &mut Vec<Value>, mut drop: impl FnMut(&Value) -> bool) 
 }
 
 /// Every handler in `groups`, with its group's and its own index.
-fn handlers(groups: &[Value]) -> impl Iterator<Item = (usize, usize, &Value)> {
+pub(super) fn handlers(groups: &[Value]) -> impl Iterator<Item = (usize, usize, &Value)> {
     groups.iter().enumerate().flat_map(|(g, group)| {
         group.get("hooks").and_then(Value::as_array).into_iter().flatten().enumerate().map(move |(h, v)| (g, h, v))
     })

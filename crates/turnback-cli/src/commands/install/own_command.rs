@@ -52,11 +52,6 @@ pub fn recognise(command: &str) -> Option<OwnCommand> {
     Some(OwnCommand { agent, as_written: as_written(&tokens, agent) })
 }
 
-/// Whether `command` is turnback's hook for `agent`, in any form.
-pub fn is_own(command: &str, agent: HookAgent) -> bool {
-    recognise(command).is_some_and(|c| c.agent == agent)
-}
-
 /// Which of turnback's hooks found on one event (`found`, in order) stays when installing:
 /// the first the person wrote in a form of their own, else the first written as turnback
 /// writes it. `None`: there is none.
