@@ -2,45 +2,24 @@
 
 use std::path::PathBuf;
 
-use turnback::{CheckpointSummary, CoverageState, EffectKind, Error, ErrorCode, Mutation, Result, quote_name};
+use turnback::{CheckpointSummary, CoverageState, EffectKind, Mutation, Result, quote_name};
 
 use crate::app::Ctx;
 use crate::cli::FsCommand;
 use crate::output::Outcome;
 
-/// A file's new content from stdin. Over the checkpoint cap it is refused as soon as the
-/// count passes the cap, keeping nothing (unless the person confirmed going unprotected).
-fn stdin_bytes(checkpoint_cap: u64, confirm_unprotected: bool) -> Result<Vec<u8>> {
-    let cap = if confirm_unprotected { u64::MAX } else { checkpoint_cap };
-    turnback::read_at_most(std::io::stdin().lock(), cap)?.ok_or_else(|| {
-        Error::new(
-            ErrorCode::OverCap,
-            format!(
-                "the content on stdin is over the checkpoint cap ({} bytes); nothing was changed. \
-                 Rerun with --confirm-unprotected to write it without rollback protection",
-                checkpoint_cap
-            ),
-        )
-    })
-}
-
 pub fn run(ctx: &Ctx, command: FsCommand) -> Result<Outcome> {
     let tb = ctx.open(true)?;
-    let cap = tb.settings().checkpoint_cap;
-    let (m, confirm) = match command {
-        FsCommand::Create(t) => (
-            Mutation::Create { path: t.path, content: stdin_bytes(cap, t.confirm_unprotected)? },
-            t.confirm_unprotected,
-        ),
-        FsCommand::Write(t) => {
-            (Mutation::Write { path: t.path, content: stdin_bytes(cap, t.confirm_unprotected)? }, t.confirm_unprotected)
-        }
+    // New content comes from stdin, read as it is written: never held whole.
+    let stdin = || std::io::stdin().lock();
+    let done = match command {
+        FsCommand::Create(t) => tb.write_from(&t.path, true, &mut stdin(), t.confirm_unprotected)?,
+        FsCommand::Write(t) => tb.write_from(&t.path, false, &mut stdin(), t.confirm_unprotected)?,
         FsCommand::Edit { target, old, new, all } => {
-            (Mutation::Edit { path: target.path, old, new, all }, target.confirm_unprotected)
+            tb.mutate(Mutation::Edit { path: target.path, old, new, all }, target.confirm_unprotected)?
         }
-        FsCommand::Delete(t) => (Mutation::Delete { path: t.path }, t.confirm_unprotected),
+        FsCommand::Delete(t) => tb.mutate(Mutation::Delete { path: t.path }, t.confirm_unprotected)?,
     };
-    let done = tb.mutate(m, confirm)?;
     let record = &done.checkpoint;
     let target = &record.targets[0];
     let mut text = format!(

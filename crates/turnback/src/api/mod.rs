@@ -371,13 +371,23 @@ pub(crate) fn reconcile(store: &Store) -> Result<ReconcileReport> {
 /// Removes every content object nothing keeps alive: no snapshot reaches it and no
 /// checkpoint artifact names it. Returns how many objects and stored bytes went.
 fn sweep_objects(store: &Store) -> Result<(u64, u64)> {
+    let swept = with_live_roots(store, |roots| gc::sweep(store, roots))?;
+    Ok((swept.objects, swept.bytes))
+}
+
+/// [`sweep_objects`] unless a writer holds the objects lock (then nothing is swept).
+fn sweep_objects_if_free(store: &Store) -> Result<()> {
+    with_live_roots(store, |roots| gc::sweep_if_free(store, roots)).map(drop)
+}
+
+/// Runs `f` with what keeps content alive in `store`.
+fn with_live_roots<T>(store: &Store, f: impl FnOnce(&gc::LiveRoots<'_>) -> T) -> T {
     let roots = gc::LiveRoots {
         reached: &|| crate::snapshot::live_objects(store),
         named_in: &artifact::content_in,
         sweep_stored_ahead: &|| crate::snapshot::statcache::sweep_pieces(store),
     };
-    let swept = gc::sweep(store, &roots)?;
-    Ok((swept.objects, swept.bytes))
+    f(&roots)
 }
 
 fn absolute(p: &Path) -> Result<PathBuf> {

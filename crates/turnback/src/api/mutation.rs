@@ -17,21 +17,24 @@
 
 use std::path::{Path, PathBuf};
 
+use std::io::Read;
+
 use serde::Serialize;
 
 use crate::api::Turnback;
 use crate::base::failpoint;
-use crate::base::hex::hex;
 use crate::checkpoint::retention::{self, Breach, CapacityVerdict};
 use crate::checkpoint::{
     self, CheckpointRecord, CommitState, CoverageState, EffectKind, OperationKind, PostState, PreparedTarget,
     StageRequest, StageState, TargetRecord,
 };
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::body::{Body, HELD_MAX};
 use crate::fs::files::{self, Current, Expect, FileIdentity, Parent, Swap};
 use crate::fs::relpath::RelPath;
 use crate::session::Session;
 use crate::session::workspace::Workspace;
+use crate::storage::body::{self as storage_body, Pour};
 use crate::storage::kv::Txn;
 use crate::storage::store::Store;
 
@@ -70,22 +73,30 @@ pub enum Mutation {
     },
 }
 
-impl Mutation {
-    fn path(&self) -> &Path {
-        match self {
-            Mutation::Create { path, .. }
-            | Mutation::Write { path, .. }
-            | Mutation::Edit { path, .. }
-            | Mutation::Delete { path } => path,
-        }
-    }
+/// What a mutation does to its file, as [`apply`] carries it: new content is a [`Body`]
+/// (held, or kept in the store as it was read from a stream: [`Turnback::write_from`]).
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// Put this content at the path; with `create_only`, only where no file is.
+    Put { create_only: bool, body: Body },
+    /// Replace an exact string.
+    Edit { old: String, new: String, all: bool },
+    /// Remove the file.
+    Delete,
+}
 
-    fn kind(&self) -> OperationKind {
+impl Mutation {
+    /// The path, the operation and the change.
+    fn into_parts(self) -> (PathBuf, OperationKind, Change) {
         match self {
-            Mutation::Create { .. } => OperationKind::CreateFile,
-            Mutation::Write { .. } => OperationKind::WriteFile,
-            Mutation::Edit { .. } => OperationKind::EditFile,
-            Mutation::Delete { .. } => OperationKind::DeleteFile,
+            Mutation::Create { path, content } => {
+                (path, OperationKind::CreateFile, Change::Put { create_only: true, body: Body::Held(content) })
+            }
+            Mutation::Write { path, content } => {
+                (path, OperationKind::WriteFile, Change::Put { create_only: false, body: Body::Held(content) })
+            }
+            Mutation::Edit { path, old, new, all } => (path, OperationKind::EditFile, Change::Edit { old, new, all }),
+            Mutation::Delete { path } => (path, OperationKind::DeleteFile, Change::Delete),
         }
     }
 }
@@ -150,22 +161,23 @@ fn read_current(parent: Option<&Parent>) -> Result<Current> {
     }
 }
 
-/// Computes the new content (or `None` for a delete) from the current state.
-fn plan(mutation: &Mutation, current: &Current, shown: &Path) -> Result<(Option<Vec<u8>>, usize, EffectKind)> {
+/// Computes the new content (or `None` for a delete) from the current state. An edit
+/// reads the file whole (it finds and replaces a string in it); nothing else does.
+fn plan(change: Change, current: &Current, shown: &Path) -> Result<(Option<Body>, usize, EffectKind)> {
     let missing = || Error::new(ErrorCode::NotFound, format!("{}: no such file", shown.display()));
-    match (mutation, current) {
-        (Mutation::Create { .. }, Current::File { .. }) => Err(Error::new(
+    match (change, current) {
+        (Change::Put { create_only: true, .. }, Current::File { .. }) => Err(Error::new(
             ErrorCode::AlreadyExists,
             format!("{}: already exists (use `fs write` to overwrite)", shown.display()),
         )),
-        (Mutation::Create { content, .. }, Current::Absent) => Ok((Some(content.clone()), 0, EffectKind::Create)),
-        (Mutation::Write { content, .. }, Current::Absent) => Ok((Some(content.clone()), 0, EffectKind::Create)),
-        (Mutation::Write { content, .. }, Current::File { .. }) => Ok((Some(content.clone()), 0, EffectKind::Edit)),
-        (Mutation::Edit { .. } | Mutation::Delete { .. }, Current::Absent) => Err(missing()),
-        (Mutation::Delete { .. }, Current::File { .. }) => Ok((None, 0, EffectKind::Delete)),
-        (Mutation::Edit { old, new, all, .. }, Current::File { bytes, .. }) => {
-            let (content, n) = replace_exact(bytes, old.as_bytes(), new.as_bytes(), *all, shown)?;
-            Ok((Some(content), n, EffectKind::Edit))
+        (Change::Put { body, .. }, Current::Absent) => Ok((Some(body), 0, EffectKind::Create)),
+        (Change::Put { body, .. }, Current::File { .. }) => Ok((Some(body), 0, EffectKind::Edit)),
+        (Change::Edit { .. } | Change::Delete, Current::Absent) => Err(missing()),
+        (Change::Delete, Current::File { .. }) => Ok((None, 0, EffectKind::Delete)),
+        (Change::Edit { old, new, all }, Current::File { body, .. }) => {
+            let bytes = crate::fs::body::read_whole(body)?.unwrap_or_default();
+            let (content, n) = replace_exact(&bytes, old.as_bytes(), new.as_bytes(), all, shown)?;
+            Ok((Some(Body::Held(content)), n, EffectKind::Edit))
         }
     }
 }
@@ -238,7 +250,9 @@ fn preflight(
     if verdict.breach == Some(Breach::Store) {
         let needed = verdict.store_usage + bytes - store.settings().store_cap;
         if checkpoint::evict_expired(store, Some(needed), &|id| Session::round_of(store, id))?.evicted > 0 {
-            super::sweep_objects(store)?;
+            // Not waited for: this very mutation may hold the objects lock (content it
+            // kept from a stream); the space comes free at the next sweep then.
+            super::sweep_objects_if_free(store)?;
         }
         verdict = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, bytes);
     }
@@ -254,7 +268,7 @@ fn preflight(
 
 fn current_size(c: &Current) -> u64 {
     match c {
-        Current::File { bytes, .. } => bytes.len() as u64,
+        Current::File { body, .. } => body.size(),
         Current::Absent => 0,
     }
 }
@@ -268,18 +282,29 @@ fn current_size(c: &Current) -> u64 {
 /// committed as failed with what is really on disk; `unknown-outcome` if even that
 /// cannot be established.
 pub(crate) fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutcome> {
+    let (path, kind, change) = mutation.into_parts();
+    apply_change(ctx, &path, kind, change)
+}
+
+/// [`apply`] of a change to `path`, recorded as operation `kind`.
+pub(crate) fn apply_change(
+    ctx: Context<'_>,
+    path: &Path,
+    kind: OperationKind,
+    change: Change,
+) -> Result<MutationOutcome> {
     let store = ctx.store;
-    let rel = ctx.workspace.resolve(mutation.path(), ctx.cwd, store.protected_paths())?;
+    let rel = ctx.workspace.resolve(path, ctx.cwd, store.protected_paths())?;
     // turnback's own writers to this workspace take turns; anyone else is caught by the
     // compare-and-swap below.
     let _turn = crate::fs::lock::workspace(&store.locks_dir(), &ctx.workspace.id)?;
     let probe = open_existing_parent(ctx.workspace, &rel)?;
     let current = read_current(probe.as_ref())?;
     let shown = ctx.workspace.absolute(&rel);
-    let (content, replacements, effect) = plan(&mutation, &current, &shown)?;
+    let (content, replacements, effect) = plan(change, &current, &shown)?;
     failpoint::hit("resolved");
 
-    let bytes = current_size(&current) + content.as_ref().map_or(0, |c| c.len() as u64);
+    let bytes = current_size(&current) + content.as_ref().map_or(0, Body::size);
     let (protect, capacity) = preflight(store, &[&rel], bytes, ctx.confirm_unprotected)?;
     failpoint::hit("preflighted");
 
@@ -293,7 +318,7 @@ pub(crate) fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutc
     let request = StageRequest {
         cap_bytes: None,
         origin: origin(&ctx, &round),
-        kind: mutation.kind(),
+        kind,
         targets: vec![target],
         protect,
         owner: Some(owner),
@@ -301,11 +326,14 @@ pub(crate) fn apply(ctx: Context<'_>, mutation: Mutation) -> Result<MutationOutc
     };
     let staged = checkpoint::stage(store, request)?;
     failpoint::hit("staged");
-    let intended = content.as_ref().map(|c| hex(&store.keys().content_id(c)));
+    let intended = content.as_ref().map(|c| storage_body::id(store.keys(), c).map(|id| id.to_hex())).transpose()?;
     checkpoint::dispatch(store, &staged.checkpoint_id, &[intended])?;
     failpoint::hit("dispatched");
 
-    let written = write_checked(ctx, &rel, &staged.checkpoint_id, &current, content);
+    // The compare-and-swap's expectation: the pre-image's digest, as staged (no second
+    // pass over a large file).
+    let expected = staged.targets[0].pre_image.digest.clone();
+    let written = write_checked(ctx, &rel, &staged.checkpoint_id, (&current, expected.as_deref()), content);
     failpoint::hit("mutated");
     let (post, created_dirs, failure) = match written {
         Ok((post, created_dirs)) => (post, created_dirs, None),
@@ -344,16 +372,18 @@ fn write_checked(
     ctx: Context<'_>,
     rel: &RelPath,
     checkpoint_id: &str,
-    expected: &Current,
-    content: Option<Vec<u8>>,
+    (expected, expected_digest): (&Current, Option<&str>),
+    content: Option<Body>,
 ) -> Result<(Current, Vec<RelPath>)> {
     let temp = files::temp_name(rel, checkpoint_id);
-    let (expected_bytes, expected_identity) = match expected {
-        Current::File { bytes, identity } => (Some(bytes.as_slice()), Some(*identity)),
-        Current::Absent => (None, None),
+    let keys = ctx.store.keys();
+    let expected_identity = match expected {
+        Current::File { identity, .. } => Some(*identity),
+        Current::Absent => None,
     };
-    let matcher = |bytes: &[u8], identity: &FileIdentity| {
-        expected_bytes == Some(bytes) && expected_identity.is_some_and(|e| e.inode == identity.inode)
+    let matcher = |body: &Body, identity: &FileIdentity| {
+        expected_identity.is_some_and(|e| e.inode == identity.inode)
+            && expected_digest.is_some_and(|d| storage_body::id(keys, body).is_ok_and(|id| id.to_hex() == d))
     };
     let changed = || {
         Error::new(
@@ -366,11 +396,12 @@ fn write_checked(
     };
     let parent = files::open_parent(&ctx.workspace.root, rel, content.is_some())?;
     match content {
-        Some(bytes) => {
-            let expect = if expected_bytes.is_some() { Expect::File(&matcher) } else { Expect::Absent };
+        Some(body) => {
+            let expect = if expected_identity.is_some() { Expect::File(&matcher) } else { Expect::Absent };
             let mode = expected_identity.map(|i| i.mode);
-            match parent.swap_in(&temp, &bytes, mode, &expect)? {
-                (Swap::Done, Some(identity)) => Ok((Current::File { bytes, identity }, parent.created_dirs)),
+            let source = Pour { keys, kv: ctx.store.kv(), body: &body };
+            match parent.swap_in(&temp, &source, mode, &expect)? {
+                (Swap::Done, Some(identity)) => Ok((Current::File { body, identity }, parent.created_dirs)),
                 _ => Err(changed()),
             }
         }
@@ -552,6 +583,18 @@ pub struct FileText {
     pub content: String,
 }
 
+/// The report of a mutation done.
+fn report(done: MutationOutcome) -> MutationReport {
+    let record = &done.checkpoint;
+    let unprotected_scope = done.capacity.as_ref().map(|_| record.targets.iter().map(|t| t.path.display()).collect());
+    MutationReport {
+        checkpoint: CheckpointSummary::from(record),
+        replacements: done.replacements,
+        capacity: done.capacity,
+        unprotected_scope,
+    }
+}
+
 impl Turnback {
     pub(crate) fn mutation_context(&self, confirm_unprotected: bool) -> Result<(Context<'_>, PathBuf)> {
         let cwd = self.cwd()?;
@@ -578,15 +621,64 @@ impl Turnback {
     pub fn mutate(&self, mutation: Mutation, confirm_unprotected: bool) -> Result<MutationReport> {
         let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
         let done = apply(Context { cwd: &cwd, ..ctx }, mutation)?;
-        let record = &done.checkpoint;
-        let unprotected_scope =
-            done.capacity.as_ref().map(|_| record.targets.iter().map(|t| t.path.display()).collect());
-        Ok(MutationReport {
-            checkpoint: CheckpointSummary::from(record),
-            replacements: done.replacements,
-            capacity: done.capacity,
-            unprotected_scope,
-        })
+        Ok(report(done))
+    }
+
+    /// Creates (`create_only`: only where no file is) or overwrites the file at `path` with
+    /// what `input` yields, with a checkpoint around it as [`mutate`](Self::mutate) makes.
+    /// Memory stays bounded whatever the input's size: content over a few MiB is kept in
+    /// the store (encrypted, packed) as it is read, and written from there in pieces. Over
+    /// the checkpoint cap, the input is refused as soon as the count passes the cap,
+    /// keeping nothing — unless `confirm_unprotected`.
+    ///
+    /// # Errors
+    /// As [`mutate`](Self::mutate); `over-cap` for input over the cap.
+    pub fn write_from(
+        &self,
+        path: &Path,
+        create_only: bool,
+        input: &mut dyn std::io::Read,
+        confirm_unprotected: bool,
+    ) -> Result<MutationReport> {
+        let store = &self.store;
+        let cap = store.settings().checkpoint_cap;
+        let limit = if confirm_unprotected { u64::MAX } else { cap };
+        let over = || {
+            Error::new(
+                ErrorCode::OverCap,
+                format!(
+                    "the content on stdin is over the checkpoint cap ({cap} bytes); nothing was changed. \
+                     Rerun with --confirm-unprotected to write it without rollback protection"
+                ),
+            )
+        };
+        let mut head = Vec::new();
+        std::io::Read::take(&mut *input, HELD_MAX + 1)
+            .read_to_end(&mut head)
+            .map_err(|e| Error::new(ErrorCode::Io, format!("reading the input: {e}")).with_source(e))?;
+        // Held until the checkpoint that names the kept content is committed: `gc` keeps
+        // out of content no record names yet.
+        let mut objects = None;
+        let body = if head.len() as u64 <= HELD_MAX {
+            if head.len() as u64 > limit {
+                return Err(over());
+            }
+            Body::Held(head)
+        } else {
+            objects = Some(crate::fs::lock::objects(&store.locks_dir(), false)?);
+            let mut all = std::io::Cursor::new(head).chain(input);
+            let kept =
+                storage_body::keep_input(store.keys(), store.kv(), &mut all, limit).map_err(|e| match e.code {
+                    ErrorCode::OverCap => over(),
+                    _ => e,
+                })?;
+            Body::Stored { id: kept.id.0, size: kept.size }
+        };
+        let kind = if create_only { OperationKind::CreateFile } else { OperationKind::WriteFile };
+        let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
+        let done = apply_change(Context { cwd: &cwd, ..ctx }, path, kind, Change::Put { create_only, body })?;
+        drop(objects);
+        Ok(report(done))
     }
 
     /// Reads a UTF-8 text file of the workspace, never through a symlink.
@@ -597,7 +689,8 @@ impl Turnback {
         let rel = self.resolve(path)?;
         let parent = files::open_parent(&self.workspace()?.root, &rel, false)?;
         match parent.read()? {
-            Current::File { bytes, .. } => {
+            Current::File { body, .. } => {
+                let bytes = crate::fs::body::read_whole(&body)?.unwrap_or_default();
                 let content = String::from_utf8(bytes)
                     .map_err(|_| Error::invalid(format!("{}: not UTF-8 text", path.display())))?;
                 Ok(FileText { path: rel.display(), content })

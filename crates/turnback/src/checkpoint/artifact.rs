@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorCode, Result};
+use crate::storage::body::Kept;
 use crate::storage::content::{ContentClass, ContentId, OBJECT_SCHEMA};
 use crate::storage::keys::KeyRing;
 use crate::storage::kv::{KeyValueStore, Txn};
@@ -96,14 +97,33 @@ pub(crate) fn stage(
     bytes: &[u8],
 ) -> Result<ArtifactRecord> {
     let (id, class) = object::put(keys, txn, bytes)?;
+    stage_kept(txn, checkpoint_id, role, target, Kept { id, size: bytes.len() as u64, class })
+}
+
+/// Records content the store holds already (`kept`: packed as it was read, or stored for
+/// another record) as a staged artifact of `checkpoint_id` inside `txn`.
+///
+/// # Errors
+/// `corrupt` if the store no longer holds it (read inside `txn`, so `gc` cannot have taken
+/// it since).
+pub(crate) fn stage_kept(
+    txn: &mut dyn Txn,
+    checkpoint_id: &str,
+    role: ImageRole,
+    target: u32,
+    kept: Kept,
+) -> Result<ArtifactRecord> {
+    if !object::exists_in(txn, &kept.id)? {
+        return Err(Error::corrupt(format!("content {}", kept.id.to_hex()), "not in the store"));
+    }
     let record = ArtifactRecord {
         artifact_id: uuid::Uuid::now_v7().to_string(),
         checkpoint_id: checkpoint_id.to_string(),
         role,
         target,
-        digest: id.to_hex(),
-        size: bytes.len() as u64,
-        content_class: class,
+        digest: kept.id.to_hex(),
+        size: kept.size,
+        content_class: kept.class,
         schema_version: OBJECT_SCHEMA,
         state: ArtifactState::Staged,
     };

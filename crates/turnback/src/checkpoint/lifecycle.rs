@@ -14,8 +14,11 @@ use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::retention::{self};
 use crate::checkpoint::*;
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::body::Body;
 use crate::fs::files::{self, Current, FileIdentity};
+use crate::fs::lock;
 use crate::fs::relpath::RelPath;
+use crate::storage::body::{self as storage_body, Kept};
 use crate::storage::content::ContentClass;
 use crate::storage::digest;
 use crate::storage::kv::Txn;
@@ -29,6 +32,7 @@ struct ImageSink<'a> {
     artifact_ids: &'a mut Vec<String>,
 }
 
+/// `read` is what [`read_large`] found of a body that is not held.
 fn image_from(
     store: &Store,
     txn: &mut dyn Txn,
@@ -36,27 +40,66 @@ fn image_from(
     role: ImageRole,
     index: u32,
     current: &Current,
+    read: Option<Kept>,
 ) -> Result<ImageRecord> {
     match current {
         Current::Absent => Ok(ImageRecord::absent()),
-        Current::File { bytes, identity } => {
-            let (digest, class, artifact_id) = if sink.protect {
-                let a = artifact::stage(store.keys(), txn, sink.checkpoint_id, role, index, bytes)?;
-                sink.artifact_ids.push(a.artifact_id.clone());
-                (a.digest, a.content_class, Some(a.artifact_id))
-            } else {
-                (crate::base::hex::hex(&store.keys().content_id(bytes)), ContentClass::of(bytes), None)
+        Current::File { body, identity } => {
+            let (digest, class, artifact_id) = match (sink.protect, read, body) {
+                (true, Some(kept), _) => {
+                    let a = artifact::stage_kept(txn, sink.checkpoint_id, role, index, kept)?;
+                    sink.artifact_ids.push(a.artifact_id.clone());
+                    (a.digest, a.content_class, Some(a.artifact_id))
+                }
+                (true, None, Body::Held(bytes)) => {
+                    let a = artifact::stage(store.keys(), txn, sink.checkpoint_id, role, index, bytes)?;
+                    sink.artifact_ids.push(a.artifact_id.clone());
+                    (a.digest, a.content_class, Some(a.artifact_id))
+                }
+                (false, Some(kept), _) => (kept.id.to_hex(), kept.class, None),
+                (false, None, Body::Held(bytes)) => {
+                    (crate::base::hex::hex(&store.keys().content_id(bytes)), ContentClass::of(bytes), None)
+                }
+                (_, None, _) => return Err(Error::invalid("a large image was not read before its transaction")),
             };
             Ok(ImageRecord {
                 present: true,
                 digest: Some(digest),
-                size: bytes.len() as u64,
+                size: body.size(),
                 content_class: Some(class),
                 artifact_id,
                 identity: Some(*identity),
             })
         }
     }
+}
+
+/// Reads each image in `currents` whose body is not held, before the transaction that
+/// records them: kept in the store (packed as it is read) when `protect`, else read for its
+/// id and class alone. The objects lock, taken shared when anything is kept, keeps `gc`
+/// from sweeping it until the caller's transaction names it; hold it until then.
+fn read_large<'a>(
+    store: &Store,
+    currents: impl Iterator<Item = &'a Current>,
+    protect: bool,
+) -> Result<(Vec<Option<Kept>>, Option<lock::NamedLock>)> {
+    let mut guard = None;
+    let mut out = Vec::new();
+    for current in currents {
+        out.push(match current {
+            Current::File { body, .. } if body.held().is_none() => Some(if protect {
+                if guard.is_none() {
+                    guard = Some(lock::objects(&store.locks_dir(), false)?);
+                }
+                storage_body::keep(store.keys(), store.kv(), body)?
+            } else {
+                let id = storage_body::id(store.keys(), body)?;
+                Kept { id, size: body.size(), class: storage_body::class(store.kv(), body)? }
+            }),
+            _ => None,
+        });
+    }
+    Ok((out, guard))
 }
 
 /// Stages a checkpoint: record, pre-images, indexes and usage in one transaction.
@@ -66,12 +109,13 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
     let operation_id = uuid::Uuid::now_v7().to_string();
     let now = format_ms(now_ms());
     let external = req.owner.is_none();
+    let (large, _objects) = read_large(store, req.targets.iter().map(|t| &t.current), req.protect)?;
     let mut txn = store.kv().begin()?;
     let mut artifact_ids = Vec::new();
     let mut targets = Vec::with_capacity(req.targets.len());
     let mut sink = ImageSink { checkpoint_id: &checkpoint_id, protect: req.protect, artifact_ids: &mut artifact_ids };
     for (i, t) in req.targets.iter().enumerate() {
-        let pre = image_from(store, &mut *txn, &mut sink, ImageRole::Pre, i as u32, &t.current)?;
+        let pre = image_from(store, &mut *txn, &mut sink, ImageRole::Pre, i as u32, &t.current, large[i])?;
         targets.push(TargetRecord {
             path: t.path.clone(),
             effect: t.effect,
@@ -245,6 +289,22 @@ pub(crate) fn commit_with(
     posts: Vec<PostState>,
     mode: CommitMode,
 ) -> Result<CheckpointRecord> {
+    let post_size = |posts: &[PostState]| -> u64 {
+        posts
+            .iter()
+            .map(|p| match &p.current {
+                Current::File { body, .. } => body.size(),
+                Current::Absent => 0,
+            })
+            .sum()
+    };
+    // Large post-images are read before the transaction, and kept only if they will be
+    // protected as things stand now (the transaction decides again, below).
+    let keep_large = load(store, checkpoint_id).is_ok_and(|r| {
+        r.coverage_state != CoverageState::Unprotected
+            && fits_post(store, &r, post_size(&posts), usage(store).unwrap_or(u64::MAX))
+    });
+    let (large, _objects) = read_large(store, posts.iter().map(|p| &p.current), keep_large)?;
     let mut txn = store.kv().begin()?;
     let mut record = load_in(store, &mut *txn, checkpoint_id)?;
     let expected = match mode {
@@ -269,23 +329,16 @@ pub(crate) fn commit_with(
     }
     let now = format_ms(now_ms());
     let protect_pre = record.coverage_state != CoverageState::Unprotected;
-    let post_bytes: u64 = posts
-        .iter()
-        .map(|p| match &p.current {
-            Current::File { bytes, .. } => bytes.len() as u64,
-            Current::Absent => 0,
-        })
-        .sum();
-    let total = record.artifact_bytes() + post_bytes;
+    let post_bytes = post_size(&posts);
     // The post-image joins the checkpoint's bytes; if that would break a cap now, keep
-    // the digests (so rollback can still tell what changed) but not the bytes.
-    let room = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, post_bytes).fits()
-        && total <= store.settings().checkpoint_cap;
-    let protect_post = protect_pre && room;
+    // the digests (so rollback can still tell what changed) but not the bytes. A large one
+    // not kept above (no room then) stays unkept even if room was made since.
+    let room = fits_post(store, &record, post_bytes, usage_in(&mut *txn)?);
+    let protect_post = protect_pre && room && (keep_large || large.iter().all(Option::is_none));
     let mut artifact_ids = std::mem::take(&mut record.artifact_ids);
     let mut sink = ImageSink { checkpoint_id, protect: protect_post, artifact_ids: &mut artifact_ids };
     for (i, post) in posts.into_iter().enumerate() {
-        let mut image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current)?;
+        let mut image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current, large[i])?;
         if !post.identity_known {
             image.identity = None;
         }
@@ -328,13 +381,19 @@ pub(crate) fn commit_with(
     Ok(record)
 }
 
+/// Whether post-images of `post_bytes` fit beside `record`'s images at store usage `usage`.
+fn fits_post(store: &Store, record: &CheckpointRecord, post_bytes: u64, usage: u64) -> bool {
+    retention::evaluate_capacity(store.settings(), usage, post_bytes).fits()
+        && record.artifact_bytes() + post_bytes <= store.settings().checkpoint_cap
+}
+
 /// One path a write-back operation (rollback, resolution, rewind) is about to change:
 /// what is there now (its real bytes) and what it will hold (`None`: removed).
 #[derive(Debug, Clone)]
 pub(crate) struct PlannedWrite {
     pub path: RelPath,
     pub current: Current,
-    pub intended: Option<Vec<u8>>,
+    pub intended: Option<Body>,
 }
 
 /// Commits the checkpoint of a write-back operation before anything is written: the real
@@ -377,7 +436,7 @@ pub(crate) fn record_before_writes(
         };
         posts.push(PostState {
             current: match w.intended {
-                Some(bytes) => Current::File { bytes, identity: unknown },
+                Some(body) => Current::File { body, identity: unknown },
                 None => Current::Absent,
             },
             created_dirs: Vec::new(),

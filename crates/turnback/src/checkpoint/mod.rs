@@ -37,7 +37,7 @@ pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, finish_written, over_cap_error, record_before_writes, stage,
 };
 pub use query::Unreadable;
-pub(crate) use query::{ListFilter, all_ids, by_operation, cross_check, get, list, load, read_image};
+pub(crate) use query::{ListFilter, all_ids, by_operation, cross_check, get, image_body, list, load, read_image};
 pub use reconcile::{ReconcileReport, ReconciledCheckpoint};
 pub(crate) use reconcile::{own_temp, reconcile};
 
@@ -481,7 +481,7 @@ mod tests {
     }
 
     fn stage_one(f: &Fixture, owner: Option<String>) -> CheckpointRecord {
-        let current = Current::File { bytes: b"before".to_vec(), identity: identity() };
+        let current = Current::File { body: crate::fs::body::Body::Held(b"before".to_vec()), identity: identity() };
         let target = PreparedTarget {
             path: RelPath::new("a.txt").unwrap(),
             effect: EffectKind::Edit,
@@ -511,7 +511,7 @@ mod tests {
 
     fn post(bytes: &[u8]) -> Vec<PostState> {
         vec![PostState {
-            current: Current::File { bytes: bytes.to_vec(), identity: identity() },
+            current: Current::File { body: crate::fs::body::Body::Held(bytes.to_vec()), identity: identity() },
             created_dirs: vec![],
             identity_known: true,
         }]

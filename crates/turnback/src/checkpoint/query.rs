@@ -7,6 +7,7 @@ use crate::checkpoint::artifact::{self, ContentMetadata, Expected, ImageRole};
 use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::body::{Body, HELD_MAX};
 use crate::storage::schema;
 use crate::storage::store::Store;
 
@@ -100,6 +101,51 @@ pub(crate) fn read_image(
     let digest = image.digest.as_deref().ok_or_else(|| Error::corrupt("checkpoint", "image without digest"))?;
     let expected = Expected { checkpoint_id: &record.checkpoint_id, digest, size: image.size };
     artifact::read(store.keys(), store.kv(), artifact_id, expected).map(Some)
+}
+
+/// One image of a verified checkpoint as a [`Body`] (`None`: the file was absent): read,
+/// verified and held if it is small, else checked against its artifact record and the
+/// object's header and named by its id (its bytes verify as they are poured).
+///
+/// # Errors
+/// As [`read_image`].
+pub(crate) fn image_body(
+    store: &Store,
+    record: &CheckpointRecord,
+    target: usize,
+    role: ImageRole,
+) -> Result<Option<Body>> {
+    let size = record
+        .targets
+        .get(target)
+        .and_then(|t| match role {
+            ImageRole::Pre => Some(&t.pre_image),
+            ImageRole::Post => t.post_image.as_ref(),
+        })
+        .map_or(0, |i| i.size);
+    if size <= HELD_MAX {
+        return Ok(read_image(store, record, target, role)?.map(|(_, bytes)| Body::Held(bytes)));
+    }
+    verify_usable(record)?;
+    let t = &record.targets[target];
+    let image = match role {
+        ImageRole::Pre => &t.pre_image,
+        ImageRole::Post => t.post_image.as_ref().expect("sized above"),
+    };
+    if !image.present {
+        return Ok(None);
+    }
+    if record.retention_state == RetentionState::Evicted {
+        return Err(Error::not_found(format!("content of checkpoint {} (evicted)", record.checkpoint_id)));
+    }
+    let artifact_id = image
+        .artifact_id
+        .as_deref()
+        .ok_or_else(|| Error::not_found(format!("content of {} (not protected: over a cap)", t.path.display())))?;
+    let digest = image.digest.as_deref().ok_or_else(|| Error::corrupt("checkpoint", "image without digest"))?;
+    let expected = Expected { checkpoint_id: &record.checkpoint_id, digest, size: image.size };
+    let (meta, id) = artifact::check(store.kv(), artifact_id, expected)?;
+    Ok(Some(Body::Stored { id: id.0, size: meta.size }))
 }
 
 /// Which checkpoints to list.

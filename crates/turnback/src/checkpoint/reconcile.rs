@@ -15,12 +15,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::base::hex::hex;
 use crate::base::time::{format_ms, now_ms};
 use crate::checkpoint::artifact::ImageRole;
 use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::*;
 use crate::error::{ErrorCode, Result};
+use crate::fs::body::{Body, Source};
 use crate::fs::files::{self, Current, TempPhase};
 use crate::fs::lock;
 use crate::fs::relpath::RelPath;
@@ -242,7 +242,7 @@ fn settle(
 ) {
     let found = match parent.read_sibling(temp) {
         Ok(Current::Absent) => return,
-        Ok(Current::File { bytes, .. }) => compare(store, record, index, &bytes),
+        Ok(Current::File { body, .. }) => compare(store, record, index, &body),
         Err(_) => Found::Unreadable,
     };
     match temp_verdict(phase, found) {
@@ -263,10 +263,12 @@ fn settle(
 
 const RECOVERED: &str = ".turnback-recovered";
 
-/// What `bytes`, found in a temporary file of `record`'s target `index`, are to it.
-fn compare(store: &Store, record: &CheckpointRecord, index: usize, bytes: &[u8]) -> Found {
+/// What `body`, found in a temporary file of `record`'s target `index`, is to it.
+fn compare(store: &Store, record: &CheckpointRecord, index: usize, body: &Body) -> Found {
     let t = &record.targets[index];
-    let digest = hex(&store.keys().content_id(bytes));
+    let Ok(digest) = crate::storage::body::id(store.keys(), body).map(|id| id.to_hex()) else {
+        return Found::Unreadable;
+    };
     let known = [
         t.pre_image.digest.as_deref(),
         t.intended_digest.as_deref(),
@@ -280,13 +282,45 @@ fn compare(store: &Store, record: &CheckpointRecord, index: usize, bytes: &[u8])
     // digest is the intended one). A write of them cut short holds a prefix of them.
     let post_digest = t.post_image.as_ref().and_then(|p| p.digest.as_deref());
     let post_is_intended = t.intended_digest.as_deref().is_none_or(|d| Some(d) == post_digest);
-    if post_is_intended
-        && let Ok(Some((_, full))) = read_image(store, record, index, ImageRole::Post)
-        && full.starts_with(bytes)
-    {
+    if post_is_intended && is_prefix_of_post(store, record, index, body) {
         return Found::PrefixOfIntended;
     }
     Found::Other
+}
+
+/// Whether `body` is a prefix of target `index`'s post-image: the post-image is poured
+/// piece by piece and the found file read alongside (neither is held whole); the pour is
+/// cut short once the found file's length is reached.
+fn is_prefix_of_post(store: &Store, record: &CheckpointRecord, index: usize, body: &Body) -> bool {
+    let Ok(Some(post)) = super::image_body(store, record, index, ImageRole::Post) else { return false };
+    let len = body.size();
+    if len > post.size() {
+        return false;
+    }
+    let (mut at, mut same, mut found) = (0u64, true, Vec::new());
+    let expected = crate::storage::body::Pour { keys: store.keys(), kv: store.kv(), body: &post };
+    let _ = expected.pour(&mut |piece| {
+        let want = (len - at).min(piece.len() as u64) as usize;
+        same = read_range(body, at, want, &mut found).is_ok() && found[..] == piece[..want];
+        at += want as u64;
+        if same && at < len { Ok(()) } else { Err(crate::error::Error::invalid("compared")) }
+    });
+    same && at == len
+}
+
+/// Reads `len` bytes of `body` from offset `at` into `out` (replacing what it held).
+fn read_range(body: &Body, at: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+    out.resize(len, 0);
+    match body {
+        Body::Held(bytes) => {
+            let from = usize::try_from(at).unwrap_or(usize::MAX);
+            let slice = bytes.get(from..from.saturating_add(len)).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+            out.copy_from_slice(slice);
+            Ok(())
+        }
+        Body::Open { file, .. } => std::os::unix::fs::FileExt::read_exact_at(&**file, out, at),
+        Body::Stored { .. } => Err(std::io::ErrorKind::Unsupported.into()),
+    }
 }
 
 /// The checkpoint id a temporary name ([`files::temp_name`]) carries, hyphenated as ids

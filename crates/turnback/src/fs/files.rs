@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::base::failpoint;
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
+use crate::fs::body::{Body, HELD_MAX, Source};
 use crate::fs::relpath::RelPath;
 
 /// The identity and shape of a file at one moment.
@@ -77,14 +78,14 @@ impl FileIdentity {
 }
 
 /// What is at a path right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Current {
     /// Nothing.
     Absent,
-    /// A regular file with these bytes.
+    /// A regular file with this content.
     File {
-        /// Its content.
-        bytes: Vec<u8>,
+        /// Its content (held only when small: [`Body`]).
+        body: Body,
         /// Its identity.
         identity: FileIdentity,
     },
@@ -151,7 +152,7 @@ fn clear_dirs(dir: impl AsFd, name: &OsStr, depth: usize) -> bool {
 }
 
 /// A check of the bytes and identity of a file found at a target.
-pub(crate) type Matcher<'a> = dyn Fn(&[u8], &FileIdentity) -> bool + 'a;
+pub(crate) type Matcher<'a> = dyn Fn(&Body, &FileIdentity) -> bool + 'a;
 
 /// What a compare-and-swap expects at the target.
 pub(crate) enum Expect<'a> {
@@ -180,14 +181,14 @@ pub(crate) enum Swap {
 }
 
 /// What is at a path, for analysis: never fails on a symlink or a non-file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Observed {
     /// Nothing.
     Absent,
     /// A regular file.
     File {
         /// Its content.
-        bytes: Vec<u8>,
+        body: Body,
         /// Its identity.
         identity: FileIdentity,
     },
@@ -280,7 +281,7 @@ impl Parent {
             },
         }
         match self.read() {
-            Ok(Current::File { bytes, identity }) => Ok(Observed::File { bytes, identity }),
+            Ok(Current::File { body, identity }) => Ok(Observed::File { body, identity }),
             Ok(Current::Absent) => Ok(Observed::Absent),
             Err(e) if e.code == ErrorCode::PathRejected => Ok(Observed::Symlink),
             Err(e) if e.code == ErrorCode::Inaccessible => Ok(Observed::Unreadable),
@@ -358,7 +359,7 @@ impl Parent {
     pub(crate) fn swap_in(
         &self,
         temp: &OsStr,
-        bytes: &[u8],
+        bytes: &dyn Source,
         mode: Option<u32>,
         expect: &Expect<'_>,
     ) -> Result<(Swap, Option<FileIdentity>)> {
@@ -396,7 +397,7 @@ impl Parent {
     /// one sync of the file system ([`FileSystem::sync`]) makes them durable together.
     /// [`Parent::seal_staged`] then gives the file the name `temp`;
     /// [`Parent::discard_staged`] removes it. On error nothing is left.
-    pub(crate) fn stage(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<()> {
+    pub(crate) fn stage(&self, temp: &OsStr, bytes: &dyn Source, mode: Option<u32>) -> Result<()> {
         self.write_new(&writing_name(temp), bytes, mode, false).map(drop)
     }
 
@@ -463,8 +464,7 @@ impl Parent {
                         failpoint::hit("write-renamed");
                         // `temp` now names the displaced file.
                         let displaced = self.read_name(temp);
-                        let ok =
-                            matches!(&displaced, Ok(Current::File { bytes, identity }) if matches(bytes, identity));
+                        let ok = matches!(&displaced, Ok(Current::File { body, identity }) if matches(body, identity));
                         if ok {
                             Ok(Swap::Done)
                         } else {
@@ -495,7 +495,7 @@ impl Parent {
                     Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
                         // No RENAME_EXCHANGE here: check, then rename (a narrower window).
                         match self.read() {
-                            Ok(Current::File { bytes, identity }) if matches(&bytes, &identity) => {
+                            Ok(Current::File { body, identity }) if matches(&body, &identity) => {
                                 rustix::fs::renameat(&self.fd, temp, &self.fd, &self.name)
                                     .context(&self.shown)
                                     .map(|()| Swap::Done)
@@ -535,7 +535,7 @@ impl Parent {
         }
         failpoint::hit("remove-moved-aside");
         let moved = self.read_name(temp);
-        let result = if matches!(&moved, Ok(Current::File { bytes, identity }) if matches(bytes, identity)) {
+        let result = if matches!(&moved, Ok(Current::File { body, identity }) if matches(body, identity)) {
             rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty()).context(&self.shown)?;
             failpoint::hit("remove-unlinked");
             Swap::Done
@@ -565,7 +565,7 @@ impl Parent {
     /// complete file to `temp` itself (see [`TempPhase`]). Owner-only until it has the old
     /// file's mode, so a private file's new content is never briefly readable by others; a
     /// new file gets the usual 0666 less the umask. On any error nothing it made is left.
-    fn write_temp(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<File> {
+    fn write_temp(&self, temp: &OsStr, bytes: &dyn Source, mode: Option<u32>) -> Result<File> {
         let writing = writing_name(temp);
         let _ = rustix::fs::unlinkat(&self.fd, temp, AtFlags::empty());
         let file = self.write_new(&writing, bytes, mode, true)?;
@@ -579,7 +579,7 @@ impl Parent {
     /// Creates `name` (replacing a stale one) with `bytes` and, with `sync`, syncs it;
     /// removes it again if anything fails, so a failed write (a full disk, say) leaves
     /// nothing behind.
-    fn write_new(&self, name: &OsStr, bytes: &[u8], mode: Option<u32>, sync: bool) -> Result<File> {
+    fn write_new(&self, name: &OsStr, bytes: &dyn Source, mode: Option<u32>, sync: bool) -> Result<File> {
         let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let create_mode = Mode::from_raw_mode(if mode.is_some() { 0o600 } else { 0o666 });
         let fd = match rustix::fs::openat(&self.fd, name, flags, create_mode) {
@@ -593,7 +593,7 @@ impl Parent {
         .context(&self.shown)?;
         let mut file = File::from(fd);
         let written = (|| {
-            write_in_steps(&mut file, bytes).context(&self.shown)?;
+            write_in_steps(&mut file, bytes, &self.shown)?;
             if let Some(mode) = mode {
                 rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777)).context(&self.shown)?;
             }
@@ -626,10 +626,17 @@ impl Parent {
             return Err(Error::new(ErrorCode::PathRejected, format!("{}: not a regular file", self.shown.display())));
         }
         let mut file = File::from(fd);
-        let mut bytes = Vec::with_capacity(st.st_size as usize);
+        let size = st.st_size as u64;
+        if size > HELD_MAX {
+            return Ok(Current::File {
+                body: Body::Open { file: Arc::new(file), size },
+                identity: FileIdentity::of(&st),
+            });
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
         file.read_to_end(&mut bytes).context(&self.shown)?;
         let st = rustix::fs::fstat(file.as_fd()).context(&self.shown)?;
-        Ok(Current::File { bytes, identity: FileIdentity::of(&st) })
+        Ok(Current::File { body: Body::Held(bytes), identity: FileIdentity::of(&st) })
     }
 
     /// Atomically replaces (or creates) the target with `bytes`; `mode` keeps the old
@@ -637,7 +644,7 @@ impl Parent {
     /// `temp` is the temporary name to use (see [`temp_name`]).
     /// Nothing displaces anything here, so the file is written under the writing name and
     /// renamed straight over the target.
-    pub(crate) fn replace(&self, temp: &OsStr, bytes: &[u8], mode: Option<u32>) -> Result<FileIdentity> {
+    pub(crate) fn replace(&self, temp: &OsStr, bytes: &dyn Source, mode: Option<u32>) -> Result<FileIdentity> {
         let writing = writing_name(temp);
         let file = self.write_new(&writing, bytes, mode, true)?;
         failpoint::hit("write-temp-synced");
@@ -812,17 +819,21 @@ pub(crate) fn temp_phase(name: &[u8]) -> Option<TempPhase> {
     (name.starts_with(b".") && base.len() > 1 && is_id).then_some(phase)
 }
 
-/// Writes `bytes` in steps of a few MiB (a crash test can stop a large write in the middle,
-/// at the failpoint `write-temp-partial`, after the first step).
-fn write_in_steps(file: &mut File, bytes: &[u8]) -> std::io::Result<()> {
-    const STEP: usize = 4 << 20;
-    for (i, chunk) in bytes.chunks(STEP).enumerate() {
-        file.write_all(chunk)?;
-        if i == 0 && bytes.len() > STEP {
+/// Writes what `bytes` pours, piece by piece (a crash test can stop a large write in the
+/// middle, at the failpoint `write-temp-partial`, once the first few MiB are written and
+/// more is coming).
+fn write_in_steps(file: &mut File, bytes: &dyn Source, shown: &Path) -> Result<()> {
+    const STEP: u64 = 4 << 20;
+    let (mut written, mut stopped_once) = (0u64, false);
+    bytes.pour(&mut |piece| {
+        if written >= STEP && !stopped_once && !piece.is_empty() {
+            stopped_once = true;
             failpoint::hit("write-temp-partial");
         }
-    }
-    Ok(())
+        file.write_all(piece).context(shown)?;
+        written += piece.len() as u64;
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -839,7 +850,7 @@ mod tests {
         let rel = RelPath::new("run.sh").unwrap();
         let parent = open_parent(dir.path(), &rel, false).unwrap();
         let Current::File { identity, .. } = parent.read().unwrap() else { panic!() };
-        parent.replace(&temp_name(&rel, "c-1"), b"new", Some(identity.mode)).unwrap();
+        parent.replace(&temp_name(&rel, "c-1"), &&b"new"[..], Some(identity.mode)).unwrap();
         assert_eq!(std::fs::read(&f).unwrap(), b"new");
         assert_eq!(std::fs::metadata(&f).unwrap().permissions().mode() & 0o7777, 0o751);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -851,8 +862,8 @@ mod tests {
         let (free, taken) = (RelPath::new("free.txt").unwrap(), RelPath::new("taken.txt").unwrap());
         let free_parent = open_parent(dir.path(), &free, false).unwrap();
         let taken_parent = open_parent(dir.path(), &taken, false).unwrap();
-        free_parent.stage(&temp_name(&free, "c-1"), b"restored", Some(0o640)).unwrap();
-        taken_parent.stage(&temp_name(&taken, "c-1"), b"restored", None).unwrap();
+        free_parent.stage(&temp_name(&free, "c-1"), &&b"restored"[..], Some(0o640)).unwrap();
+        taken_parent.stage(&temp_name(&taken, "c-1"), &&b"restored"[..], None).unwrap();
         // Someone writes the second path after the plan saw it absent.
         std::fs::write(dir.path().join("taken.txt"), "theirs").unwrap();
         assert_eq!(free_parent.create_staged(&temp_name(&free, "c-1")).unwrap(), Swap::Done);
@@ -893,7 +904,7 @@ mod tests {
         std::fs::write(dir.path().join("a.txt"), "old").unwrap();
         let rel = RelPath::new("a.txt").unwrap();
         let parent = open_parent(dir.path(), &rel, false).unwrap();
-        let accept = |bytes: &[u8], _: &FileIdentity| bytes == b"old";
+        let accept = |body: &Body, _: &FileIdentity| body.held() == Some(&b"old"[..]);
         let big = vec![b'x'; 9 << 20];
         let (swap, _) = parent.swap_in(&temp_name(&rel, "c-1"), &big, None, &Expect::File(&accept)).unwrap();
         assert_eq!(swap, Swap::Done);
@@ -945,7 +956,7 @@ mod tests {
         let parent = open_parent(dir.path(), &RelPath::new("a/b/c.txt").unwrap(), true).unwrap();
         let created: Vec<String> = parent.created_dirs.iter().map(|p| p.display()).collect();
         assert_eq!(created, ["a", "a/b"]);
-        assert_eq!(parent.read().unwrap(), Current::Absent);
+        assert!(matches!(parent.read().unwrap(), Current::Absent));
     }
 
     #[test]

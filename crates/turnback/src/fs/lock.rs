@@ -110,6 +110,12 @@ pub(crate) fn objects(dir: &Path, exclusive: bool) -> Result<NamedLock> {
     if exclusive { NamedLock::exclusive(dir, "objects") } else { NamedLock::shared(dir, "objects") }
 }
 
+/// The objects lock taken exclusively if nobody holds it (`None`: a writer does — which
+/// may be this very process, so waiting could never end).
+pub(crate) fn try_objects_exclusive(dir: &Path) -> Result<Option<NamedLock>> {
+    NamedLock::try_exclusive(dir, "objects")
+}
+
 /// Whether the process that recorded `owner` in `dir` is still alive.
 pub(crate) fn owner_alive(dir: &Path, owner: &str) -> Result<bool> {
     if owner.is_empty() || !owner.bytes().all(|b| b.is_ascii_alphanumeric()) {

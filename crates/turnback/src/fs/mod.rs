@@ -2,6 +2,7 @@
 //! writes, open-handle detection, liveness locks, and the workspace walk with its
 //! unconditional exclusions. It knows nothing of the store.
 
+pub(crate) mod body;
 pub(crate) mod files;
 pub(crate) mod handles;
 pub(crate) mod lock;

@@ -41,7 +41,21 @@ pub(crate) struct Swept {
 /// Removes what snapshots stored ahead and nothing names (`roots.sweep_stored_ahead`),
 /// every object that `roots` do not keep alive, then repacks sparse blocks.
 pub(crate) fn sweep(store: &Store, roots: &LiveRoots<'_>) -> Result<Swept> {
-    let _exclusive = lock::objects(&store.locks_dir(), true)?;
+    let exclusive = lock::objects(&store.locks_dir(), true)?;
+    sweep_locked(store, roots, exclusive)
+}
+
+/// [`sweep`] if no writer holds the objects lock now; `None` (nothing swept) if one does
+/// (a sweep on the way of a mutation that keeps content it has not recorded yet waits for
+/// the next one instead).
+pub(crate) fn sweep_if_free(store: &Store, roots: &LiveRoots<'_>) -> Result<Option<Swept>> {
+    match lock::try_objects_exclusive(&store.locks_dir())? {
+        Some(exclusive) => sweep_locked(store, roots, exclusive).map(Some),
+        None => Ok(None),
+    }
+}
+
+fn sweep_locked(store: &Store, roots: &LiveRoots<'_>, _exclusive: lock::NamedLock) -> Result<Swept> {
     (roots.sweep_stored_ahead)()?;
     let mut live = (roots.reached)()?;
     let mut txn = store.kv().begin()?;

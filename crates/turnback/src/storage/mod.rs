@@ -2,6 +2,7 @@
 //! keys, content-addressed objects and packs, sealed records, settings, and the store that
 //! holds them. No domain words: it does not know what a checkpoint or a turn is.
 
+pub(crate) mod body;
 pub(crate) mod content;
 pub(crate) mod crypto;
 pub(crate) mod digest;

@@ -109,6 +109,11 @@ pub(crate) fn exists(kv: &dyn KeyValueStore, id: &ContentId) -> Result<bool> {
     Ok(kv.contains(schema::OBJECTS, &id.0)? || pack::contains(kv, id)?)
 }
 
+/// Whether the object `id` is stored, on its own or packed, read inside `txn`.
+pub(crate) fn exists_in(txn: &mut dyn Txn, id: &ContentId) -> Result<bool> {
+    Ok(txn.get(schema::OBJECTS, &id.0)?.is_some() || pack::contains_in(txn, id)?)
+}
+
 /// Which of `ids` are stored, on their own or packed (one read of each namespace).
 pub(crate) fn exist_each(kv: &dyn KeyValueStore, ids: &[ContentId]) -> Result<Vec<bool>> {
     let keys: Vec<&[u8]> = ids.iter().map(|id| id.0.as_slice()).collect();

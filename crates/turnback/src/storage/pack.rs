@@ -191,6 +191,40 @@ impl Streamed {
         Ok(SealedPack { blocks, entries: vec![(id, entry)], discard: Vec::new() })
     }
 
+    /// Hands the object's bytes so far to `out`, in order, piece by piece: from the blocks
+    /// still in memory, or read back (decrypted and authenticated) from those stored.
+    /// One block's plaintext is held at a time.
+    ///
+    /// # Errors
+    /// `corrupt` if a stored block is missing or does not authenticate; whatever `out`
+    /// returns.
+    pub(crate) fn replay(
+        &self,
+        keys: &KeyRing,
+        kv: &dyn KeyValueStore,
+        out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut read: Option<(BlockId, Vec<u8>)> = None;
+        for p in &self.pieces {
+            let held = self.full.iter().chain(self.open.as_ref()).find(|(id, _)| *id == p.block);
+            let plain = match held {
+                Some((_, plain)) => plain.as_slice(),
+                None => {
+                    if read.as_ref().is_none_or(|(id, _)| *id != p.block) {
+                        let value = kv
+                            .get(schema::BLOCKS, &p.block)?
+                            .ok_or_else(|| Error::corrupt("packed object", MISSING_BLOCK))?;
+                        read = Some((p.block, decode_block(keys, &p.block, &value)?));
+                    }
+                    read.as_ref().map(|(_, plain)| plain.as_slice()).unwrap_or_default()
+                }
+            };
+            let (start, end) = (p.offset as usize, p.offset as usize + p.len as usize);
+            out(plain.get(start..end).ok_or_else(|| Error::corrupt("packed object", "piece outside its block"))?)?;
+        }
+        Ok(())
+    }
+
     /// A pack that deletes every block of the object sealed so far (it is abandoned).
     pub(crate) fn abandon(self) -> SealedPack {
         let unsealed: HashSet<BlockId> = self.full.iter().map(|b| b.0).chain(self.open.as_ref().map(|b| b.0)).collect();

@@ -37,12 +37,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rayon::prelude::*;
 
 use crate::base::failpoint;
-use crate::base::hex::hex;
 use crate::error::{Error, ErrorCode, Result};
+use crate::fs::body::Body;
 use crate::fs::files::Current;
 use crate::fs::files::{self, Expect, FileIdentity, FileSystem, Parent, Swap};
 use crate::fs::relpath::RelPath;
+use crate::storage::body::{self as storage_body, Pour};
 use crate::storage::keys::KeyRing;
+use crate::storage::kv::KeyValueStore;
 
 /// Files written before one sync of the file system, at most.
 const CHUNK_FILES: usize = 1024;
@@ -65,10 +67,10 @@ pub(crate) enum Expected {
 }
 
 /// What a path is to hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Intended {
-    /// A file with these bytes and permission bits.
-    File { bytes: Vec<u8>, mode: Option<u32> },
+    /// A file with this content and these permission bits.
+    File { body: Body, mode: Option<u32> },
     /// Nothing.
     Absent,
 }
@@ -100,13 +102,14 @@ pub(crate) type Outcome = Option<Result<Swap>>;
 /// `io` if the file system cannot be synced (the writes made are then not all durable).
 pub(crate) fn write_all(
     keys: &KeyRing,
+    kv: &dyn KeyValueStore,
     root: &std::path::Path,
     writes: &[Write],
     checkpoint_id: &str,
     written: &str,
 ) -> Result<Vec<Outcome>> {
     let fs = FileSystem::of(root)?;
-    let batch = Batch { keys, root, writes, checkpoint_id, stop: AtomicBool::new(false) };
+    let batch = Batch { keys, kv, root, writes, checkpoint_id, stop: AtomicBool::new(false) };
     let mut outcomes: Vec<Outcome> = (0..writes.len()).map(|_| None).collect();
     let (removals, puts): (Vec<usize>, Vec<usize>) =
         (0..writes.len()).partition(|&i| matches!(writes[i].intended, Intended::Absent));
@@ -150,6 +153,7 @@ type Staged = (usize, Result<Option<Parent>>);
 /// One undo's writes, and whether an I/O failure stopped them.
 struct Batch<'a> {
     keys: &'a KeyRing,
+    kv: &'a dyn KeyValueStore,
     root: &'a std::path::Path,
     writes: &'a [Write],
     checkpoint_id: &'a str,
@@ -159,6 +163,19 @@ struct Batch<'a> {
 impl Batch<'_> {
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Stages write `w`'s temporary file in `parent` (its content poured in pieces), an
+    /// empty directory standing at the target cleared first if the write asks.
+    fn stage_write(&self, parent: &Parent, w: &Write) -> Result<()> {
+        let Intended::File { body, mode } = &w.intended else {
+            return Err(Error::invalid("a removal is not staged"));
+        };
+        if w.clear_empty_dir {
+            parent.clear_empty_dir();
+        }
+        let source = Pour { keys: self.keys, kv: self.kv, body };
+        parent.stage(&files::temp_name(&w.path, self.checkpoint_id), &source, *mode)
     }
 
     /// Step 1: every removal, each a compare-and-swap, in parallel.
@@ -231,7 +248,7 @@ impl Batch<'_> {
             .into_par_iter()
             .map(|(i, parent)| {
                 let r = parent.and_then(|p| match p {
-                    Some(p) => stage_write(&p, &self.writes[i], self.checkpoint_id).map(|()| Some(p)),
+                    Some(p) => self.stage_write(&p, &self.writes[i]).map(|()| Some(p)),
                     None => Ok(None),
                 });
                 note_stop(&self.stop, &r);
@@ -307,10 +324,11 @@ fn chunks<'a>(writes: &[Write], puts: &'a [usize]) -> Vec<&'a [usize]> {
 
 /// The check a compare-and-swap makes of what it finds at a path: the digest (and, when
 /// known, the inode) the plan saw.
-fn matcher<'a>(keys: &'a KeyRing, expected: &'a Expected) -> impl Fn(&[u8], &FileIdentity) -> bool + 'a {
-    move |bytes: &[u8], identity: &FileIdentity| match expected {
+fn matcher<'a>(keys: &'a KeyRing, expected: &'a Expected) -> impl Fn(&Body, &FileIdentity) -> bool + 'a {
+    move |body: &Body, identity: &FileIdentity| match expected {
         Expected::File { digest, inode } => {
-            *digest == hex(&keys.content_id(bytes)) && inode.is_none_or(|ino| ino == identity.inode)
+            inode.is_none_or(|ino| ino == identity.inode)
+                && storage_body::id(keys, body).is_ok_and(|id| *digest == id.to_hex())
         }
         Expected::Absent => false,
     }
@@ -324,18 +342,6 @@ fn open(root: &std::path::Path, w: &Write) -> Result<Option<Parent>> {
         Err(e) if e.code == ErrorCode::NotFound => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-/// Stages write `w`'s temporary file in `parent`, an empty directory standing at the
-/// target cleared first if the write asks.
-fn stage_write(parent: &Parent, w: &Write, checkpoint_id: &str) -> Result<()> {
-    let Intended::File { bytes, mode } = &w.intended else {
-        return Err(Error::invalid("a removal is not staged"));
-    };
-    if w.clear_empty_dir {
-        parent.clear_empty_dir();
-    }
-    parent.stage(&files::temp_name(&w.path, checkpoint_id), bytes, *mode)
 }
 
 /// Sets `stop` on an I/O failure (not on an obstacle: that leaves one path alone).

@@ -147,14 +147,20 @@ pub(crate) fn apply<P: Plan>(
     let id = record(target, &writes, kept)?;
     failpoint::hit(target.failpoints[0]);
     failpoint::hit(target.failpoints[1]);
-    let outcomes =
-        match batch::write_all(target.store.keys(), &target.workspace.root, &writes, &id, target.failpoints[2]) {
-            Ok(outcomes) => outcomes,
-            Err(e) => {
-                checkpoint::finish(target.store, &id, true)?;
-                return Err(unsynced(e, writes.len(), &id));
-            }
-        };
+    let outcomes = match batch::write_all(
+        target.store.keys(),
+        target.store.kv(),
+        &target.workspace.root,
+        &writes,
+        &id,
+        target.failpoints[2],
+    ) {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            checkpoint::finish(target.store, &id, true)?;
+            return Err(unsynced(e, writes.len(), &id));
+        }
+    };
     let made = outcomes.iter().filter(|o| matches!(o, Some(Ok(Swap::Done)))).count();
     let identities = written_identities(&target.workspace.root, &writes, &outcomes);
     let mut failure = None;
@@ -185,15 +191,18 @@ pub(crate) fn apply<P: Plan>(
 fn not_held(store: &Store, writes: &[Write]) -> Result<u64> {
     let mut kept = 0;
     for w in writes {
-        if let crate::fs::files::Current::File { bytes, .. } = &w.current {
+        if let crate::fs::files::Current::File { body, .. } = &w.current {
             // The plan's compare-and-swap digest is the content's id: no second hash.
             let id = match &w.expected {
                 Expected::File { digest, .. } => crate::storage::content::ContentId::from_hex(digest),
                 Expected::Absent => None,
             };
-            let id = id.unwrap_or_else(|| crate::storage::content::ContentId(store.keys().content_id(bytes)));
+            let id = match id {
+                Some(id) => id,
+                None => crate::storage::body::id(store.keys(), body)?,
+            };
             if !crate::storage::object::exists(store.kv(), &id)? {
-                kept += bytes.len() as u64;
+                kept += body.size();
             }
         }
     }
@@ -261,7 +270,7 @@ fn record(target: Target<'_>, writes: &[Write], kept: u64) -> Result<String> {
             path: w.path.clone(),
             current: w.current.clone(),
             intended: match &w.intended {
-                Intended::File { bytes, .. } => Some(bytes.clone()),
+                Intended::File { body, .. } => Some(body.clone()),
                 Intended::Absent => None,
             },
         })

@@ -31,6 +31,7 @@
 
 mod hidden;
 
+use crate::fs::body::Body;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
@@ -515,9 +516,11 @@ impl Plan {
     }
 }
 
-pub(super) fn bytes_of(store: &Store, node: &Node) -> Result<Vec<u8>> {
+/// A snapshot file's content as a body: named by its id, read from the store in pieces
+/// when it is written (a rewind never holds a file whole).
+fn stored_body(node: &Node) -> Result<Body> {
     match &node.kind {
-        NodeKind::File(id) | NodeKind::Symlink(id) => Ok(store.read_object(id)?.1),
+        NodeKind::File(id) => Ok(Body::Stored { id: id.0, size: node.size }),
         _ => Err(Error::invalid("not a file")),
     }
 }
@@ -545,7 +548,7 @@ pub(crate) fn apply(
         let plan = plan(store, ws, session, to, force)?;
         Ok(Rewinding { store, session, to, plan, writes: Vec::new(), cut: (None, 0) })
     };
-    let prepare = |r: &mut Rewinding| r.prepare(store);
+    let prepare = |r: &mut Rewinding| r.prepare();
     let (done, checkpoint_id) = guarded::apply(target, plan_id, make, prepare)?;
     let (restored_prompt, history_entries_removed) = done.cut;
     Ok(Rewound { plan: done.plan, checkpoint_id, restored_prompt, history_entries_removed })
@@ -566,7 +569,7 @@ impl Rewinding<'_> {
     /// Reads what every path to change holds now and is to hold, from the snapshots;
     /// orders the writes: deletions deepest first, then restores (a directory that
     /// replaced a file is gone before the file comes back).
-    fn prepare(&mut self, store: &Store) -> Result<()> {
+    fn prepare(&mut self) -> Result<()> {
         let mut work: Vec<usize> =
             (0..self.plan.paths.len()).filter(|&i| self.plan.paths[i].action != Action::LeaveAlone).collect();
         work.sort_by_key(|&i| {
@@ -579,7 +582,7 @@ impl Rewinding<'_> {
                 Some(n @ Node { kind: NodeKind::File(id), .. }) => (
                     Expected::File { digest: id.to_hex(), inode: None },
                     Current::File {
-                        bytes: bytes_of(store, n)?,
+                        body: stored_body(n)?,
                         identity: FileIdentity {
                             device: 0,
                             inode: 0,
@@ -594,7 +597,7 @@ impl Rewinding<'_> {
             };
             let intended = match &p.target {
                 Some(n @ Node { kind: NodeKind::File(_), .. }) => {
-                    Intended::File { bytes: bytes_of(store, n)?, mode: Some(n.mode) }
+                    Intended::File { body: stored_body(n)?, mode: Some(n.mode) }
                 }
                 _ => Intended::Absent,
             };

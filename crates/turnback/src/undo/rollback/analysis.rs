@@ -1,6 +1,8 @@
 //! Analysis (the preview): select checkpoints, observe every path without following
 //! symlinks, and run the decision over each path's mutations newest first.
 
+use crate::fs::body::Body;
+use crate::storage::body as storage_body;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -22,20 +24,20 @@ use crate::storage::store::Store;
 use crate::undo::guarded::{Expected, Intended, Write};
 
 /// Each step's stored pre-image (by record and target index), read once.
-pub(super) type PreCache = HashMap<(usize, usize), (PreBytes, Option<Vec<u8>>)>;
+pub(super) type PreCache = HashMap<(usize, usize), (PreBytes, Option<Body>)>;
 
 /// One path as observed, before deciding.
 pub(super) struct Observation {
     pub(super) path: RelPath,
     pub(super) steps: Vec<(usize, usize)>,
     pub(super) seen: Seen,
-    pub(super) bytes: Option<Vec<u8>>,
+    pub(super) bytes: Option<Body>,
 }
 
 /// What one path will become.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum Final {
-    File { bytes: Vec<u8>, mode: Option<u32> },
+    File { body: Body, mode: Option<u32> },
     Absent,
 }
 
@@ -44,7 +46,7 @@ pub(super) enum Final {
 pub(super) struct PathPlan {
     pub(super) path: RelPath,
     pub(super) real: Seen,
-    pub(super) real_bytes: Option<Vec<u8>>,
+    pub(super) real_bytes: Option<Body>,
     pub(super) steps: Vec<TargetAnalysis>,
     pub(super) write: Option<Final>,
 }
@@ -164,7 +166,7 @@ pub(super) fn observe(
     path: &RelPath,
     recorded: Option<&FileIdentity>,
     written: &WrittenBack,
-) -> Result<(Seen, Option<Vec<u8>>)> {
+) -> Result<(Seen, Option<Body>)> {
     let parent = match files::open_parent(&ws.root, path, false) {
         Ok(p) => p,
         Err(e) if e.code == ErrorCode::PathRejected => return Ok((Seen::BehindSymlink, None)),
@@ -173,12 +175,12 @@ pub(super) fn observe(
     };
     Ok(match parent.observe()? {
         Observed::Absent => (Seen::Absent { moved: moved_to(&parent, recorded) }, None),
-        Observed::File { bytes, identity } => {
-            let digest = hex(&store.keys().content_id(&bytes));
+        Observed::File { body, identity } => {
+            let digest = storage_body::id(store.keys(), &body)?.to_hex();
             let written_back = written.get(path).is_some_and(|w| {
                 w.iter().any(|(dev, ino, d)| (*dev, *ino) == (identity.device, identity.inode) && *d == digest)
             });
-            (Seen::File { digest, identity: Some(identity), held_by: Vec::new(), written_back }, Some(bytes))
+            (Seen::File { digest, identity: Some(identity), held_by: Vec::new(), written_back }, Some(body))
         }
         Observed::Symlink => (Seen::BehindSymlink, None),
         Observed::Other => (Seen::Other, None),
@@ -223,8 +225,8 @@ pub(super) fn moved_to(parent: &files::Parent, recorded: Option<&FileIdentity>) 
         .map(|(name, _)| String::from_utf8_lossy(name.as_bytes()).into_owned())
 }
 
-/// Reads (and verifies) a step's pre-image bytes.
-pub(super) fn pre_bytes(store: &Store, r: &CheckpointRecord, index: usize) -> (PreBytes, Option<Vec<u8>>) {
+/// A step's pre-image: read and verified if small, else checked and named by its id.
+pub(super) fn pre_bytes(store: &Store, r: &CheckpointRecord, index: usize) -> (PreBytes, Option<Body>) {
     let pre = &r.targets[index].pre_image;
     if !pre.present {
         return (PreBytes::Available, None);
@@ -232,8 +234,8 @@ pub(super) fn pre_bytes(store: &Store, r: &CheckpointRecord, index: usize) -> (P
     if r.retention_state == RetentionState::Evicted {
         return (PreBytes::Evicted, None);
     }
-    match checkpoint::read_image(store, r, index, ImageRole::Pre) {
-        Ok(Some((_, bytes))) => (PreBytes::Available, Some(bytes)),
+    match checkpoint::image_body(store, r, index, ImageRole::Pre) {
+        Ok(Some(body)) => (PreBytes::Available, Some(body)),
         Ok(None) => (PreBytes::Available, None),
         Err(e) => match e.code {
             ErrorCode::Corrupt => (PreBytes::Corrupt, None),
@@ -328,7 +330,7 @@ pub(super) fn decide_path(
             }
             if !no_op || mode_back {
                 final_state = Some(match bytes {
-                    Some(bytes) => Final::File { bytes, mode: kept_mode.or(pre_mode) },
+                    Some(body) => Final::File { body, mode: kept_mode.or(pre_mode) },
                     None => Final::Absent,
                 });
             }
@@ -539,13 +541,13 @@ pub(super) fn write_of(p: &PathPlan) -> Write {
         _ => Expected::Absent,
     };
     let current = match (&p.real, &p.real_bytes) {
-        (Seen::File { identity: Some(identity), .. }, Some(bytes)) => {
-            Current::File { bytes: bytes.clone(), identity: *identity }
+        (Seen::File { identity: Some(identity), .. }, Some(body)) => {
+            Current::File { body: body.clone(), identity: *identity }
         }
         _ => Current::Absent,
     };
     let intended = match p.write.as_ref().expect("only paths with a write") {
-        Final::File { bytes, mode } => Intended::File { bytes: bytes.clone(), mode: *mode },
+        Final::File { body, mode } => Intended::File { body: body.clone(), mode: *mode },
         Final::Absent => Intended::Absent,
     };
     // Parents are recreated only for a file that is to come back where none is; a

@@ -166,7 +166,7 @@ impl guarded::Plan for Applying<'_> {
         let plan = &mut self.analysis.paths[at];
         let Some(refused) = refused else {
             self.applied.push(plan.path.clone());
-            if plan.write == Some(Final::Absent) {
+            if matches!(plan.write, Some(Final::Absent)) {
                 remove_created_dirs(root, &refs, plan);
             }
             return;

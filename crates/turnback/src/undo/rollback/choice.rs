@@ -1,6 +1,7 @@
 //! The safe choices' side files (sanitized patch, three-way merge) and `rollback resolve`.
 //! Side files are plaintext and go only into the workspace, never into the store.
 
+use crate::fs::body::Body;
 use serde::{Deserialize, Serialize};
 
 use super::*;
@@ -24,12 +25,21 @@ use crate::undo::guarded;
 /// The content a path had before the oldest selected step, and the agent's newest result.
 pub(super) fn endpoints(refs: &[&CheckpointRecord], store: &Store, p: &PathPlan) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
     let steps = step_indices(refs, &p.steps);
-    let oldest = steps.last().and_then(|&(ri, ti)| pre_bytes(store, refs[ri], ti).1);
+    let oldest = steps.last().and_then(|&(ri, ti)| pre_bytes(store, refs[ri], ti).1).and_then(|b| whole(store, &b));
     let newest = steps
         .first()
         .and_then(|&(ri, ti)| checkpoint::read_image(store, refs[ri], ti, ImageRole::Post).ok().flatten())
         .map(|(_, b)| b);
     (oldest, newest)
+}
+
+/// The bytes of `body`, whole (a patch or a merge is made of whole texts); `None` if
+/// they cannot be read.
+pub(super) fn whole(store: &Store, body: &Body) -> Option<Vec<u8>> {
+    match body {
+        Body::Stored { id, .. } => store.read_object(&crate::storage::content::ContentId(*id)).ok().map(|(_, b)| b),
+        _ => crate::fs::body::read_whole(body).ok().flatten(),
+    }
 }
 
 pub(super) fn side_path(path: &RelPath, suffix: &str) -> Result<RelPath> {
@@ -59,7 +69,7 @@ fn write_side_file(ctx: Context<'_>, rel: &RelPath, content: &[u8]) -> Result<()
         Observed::Absent | Observed::File { .. } => {}
         _ => return Err(Error::new(ErrorCode::PathRejected, format!("{}: not a regular file", rel.display()))),
     }
-    parent.replace(&temp, content, Some(0o600))?;
+    parent.replace(&temp, &content, Some(0o600))?;
     Ok(())
 }
 
@@ -104,18 +114,18 @@ pub(super) fn prepare_choice(
     choice: Choice,
 ) -> Result<Option<PreparedChoice>> {
     let (original, agent) = endpoints(refs, ctx.store, p);
+    let real = p.real_bytes.as_ref().and_then(|b| whole(ctx.store, b));
     let name = p.path.display();
     let prepared = match choice {
         Choice::Skip => return Ok(None),
         Choice::Patch => {
-            let text = patch::sanitized_patch(&name, p.real_bytes.as_deref(), original.as_deref());
+            let text = patch::sanitized_patch(&name, real.as_deref(), original.as_deref());
             let file = side_path(&p.path, ".turnback.patch")?;
             let file = ChoiceFile { path: p.path.clone(), choice, file, has_conflict_markers: false };
             PreparedChoice { file, content: text.into_bytes(), resolution: None }
         }
         Choice::Resolve => {
-            let (Some(current), Some(original), Some(agent)) =
-                (p.real_bytes.as_deref(), original.as_deref(), agent.as_deref())
+            let (Some(current), Some(original), Some(agent)) = (real.as_deref(), original.as_deref(), agent.as_deref())
             else {
                 return Err(Error::invalid(format!(
                     "{name}: a three-way merge needs the file now, the original and the agent's version; use patch or skip"
@@ -199,9 +209,10 @@ impl Resolving {
             .get_record(schema::RESOLUTIONS, key)?
             .ok_or_else(|| Error::not_found(format!("a pending resolution for {}", path.display())))?;
         let merge_parent = files::open_parent(&ctx.workspace.root, &resolution.merge_file, false)?;
-        let Current::File { bytes: merged, .. } = merge_parent.read()? else {
+        let Current::File { body, .. } = merge_parent.read()? else {
             return Err(Error::not_found(format!("the merge file {}", resolution.merge_file.display())));
         };
+        let merged = crate::fs::body::read_whole(&body)?.unwrap_or_default();
         let text = String::from_utf8_lossy(&merged);
         if text.lines().any(|l| l.starts_with("<<<<<<<") || l.starts_with(">>>>>>>")) {
             return Err(Error::invalid(format!(
@@ -225,7 +236,7 @@ impl Resolving {
             real: seen,
             real_bytes: bytes,
             steps: Vec::new(),
-            write: Some(Final::File { bytes: merged.to_vec(), mode }),
+            write: Some(Final::File { body: Body::Held(merged.to_vec()), mode }),
         };
         Ok(Resolving { plan, merge_parent, refused: false })
     }
