@@ -19,6 +19,11 @@ const MARKS: [(u64, &[u8]); 3] =
 /// by `/usr/bin/time` where there is one, else by the kernel's high-water mark of the
 /// process (`VmHWM`) read until it exits.
 fn peak_kib(env: &Env, args: &[&str]) -> u64 {
+    peak_kib_fed(env, args, None)
+}
+
+/// [`peak_kib`] with `stdin` (a file) as the command's input.
+fn peak_kib_fed(env: &Env, args: &[&str], stdin: Option<&Path>) -> u64 {
     let inner = env.command(args);
     let rss_file = env.root.join("rss");
     let timed = Path::new("/usr/bin/time").exists();
@@ -36,7 +41,11 @@ fn peak_kib(env: &Env, args: &[&str]) -> u64 {
             None => cmd.env_remove(name),
         };
     }
-    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let input = match stdin {
+        Some(path) => Stdio::from(std::fs::File::open(path).unwrap()),
+        None => Stdio::null(),
+    };
+    let mut child = cmd.stdin(input).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut high = 0;
     while !timed && child.try_wait().unwrap().is_none() {
         high = high.max(crate::common::peak_rss_kib(child.id()));
@@ -116,4 +125,55 @@ fn a_4_gib_file_snapshots_and_comes_back_byte_for_byte_in_bounded_memory() {
     eprintln!(
         "peak memory with a 4 GiB file: snapshot {snapshot_kib} KiB, fork --into {fork_kib} KiB, verify --deep {verify_kib} KiB, diff --stat {stat_kib} KiB"
     );
+}
+
+/// Peak memory a checkpointed change of a 90 MiB file may reach (the bound).
+const CHECKPOINT_BOUND_KIB: u64 = 64 * 1024;
+
+/// `n` bytes of text lines, each numbered (compressible, as source is, but no two blocks
+/// alike), the variant `v` differing in every line.
+fn lines(n: usize, v: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 64);
+    let mut i = 0u64;
+    while out.len() < n {
+        out.extend_from_slice(format!("{i:09} v{v} the quick brown fox {} jumps\n", i * 7919 % 100_003).as_bytes());
+        i += 1;
+    }
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn a_90_mib_file_is_written_staged_deleted_rolled_back_and_rewound_in_bounded_memory() {
+    let env = Env::new();
+    // Room for an agent's staged write of it (its estimate: twice the file).
+    std::fs::write(env.store.join("settings.toml"), "[checkpoints]\ncheckpoint-cap = \"200 MiB\"\n").unwrap();
+    let (first, second) = (lines(90 << 20, 1), lines(90 << 20, 2));
+    let input = env.root.join("input");
+    std::fs::write(&input, &first).unwrap();
+    let big = env.ws.join("big.txt");
+    env.ok(&["turn", "begin", "--prompt", "write the big file"], None);
+    let mut peaks = Vec::new();
+    peaks.push(("fs write", peak_kib_fed(&env, &["fs", "write", "big.txt"], Some(&input))));
+    assert!(std::fs::read(&big).unwrap() == first, "fs write wrote the input byte for byte");
+    // An agent's own write, staged and committed around it.
+    let staged = env.json(&["stage", "big.txt", "--json"]);
+    let operation = staged["operationId"].as_str().unwrap().to_string();
+    std::fs::write(&big, &second).unwrap();
+    peaks.push(("commit", peak_kib(&env, &["commit", &operation])));
+    peaks.push(("fs delete", peak_kib(&env, &["fs", "delete", "big.txt"])));
+    let delete = env.checkpoints().last().unwrap()["checkpointId"].as_str().unwrap().to_string();
+    peaks.push(("rollback", peak_kib(&env, &["rollback", &delete, "--apply"])));
+    assert!(std::fs::read(&big).unwrap() == second, "the rollback brought back the deleted file byte for byte");
+    env.ok(&["turn", "end"], None);
+    env.ok(&["turn", "begin", "--prompt", "remove it"], None);
+    std::fs::remove_file(&big).unwrap();
+    env.ok(&["turn", "end"], None);
+    peaks.push(("rewind", peak_kib(&env, &["rewind", "--to", "2", "--apply"])));
+    assert!(std::fs::read(&big).unwrap() == second, "the rewind brought back the file byte for byte");
+    env.assert_verify_clean();
+    eprintln!("peak memory with a 90 MiB file: {peaks:?} (KiB)");
+    for (what, kib) in peaks {
+        assert!(kib < CHECKPOINT_BOUND_KIB, "{what} of a 90 MiB file peaked at {kib} KiB");
+    }
 }
