@@ -622,25 +622,25 @@ fn repack_sparse(keys: &KeyRing, kv: &dyn KeyValueStore, census: &Census, swept:
     let moving: Vec<&(ContentId, Location)> =
         entries.iter().filter(|(_, loc)| loc.pieces.iter().any(|p| sparse.contains(&p.block))).collect();
     let mut added = 0u64;
-    for batch in moving.chunks(4096) {
-        let mut packer = Packer::default();
-        for (id, _) in batch {
-            // Unreadable content stays where it is, for `verify` to report.
-            if let Ok(Some((h, bytes))) = read(keys, kv, id) {
-                packer.add(*id, h.class, &bytes);
-            }
+    let mut packer = Packer::default();
+    let mut held = 0u64;
+    for (id, loc) in moving {
+        if loc.size > REPACK_HELD {
+            // A large object is copied as it is read, never whole.
+            added += repack_streamed(keys, kv, id)?;
+            continue;
         }
-        let sealed = packer.seal(keys)?;
-        let mut txn = kv.begin()?;
-        for (id, value) in &sealed.entries {
-            txn.put(schema::PACKED, &id.0, value)?;
+        // Unreadable content stays where it is, for `verify` to report.
+        if let Ok(Some((h, bytes))) = read(keys, kv, id) {
+            packer.add(*id, h.class, &bytes);
+            held += bytes.len() as u64;
         }
-        for (id, value) in &sealed.blocks {
-            txn.put(schema::BLOCKS, id, value)?;
-            added += value.len() as u64;
+        if held >= REPACK_HELD {
+            added += store_repacked(kv, std::mem::take(&mut packer).seal(keys)?)?;
+            held = 0;
         }
-        txn.commit()?;
     }
+    added += store_repacked(kv, packer.seal(keys)?)?;
     // The sparse blocks now hold nothing live.
     let mut still: HashSet<BlockId> = HashSet::new();
     kv.scan(schema::PACKED, b"", &mut |_, v| {
@@ -657,6 +657,51 @@ fn repack_sparse(keys: &KeyRing, kv: &dyn KeyValueStore, census: &Census, swept:
     txn.commit()?;
     swept.bytes = swept.bytes.saturating_sub(added);
     Ok(())
+}
+
+/// Bytes of live objects a repack holds before it seals and stores them (a larger object
+/// is copied in pieces on its own: [`repack_streamed`]).
+const REPACK_HELD: u64 = 4 << 20;
+
+/// Stores repacked blocks and points their objects' index entries at them (replacing the
+/// old entries) in one transaction; returns the bytes written.
+fn store_repacked(kv: &dyn KeyValueStore, sealed: SealedPack) -> Result<u64> {
+    let mut txn = kv.begin()?;
+    let mut added = 0;
+    for (id, value) in &sealed.entries {
+        txn.put(schema::PACKED, &id.0, value)?;
+    }
+    for (id, value) in &sealed.blocks {
+        txn.put(schema::BLOCKS, id, value)?;
+        added += value.len() as u64;
+    }
+    txn.commit()?;
+    Ok(added)
+}
+
+/// Copies the packed object `id` into blocks of its own as it is read (a few blocks in
+/// memory), its blocks stored as they fill and its entry replaced last; returns the bytes
+/// written. Content that does not read back stays where it is (its new blocks deleted),
+/// for `verify` to report.
+fn repack_streamed(keys: &KeyRing, kv: &dyn KeyValueStore, id: &ContentId) -> Result<u64> {
+    let mut streamed = Packer::stream();
+    let mut added = 0u64;
+    let read = read_to(keys, kv, id, &mut |piece| {
+        streamed.push(piece);
+        if streamed.full_blocks() >= 2 {
+            added += store_repacked(kv, streamed.seal_full(keys)?)?;
+        }
+        Ok(())
+    });
+    match read {
+        Ok(Some(header)) => Ok(added + store_repacked(kv, streamed.finish(keys, *id, header.class, false)?)?),
+        _ => {
+            let mut txn = kv.begin()?;
+            streamed.abandon().store(&mut *txn)?;
+            txn.commit()?;
+            Ok(0)
+        }
+    }
 }
 
 /// Re-seals every block not under the current key version, each in its own transaction;
@@ -932,6 +977,24 @@ mod tests {
         txn.put(schema::BLOCKS, &block, &value).unwrap();
         txn.commit().unwrap();
         assert_eq!(read(&keys, &kv, &ids[1]).unwrap_err().code, ErrorCode::Corrupt);
+    }
+
+    #[test]
+    fn a_large_live_object_in_a_sparse_block_is_repacked_in_pieces_and_reads_back_whole() {
+        let kv = MemoryKv::new();
+        let keys = keys(&kv);
+        // A dead object fills most of the first block; the live one (over REPACK_HELD)
+        // starts in it and spans several more, so it moves and is copied as it is read.
+        let dead = vec![7u8; BLOCK_LEN - 1000];
+        let live: Vec<u8> = (0..(REPACK_HELD as usize + 3 * BLOCK_LEN)).map(|i| (i % 251) as u8).collect();
+        let ids = pack(&keys, &kv, &[&dead, &live]);
+        let before = locate(&kv, &ids[1]).unwrap().unwrap();
+        let swept = sweep(&keys, &kv, &HashSet::from([ids[1]]), &|_| Ok(HashSet::new())).unwrap();
+        assert_eq!(swept.objects, 1);
+        let after = locate(&kv, &ids[1]).unwrap().unwrap();
+        assert_ne!(after.pieces[0].block, before.pieces[0].block, "the live object moved");
+        assert!(!kv.contains(schema::BLOCKS, &before.pieces[0].block).unwrap(), "the sparse block is gone");
+        assert!(read(&keys, &kv, &ids[1]).unwrap().unwrap().1 == live, "it reads back byte for byte");
     }
 
     #[test]
