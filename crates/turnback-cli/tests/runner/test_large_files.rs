@@ -144,10 +144,14 @@ fn lines(n: usize, v: u32) -> Vec<u8> {
 }
 
 #[test]
-fn a_90_mib_file_is_written_staged_deleted_rolled_back_and_rewound_in_bounded_memory() {
+fn a_90_mib_file_is_written_edited_staged_deleted_rolled_back_and_rewound_in_bounded_memory() {
     let env = Env::new();
     // Room for an agent's staged write of it (its estimate: twice the file).
-    std::fs::write(env.store.join("settings.toml"), "[checkpoints]\ncheckpoint-cap = \"200 MiB\"\n").unwrap();
+    std::fs::write(
+        env.store.join("settings.toml"),
+        "[checkpoints]\ncheckpoint-cap = \"200 MiB\"\nstore-cap = \"2 GiB\"\n",
+    )
+    .unwrap();
     let (first, second) = (lines(90 << 20, 1), lines(90 << 20, 2));
     let input = env.root.join("input");
     std::fs::write(&input, &first).unwrap();
@@ -156,6 +160,13 @@ fn a_90_mib_file_is_written_staged_deleted_rolled_back_and_rewound_in_bounded_me
     let mut peaks = Vec::new();
     peaks.push(("fs write", peak_kib_fed(&env, &["fs", "write", "big.txt"], Some(&input))));
     assert!(std::fs::read(&big).unwrap() == first, "fs write wrote the input byte for byte");
+    // Every line's "quick" replaced: millions of occurrences, streamed.
+    peaks.push(("fs edit", peak_kib(&env, &["fs", "edit", "big.txt", "--old", "quick", "--new", "slow", "--all"])));
+    let edited = String::from_utf8(first.clone()).unwrap().replace("quick", "slow");
+    assert!(std::fs::read(&big).unwrap() == edited.as_bytes(), "fs edit replaced every occurrence, nothing else");
+    let edit = env.checkpoints().last().unwrap()["checkpointId"].as_str().unwrap().to_string();
+    peaks.push(("rollback of the edit", peak_kib(&env, &["rollback", &edit, "--apply"])));
+    assert!(std::fs::read(&big).unwrap() == first, "the edit's rollback brought back the original");
     // An agent's own write, staged and committed around it.
     let staged = env.json(&["stage", "big.txt", "--json"]);
     let operation = staged["operationId"].as_str().unwrap().to_string();

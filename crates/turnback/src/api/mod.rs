@@ -21,6 +21,7 @@
 mod calls;
 pub(crate) use calls::Closing;
 mod compare;
+mod edit;
 mod keys;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;

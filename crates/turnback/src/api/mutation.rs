@@ -188,12 +188,7 @@ fn plan(change: Change, current: &Current, shown: &Path) -> Result<(Option<Body>
 /// `edit-no-match` if `old` does not occur, `edit-not-unique` if it occurs more than once
 /// without `all`, `invalid-argument` if `old` is empty or equal to `new`.
 pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
-    if old.is_empty() {
-        return Err(Error::invalid("the string to replace (--old) must not be empty"));
-    }
-    if old == new {
-        return Err(Error::invalid("--old and --new are the same; nothing would change"));
-    }
+    check_edit(old, new)?;
     let positions: Vec<usize> = find_all(bytes, old);
     match positions.len() {
         0 => {
@@ -218,6 +213,20 @@ pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, sho
             Ok((out, n))
         }
     }
+}
+
+/// The strings of an edit, checked before any file is read.
+///
+/// # Errors
+/// `invalid-argument` if `old` is empty or equal to `new`.
+fn check_edit(old: &[u8], new: &[u8]) -> Result<()> {
+    if old.is_empty() {
+        return Err(Error::invalid("the string to replace (--old) must not be empty"));
+    }
+    if old == new {
+        return Err(Error::invalid("--old and --new are the same; nothing would change"));
+    }
+    Ok(())
 }
 
 fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
@@ -301,7 +310,20 @@ pub(crate) fn apply_change(
     let probe = open_existing_parent(ctx.workspace, &rel)?;
     let current = read_current(probe.as_ref())?;
     let shown = ctx.workspace.absolute(&rel);
+    // An edit of a file too large to hold is streamed into the store first; the objects
+    // lock keeps `gc` out of it until the checkpoint naming it commits.
+    let (change, edited, _objects) = match (change, &current) {
+        (Change::Edit { old, new, all }, Current::File { body: Body::Open { file, size }, .. }) => {
+            check_edit(old.as_bytes(), new.as_bytes())?;
+            let objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
+            let e = super::edit::edit_open(store, (file, *size), (old.as_bytes(), new.as_bytes(), all), &shown)?;
+            let body = Body::Stored { id: e.kept.id.0, size: e.kept.size };
+            (Change::Put { create_only: false, body }, Some((e.replacements, e.original)), Some(objects))
+        }
+        (change, _) => (change, None, None),
+    };
     let (content, replacements, effect) = plan(change, &current, &shown)?;
+    let replacements = edited.map_or(replacements, |(n, _)| n);
     failpoint::hit("resolved");
 
     let bytes = current_size(&current) + content.as_ref().map_or(0, Body::size);
@@ -330,9 +352,9 @@ pub(crate) fn apply_change(
     checkpoint::dispatch(store, &staged.checkpoint_id, &[intended])?;
     failpoint::hit("dispatched");
 
-    // The compare-and-swap's expectation: the pre-image's digest, as staged (no second
-    // pass over a large file).
-    let expected = staged.targets[0].pre_image.digest.clone();
+    // The compare-and-swap's expectation: the original a large edit was made from, else
+    // the pre-image's digest as staged (no second pass over a large file).
+    let expected = edited.map(|(_, original)| original.to_hex()).or_else(|| staged.targets[0].pre_image.digest.clone());
     let written = write_checked(ctx, &rel, &staged.checkpoint_id, (&current, expected.as_deref()), content);
     failpoint::hit("mutated");
     let (post, created_dirs, failure) = match written {

@@ -7,5 +7,6 @@ pub(crate) mod failpoint;
 pub(crate) mod hex;
 pub(crate) mod quote;
 pub(crate) mod redact;
+pub(crate) mod replace;
 pub(crate) mod time;
 pub(crate) mod varint;

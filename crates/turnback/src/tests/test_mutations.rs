@@ -172,3 +172,25 @@ fn a_checkpoint_counts_the_turn_that_began_after_the_caller_read_its_session() {
     let record = env.write("a.txt", b"x");
     assert_eq!(record.prompt_round, Some(1), "the round is read when the checkpoint is staged");
 }
+
+#[test]
+fn an_edit_of_a_file_too_large_to_hold_follows_the_same_rules_and_keeps_both_images() {
+    let env = Env::new();
+    // Over the size a mutation holds whole: the edit streams, matches across its pieces too.
+    let mut big = b"x".repeat(5 << 20);
+    big.extend_from_slice(b"needle here, twin here");
+    let r = env.write("big.txt", &big);
+    let edit = |old: &str, new: &str, all: bool| {
+        env.apply(Mutation::Edit { path: "big.txt".into(), old: old.into(), new: new.into(), all })
+    };
+    assert_eq!(edit("absent", "y", false).unwrap_err().code, ErrorCode::EditNoMatch);
+    assert_eq!(edit("here", "there", false).unwrap_err().code, ErrorCode::EditNotUnique);
+    assert_eq!(edit("x", "x", false).unwrap_err().code, ErrorCode::InvalidArgument);
+    assert!(std::fs::read(env.path("big.txt")).unwrap() == big, "a refused edit changes nothing");
+    let done = edit("here", "there", true).unwrap();
+    let expected = [&b"x".repeat(5 << 20)[..], b"needle there, twin there"].concat();
+    assert!(std::fs::read(env.path("big.txt")).unwrap() == expected);
+    assert!(read(&env, &done, ImageRole::Pre).unwrap() == big, "the pre-image is the file before");
+    assert!(read(&env, &done, ImageRole::Post).unwrap() == expected, "the post-image is the edit");
+    assert_eq!(r.targets[0].post_image.as_ref().unwrap().digest, done.targets[0].pre_image.digest);
+}
