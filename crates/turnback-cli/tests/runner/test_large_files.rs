@@ -180,6 +180,9 @@ fn a_90_mib_file_is_written_edited_staged_deleted_rolled_back_and_rewound_in_bou
     env.ok(&["turn", "begin", "--prompt", "remove it"], None);
     std::fs::remove_file(&big).unwrap();
     env.ok(&["turn", "end"], None);
+    peaks.push(("diff", peak_kib(&env, &["diff", "--turn", "2"])));
+    let patch = String::from_utf8(env.ok(&["diff", "--turn", "2"], None).stdout).unwrap();
+    assert!(patch.contains("Large files a/big.txt") && patch.contains("not shown line by line"), "{patch}");
     peaks.push(("rewind", peak_kib(&env, &["rewind", "--to", "2", "--apply"])));
     assert!(std::fs::read(&big).unwrap() == second, "the rewind brought back the file byte for byte");
     env.assert_verify_clean();

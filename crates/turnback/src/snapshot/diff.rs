@@ -258,14 +258,36 @@ impl Lines {
     }
 }
 
+/// Files over this size (either side) are not diffed line by line — as git treats files
+/// over its `core.bigFileThreshold` — so a diff never holds a large file whole: the patch
+/// says they differ and gives their sizes; a file added or deleted whole still has its
+/// lines counted, as its bytes go by.
+const LARGE_FILE: u64 = 4 << 20;
+
 /// The line counts and, with `patch`, the unified diff, decrypting each content once.
 pub(crate) fn report(store: &Store, changes: &[Changed], patch: bool) -> Result<(Vec<NumStat>, String)> {
     let mut counts = Vec::with_capacity(changes.len());
     let mut out = String::new();
     for c in changes {
-        if !patch && let Some((added, deleted)) = one_sided_counts(store, c)? {
-            counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted, raw: c.raw.clone() });
-            continue;
+        let size = |n: &Option<Node>| n.as_ref().map_or(0, |n| n.size);
+        let large = size(&c.old).max(size(&c.new)) > LARGE_FILE;
+        if !patch || large {
+            let one_sided = one_sided_counts(store, c)?;
+            if one_sided.is_some() || large {
+                let (added, deleted) = one_sided.unwrap_or((None, None));
+                counts.push(NumStat { path: c.path.clone(), change: c.change, added, deleted, raw: c.raw.clone() });
+                if patch {
+                    let side = |prefix: &str| quote_name(&[prefix.as_bytes(), &c.raw].concat()).into_owned();
+                    out.push_str(&format!(
+                        "diff --turnback {a} {b}\nLarge files {a} ({} bytes) and {b} ({} bytes) differ; not shown line by line\n",
+                        size(&c.old),
+                        size(&c.new),
+                        a = side("a/"),
+                        b = side("b/"),
+                    ));
+                }
+                continue;
+            }
         }
         let (old, new) = (content(store, c.old.as_ref())?, content(store, c.new.as_ref())?);
         let texts = (text(&old), text(&new));
