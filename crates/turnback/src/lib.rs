@@ -76,8 +76,8 @@ pub use checkpoint::journal::{JournalEntry, JournalEvent};
 pub use checkpoint::retention::{Breach, CapacityVerdict, RetentionVerdict};
 pub use checkpoint::{
     CheckpointRecord, CommitState, CoverageState, EffectKind, EvictionReport, ImageRecord, IntegrityState,
-    MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, StageState, TargetRecord,
-    Unreadable as UnreadableCheckpoint,
+    MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, ShellCall, StageState,
+    TargetRecord, Unreadable as UnreadableCheckpoint,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use fs::files::FileIdentity;

@@ -14,8 +14,20 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
     }
     for c in &list.checkpoints {
         let r = &c.record;
-        let targets: Vec<String> =
-            r.targets.iter().map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes()))).collect();
+        let targets: Vec<String> = match &r.shell {
+            // A command's files are many: counted, with the command (redacted when kept).
+            Some(shell) => vec![format!(
+                "shell  {} file{}  {}",
+                r.targets.len(),
+                if r.targets.len() == 1 { "" } else { "s" },
+                escape_controls(&shell.command)
+            )],
+            None => r
+                .targets
+                .iter()
+                .map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes())))
+                .collect(),
+        };
         // The sub-agent's id is the agent's own: escaped like any text it sends.
         let by = r.subagent.as_deref().map(|s| format!("  (sub-agent {})", escape_controls(s))).unwrap_or_default();
         text.push_str(&format!(
@@ -103,6 +115,15 @@ fn inspect_text(i: &Inspection) -> String {
         v.expiry_prompt_round,
         v.window_prompt_rounds
     ));
+    if let Some(shell) = &r.shell {
+        let status = shell.exit_status.map_or_else(|| "exit status not reported".to_string(), |s| format!("exit {s}"));
+        t.push_str(&format!("  command     {} ({status})\n", escape_controls(&shell.command)));
+        t.push_str(&format!(
+            "  window      snapshots {} → {}: every file that changed between them, whoever changed it\n",
+            short(&shell.before_snapshot),
+            short(&shell.after_snapshot)
+        ));
+    }
     t.push_str(&format!("  size        {}\n  targets\n", format_size(i.bytes)));
     for target in &r.targets {
         t.push_str(&format!("    {} {}\n", effect_word(target.effect), quote_name(target.path.as_bytes())));

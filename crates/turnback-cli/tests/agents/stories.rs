@@ -187,6 +187,14 @@ fn core(c: &Ctx) {
     c.check("turn 1's checkpoint: notes.md created", paths(&turn1).contains(&"create notes.md".to_string()), || {
         format!("{turn1:#?}")
     });
+    let shells: Vec<Value> = turn1.iter().filter(|c| c["mutation"]["kind"] == "shell").cloned().collect();
+    c.check(
+        "turn 1's `echo built > build.txt` is a shell checkpoint of build.txt alone; the failing `cat` changed nothing",
+        shells.len() == 1
+            && paths(&shells) == vec!["create build.txt".to_string()]
+            && shells[0]["shell"]["command"].as_str().is_some_and(|cmd| cmd.contains("echo built")),
+        || format!("{turn1:#?}"),
+    );
     c.check(
         "turn 2's checkpoints: notes.md edited, second.txt created",
         {

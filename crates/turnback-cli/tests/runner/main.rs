@@ -22,6 +22,7 @@ mod test_rewind;
 mod test_rollback;
 mod test_session_agent;
 mod test_sessions;
+mod test_shell_checkpoints;
 mod test_snapshot_hardening;
 mod test_surface;
 mod test_turns;

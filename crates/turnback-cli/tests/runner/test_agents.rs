@@ -632,6 +632,8 @@ fn gemini_hooks_without_tool_ids_record_two_turns_checkpoints_shell_records_and_
                 cp(&[("src/app.txt", "edit")], "succeeded"),
                 cp(&[("src/app.txt", "edit")], "succeeded"),
                 cp(&[("new.txt", "create")], "succeeded"),
+                // `rm old.txt` through the shell: its window's checkpoint.
+                cp(&[("old.txt", "delete")], "succeeded"),
             ],
             vec![
                 cp(&[("src/app.txt", "edit")], "succeeded"),

@@ -239,6 +239,9 @@ impl Turnback {
                 if call.effect == ToolEffect::WritesFiles && !call.paths.is_empty() {
                     done.checkpoint = self.stage_tool_call(&key, &call.paths, call.subagent.as_deref())?;
                 }
+                if call.effect == ToolEffect::RunsShell {
+                    self.open_shell_window(&key)?;
+                }
             }
             AgentEvent::ToolFinished { call } | AgentEvent::ToolFailed { call } => {
                 // An "after" event never reopens a turn: its call began before the stop
@@ -249,9 +252,15 @@ impl Turnback {
                     let command = call.command.as_deref().unwrap_or("");
                     let shell = Shell { command, id: call.id.as_deref(), exit_status: call.exit_status, failed };
                     done.turn = self.record_shell_if_running(shell)?;
+                    if let Some(key) = &key {
+                        let (id, status, subagent) = (call.id.as_deref(), call.exit_status, call.subagent.as_deref());
+                        done.checkpoint = self.close_shell_window(key, command, id, status, subagent)?;
+                    }
                 }
-                if let Some(key) = key {
-                    done.checkpoint = self.commit_tool_call(&key, failed)?;
+                if let Some(key) = key
+                    && let Some(committed) = self.commit_tool_call(&key, failed)?
+                {
+                    done.checkpoint = Some(committed);
                 }
             }
             AgentEvent::ShellRan { id, command, exit_status } => {

@@ -41,6 +41,8 @@ enum Call {
     Seen,
     /// Its files are staged under this operation.
     Pending(String),
+    /// A shell call whose start was snapshotted (this snapshot): its window is open.
+    Window(String),
     /// Committed (this operation).
     Done(String),
 }
@@ -50,6 +52,7 @@ impl Call {
         match self {
             Call::Seen => b"seen".to_vec(),
             Call::Pending(op) => format!("pending:{op}").into_bytes(),
+            Call::Window(snapshot) => format!("window:{snapshot}").into_bytes(),
             Call::Done(op) => format!("done:{op}").into_bytes(),
         }
     }
@@ -61,6 +64,7 @@ impl Call {
         match text.split_once(':') {
             _ if text == "seen" => Ok(Call::Seen),
             Some(("pending", op)) => Ok(Call::Pending(op.to_string())),
+            Some(("window", snapshot)) => Ok(Call::Window(snapshot.to_string())),
             Some(("done", op)) => Ok(Call::Done(op.to_string())),
             _ => Err(Error::corrupt("a tool call's record", "not a call state")),
         }
@@ -115,7 +119,7 @@ pub(crate) fn start_key(
         return Ok(id.to_string());
     }
     let (base, calls) = anonymous(store, session, name, paths)?;
-    if let Some((key, _)) = calls.iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Seen)) {
+    if let Some((key, _)) = calls.iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Window(_) | Call::Seen)) {
         return Ok(key.clone());
     }
     Ok(format!("{base}{:08}", calls.len() + 1))
@@ -134,7 +138,7 @@ pub(crate) fn end_key(
         return Ok(Some(id.to_string()));
     }
     let (_, calls) = anonymous(store, session, name, paths)?;
-    Ok(calls.into_iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Seen)).map(|(k, _)| k))
+    Ok(calls.into_iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Window(_) | Call::Seen)).map(|(k, _)| k))
 }
 
 /// Records that call `key` was reported; `true` if it had not been before.
@@ -203,6 +207,33 @@ pub(crate) fn commit(store: &Store, session: &str, key: &str, failed: bool) -> R
     }
 }
 
+/// Opens the window of shell call `key` at `snapshot` (its start), unless the call was
+/// reported before (started twice, or ended): `true` if it opened.
+pub(crate) fn open_window(store: &Store, session: &str, key: &str, snapshot: &str) -> Result<bool> {
+    let mut txn = store.kv().begin()?;
+    let record_key = key_of(session, key);
+    let now = txn.get(schema::EXTERNAL_OPERATIONS, &record_key)?.map(|v| Call::decode(&v)).transpose()?;
+    if !matches!(now, None | Some(Call::Seen)) {
+        return Ok(false);
+    }
+    txn.put(schema::EXTERNAL_OPERATIONS, &record_key, &Call::Window(snapshot.to_string()).encode())?;
+    txn.commit()?;
+    Ok(true)
+}
+
+/// The snapshot shell call `key`'s window opened at, if it is open.
+pub(crate) fn window(store: &Store, session: &str, key: &str) -> Result<Option<String>> {
+    Ok(match get(store, session, key)? {
+        Some(Call::Window(snapshot)) => Some(snapshot),
+        _ => None,
+    })
+}
+
+/// Closes shell call `key`: done, with the operation of its checkpoint (empty: none).
+pub(crate) fn close_window(store: &Store, session: &str, key: &str, op: &str) -> Result<()> {
+    set(store, session, key, &Call::Done(op.to_string()))
+}
+
 /// Commits, as failed and with what the files hold now, every pending call of `session`
 /// (on one of `paths`, when given). Returns how many.
 /// Which pending calls a boundary closes.
@@ -220,13 +251,23 @@ pub(crate) enum Closing<'a> {
 
 pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_>) -> Result<u64> {
     let prefix = format!("{session}/");
-    let mut pending = Vec::new();
+    let (mut pending, mut windows) = (Vec::new(), Vec::new());
     store.kv().scan(schema::EXTERNAL_OPERATIONS, prefix.as_bytes(), &mut |k, v| {
-        if let Call::Pending(op) = Call::decode(v)? {
-            pending.push((String::from_utf8_lossy(&k[prefix.len()..]).into_owned(), op));
+        let key = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
+        match Call::decode(v)? {
+            Call::Pending(op) => pending.push((key, op)),
+            Call::Window(_) => windows.push(key),
+            _ => {}
         }
         Ok(true)
     })?;
+    // A shell call whose end never came (denied, interrupted) leaves its changes to the
+    // turn's snapshots: its window closes at a turn boundary with no checkpoint.
+    if matches!(closing, Closing::All | Closing::MainAgent) {
+        for key in windows {
+            set(store, session, &key, &Call::Done(String::new()))?;
+        }
+    }
     let mut finished = 0;
     for (key, op) in pending {
         let record = || checkpoint::by_operation(store, &op).and_then(|id| checkpoint::load(store, &id));
@@ -308,7 +349,9 @@ mod tests {
 
     #[test]
     fn call_states_round_trip_and_anything_else_is_corrupt() {
-        for call in [Call::Seen, Call::Pending("0193-a".into()), Call::Done("0193-b".into())] {
+        for call in
+            [Call::Seen, Call::Pending("0193-a".into()), Call::Window("0193-w".into()), Call::Done("0193-b".into())]
+        {
             assert_eq!(Call::decode(&call.encode()).unwrap(), call);
         }
         let bare = Call::decode(b"0193a0b2-0000-7000-8000-000000000000").unwrap_err();

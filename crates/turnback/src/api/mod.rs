@@ -28,6 +28,7 @@ pub(crate) mod mutation;
 #[cfg(feature = "remote")]
 mod remote;
 mod sessions;
+mod shell;
 mod turns;
 mod undo;
 mod watching;

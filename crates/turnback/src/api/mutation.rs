@@ -345,6 +345,7 @@ pub(crate) fn apply_change(
         protect,
         owner: Some(owner),
         also: None,
+        shell: None,
     };
     let staged = checkpoint::stage(store, request)?;
     failpoint::hit("staged");
@@ -484,8 +485,16 @@ pub(crate) fn stage_external(
     let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
     let round = round_reader(&ctx);
     let origin = origin(&ctx, &round);
-    let request =
-        StageRequest { origin, kind: OperationKind::External, targets, protect, cap_bytes: None, owner: None, also };
+    let request = StageRequest {
+        origin,
+        kind: OperationKind::External,
+        targets,
+        protect,
+        cap_bytes: None,
+        owner: None,
+        also,
+        shell: None,
+    };
     checkpoint::stage(ctx.store, request)
 }
 

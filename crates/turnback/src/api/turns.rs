@@ -210,7 +210,7 @@ impl Turnback {
         self.take_snapshot(SnapshotKind::AdHoc, progress)
     }
 
-    fn take_snapshot(
+    pub(crate) fn take_snapshot(
         &self,
         kind: SnapshotKind,
         progress: Option<&(dyn Fn(u64, u64) + Sync)>,

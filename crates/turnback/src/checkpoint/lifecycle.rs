@@ -154,6 +154,7 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         targets,
         owner: req.owner.clone(),
         subagent: req.origin.subagent.map(str::to_string),
+        shell: req.shell.clone(),
     };
     let pre_bytes = record.artifact_bytes();
     let counted = req.cap_bytes.unwrap_or(pre_bytes);
@@ -453,6 +454,7 @@ pub(crate) fn record_before_writes(
         cap_bytes: Some(kept),
         owner: Some(owner),
         also: None,
+        shell: None,
     };
     let staged = stage(store, request)?;
     commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)

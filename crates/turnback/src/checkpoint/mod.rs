@@ -154,6 +154,9 @@ pub enum OperationKind {
     External,
     /// A rollback (or a resolution) written by turnback; itself undoable.
     Rollback,
+    /// The file effects of one shell command an agent ran: what differed between the
+    /// workspace's snapshots before and after it ([`ShellCall`] says which command).
+    Shell,
 }
 
 impl OperationKind {
@@ -166,6 +169,7 @@ impl OperationKind {
             OperationKind::DeleteFile => "delete_file",
             OperationKind::External => "external",
             OperationKind::Rollback => "rollback",
+            OperationKind::Shell => "shell",
         }
     }
 }
@@ -311,6 +315,30 @@ pub struct CheckpointRecord {
     /// The sub-agent whose tool call made it (none: the agent itself, or a person).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subagent: Option<String>,
+    /// For a `shell` checkpoint: the command whose window it covers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<ShellCall>,
+}
+
+/// The shell command a `shell` checkpoint covers. Whatever changed in the workspace between
+/// the snapshots taken as it started and as it finished is in its window: a person's edit
+/// or a background sub-agent's made meanwhile too (the watcher cannot tell writers apart).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ShellCall {
+    /// The command line, as the agent reported it.
+    pub command: String,
+    /// Its exit status, when the agent said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_status: Option<i32>,
+    /// The agent's id for the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The snapshot taken as it started.
+    pub before_snapshot: String,
+    /// The snapshot taken as it finished.
+    pub after_snapshot: String,
 }
 
 impl CheckpointRecord {
@@ -397,6 +425,8 @@ pub(crate) struct StageRequest<'a> {
     pub owner: Option<String>,
     /// Written in the same transaction.
     pub also: Option<AlsoInStage<'a>>,
+    /// The shell command of a `shell` checkpoint.
+    pub shell: Option<ShellCall>,
 }
 
 fn load_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<CheckpointRecord> {
@@ -501,6 +531,7 @@ mod tests {
             protect: true,
             owner,
             also: None,
+            shell: None,
         };
         stage(&f.store, req).unwrap()
     }

@@ -75,6 +75,12 @@ impl FileIdentity {
     pub fn permissions(&self) -> u32 {
         self.mode & 0o7777
     }
+
+    /// Whether it names a file (device and inode): a state a snapshot recorded has its
+    /// mode and size, but no device or inode (both 0).
+    pub fn names_a_file(&self) -> bool {
+        (self.device, self.inode) != (0, 0)
+    }
 }
 
 /// What is at a path right now.

@@ -48,6 +48,42 @@ pub(crate) struct Changed {
     new: Option<Node>,
 }
 
+/// A regular file as a snapshot recorded it: its content, size and mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileState {
+    pub id: ContentId,
+    pub size: u64,
+    pub mode: u32,
+}
+
+/// One path whose regular file differs between two trees: what it was and what it became
+/// (`None`: no regular file there — absent, or a symlink, a directory, a nested repository).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileChange {
+    pub path: Vec<u8>,
+    pub before: Option<FileState>,
+    pub after: Option<FileState>,
+}
+
+/// The regular files that differ (content or mode) between the trees `from` and `to`,
+/// by path.
+///
+/// # Errors
+/// `corrupt`/`not-found` if a tree does not read.
+pub(crate) fn file_changes(store: &Store, from: &ContentId, to: &ContentId) -> Result<Vec<FileChange>> {
+    let file = |n: Option<Node>| match n {
+        Some(Node { kind: NodeKind::File(id), size, mode, .. }) => Some(FileState { id, size, mode }),
+        _ => None,
+    };
+    let mut out: Vec<FileChange> = raw(store, from, to)?
+        .into_iter()
+        .map(|r| FileChange { path: r.path, before: file(r.old), after: file(r.new) })
+        .filter(|c| c.before != c.after)
+        .collect();
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
 /// Lines added and deleted in one changed path (`None` for binary content).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]

@@ -72,6 +72,9 @@ pub enum SnapshotKind {
     TurnEnd,
     /// Before a rewind changed the workspace.
     PreRewind,
+    /// As an agent's shell command started or finished (the window of a `shell`
+    /// checkpoint).
+    Shell,
 }
 
 /// A nested repository recorded as a pointer.

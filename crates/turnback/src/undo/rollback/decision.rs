@@ -234,7 +234,9 @@ fn against_now(i: &Inputs<'_>, post: &ImageRecord) -> Outcome {
             let same_file = i.virtual_state
                 || *written_back
                 || match (identity, post.identity) {
-                    (Some(now), Some(then)) => (now.device, now.inode) == (then.device, then.inode),
+                    (Some(now), Some(then)) if then.names_a_file() => {
+                        (now.device, now.inode) == (then.device, then.inode)
+                    }
                     _ => true,
                 };
             match (same_content, same_file) {

@@ -1,0 +1,106 @@
+//! Shell calls as checkpoints, through an agent's hooks: the files a command creates,
+//! modifies, deletes, renames and chmods become one `shell` checkpoint, taken back by
+//! `rollback` byte for byte and mode for mode, leaving a person's later edit alone, and
+//! itself undoable; a command that changes nothing leaves none.
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::{Value, json};
+
+use crate::common::{Env, claude_event, hook, str_at};
+
+/// A Claude Code `Bash` call through the hooks: PreToolUse, `run` (what the command does
+/// to the workspace), PostToolUse.
+fn bash(env: &Env, session: &str, id: &str, command: &str, run: impl FnOnce()) {
+    let call = json!({ "tool_name": "Bash", "tool_input": { "command": command }, "tool_use_id": id });
+    hook(env, "claude-code", &claude_event(env, session, "PreToolUse", call.clone()));
+    run();
+    let mut done = call;
+    done["tool_response"] = json!({ "stdout": "", "stderr": "", "interrupted": false });
+    hook(env, "claude-code", &claude_event(env, session, "PostToolUse", done));
+}
+
+fn mode(env: &Env, rel: &str) -> u32 {
+    std::fs::metadata(env.ws.join(rel)).unwrap().permissions().mode() & 0o7777
+}
+
+fn shell_checkpoints(env: &Env, session: &str) -> Vec<Value> {
+    let all = env.json(&["--session", session, "checkpoints"])["checkpoints"].as_array().unwrap().clone();
+    all.into_iter().filter(|c| c["mutation"]["kind"] == "shell").collect()
+}
+
+/// `(path, effect)` of each target, by path.
+fn targets(checkpoint: &Value) -> Vec<(String, String)> {
+    checkpoint["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (str_at(t, "/path").to_string(), str_at(t, "/effect").to_string()))
+        .collect()
+}
+
+#[test]
+fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back_around_a_persons_edit() {
+    let env = Env::new();
+    env.write("keep.txt", "untouched\n");
+    env.write("edit.txt", "e0\n");
+    env.write("gone.txt", "d0\n");
+    env.write("old-name.txt", "m0\n");
+    env.write("run.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(env.ws.join("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let session = "cc-shell";
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "tidy up" })));
+    bash(&env, session, "toolu_sh1", "./tidy.sh && chmod +x run.sh", || {
+        env.write("new.txt", "n1\n");
+        env.write("edit.txt", "e1\n");
+        std::fs::remove_file(env.ws.join("gone.txt")).unwrap();
+        std::fs::rename(env.ws.join("old-name.txt"), env.ws.join("new-name.txt")).unwrap();
+        std::fs::set_permissions(env.ws.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    });
+    // A command that changes nothing leaves no checkpoint.
+    bash(&env, session, "toolu_sh2", "git status", || {});
+
+    let shells = shell_checkpoints(&env, session);
+    assert_eq!(shells.len(), 1, "one checkpoint, for the command that changed files: {shells:#?}");
+    let shell = &shells[0];
+    let want = [
+        ("edit.txt", "edit"),
+        ("gone.txt", "delete"),
+        ("new-name.txt", "create"),
+        ("new.txt", "create"),
+        ("old-name.txt", "delete"),
+        ("run.sh", "edit"),
+    ];
+    let want: Vec<(String, String)> = want.iter().map(|(p, e)| (p.to_string(), e.to_string())).collect();
+    assert_eq!(targets(shell), want, "exactly the command's files: {shell:#}");
+    assert_eq!(shell["shell"]["command"], "./tidy.sh && chmod +x run.sh", "{shell:#}");
+    assert_eq!(shell["shell"]["callId"], "toolu_sh1", "{shell:#}");
+    let listed = String::from_utf8(env.ok(&["--session", session, "checkpoints"], None).stdout).unwrap();
+    assert!(listed.contains("shell") && listed.contains("6 files") && listed.contains("./tidy.sh"), "{listed}");
+
+    // A person edits one of its files afterwards: that one is theirs now.
+    env.write("edit.txt", "the person's\n");
+    let id = str_at(shell, "/checkpointId").to_string();
+    let out = env.run(&["--json", "--session", session, "rollback", &id, "--apply"], None);
+    assert_eq!(out.status.code(), Some(3), "partial: one path is someone's now; {}", crate::common::show_output(&out));
+    let done = crate::common::parse_json(&out);
+    assert_eq!(done["resultType"], "partial", "{done:#}");
+    assert_eq!(env.read("edit.txt").unwrap(), b"the person's\n", "a person's later edit is left alone");
+    let left = done["targets"].as_array().unwrap().iter().find(|t| t["path"] == "edit.txt").unwrap();
+    assert_ne!(left["outcome"]["kind"], "applied-eligible", "and reported: {left:#}");
+    assert_eq!(env.read("gone.txt").unwrap(), b"d0\n", "a deleted file comes back");
+    assert_eq!(env.read("old-name.txt").unwrap(), b"m0\n", "a renamed file comes back under its name");
+    assert!(env.read("new-name.txt").is_none() && env.read("new.txt").is_none(), "created files go");
+    assert_eq!(mode(&env, "run.sh"), 0o644, "the mode goes back");
+    assert_eq!(env.read("keep.txt").unwrap(), b"untouched\n");
+
+    // The rollback is itself undoable: its undo brings the command's results back.
+    let undo = str_at(&done, "/rollbackCheckpointId").to_string();
+    env.ok(&["--session", session, "rollback", &undo, "--apply"], None);
+    assert_eq!(env.read("new.txt").unwrap(), b"n1\n");
+    assert_eq!(env.read("new-name.txt").unwrap(), b"m0\n");
+    assert!(env.read("gone.txt").is_none() && env.read("old-name.txt").is_none());
+    assert_eq!(mode(&env, "run.sh"), 0o755);
+    assert_eq!(env.read("edit.txt").unwrap(), b"the person's\n");
+    env.assert_verify_clean();
+}

@@ -1,0 +1,181 @@
+//! Shell calls as checkpoints: a snapshot as an agent's shell command starts opens its
+//! window, another as it finishes closes it, and the regular files that differ between
+//! the two become one `shell` checkpoint — taken back by `rollback` like any edit.
+//!
+//! Invariants:
+//! - A window opens only inside a running turn, only when a snapshot is cheap now
+//!   ([`window_cost`]: the workspace's watcher answered the newest snapshot, or its last
+//!   walk took at most [`CHEAP_WALK_MS`]); otherwise the call is recorded as before,
+//!   its effects covered by the turn's snapshots alone.
+//! - The checkpoint's images are the snapshots' own content (no copy is stored); its
+//!   artifacts keep that content alive after the snapshots are pruned. Over a cap, it is
+//!   recorded unprotected (digests only), as any checkpoint over a cap.
+//! - Whatever changed inside the window is the window's: a person's edit or a background
+//!   sub-agent's made meanwhile too. Rollback's three-way analysis leaves alone any path
+//!   whose content is no longer the command's result.
+//! - A window is opened once per call and closed once; a call that changed nothing leaves
+//!   no checkpoint; a window whose end never comes closes at the turn's end, with none.
+
+use crate::api::Turnback;
+use crate::api::calls;
+use crate::api::mutation::CheckpointSummary;
+use crate::checkpoint::retention;
+use crate::checkpoint::{self, EffectKind, OperationKind, PostState, PreparedTarget, ShellCall, StageRequest};
+use crate::error::Result;
+use crate::fs::body::Body;
+use crate::fs::files::{Current, FileIdentity};
+use crate::fs::relpath::RelPath;
+use crate::session::Session;
+use crate::snapshot::diff::{FileChange, FileState};
+use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
+
+/// A walk this fast (milliseconds) may run twice around a shell call.
+pub(crate) const CHEAP_WALK_MS: u64 = 150;
+
+/// Why a shell call gets no window now (`None`: it does). `newest` is the session's newest
+/// snapshot that was not skipped.
+pub(crate) fn window_cost(newest: Option<&SnapshotRecord>) -> Option<String> {
+    match newest {
+        None => Some("no snapshot of the workspace yet".into()),
+        Some(s) if s.watched || s.duration_ms <= CHEAP_WALK_MS => None,
+        Some(s) => Some(format!(
+            "no watcher answered and a walk of the workspace takes {} ms (over {CHEAP_WALK_MS} ms)",
+            s.duration_ms
+        )),
+    }
+}
+
+/// What a snapshot recorded of a file, as an image.
+fn image(state: Option<FileState>) -> Current {
+    match state {
+        Some(f) => Current::File {
+            body: Body::Stored { id: f.id.0, size: f.size },
+            identity: FileIdentity { device: 0, inode: 0, mode: f.mode, size: f.size, mtime_ns: 0, ctime_ns: 0 },
+        },
+        None => Current::Absent,
+    }
+}
+
+fn effect(c: &FileChange) -> EffectKind {
+    match (&c.before, &c.after) {
+        (None, _) => EffectKind::Create,
+        (_, None) => EffectKind::Delete,
+        _ => EffectKind::Edit,
+    }
+}
+
+impl Turnback {
+    /// Opens the window of shell call `key` (a snapshot now) if a turn runs and a snapshot
+    /// is cheap; `true` if it opened.
+    ///
+    /// # Errors
+    /// Store and workspace errors.
+    pub(crate) fn open_shell_window(&self, key: &str) -> Result<bool> {
+        let session = self.session()?;
+        if self.running_turn()?.is_none() || calls::window(&self.store, &session.id, key)?.is_some() {
+            return Ok(false);
+        }
+        if window_cost(snapshot::latest(&self.store, &session.id)?.as_ref()).is_some() {
+            return Ok(false);
+        }
+        let before = self.take_snapshot(SnapshotKind::Shell, None)?;
+        if before.root.is_none() {
+            return Ok(false);
+        }
+        calls::open_window(&self.store, &session.id, key, &before.snapshot_id)
+    }
+
+    /// Closes the window of shell call `key`, if open: a snapshot now, and a `shell`
+    /// checkpoint of the files that differ from the window's start (none if nothing did).
+    ///
+    /// # Errors
+    /// Store and workspace errors.
+    pub(crate) fn close_shell_window(
+        &self,
+        key: &str,
+        command: &str,
+        call_id: Option<&str>,
+        exit_status: Option<i32>,
+        subagent: Option<&str>,
+    ) -> Result<Option<CheckpointSummary>> {
+        let (store, session, ws) = (&self.store, self.session()?, self.workspace()?);
+        let Some(before_id) = calls::window(store, &session.id, key)? else { return Ok(None) };
+        let close = |op: &str| calls::close_window(store, &session.id, key, op);
+        // Pruned meanwhile (a session keeps so many snapshots): the turn's cover it.
+        let Ok(before) = snapshot::get(store, &before_id) else { return close("").map(|()| None) };
+        let after = self.take_snapshot(SnapshotKind::Shell, None)?;
+        let (Ok(from), Ok(to)) = (crate::api::turns::root(&before), crate::api::turns::root(&after)) else {
+            return close("").map(|()| None);
+        };
+        let changes = snapshot::diff::file_changes(store, &from, &to)?;
+        if changes.is_empty() {
+            return close("").map(|()| None);
+        }
+        let total: u64 = changes.iter().flat_map(|c| [c.before, c.after]).flatten().map(|f| f.size).sum();
+        let protect = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, total).fits();
+        let mut targets = Vec::with_capacity(changes.len());
+        let mut posts = Vec::with_capacity(changes.len());
+        for c in &changes {
+            let path = RelPath::new(c.path.clone())?;
+            targets.push(PreparedTarget {
+                path,
+                effect: effect(c),
+                current: image(c.before),
+                planned_dirs: Vec::new(),
+            });
+            posts.push(PostState { current: image(c.after), created_dirs: Vec::new(), identity_known: true });
+        }
+        let round = |txn: &mut dyn crate::storage::kv::Txn| Session::round_in(store, txn, &session.id);
+        let origin =
+            checkpoint::Origin { session_id: &session.id, workspace_id: &ws.id, prompt_round: &round, subagent };
+        let shell = ShellCall {
+            // Kept as the turn keeps it: secrets redacted.
+            command: crate::base::redact::redact(command),
+            exit_status,
+            call_id: call_id.map(str::to_string),
+            before_snapshot: before.snapshot_id.clone(),
+            after_snapshot: after.snapshot_id.clone(),
+        };
+        let request = StageRequest {
+            origin,
+            kind: OperationKind::Shell,
+            targets,
+            protect,
+            cap_bytes: Some(total),
+            owner: None,
+            also: None,
+            shell: Some(shell),
+        };
+        let staged = checkpoint::stage(store, request)?;
+        let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, false)?;
+        close(&committed.mutation.operation_id)?;
+        Ok(Some(CheckpointSummary::from(&committed)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(watched: bool, duration_ms: u64) -> SnapshotRecord {
+        let mut s: SnapshotRecord = serde_json::from_value(serde_json::json!({
+            "snapshotId": "s", "sessionId": "x", "workspaceId": "w", "kind": "ad-hoc", "root": "00",
+            "createdAt": "", "files": 0, "bytes": 0, "readFiles": 0, "readBytes": 0, "storedBytes": 0,
+            "excluded": 0, "nestedRepos": [], "skippedPaths": [], "leftOut": [], "skipped": null,
+            "statCacheDropped": null, "durationMs": 0, "turnId": null, "watch": null, "watched": false
+        }))
+        .unwrap();
+        s.watched = watched;
+        s.duration_ms = duration_ms;
+        s
+    }
+
+    #[test]
+    fn a_window_opens_only_when_a_snapshot_is_cheap() {
+        assert!(window_cost(Some(&snap(true, 5_000))).is_none(), "a watcher answered: what changed is cheap");
+        assert!(window_cost(Some(&snap(false, CHEAP_WALK_MS))).is_none(), "a quick walk");
+        let why = window_cost(Some(&snap(false, CHEAP_WALK_MS + 1))).unwrap();
+        assert!(why.contains("151 ms"), "{why}");
+        assert!(window_cost(None).is_some());
+    }
+}
