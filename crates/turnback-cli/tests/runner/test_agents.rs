@@ -747,6 +747,7 @@ fn cursor_hooks_record_two_turns_with_write_and_delete_checkpoints_shell_records
     cursor_tool(&env, g1, "postToolUse", "a1b2c3d4-0003", "Delete", "old.txt", None);
     let shell = json!({ "command": "cargo test", "cwd": "", "sandbox": false });
     cursor(&env, &cursor_event(&env, g1, "beforeShellExecution", shell));
+    env.write("report.txt", "ok\n"); // what the command wrote: its window's checkpoint
     let ran = json!({ "command": "cargo test", "output": "test result: ok\n", "duration": 728.2, "sandbox": false });
     cursor(&env, &cursor_event(&env, g1, "afterShellExecution", ran));
     cursor(&env, &cursor_event(&env, g1, "afterAgentResponse", json!({ "text": "Turn 1 done." })));
@@ -778,6 +779,7 @@ fn cursor_hooks_record_two_turns_with_write_and_delete_checkpoints_shell_records
                 cp(&[("src/app.txt", "edit")], "succeeded"),
                 cp(&[("new.txt", "create")], "succeeded"),
                 cp(&[("old.txt", "delete")], "succeeded"),
+                cp(&[("report.txt", "create")], "succeeded"),
             ],
             vec![
                 cp(&[("src/app.txt", "edit")], "succeeded"),

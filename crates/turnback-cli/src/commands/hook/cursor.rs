@@ -8,7 +8,10 @@
 //!   before the tool touches it; `postToolUse` / `postToolUseFailure` commit it, matched by
 //!   `tool_use_id`. (`afterFileEdit` comes after the write, when the original is gone, and
 //!   its edits cannot rebuild it: it is not used.)
-//! - `afterShellExecution` is a shell record (exit status when the output says).
+//! - `beforeShellExecution` and `afterShellExecution` are a shell call's start and finish
+//!   (its window: a shell checkpoint of what it changed), matched by name alone — Cursor
+//!   gives them no id, and runs one at a time — and recorded in the turn (exit status when
+//!   the output says).
 //! - The workspace is `workspace_roots[0]` (a user-scope hook runs in `~/.cursor`); the
 //!   session is the `conversation_id`.
 //! - Every answer lets everything through: `{"continue": true}` for a prompt,
@@ -66,13 +69,13 @@ pub fn translate(input: &str) -> Result<Translated> {
         "preToolUse" => file_call(&event).map(|call| AgentEvent::ToolStarted { call }).into_iter().collect(),
         "postToolUse" => file_call(&event).map(|call| AgentEvent::ToolFinished { call }).into_iter().collect(),
         "postToolUseFailure" => file_call(&event).map(|call| AgentEvent::ToolFailed { call }).into_iter().collect(),
-        "afterShellExecution" => match event.command.clone() {
-            Some(command) => {
-                let exit_status = event.output.as_deref().and_then(|o| super::exit_status_line(o, "Exit code:"));
-                vec![AgentEvent::ShellRan { id: None, command, exit_status }]
-            }
-            None => Vec::new(),
-        },
+        "beforeShellExecution" => {
+            shell_call(&event, None).map(|call| AgentEvent::ToolStarted { call }).into_iter().collect()
+        }
+        "afterShellExecution" => {
+            let exit_status = event.output.as_deref().and_then(|o| super::exit_status_line(o, "Exit code:"));
+            shell_call(&event, exit_status).map(|call| AgentEvent::ToolFinished { call }).into_iter().collect()
+        }
         "subagentStart" => match event.subagent_id.clone() {
             Some(id) => vec![AgentEvent::SubagentStarted { id, kind: event.subagent_type.clone() }],
             None => Vec::new(),
@@ -105,6 +108,17 @@ fn file_call(event: &Event) -> Option<ToolCall> {
         name: tool,
         effect: ToolEffect::WritesFiles,
         paths: vec![PathBuf::from(path)],
+        ..ToolCall::default()
+    })
+}
+
+/// A shell call (`None` without its command).
+fn shell_call(event: &Event, exit_status: Option<i32>) -> Option<ToolCall> {
+    Some(ToolCall {
+        name: "Shell".into(),
+        effect: ToolEffect::RunsShell,
+        command: Some(event.command.clone()?),
+        exit_status,
         ..ToolCall::default()
     })
 }
