@@ -123,6 +123,14 @@ fn inspect_text(i: &Inspection) -> String {
             short(&shell.before_snapshot),
             short(&shell.after_snapshot)
         ));
+        if !shell.also_by_tool_calls.is_empty() {
+            let paths: Vec<String> =
+                shell.also_by_tool_calls.iter().map(|p| quote_name(p.as_bytes()).into_owned()).collect();
+            t.push_str(&format!(
+                "  also edited by tool calls inside the window (taken back with it): {}\n",
+                paths.join(", ")
+            ));
+        }
     }
     t.push_str(&format!("  size        {}\n  targets\n", format_size(i.bytes)));
     for target in &r.targets {

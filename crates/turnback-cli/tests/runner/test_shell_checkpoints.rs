@@ -104,3 +104,30 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
     assert_eq!(env.read("edit.txt").unwrap(), b"the person's\n");
     env.assert_verify_clean();
 }
+
+#[test]
+fn a_shell_checkpoint_names_its_files_that_an_edit_tool_call_also_changed_inside_its_window() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    let session = "cc-overlap";
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "build" })));
+    bash(&env, session, "toolu_build", "make", || {
+        env.write("out.txt", "built\n");
+        // A background sub-agent's Write lands while the command runs.
+        let sub = json!({ "agent_id": "bg1", "agent_type": "general-purpose" });
+        let write = json!({ "tool_name": "Write", "tool_input": { "file_path": env.ws.join("a.txt"), "content": "a1\n" }, "tool_use_id": "toolu_w", "agent_id": sub["agent_id"] });
+        hook(&env, "claude-code", &claude_event(&env, session, "PreToolUse", write.clone()));
+        env.write("a.txt", "a1\n");
+        hook(&env, "claude-code", &claude_event(&env, session, "PostToolUse", write));
+    });
+    let shells = shell_checkpoints(&env, session);
+    assert_eq!(shells.len(), 1, "{shells:#?}");
+    let want: Vec<(String, String)> =
+        [("a.txt", "edit"), ("out.txt", "create")].iter().map(|(p, e)| (p.to_string(), e.to_string())).collect();
+    assert_eq!(targets(&shells[0]), want, "the window holds whatever changed in it");
+    assert_eq!(shells[0]["shell"]["alsoByToolCalls"], json!(["a.txt"]), "{:#}", shells[0]);
+    let id = str_at(&shells[0], "/checkpointId").to_string();
+    let shown = String::from_utf8(env.ok(&["--session", session, "inspect", &id], None).stdout).unwrap();
+    assert!(shown.contains("also edited by tool calls inside the window") && shown.contains("a.txt"), "{shown}");
+    assert!(shown.contains("command     make"), "{shown}");
+}

@@ -128,6 +128,18 @@ impl Turnback {
         let round = |txn: &mut dyn crate::storage::kv::Txn| Session::round_in(store, txn, &session.id);
         let origin =
             checkpoint::Origin { session_id: &session.id, workspace_id: &ws.id, prompt_round: &round, subagent };
+        // Edit tool calls made inside the window on the same files: said, not separated.
+        let mut also_by_tool_calls: Vec<String> = checkpoint::made_after(store, &session.id, &before.snapshot_id)?
+            .iter()
+            .filter(|r| {
+                r.mutation.kind != OperationKind::Shell && r.checkpoint_id.as_str() < after.snapshot_id.as_str()
+            })
+            .flat_map(|r| r.targets.iter().map(|t| t.path.clone()))
+            .filter(|p| changes.iter().any(|c| c.path == p.as_bytes()))
+            .map(|p| p.display())
+            .collect();
+        also_by_tool_calls.sort();
+        also_by_tool_calls.dedup();
         let shell = ShellCall {
             // Kept as the turn keeps it: secrets redacted.
             command: crate::base::redact::redact(command),
@@ -135,6 +147,7 @@ impl Turnback {
             call_id: call_id.map(str::to_string),
             before_snapshot: before.snapshot_id.clone(),
             after_snapshot: after.snapshot_id.clone(),
+            also_by_tool_calls,
         };
         let request = StageRequest {
             origin,

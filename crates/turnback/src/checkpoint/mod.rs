@@ -37,7 +37,9 @@ pub(crate) use lifecycle::{
     PlannedWrite, PostState, commit, dispatch, finish, finish_written, over_cap_error, record_before_writes, stage,
 };
 pub use query::Unreadable;
-pub(crate) use query::{ListFilter, all_ids, by_operation, cross_check, get, image_body, list, load, read_image};
+pub(crate) use query::{
+    ListFilter, all_ids, by_operation, cross_check, get, image_body, list, load, made_after, read_image,
+};
 pub use reconcile::{ReconcileReport, ReconciledCheckpoint};
 pub(crate) use reconcile::{own_temp, reconcile};
 
@@ -339,6 +341,11 @@ pub struct ShellCall {
     pub before_snapshot: String,
     /// The snapshot taken as it finished.
     pub after_snapshot: String,
+    /// Its paths that an edit tool call (the agent's, a sub-agent's) also changed inside
+    /// the window: the window cannot tell which wrote what, so a rollback of it takes
+    /// those edits back too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_by_tool_calls: Vec<String>,
 }
 
 impl CheckpointRecord {

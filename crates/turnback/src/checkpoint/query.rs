@@ -244,6 +244,20 @@ pub(super) fn index_rows(store: &Store, session_id: &str) -> Result<Vec<(String,
     Ok(rows)
 }
 
+/// The checkpoints of `session_id` made after `after` (a time-ordered id: a checkpoint's
+/// or a snapshot's), oldest first; those that do not open are left out.
+pub(crate) fn made_after(store: &Store, session_id: &str, after: &str) -> Result<Vec<CheckpointRecord>> {
+    let mut out = Vec::new();
+    for (id, _) in index_rows(store, session_id)? {
+        if id.as_str() > after
+            && let Ok(record) = load(store, &id)
+        {
+            out.push(record);
+        }
+    }
+    Ok(out)
+}
+
 /// Every checkpoint id in the store, in session order.
 pub(crate) fn all_ids(store: &Store) -> Result<Vec<String>> {
     store.kv().text_keys(schema::CHECKPOINTS)
