@@ -6,6 +6,7 @@ mod test_integrity;
 mod test_mutations;
 mod test_rewind_property;
 mod test_rollback_property;
+mod test_shell_property;
 mod test_snapshot;
 mod test_store;
 mod test_watch_property;
