@@ -117,6 +117,61 @@ impl Turnback {
         timed(cmd, &rss)
     }
 
+    /// Runs `turnback hook claude-code` with `event` on stdin; returns its seconds.
+    fn hook(&self, event: &serde_json::Value) -> f64 {
+        use std::io::Write;
+        let mut cmd = self.command(Command::new(env!("CARGO_BIN_EXE_turnback")));
+        cmd.args(["hook", "claude-code"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
+        let start = Instant::now();
+        let mut child = cmd.spawn().expect("run the hook");
+        child.stdin.take().unwrap().write_all(event.to_string().as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success());
+        start.elapsed().as_secs_f64()
+    }
+
+    /// What a shell call's window adds: the median time of a Claude Code `Bash` call's
+    /// PreToolUse + PostToolUse hooks (one file changed between them) in a running turn,
+    /// less that of a `Read` call's (the same hooks, nothing recorded); and whether the
+    /// window opened (the Bash calls left shell checkpoints).
+    fn shell_window(&self, changed: &Path, original: &[u8], runs: usize) -> (f64, bool) {
+        let session = format!("bench-shell-{}", if self.watched { "watched" } else { "walked" });
+        let event = |name: &str, extra: serde_json::Value| {
+            let mut e = serde_json::json!({
+                "session_id": session, "transcript_path": self.home.join("none.jsonl"),
+                "cwd": self.work, "hook_event_name": name,
+            });
+            for (k, v) in extra.as_object().unwrap() {
+                e[k] = v.clone();
+            }
+            e
+        };
+        self.hook(&event("UserPromptSubmit", serde_json::json!({ "prompt": "bench the shell" })));
+        let (mut shell, mut read) = (Vec::new(), Vec::new());
+        for i in 0..runs {
+            for tool in ["Bash", "Read"] {
+                let call = serde_json::json!({
+                    "tool_name": tool, "tool_input": { "command": "touch it", "file_path": changed },
+                    "tool_use_id": format!("toolu_{tool}_{i}"),
+                });
+                let mut seconds = self.hook(&event("PreToolUse", call.clone()));
+                let mut bytes = original.to_vec();
+                bytes.extend_from_slice(format!("// {tool} {i}\n").as_bytes());
+                std::fs::write(changed, &bytes).unwrap();
+                seconds += self.hook(&event("PostToolUse", call));
+                if tool == "Bash" { shell.push(seconds) } else { read.push(seconds) }
+            }
+        }
+        self.hook(&event("Stop", serde_json::json!({ "stop_hook_active": false })));
+        std::fs::write(changed, original).unwrap();
+        let out = self
+            .command(Command::new(env!("CARGO_BIN_EXE_turnback")))
+            .args(["--session", &session, "--json", "checkpoints"])
+            .output()
+            .unwrap();
+        let opened = String::from_utf8_lossy(&out.stdout).contains("\"shell\"");
+        ((median(shell) - median(read)).max(0.0), opened)
+    }
+
     fn run(&self, args: &[&str]) {
         let mut cmd = self.command(Command::new(env!("CARGO_BIN_EXE_turnback")));
         let out = cmd.args(args).output().expect("run turnback");
@@ -408,6 +463,9 @@ fn main() {
         rewind.push(start.elapsed().as_secs_f64());
     }
     std::fs::write(&changed, &original).unwrap();
+    // What a shell call's window adds to its hooks, with the watcher and without.
+    let shell_watched = watched.shell_window(&changed, &original, runs);
+    let shell_walked = walked.shell_window(&changed, &original, runs);
     watched.run(&["watch", "stop"]);
     if !skip_git {
         let repack = Command::new("git")
@@ -424,6 +482,12 @@ fn main() {
     report(&label, runs, first_runs, &[("turnback", &tb), ("tb watcher", &tbw), ("jj", &jjc), ("shadow git", &git)]);
     println!("{:<30} {:>11.3}s  (target <= 1 s)", "rewind preview, last turn", median(rewind));
     println!("{:<30} {:>11.3}s  (target <= 0.015 s)", "new session's first, watched", median(new_session));
+    for (name, (added, opened)) in
+        [("shell window added, watched", shell_watched), ("shell window added, walked", shell_walked)]
+    {
+        let how = if opened { "window taken" } else { "no window: walk over 150 ms" };
+        println!("{name:<30} {added:>11.3}s  ({how}; target <= 0.3 s)");
+    }
 }
 
 /// Prints the table: one column per tool, then turnback's ratios to jj and shadow git.
