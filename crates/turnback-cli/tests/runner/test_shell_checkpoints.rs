@@ -87,7 +87,7 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
     assert_eq!(done["resultType"], "partial", "{done:#}");
     assert_eq!(env.read("edit.txt").unwrap(), b"the person's\n", "a person's later edit is left alone");
     let left = done["targets"].as_array().unwrap().iter().find(|t| t["path"] == "edit.txt").unwrap();
-    assert_ne!(left["outcome"]["kind"], "applied-eligible", "and reported: {left:#}");
+    assert_eq!(left["outcome"]["kind"], "conflict", "and reported as someone's later work: {left:#}");
     assert_eq!(env.read("gone.txt").unwrap(), b"d0\n", "a deleted file comes back");
     assert_eq!(env.read("old-name.txt").unwrap(), b"m0\n", "a renamed file comes back under its name");
     assert!(env.read("new-name.txt").is_none() && env.read("new.txt").is_none(), "created files go");

@@ -63,19 +63,8 @@ pub(crate) fn edit_open(
     }
     let kept = kept?;
     let original = reader.original.ok_or_else(|| Error::new(ErrorCode::Conflict, "a file changed while read"))?;
-    match reader.replacements {
-        0 => {
-            Err(Error::new(ErrorCode::EditNoMatch, format!("{}: the string to replace was not found", shown.display())))
-        }
-        n if n > 1 && !all => Err(Error::new(
-            ErrorCode::EditNotUnique,
-            format!(
-                "{}: the string to replace occurs {n} times; give more context to make it unique, or use --all",
-                shown.display()
-            ),
-        )),
-        n => Ok(Edited { kept, replacements: n, original }),
-    }
+    super::mutation::check_occurrences(reader.replacements, all, shown)?;
+    Ok(Edited { kept, replacements: reader.replacements, original })
 }
 
 /// The edited content of a file as a stream (see [`edit_open`]).

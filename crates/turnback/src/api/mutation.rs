@@ -190,29 +190,16 @@ fn plan(change: Change, current: &Current, shown: &Path) -> Result<(Option<Body>
 pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
     check_edit(old, new)?;
     let positions: Vec<usize> = find_all(bytes, old);
-    match positions.len() {
-        0 => {
-            Err(Error::new(ErrorCode::EditNoMatch, format!("{}: the string to replace was not found", shown.display())))
-        }
-        n if n > 1 && !all => Err(Error::new(
-            ErrorCode::EditNotUnique,
-            format!(
-                "{}: the string to replace occurs {n} times; give more context to make it unique, or use --all",
-                shown.display()
-            ),
-        )),
-        n => {
-            let mut out = Vec::with_capacity(bytes.len() + n * new.len());
-            let mut last = 0;
-            for p in &positions {
-                out.extend_from_slice(&bytes[last..*p]);
-                out.extend_from_slice(new);
-                last = p + old.len();
-            }
-            out.extend_from_slice(&bytes[last..]);
-            Ok((out, n))
-        }
+    check_occurrences(positions.len(), all, shown)?;
+    let mut out = Vec::with_capacity(bytes.len() + positions.len() * new.len());
+    let mut last = 0;
+    for p in &positions {
+        out.extend_from_slice(&bytes[last..*p]);
+        out.extend_from_slice(new);
+        last = p + old.len();
     }
+    out.extend_from_slice(&bytes[last..]);
+    Ok((out, positions.len()))
 }
 
 /// The strings of an edit, checked before any file is read.
@@ -227,6 +214,27 @@ fn check_edit(old: &[u8], new: &[u8]) -> Result<()> {
         return Err(Error::invalid("--old and --new are the same; nothing would change"));
     }
     Ok(())
+}
+
+/// The rule on how many occurrences an edit found: at least one, and exactly one unless
+/// `all`.
+///
+/// # Errors
+/// `edit-no-match`, `edit-not-unique` (naming `shown`).
+pub(crate) fn check_occurrences(n: usize, all: bool, shown: &Path) -> Result<()> {
+    match n {
+        0 => {
+            Err(Error::new(ErrorCode::EditNoMatch, format!("{}: the string to replace was not found", shown.display())))
+        }
+        n if n > 1 && !all => Err(Error::new(
+            ErrorCode::EditNotUnique,
+            format!(
+                "{}: the string to replace occurs {n} times; give more context to make it unique, or use --all",
+                shown.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
@@ -687,28 +695,26 @@ impl Turnback {
         std::io::Read::take(&mut *input, HELD_MAX + 1)
             .read_to_end(&mut head)
             .map_err(|e| Error::new(ErrorCode::Io, format!("reading the input: {e}")).with_source(e))?;
-        // Held until the checkpoint that names the kept content is committed: `gc` keeps
-        // out of content no record names yet.
-        let mut objects = None;
-        let body = if head.len() as u64 <= HELD_MAX {
+        // The objects lock is held until the checkpoint that names the kept content is
+        // committed: `gc` keeps out of content no record names yet.
+        let (body, _objects) = if head.len() as u64 <= HELD_MAX {
             if head.len() as u64 > limit {
                 return Err(over());
             }
-            Body::Held(head)
+            (Body::Held(head), None)
         } else {
-            objects = Some(crate::fs::lock::objects(&store.locks_dir(), false)?);
+            let objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
             let mut all = std::io::Cursor::new(head).chain(input);
             let kept =
                 storage_body::keep_input(store.keys(), store.kv(), &mut all, limit).map_err(|e| match e.code {
                     ErrorCode::OverCap => over(),
                     _ => e,
                 })?;
-            Body::Stored { id: kept.id.0, size: kept.size }
+            (Body::Stored { id: kept.id.0, size: kept.size }, Some(objects))
         };
         let kind = if create_only { OperationKind::CreateFile } else { OperationKind::WriteFile };
         let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
         let done = apply_change(Context { cwd: &cwd, ..ctx }, path, kind, Change::Put { create_only, body })?;
-        drop(objects);
         Ok(report(done))
     }
 

@@ -301,10 +301,14 @@ pub(crate) fn commit_with(
     };
     // Large post-images are read before the transaction, and kept only if they will be
     // protected as things stand now (the transaction decides again, below).
-    let keep_large = load(store, checkpoint_id).is_ok_and(|r| {
-        r.coverage_state != CoverageState::Unprotected
-            && fits_post(store, &r, post_size(&posts), usage(store).unwrap_or(u64::MAX))
-    });
+    // (Only then: every agent edit commits here, and a record and the usage read again
+    // outside the transaction are work a small file never needs.)
+    let any_large = posts.iter().any(|p| matches!(&p.current, Current::File { body, .. } if body.held().is_none()));
+    let keep_large = any_large
+        && load(store, checkpoint_id).is_ok_and(|r| {
+            r.coverage_state != CoverageState::Unprotected
+                && fits_post(store, &r, post_size(&posts), usage(store).unwrap_or(u64::MAX))
+        });
     let (large, _objects) = read_large(store, posts.iter().map(|p| &p.current), keep_large)?;
     let mut txn = store.kv().begin()?;
     let mut record = load_in(store, &mut *txn, checkpoint_id)?;

@@ -69,17 +69,17 @@ fn verify_usable(record: &CheckpointRecord) -> Result<()> {
     }
 }
 
-/// Reads the bytes of one image of a verified checkpoint (`None`: the file was absent).
+/// Where one image of a verified checkpoint is stored: its target, and its artifact with
+/// what the sealed record expects of it (`None`: the file was absent).
 ///
 /// # Errors
 /// `recovery-locked` if the checkpoint is not committed; `not-found` if the content was
-/// evicted or never stored; `corrupt` if anything does not verify. No bytes on failure.
-pub(crate) fn read_image(
-    store: &Store,
+/// evicted or never stored (over a cap); `corrupt` for a record without the image.
+fn image_artifact(
     record: &CheckpointRecord,
     target: usize,
     role: ImageRole,
-) -> Result<Option<(ContentMetadata, Vec<u8>)>> {
+) -> Result<Option<(&ImageRecord, &str, Expected<'_>)>> {
     verify_usable(record)?;
     let t = record.targets.get(target).ok_or_else(|| Error::not_found(format!("target {target}")))?;
     let image = match role {
@@ -99,7 +99,21 @@ pub(crate) fn read_image(
         .as_deref()
         .ok_or_else(|| Error::not_found(format!("content of {} (not protected: over a cap)", t.path.display())))?;
     let digest = image.digest.as_deref().ok_or_else(|| Error::corrupt("checkpoint", "image without digest"))?;
-    let expected = Expected { checkpoint_id: &record.checkpoint_id, digest, size: image.size };
+    Ok(Some((image, artifact_id, Expected { checkpoint_id: &record.checkpoint_id, digest, size: image.size })))
+}
+
+/// Reads the bytes of one image of a verified checkpoint (`None`: the file was absent).
+///
+/// # Errors
+/// `recovery-locked` if the checkpoint is not committed; `not-found` if the content was
+/// evicted or never stored; `corrupt` if anything does not verify. No bytes on failure.
+pub(crate) fn read_image(
+    store: &Store,
+    record: &CheckpointRecord,
+    target: usize,
+    role: ImageRole,
+) -> Result<Option<(ContentMetadata, Vec<u8>)>> {
+    let Some((_, artifact_id, expected)) = image_artifact(record, target, role)? else { return Ok(None) };
     artifact::read(store.keys(), store.kv(), artifact_id, expected).map(Some)
 }
 
@@ -115,35 +129,10 @@ pub(crate) fn image_body(
     target: usize,
     role: ImageRole,
 ) -> Result<Option<Body>> {
-    let size = record
-        .targets
-        .get(target)
-        .and_then(|t| match role {
-            ImageRole::Pre => Some(&t.pre_image),
-            ImageRole::Post => t.post_image.as_ref(),
-        })
-        .map_or(0, |i| i.size);
-    if size <= HELD_MAX {
-        return Ok(read_image(store, record, target, role)?.map(|(_, bytes)| Body::Held(bytes)));
+    let Some((image, artifact_id, expected)) = image_artifact(record, target, role)? else { return Ok(None) };
+    if image.size <= HELD_MAX {
+        return artifact::read(store.keys(), store.kv(), artifact_id, expected).map(|(_, b)| Some(Body::Held(b)));
     }
-    verify_usable(record)?;
-    let t = &record.targets[target];
-    let image = match role {
-        ImageRole::Pre => &t.pre_image,
-        ImageRole::Post => t.post_image.as_ref().expect("sized above"),
-    };
-    if !image.present {
-        return Ok(None);
-    }
-    if record.retention_state == RetentionState::Evicted {
-        return Err(Error::not_found(format!("content of checkpoint {} (evicted)", record.checkpoint_id)));
-    }
-    let artifact_id = image
-        .artifact_id
-        .as_deref()
-        .ok_or_else(|| Error::not_found(format!("content of {} (not protected: over a cap)", t.path.display())))?;
-    let digest = image.digest.as_deref().ok_or_else(|| Error::corrupt("checkpoint", "image without digest"))?;
-    let expected = Expected { checkpoint_id: &record.checkpoint_id, digest, size: image.size };
     let (meta, id) = artifact::check(store.kv(), artifact_id, expected)?;
     Ok(Some(Body::Stored { id: id.0, size: meta.size }))
 }

@@ -271,19 +271,8 @@ fn run_case(setup: Vec<Step>, turns: Vec<(Vec<Step>, Vec<Step>)>, to: usize) -> 
     Ok(())
 }
 
-/// 48 cases. Locally the seed is random, so every run explores new cases; in CI (`CI`
-/// set) it is fixed, so a red build always means a regression, not a new draw.
-/// `PROPTEST_RNG_SEED` overrides both.
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig { cases: 48, ..ProptestConfig::default() };
-    if std::env::var_os("CI").is_some() && std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = proptest::test_runner::RngSeed::Fixed(0x7265_7769_6e64);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::tests::common::proptest_config(48, 0x7265_7769_6e64))]
 
     #[test]
     fn rewind_restores_the_turns_start_across_type_changes_and_leaves_hand_edits_alone(

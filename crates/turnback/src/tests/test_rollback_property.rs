@@ -164,19 +164,8 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>) -> Result<(), TestCaseError> {
     Ok(())
 }
 
-/// 64 cases. Locally the seed is random, so every run explores new interleavings; in CI
-/// (`CI` set) it is fixed, so a red build always means a regression, not a new draw.
-/// `PROPTEST_RNG_SEED` overrides both.
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig { cases: 64, ..ProptestConfig::default() };
-    if std::env::var_os("CI").is_some() && std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = proptest::test_runner::RngSeed::Fixed(0x7475_726e_6261_636b);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::tests::common::proptest_config(64, 0x7475_726e_6261_636b))]
 
     #[test]
     fn rollback_never_touches_person_work_and_is_itself_undoable(

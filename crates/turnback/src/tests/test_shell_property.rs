@@ -202,18 +202,8 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>, pick: usize) -> Result<(), Tes
     Ok(())
 }
 
-/// 48 cases. Locally the seed is random; in CI (`CI` set) it is fixed, so a red build
-/// always means a regression. `PROPTEST_RNG_SEED` overrides both.
-fn config() -> ProptestConfig {
-    let mut config = ProptestConfig { cases: 48, ..ProptestConfig::default() };
-    if std::env::var_os("CI").is_some() && std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        config.rng_seed = proptest::test_runner::RngSeed::Fixed(0x7368_656c_6c5f_7062);
-    }
-    config
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(crate::tests::common::proptest_config(48, 0x7368_656c_6c5f_7062))]
 
     #[test]
     fn rolling_back_a_shell_checkpoint_changes_only_what_still_holds_its_result(

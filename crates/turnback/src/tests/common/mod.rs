@@ -119,3 +119,14 @@ impl Env {
         checkpoint::load(&self.store, id).unwrap()
     }
 }
+
+/// A property test's configuration: `cases` cases, the seed random locally (every run
+/// explores new cases) and fixed to `seed` in CI (`CI` set: a red build always means a
+/// regression, not a new draw); `PROPTEST_RNG_SEED` overrides both.
+pub(super) fn proptest_config(cases: u32, seed: u64) -> proptest::test_runner::Config {
+    let mut config = proptest::test_runner::Config { cases, ..proptest::test_runner::Config::default() };
+    if std::env::var_os("CI").is_some() && std::env::var_os("PROPTEST_RNG_SEED").is_none() {
+        config.rng_seed = proptest::test_runner::RngSeed::Fixed(seed);
+    }
+    config
+}
