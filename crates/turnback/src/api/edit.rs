@@ -5,7 +5,7 @@
 //! - One pass reads the file: it hashes the original (the compare-and-swap's expectation,
 //!   so a file changed since is never overwritten) and packs the edited content into the
 //!   store as it goes; the edited content is then written from the store in pieces.
-//! - The rules are [`replace_exact`](super::mutation::replace_exact)'s: no match, or more
+//! - The rules are [`check_occurrences`], as for a held file: no match, or more
 //!   than one without `all`, is refused (the edited content kept so far is left for `gc`).
 
 use std::collections::VecDeque;
@@ -63,8 +63,29 @@ pub(crate) fn edit_open(
     }
     let kept = kept?;
     let original = reader.original.ok_or_else(|| Error::new(ErrorCode::Conflict, "a file changed while read"))?;
-    super::mutation::check_occurrences(reader.replacements, all, shown)?;
+    check_occurrences(reader.replacements, all, shown)?;
     Ok(Edited { kept, replacements: reader.replacements, original })
+}
+
+/// The rule on how many occurrences an edit found: at least one, and exactly one unless
+/// `all`.
+///
+/// # Errors
+/// `edit-no-match`, `edit-not-unique` (naming `shown`).
+pub(crate) fn check_occurrences(n: usize, all: bool, shown: &std::path::Path) -> Result<()> {
+    match n {
+        0 => {
+            Err(Error::new(ErrorCode::EditNoMatch, format!("{}: the string to replace was not found", shown.display())))
+        }
+        n if n > 1 && !all => Err(Error::new(
+            ErrorCode::EditNotUnique,
+            format!(
+                "{}: the string to replace occurs {n} times; give more context to make it unique, or use --all",
+                shown.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The edited content of a file as a stream (see [`edit_open`]).

@@ -190,7 +190,7 @@ fn plan(change: Change, current: &Current, shown: &Path) -> Result<(Option<Body>
 pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
     check_edit(old, new)?;
     let positions: Vec<usize> = find_all(bytes, old);
-    check_occurrences(positions.len(), all, shown)?;
+    super::edit::check_occurrences(positions.len(), all, shown)?;
     let mut out = Vec::with_capacity(bytes.len() + positions.len() * new.len());
     let mut last = 0;
     for p in &positions {
@@ -214,27 +214,6 @@ fn check_edit(old: &[u8], new: &[u8]) -> Result<()> {
         return Err(Error::invalid("--old and --new are the same; nothing would change"));
     }
     Ok(())
-}
-
-/// The rule on how many occurrences an edit found: at least one, and exactly one unless
-/// `all`.
-///
-/// # Errors
-/// `edit-no-match`, `edit-not-unique` (naming `shown`).
-pub(crate) fn check_occurrences(n: usize, all: bool, shown: &Path) -> Result<()> {
-    match n {
-        0 => {
-            Err(Error::new(ErrorCode::EditNoMatch, format!("{}: the string to replace was not found", shown.display())))
-        }
-        n if n > 1 && !all => Err(Error::new(
-            ErrorCode::EditNotUnique,
-            format!(
-                "{}: the string to replace occurs {n} times; give more context to make it unique, or use --all",
-                shown.display()
-            ),
-        )),
-        _ => Ok(()),
-    }
 }
 
 fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
