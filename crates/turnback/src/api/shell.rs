@@ -5,8 +5,8 @@
 //! Invariants:
 //! - A window opens only inside a running turn, only when a snapshot is cheap now
 //!   ([`window_cost`]: the workspace's watcher answered the newest snapshot, or its last
-//!   walk took at most [`CHEAP_WALK_MS`]); otherwise the call is recorded as before,
-//!   its effects covered by the turn's snapshots alone.
+//!   walk — the walk alone, not the reads or the commit — took at most [`CHEAP_WALK_MS`]);
+//!   otherwise the call is recorded as before, its effects covered by the turn's snapshots.
 //! - The checkpoint's images are the snapshots' own content (no copy is stored); its
 //!   artifacts keep that content alive after the snapshots are pruned. Over a cap, it is
 //!   recorded unprotected (digests only), as any checkpoint over a cap.
@@ -37,10 +37,13 @@ pub(crate) const CHEAP_WALK_MS: u64 = 150;
 pub(crate) fn window_cost(newest: Option<&SnapshotRecord>) -> Option<String> {
     match newest {
         None => Some("no snapshot of the workspace yet".into()),
-        Some(s) if s.watched || s.duration_ms <= CHEAP_WALK_MS => None,
+        // The walk alone, not the whole snapshot: a first snapshot reads every file, and
+        // the time to commit depends on the disk's load of the moment, neither of which a
+        // window's snapshots repeat when a command changes little.
+        Some(s) if s.watched || s.walk_ms <= CHEAP_WALK_MS => None,
         Some(s) => Some(format!(
             "no watcher answered and a walk of the workspace takes {} ms (over {CHEAP_WALK_MS} ms)",
-            s.duration_ms
+            s.walk_ms
         )),
     }
 }
@@ -170,7 +173,7 @@ impl Turnback {
 mod tests {
     use super::*;
 
-    fn snap(watched: bool, duration_ms: u64) -> SnapshotRecord {
+    fn snap(watched: bool, walk_ms: u64) -> SnapshotRecord {
         let mut s: SnapshotRecord = serde_json::from_value(serde_json::json!({
             "snapshotId": "s", "sessionId": "x", "workspaceId": "w", "kind": "ad-hoc", "root": "00",
             "createdAt": "", "files": 0, "bytes": 0, "readFiles": 0, "readBytes": 0, "storedBytes": 0,
@@ -179,7 +182,8 @@ mod tests {
         }))
         .unwrap();
         s.watched = watched;
-        s.duration_ms = duration_ms;
+        s.walk_ms = walk_ms;
+        s.duration_ms = 10 * walk_ms + 1_000;
         s
     }
 

@@ -147,6 +147,10 @@ pub struct SnapshotRecord {
     pub stat_cache_dropped: Option<String>,
     /// Milliseconds it took.
     pub duration_ms: u64,
+    /// Milliseconds the walk alone took (every entry stat-ed, no content read): what the
+    /// next walk costs when little changed. 0 for a snapshot the watcher answered.
+    #[serde(default)]
+    pub walk_ms: u64,
     /// The turn it belongs to, if any.
     #[serde(default)]
     pub turn_id: Option<String>,

@@ -100,6 +100,7 @@ pub(super) fn take(
     // The stat cache is decrypted and decoded while the tree is walked; once it is there,
     // the walk keeps each file it vouches for as a reference to its entry.
     let loading = std::sync::OnceLock::new();
+    let walk_started = std::time::Instant::now();
     let (walked, loaded) = std::thread::scope(|scope| {
         let loader = scope.spawn(|| {
             // Set however the loading ends (an empty cache if it fails, or panics): the
@@ -115,6 +116,7 @@ pub(super) fn take(
         (walked, loaded)
     });
     let walked = walked?;
+    let walk_ms = walk_started.elapsed().as_millis() as u64;
     crate::base::failpoint::hit("snapshot-walked");
     let stat_cache_dropped = loaded?;
     // Set: the loader did not fail, which returned above.
@@ -144,6 +146,7 @@ pub(super) fn take(
         skipped: over_limit(&walked, &baseline, &limits, &plan),
         stat_cache_dropped,
         duration_ms: 0,
+        walk_ms,
         turn_id: opts.turn_id.map(str::to_string),
         watch: mark,
         watched: false,

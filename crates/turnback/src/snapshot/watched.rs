@@ -154,6 +154,7 @@ pub(super) fn take(
         skipped: None,
         stat_cache_dropped: None,
         duration_ms: started.elapsed().as_millis() as u64,
+        walk_ms: 0,
         turn_id: opts.turn_id.map(str::to_string),
         watch: mark(store, synced),
         watched: true,

@@ -74,10 +74,9 @@ fn write(root: &Path, path: usize, text: String) {
 fn run_op(root: &Path, op: &Op, n: usize) {
     let at = |i: usize| root.join(PATHS[i]);
     match *op {
-        // Each step's content a different length: a same-size rewrite within one timestamp
-        // tick of the snapshot before it is a known open edge of the stat cache (see the
-        // closing note of this session), not what this property is about.
-        Op::Write(i) => write(root, i, format!("shell {n} wrote {i}{}\n", "+".repeat(n))),
+        // The same length at every step: a same-size rewrite within one timestamp tick of
+        // the window's first snapshot must be seen by its last.
+        Op::Write(i) => write(root, i, format!("shell {n} wrote {i}\n")),
         Op::Delete(i) => {
             let _ = std::fs::remove_file(at(i));
         }
