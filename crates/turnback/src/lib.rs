@@ -77,7 +77,7 @@ pub use checkpoint::retention::{Breach, CapacityVerdict, RetentionVerdict};
 pub use checkpoint::{
     CheckpointRecord, CommitState, CoverageState, EffectKind, EvictionReport, ImageRecord, IntegrityState,
     MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, ShellCall, StageState,
-    TargetRecord, Unreadable as UnreadableCheckpoint,
+    SubagentWindow, TargetRecord, Unreadable as UnreadableCheckpoint,
 };
 pub use error::{Error, ErrorCode, Result};
 pub use fs::files::FileIdentity;

@@ -14,15 +14,13 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
     }
     for c in &list.checkpoints {
         let r = &c.record;
-        let targets: Vec<String> = match &r.shell {
+        let files = format!("{} file{}", r.targets.len(), if r.targets.len() == 1 { "" } else { "s" });
+        let targets: Vec<String> = match (&r.shell, &r.subagent_window) {
             // A command's files are many: counted, with the command (redacted when kept).
-            Some(shell) => vec![format!(
-                "shell  {} file{}  {}",
-                r.targets.len(),
-                if r.targets.len() == 1 { "" } else { "s" },
-                escape_controls(&shell.command)
-            )],
-            None => r
+            (Some(shell), _) => vec![format!("shell  {files}  {}", escape_controls(&shell.command))],
+            // A sub-agent's window: counted; the sub-agent is named below.
+            (None, Some(_)) => vec![format!("sub-agent window  {files}")],
+            (None, None) => r
                 .targets
                 .iter()
                 .map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes())))
@@ -128,6 +126,21 @@ fn inspect_text(i: &Inspection) -> String {
                 shell.also_by_tool_calls.iter().map(|p| quote_name(p.as_bytes()).into_owned()).collect();
             t.push_str(&format!(
                 "  also edited by tool calls inside the window (taken back with it): {}\n",
+                paths.join(", ")
+            ));
+        }
+    }
+    if let Some(w) = &r.subagent_window {
+        t.push_str(&format!(
+            "  window      snapshots {} → {}: what changed from the sub-agent's start to its stop, whoever changed it\n",
+            short(&w.before_snapshot),
+            short(&w.after_snapshot)
+        ));
+        if !w.left_to_checkpoints.is_empty() {
+            let paths: Vec<String> =
+                w.left_to_checkpoints.iter().map(|p| quote_name(p.as_bytes()).into_owned()).collect();
+            t.push_str(&format!(
+                "  left to the checkpoints made inside the window (each change is taken back once): {}\n",
                 paths.join(", ")
             ));
         }

@@ -131,3 +131,112 @@ fn a_shell_checkpoint_names_its_files_that_an_edit_tool_call_also_changed_inside
     assert!(shown.contains("also edited by tool calls inside the window") && shown.contains("a.txt"), "{shown}");
     assert!(shown.contains("command     make"), "{shown}");
 }
+
+/// A Claude Code tool call by sub-agent `agent` through the hooks: PreToolUse, `run`,
+/// PostToolUse.
+fn subagent_call(env: &Env, session: &str, agent: &str, call: Value, run: impl FnOnce()) {
+    let mut call = call;
+    call["agent_id"] = json!(agent);
+    call["agent_type"] = json!("general-purpose");
+    hook(env, "claude-code", &claude_event(env, session, "PreToolUse", call.clone()));
+    run();
+    call["tool_response"] = json!({ "stdout": "", "stderr": "", "interrupted": false });
+    hook(env, "claude-code", &claude_event(env, session, "PostToolUse", call));
+}
+
+#[test]
+fn rollback_of_a_subagent_takes_back_its_edits_its_commands_and_what_changed_in_its_window_and_nothing_of_the_main_agents()
+ {
+    let env = Env::new();
+    env.write("main.txt", "m0\n");
+    env.write("sub-edit.txt", "s0\n");
+    env.write("sub-shell.txt", "c0\n");
+    env.write("untracked.txt", "u0\n");
+    let session = "cc-subagent";
+    let sub = json!({ "agent_id": "agent-7", "agent_type": "general-purpose" });
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "delegate" })));
+    // The main agent works before the sub-agent starts…
+    bash(&env, session, "toolu_main1", "echo main > main.txt", || env.write("main.txt", "m1\n"));
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStart", sub.clone()));
+    // …the sub-agent edits with a tool, runs a command, and changes a file through a
+    // call no hook reports (its window is the only record of that)…
+    let write = json!({ "tool_name": "Write", "tool_input": { "file_path": env.ws.join("sub-edit.txt"), "content": "s1\n" }, "tool_use_id": "toolu_s1" });
+    subagent_call(&env, session, "agent-7", write, || env.write("sub-edit.txt", "s1\n"));
+    let shell = json!({ "tool_name": "Bash", "tool_input": { "command": "sed -i s/c0/c1/ sub-shell.txt && touch sub-new.txt" }, "tool_use_id": "toolu_s2" });
+    subagent_call(&env, session, "agent-7", shell, || {
+        env.write("sub-shell.txt", "c1\n");
+        env.write("sub-new.txt", "");
+    });
+    env.write("untracked.txt", "u1\n");
+    std::fs::create_dir_all(env.ws.join("gen")).unwrap();
+    env.write("gen/out.txt", "generated\n");
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStop", sub.clone()));
+    // …and the main agent goes on after it.
+    bash(&env, session, "toolu_main2", "echo later > main-later.txt", || env.write("main-later.txt", "later\n"));
+
+    let all = env.json(&["--session", session, "checkpoints"])["checkpoints"].as_array().unwrap().clone();
+    let of_sub: Vec<&Value> = all.iter().filter(|c| c["subagent"] == "agent-7").collect();
+    let kinds: Vec<&str> = of_sub.iter().map(|c| str_at(c, "/mutation/kind")).collect();
+    assert_eq!(kinds, ["external", "shell", "subagent"], "its edit, its command, its window: {of_sub:#?}");
+    let window = of_sub[2];
+    let want: Vec<(String, String)> = [("gen/out.txt", "create"), ("untracked.txt", "edit")]
+        .iter()
+        .map(|(p, e)| (p.to_string(), e.to_string()))
+        .collect();
+    assert_eq!(targets(window), want, "the window holds only what no checkpoint inside it covers: {window:#}");
+    assert_eq!(
+        window["subagentWindow"]["leftToCheckpoints"],
+        json!(["sub-edit.txt", "sub-new.txt", "sub-shell.txt"]),
+        "{window:#}"
+    );
+    let listed = String::from_utf8(env.ok(&["--session", session, "checkpoints"], None).stdout).unwrap();
+    assert!(listed.contains("sub-agent window  2 files") && listed.contains("(sub-agent agent-7)"), "{listed}");
+    let id = str_at(window, "/checkpointId").to_string();
+    let shown = String::from_utf8(env.ok(&["--session", session, "inspect", &id], None).stdout).unwrap();
+    assert!(shown.contains("from the sub-agent's start to its stop") && shown.contains("sub-shell.txt"), "{shown}");
+
+    let out = env.run(&["--json", "--session", session, "rollback", "--agent", "agent-7", "--apply"], None);
+    assert_eq!(out.status.code(), Some(0), "{}", crate::common::show_output(&out));
+    let done = crate::common::parse_json(&out);
+    assert_eq!(done["resultType"], "full", "{done:#}");
+    assert_eq!(env.read("sub-edit.txt").unwrap(), b"s0\n", "its tool edit is taken back");
+    assert_eq!(env.read("sub-shell.txt").unwrap(), b"c0\n", "its command's effects are taken back");
+    assert!(env.read("sub-new.txt").is_none(), "a file its command created goes");
+    assert_eq!(env.read("untracked.txt").unwrap(), b"u0\n", "what changed in its window is taken back");
+    assert!(env.read("gen/out.txt").is_none());
+    assert_eq!(env.read("main.txt").unwrap(), b"m1\n", "nothing of the main agent's before it");
+    assert_eq!(env.read("main-later.txt").unwrap(), b"later\n", "nor after it");
+
+    // Undone, the sub-agent's work is all back.
+    let undo = str_at(&done, "/rollbackCheckpointId").to_string();
+    env.ok(&["--session", session, "rollback", &undo, "--apply"], None);
+    assert_eq!(env.read("sub-edit.txt").unwrap(), b"s1\n");
+    assert_eq!(env.read("sub-shell.txt").unwrap(), b"c1\n");
+    assert_eq!(env.read("untracked.txt").unwrap(), b"u1\n");
+    assert_eq!(env.read("gen/out.txt").unwrap(), b"generated\n");
+    env.assert_verify_clean();
+}
+
+#[test]
+fn a_background_subagents_window_outlives_the_main_agents_stop() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    let session = "cc-background";
+    let sub = json!({ "agent_id": "bg-2", "agent_type": "general-purpose" });
+    hook(
+        &env,
+        "claude-code",
+        &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "in the background" })),
+    );
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStart", sub.clone()));
+    hook(&env, "claude-code", &claude_event(&env, session, "Stop", json!({ "stop_hook_active": false })));
+    // The sub-agent works on after the main agent's stop.
+    env.write("a.txt", "a1\n");
+    hook(&env, "claude-code", &claude_event(&env, session, "SubagentStop", sub));
+    let all = env.json(&["--session", session, "checkpoints"])["checkpoints"].as_array().unwrap().clone();
+    let windows: Vec<&Value> = all.iter().filter(|c| c["mutation"]["kind"] == "subagent").collect();
+    assert_eq!(windows.len(), 1, "{all:#?}");
+    assert_eq!(targets(windows[0]), [("a.txt".to_string(), "edit".to_string())]);
+    env.ok(&["--session", session, "rollback", "--agent", "bg-2", "--apply"], None);
+    assert_eq!(env.read("a.txt").unwrap(), b"a0\n");
+}

@@ -20,8 +20,8 @@ use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::Closing;
 use crate::api::{CheckpointSummary, Turnback};
+use crate::api::{Closing, WindowOf, subagent_key};
 use crate::error::Result;
 use crate::session::begin::BeginRequest;
 use crate::session::history::{NewEntry, Role, Selection};
@@ -240,7 +240,7 @@ impl Turnback {
                     done.checkpoint = self.stage_tool_call(&key, &call.paths, call.subagent.as_deref())?;
                 }
                 if call.effect == ToolEffect::RunsShell {
-                    self.open_shell_window(&key)?;
+                    self.open_window(&key)?;
                 }
             }
             AgentEvent::ToolFinished { call } | AgentEvent::ToolFailed { call } => {
@@ -253,8 +253,10 @@ impl Turnback {
                     let shell = Shell { command, id: call.id.as_deref(), exit_status: call.exit_status, failed };
                     done.turn = self.record_shell_if_running(shell)?;
                     if let Some(key) = &key {
-                        let (id, status, subagent) = (call.id.as_deref(), call.exit_status, call.subagent.as_deref());
-                        done.checkpoint = self.close_shell_window(key, command, id, status, subagent)?;
+                        let (call_id, exit_status) = (call.id.as_deref(), call.exit_status);
+                        let subagent = call.subagent.as_deref();
+                        let of = WindowOf::Shell { command, call_id, exit_status, subagent };
+                        done.checkpoint = self.close_window(key, of)?;
                     }
                 }
                 if let Some(key) = key
@@ -299,14 +301,17 @@ impl Turnback {
                 done.turn = ended;
             }
             AgentEvent::SubagentStarted { id, kind } => {
-                if self.note_tool_call(&format!("subagent:{id}"))? {
+                if self.note_tool_call(&subagent_key(id))? {
                     done.reopened = self.reopen_if_stopped(&mut done)?;
                 }
                 done.turn = self.record_subagent(id, kind.as_deref(), false)?;
+                self.open_window(&subagent_key(id))?;
             }
             AgentEvent::SubagentStopped { id } => {
-                // Its calls still waiting for their "after" event are over.
+                // Its calls still waiting for their "after" event are over; then its window
+                // closes, leaving to them the paths they name.
                 done.abandoned_calls_closed = self.finish_abandoned_tool_calls(Closing::Subagent(id))?;
+                done.checkpoint = self.close_window(&subagent_key(id), WindowOf::Subagent { id })?;
                 done.turn = self.record_subagent(id, None, true)?;
             }
             AgentEvent::Compacted => {}

@@ -262,9 +262,17 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_
         Ok(true)
     })?;
     // A shell call whose end never came (denied, interrupted) leaves its changes to the
-    // turn's snapshots: its window closes at a turn boundary with no checkpoint.
-    if matches!(closing, Closing::All | Closing::MainAgent) {
-        for key in windows {
+    // turn's snapshots: its window closes at a turn boundary with no checkpoint. A
+    // sub-agent's window is not the main agent's to close (it may work on in the
+    // background): only the session's end, or its own stop, closes it.
+    for key in windows {
+        let of_subagent = key.starts_with(crate::api::shell::SUBAGENT_KEY_PREFIX);
+        let closes = match closing {
+            Closing::All => true,
+            Closing::MainAgent => !of_subagent,
+            Closing::OnPaths(_) | Closing::Subagent(_) => false,
+        };
+        if closes {
             set(store, session, &key, &Call::Done(String::new()))?;
         }
     }

@@ -20,6 +20,7 @@
 
 mod calls;
 pub(crate) use calls::Closing;
+pub(crate) use shell::{WindowOf, subagent_key};
 mod compare;
 mod edit;
 mod keys;
@@ -28,7 +29,7 @@ pub(crate) mod mutation;
 #[cfg(feature = "remote")]
 mod remote;
 mod sessions;
-mod shell;
+pub(crate) mod shell;
 mod turns;
 mod undo;
 mod watching;

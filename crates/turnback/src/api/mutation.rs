@@ -333,6 +333,7 @@ pub(crate) fn apply_change(
         owner: Some(owner),
         also: None,
         shell: None,
+        subagent_window: None,
     };
     let staged = checkpoint::stage(store, request)?;
     failpoint::hit("staged");
@@ -481,6 +482,7 @@ pub(crate) fn stage_external(
         owner: None,
         also,
         shell: None,
+        subagent_window: None,
     };
     checkpoint::stage(ctx.store, request)
 }

@@ -1,6 +1,8 @@
-//! Shell calls as checkpoints: a snapshot as an agent's shell command starts opens its
-//! window, another as it finishes closes it, and the regular files that differ between
-//! the two become one `shell` checkpoint — taken back by `rollback` like any edit.
+//! Shell calls and sub-agents as checkpoints: a snapshot as an agent's shell command
+//! starts opens its window, another as it finishes closes it, and the regular files that
+//! differ between the two become one `shell` checkpoint — taken back by `rollback` like any
+//! edit. A sub-agent's start and stop bound a window the same way; its `subagent`
+//! checkpoint holds what no checkpoint made inside the window names.
 //!
 //! Invariants:
 //! - A window opens only inside a running turn, only when a snapshot is cheap now
@@ -14,13 +16,20 @@
 //!   sub-agent's made meanwhile too. Rollback's three-way analysis leaves alone any path
 //!   whose content is no longer the command's result.
 //! - A window is opened once per call and closed once; a call that changed nothing leaves
-//!   no checkpoint; a window whose end never comes closes at the turn's end, with none.
+//!   no checkpoint; a shell window whose end never comes closes at the turn's end, with
+//!   none; a sub-agent's stays open past the main agent's stop, until its own stop or the
+//!   session's end.
+//! - Each change is one checkpoint's: a sub-agent's window leaves to the checkpoints made
+//!   inside it (ids between its two snapshots') every path they name, since rollback's
+//!   chain of images on a path must link up.
 
 use crate::api::Turnback;
 use crate::api::calls;
 use crate::api::mutation::CheckpointSummary;
 use crate::checkpoint::retention;
-use crate::checkpoint::{self, EffectKind, OperationKind, PostState, PreparedTarget, ShellCall, StageRequest};
+use crate::checkpoint::{
+    self, EffectKind, OperationKind, PostState, PreparedTarget, ShellCall, StageRequest, SubagentWindow,
+};
 use crate::error::Result;
 use crate::fs::body::Body;
 use crate::fs::files::{Current, FileIdentity};
@@ -67,13 +76,30 @@ fn effect(c: &FileChange) -> EffectKind {
     }
 }
 
+/// Whose window closes: one shell call's, or a sub-agent's whole run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WindowOf<'a> {
+    /// A shell call (made by `subagent`, if one).
+    Shell { command: &'a str, call_id: Option<&'a str>, exit_status: Option<i32>, subagent: Option<&'a str> },
+    /// Sub-agent `id`, from its start to its stop.
+    Subagent { id: &'a str },
+}
+
+/// What the key of a sub-agent's window begins with.
+pub(crate) const SUBAGENT_KEY_PREFIX: &str = "subagent:";
+
+/// The key a sub-agent's window is kept under among the calls.
+pub(crate) fn subagent_key(id: &str) -> String {
+    format!("{SUBAGENT_KEY_PREFIX}{id}")
+}
+
 impl Turnback {
-    /// Opens the window of shell call `key` (a snapshot now) if a turn runs and a snapshot
-    /// is cheap; `true` if it opened.
+    /// Opens the window of call `key` (a shell call's, or [`subagent_key`]) — a snapshot
+    /// now — if a turn runs and a snapshot is cheap; `true` if it opened.
     ///
     /// # Errors
     /// Store and workspace errors.
-    pub(crate) fn open_shell_window(&self, key: &str) -> Result<bool> {
+    pub(crate) fn open_window(&self, key: &str) -> Result<bool> {
         let session = self.session()?;
         if self.running_turn()?.is_none() || calls::window(&self.store, &session.id, key)?.is_some() {
             return Ok(false);
@@ -88,19 +114,14 @@ impl Turnback {
         calls::open_window(&self.store, &session.id, key, &before.snapshot_id)
     }
 
-    /// Closes the window of shell call `key`, if open: a snapshot now, and a `shell`
-    /// checkpoint of the files that differ from the window's start (none if nothing did).
+    /// Closes the window of call `key`, if open: a snapshot now, and a checkpoint of the
+    /// files that differ from the window's start (none if nothing did) — a `shell` one for
+    /// a shell call; for a sub-agent, a `subagent` one of what no checkpoint made inside
+    /// the window covers.
     ///
     /// # Errors
     /// Store and workspace errors.
-    pub(crate) fn close_shell_window(
-        &self,
-        key: &str,
-        command: &str,
-        call_id: Option<&str>,
-        exit_status: Option<i32>,
-        subagent: Option<&str>,
-    ) -> Result<Option<CheckpointSummary>> {
+    pub(crate) fn close_window(&self, key: &str, of: WindowOf<'_>) -> Result<Option<CheckpointSummary>> {
         let (store, session, ws) = (&self.store, self.session()?, self.workspace()?);
         let Some(before_id) = calls::window(store, &session.id, key)? else { return Ok(None) };
         let close = |op: &str| calls::close_window(store, &session.id, key, op);
@@ -110,7 +131,53 @@ impl Turnback {
         let (Ok(from), Ok(to)) = (crate::api::turns::root(&before), crate::api::turns::root(&after)) else {
             return close("").map(|()| None);
         };
-        let changes = snapshot::diff::file_changes(store, &from, &to)?;
+        let mut changes = snapshot::diff::file_changes(store, &from, &to)?;
+        // The checkpoints made inside the window, and the changed paths they name.
+        let inside: Vec<_> = checkpoint::made_after(store, &session.id, &before.snapshot_id)?
+            .into_iter()
+            .filter(|r| r.checkpoint_id.as_str() < after.snapshot_id.as_str())
+            .collect();
+        let named_inside = |kinds: &dyn Fn(OperationKind) -> bool| {
+            let mut named: Vec<String> = inside
+                .iter()
+                .filter(|r| kinds(r.mutation.kind))
+                .flat_map(|r| r.targets.iter())
+                .filter(|t| changes.iter().any(|c| c.path == t.path.as_bytes()))
+                .map(|t| t.path.display())
+                .collect();
+            named.sort();
+            named.dedup();
+            named
+        };
+        let (kind, subagent, shell, subagent_window) = match of {
+            WindowOf::Shell { command, call_id, exit_status, subagent } => {
+                let shell = ShellCall {
+                    // Kept as the turn keeps it: secrets redacted.
+                    command: crate::base::redact::redact(command),
+                    exit_status,
+                    call_id: call_id.map(str::to_string),
+                    before_snapshot: before.snapshot_id.clone(),
+                    after_snapshot: after.snapshot_id.clone(),
+                    // Edit tool calls made inside the window on the same files: said, not
+                    // separated (the window cannot tell who wrote what).
+                    also_by_tool_calls: named_inside(&|k| k != OperationKind::Shell),
+                };
+                (OperationKind::Shell, subagent, Some(shell), None)
+            }
+            WindowOf::Subagent { id } => {
+                // Each change is taken back by one checkpoint: a path a checkpoint made
+                // inside the window names is that checkpoint's (a chain of two images of
+                // one change would not link up).
+                let left = named_inside(&|_| true);
+                changes.retain(|c| !left.iter().any(|p| p.as_bytes() == c.path.as_slice()));
+                let window = SubagentWindow {
+                    before_snapshot: before.snapshot_id.clone(),
+                    after_snapshot: after.snapshot_id.clone(),
+                    left_to_checkpoints: left,
+                };
+                (OperationKind::Subagent, Some(id), None, Some(window))
+            }
+        };
         if changes.is_empty() {
             return close("").map(|()| None);
         }
@@ -131,36 +198,16 @@ impl Turnback {
         let round = |txn: &mut dyn crate::storage::kv::Txn| Session::round_in(store, txn, &session.id);
         let origin =
             checkpoint::Origin { session_id: &session.id, workspace_id: &ws.id, prompt_round: &round, subagent };
-        // Edit tool calls made inside the window on the same files: said, not separated.
-        let mut also_by_tool_calls: Vec<String> = checkpoint::made_after(store, &session.id, &before.snapshot_id)?
-            .iter()
-            .filter(|r| {
-                r.mutation.kind != OperationKind::Shell && r.checkpoint_id.as_str() < after.snapshot_id.as_str()
-            })
-            .flat_map(|r| r.targets.iter().map(|t| t.path.clone()))
-            .filter(|p| changes.iter().any(|c| c.path == p.as_bytes()))
-            .map(|p| p.display())
-            .collect();
-        also_by_tool_calls.sort();
-        also_by_tool_calls.dedup();
-        let shell = ShellCall {
-            // Kept as the turn keeps it: secrets redacted.
-            command: crate::base::redact::redact(command),
-            exit_status,
-            call_id: call_id.map(str::to_string),
-            before_snapshot: before.snapshot_id.clone(),
-            after_snapshot: after.snapshot_id.clone(),
-            also_by_tool_calls,
-        };
         let request = StageRequest {
             origin,
-            kind: OperationKind::Shell,
+            kind,
             targets,
             protect,
             cap_bytes: Some(total),
             owner: None,
             also: None,
-            shell: Some(shell),
+            shell,
+            subagent_window,
         };
         let staged = checkpoint::stage(store, request)?;
         let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, false)?;

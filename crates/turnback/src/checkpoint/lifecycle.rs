@@ -155,6 +155,7 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
         owner: req.owner.clone(),
         subagent: req.origin.subagent.map(str::to_string),
         shell: req.shell.clone(),
+        subagent_window: req.subagent_window.clone(),
     };
     let pre_bytes = record.artifact_bytes();
     let counted = req.cap_bytes.unwrap_or(pre_bytes);
@@ -459,6 +460,7 @@ pub(crate) fn record_before_writes(
         owner: Some(owner),
         also: None,
         shell: None,
+        subagent_window: None,
     };
     let staged = stage(store, request)?;
     commit_with(store, &staged.checkpoint_id, posts, CommitMode::BeforeMutation)

@@ -159,6 +159,10 @@ pub enum OperationKind {
     /// The file effects of one shell command an agent ran: what differed between the
     /// workspace's snapshots before and after it ([`ShellCall`] says which command).
     Shell,
+    /// What a sub-agent changed between its start and its stop that none of the
+    /// checkpoints made meanwhile covers (its commands' effects with no window of their
+    /// own, say): [`SubagentWindow`].
+    Subagent,
 }
 
 impl OperationKind {
@@ -172,6 +176,7 @@ impl OperationKind {
             OperationKind::External => "external",
             OperationKind::Rollback => "rollback",
             OperationKind::Shell => "shell",
+            OperationKind::Subagent => "subagent",
         }
     }
 }
@@ -320,6 +325,27 @@ pub struct CheckpointRecord {
     /// For a `shell` checkpoint: the command whose window it covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<ShellCall>,
+    /// For a `subagent` checkpoint: the sub-agent's window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_window: Option<SubagentWindow>,
+}
+
+/// The window a `subagent` checkpoint covers: from the sub-agent's start to its stop.
+/// Whatever changed in it is the sub-agent's unless a checkpoint made inside it covers the
+/// path (the sub-agent's own edits and commands, the main agent's, a rollback): those
+/// paths are left to their checkpoints, so each change is taken back by one checkpoint
+/// only. A background sub-agent shares its window with whoever else worked meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentWindow {
+    /// The snapshot taken as it started.
+    pub before_snapshot: String,
+    /// The snapshot taken as it stopped.
+    pub after_snapshot: String,
+    /// Paths that changed in the window but are left to the checkpoints made inside it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_to_checkpoints: Vec<String>,
 }
 
 /// The shell command a `shell` checkpoint covers. Whatever changed in the workspace between
@@ -434,6 +460,8 @@ pub(crate) struct StageRequest<'a> {
     pub also: Option<AlsoInStage<'a>>,
     /// The shell command of a `shell` checkpoint.
     pub shell: Option<ShellCall>,
+    /// The window of a `subagent` checkpoint.
+    pub subagent_window: Option<SubagentWindow>,
 }
 
 fn load_in(store: &Store, txn: &mut dyn Txn, id: &str) -> Result<CheckpointRecord> {
@@ -539,6 +567,7 @@ mod tests {
             owner,
             also: None,
             shell: None,
+            subagent_window: None,
         };
         stage(&f.store, req).unwrap()
     }
