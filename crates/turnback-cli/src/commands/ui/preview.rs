@@ -1,14 +1,15 @@
 //! The consequences of a rewind or a rollback, before and after it is applied: every path
 //! with its outcome, why a path is left alone, and what no undo takes back; and two
-//! sessions' results side by side.
+//! sessions' results side by side; what each checkpoint did, in one line.
 //!
 //! Invariants: the words come from the facade's own plan (the one decision function's
 //! outcome), never from a second judgement made here; names are quoted and free text
 //! escaped, so nothing in a file name or a command can move the cursor.
 
+use crate::commands::fs::effect_word;
 use turnback::{
-    Choice, Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome, escape_controls,
-    quote_name,
+    CheckpointRecord, Choice, Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome,
+    escape_controls, quote_name,
 };
 
 /// Why a rewind leaves a path alone, in a person's words.
@@ -127,6 +128,39 @@ fn choice_word(c: Choice) -> &'static str {
     }
 }
 
+/// Most file names one checkpoint's line shows; the rest are counted.
+const NAMES_SHOWN: usize = 4;
+
+/// What a checkpoint did, in one line: a shell command (`$ …`, its files counted and the
+/// first named), a sub-agent's window, or each file with its effect; and the sub-agent
+/// that made it.
+pub fn checkpoint_words(c: &CheckpointRecord) -> String {
+    let names: Vec<String> =
+        c.targets.iter().take(NAMES_SHOWN).map(|t| quote_name(t.path.as_bytes()).into_owned()).collect();
+    let more = c.targets.len().saturating_sub(NAMES_SHOWN);
+    let files = || {
+        let count = format!("{} file{}", c.targets.len(), if c.targets.len() == 1 { "" } else { "s" });
+        let rest = if more > 0 { format!(", +{more} more") } else { String::new() };
+        format!("{count}: {}{rest}", names.join(", "))
+    };
+    let what = match (&c.shell, &c.subagent_window) {
+        (Some(shell), _) => format!("shell $ {}  ({})", escape_controls(&shell.command), files()),
+        (None, Some(_)) => format!("sub-agent window  ({})", files()),
+        (None, None) => {
+            let each: Vec<String> = c
+                .targets
+                .iter()
+                .take(NAMES_SHOWN)
+                .map(|t| format!("{} {}", effect_word(t.effect), quote_name(t.path.as_bytes())))
+                .collect();
+            let rest = if more > 0 { format!(", +{more} more") } else { String::new() };
+            format!("{}{rest}", each.join(", "))
+        }
+    };
+    let by = c.subagent.as_deref().map(|s| format!("  [sub-agent {}]", escape_controls(s))).unwrap_or_default();
+    format!("{what}{by}")
+}
+
 /// The checkpoints of a turn, one line each, the chosen one marked `>`.
 pub fn checkpoint_lines(pick: &super::app::CheckpointPick) -> Vec<String> {
     pick.checkpoints
@@ -134,12 +168,11 @@ pub fn checkpoint_lines(pick: &super::app::CheckpointPick) -> Vec<String> {
         .enumerate()
         .map(|(i, c)| {
             let mark = if i == pick.cursor { ">" } else { " " };
-            let paths: Vec<String> = c.targets.iter().map(|t| quote_name(t.path.as_bytes()).into_owned()).collect();
             format!(
                 "{mark} {}  {}  {}",
                 c.checkpoint_id.get(..12).unwrap_or(&c.checkpoint_id),
                 super::timeline::clock(&c.created_at),
-                paths.join(", ")
+                checkpoint_words(c)
             )
         })
         .collect()

@@ -41,7 +41,9 @@ pub fn footer(app: &App) -> &'static str {
     }
     match app.screen {
         Screen::Timeline => "↑↓ move · enter diff · r rewind · b rollback · u undo · / find · ? help · q quit",
-        Screen::Turn => "↑↓/jk scroll · ←→ turn · r rewind · b rollback · esc back · ? help · q quit",
+        Screen::Turn => {
+            "↑↓/jk scroll · ←→ turn · r rewind · b rollback · e one checkpoint · esc back · ? help · q quit"
+        }
         Screen::Rewind(_) => "y apply this plan · n cancel · ↑↓ scroll · ? help",
         Screen::Rollback(_) => "y apply this plan · n cancel · ↑↓ path · s skip · p patch · m merge · ? help",
         Screen::Checkpoints(_) => "↑↓ choose · enter preview its rollback · esc back · ? help",
@@ -58,7 +60,7 @@ const HELP: &str = "\
 enter, d   open the turn: its diff and its conversation
 ←/→, h/l   previous / next turn in the turn view
 r          preview a rewind of the workspace to the start of the turn
-b          preview rolling back the turn's checkpointed edits
+b          preview rolling back the turn's checkpoints (edits, shell commands)
 e          choose one of the turn's checkpoints and preview rolling it back
 s / p / m  on a conflicting path of a rollback preview: skip it, write a
            sanitized patch beside it, or write a merge to resolve

@@ -370,3 +370,54 @@ fn build_200_turns(ws: &std::path::Path, options: &Options) {
     }
     println!("built 200 turns over 3000 files in {:?}", built.elapsed());
 }
+
+/// Turn 3: an agent's shell command creates `out.txt` and rewrites `notes.txt`.
+fn with_a_shell_command(f: &Fixture) {
+    use turnback::{AgentEvent, ToolCall, ToolEffect};
+    let tb = Turnback::open(&f.options).unwrap();
+    tb.begin_turn(&BeginRequest { prompt: Some("build it".into()), ..Default::default() }, None).unwrap();
+    let call = ToolCall {
+        id: Some("toolu_make".into()),
+        name: "Bash".into(),
+        effect: ToolEffect::RunsShell,
+        command: Some("make all".into()),
+        ..ToolCall::default()
+    };
+    tb.record_event(&AgentEvent::ToolStarted { call: call.clone() }, None).unwrap();
+    std::fs::write(f.ws.join("out.txt"), "built\n").unwrap();
+    std::fs::write(f.ws.join("notes.txt"), "rewritten by make\n").unwrap();
+    let done = tb.record_event(&AgentEvent::ToolFinished { call }, None).unwrap();
+    assert!(done.checkpoint.is_some(), "the command is a checkpoint");
+    tb.end_turn(None).unwrap();
+}
+
+#[test]
+fn a_shell_command_shows_in_its_turn_with_its_files_and_is_rolled_back_and_undone_from_the_screen() {
+    use crossterm::event::KeyCode;
+    let f = fixture();
+    with_a_shell_command(&f);
+    let mut app = App::open(&f.options).unwrap();
+    app.open_turn();
+    for (w, h) in [(80, 24), (160, 48)] {
+        let screen = draw(&mut app, w, h);
+        assert!(screen.contains("Checkpoints (1) · e roll one back"), "{screen}");
+        assert!(screen.contains("shell $ make all  (2 files: notes.txt, out.txt)"), "{screen}");
+    }
+    press(&mut app, KeyCode::Char('e'));
+    let Screen::Checkpoints(pick) = &app.screen else { panic!("no list: {}", app.status) };
+    assert_eq!(pick.checkpoints.len(), 1);
+    assert!(draw(&mut app, 160, 48).contains("> "), "the command is chosen");
+    press(&mut app, KeyCode::Enter);
+    let Screen::Rollback(view) = &app.screen else { panic!("no preview: {}", app.status) };
+    let paths: Vec<String> = view.analysis.targets.iter().map(|t| t.path.display()).collect();
+    assert_eq!(paths, ["notes.txt", "out.txt"], "exactly the command's files");
+    let screen = draw(&mut app, 160, 48);
+    assert!(screen.contains("take back    notes.txt") && screen.contains("take back    out.txt"), "{screen}");
+    press(&mut app, KeyCode::Char('y'));
+    assert!(matches!(app.screen, Screen::Done(_)), "{}", app.status);
+    assert!(!f.ws.join("out.txt").exists(), "the file it created goes");
+    assert_eq!(std::fs::read_to_string(f.ws.join("notes.txt")).unwrap(), "one\nadded by hand\n", "and its edit");
+    press(&mut app, KeyCode::Char('u'));
+    assert_eq!(std::fs::read_to_string(f.ws.join("out.txt")).unwrap(), "built\n", "u brings its results back");
+    assert_eq!(std::fs::read_to_string(f.ws.join("notes.txt")).unwrap(), "rewritten by make\n");
+}

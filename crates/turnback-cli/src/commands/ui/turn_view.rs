@@ -1,6 +1,7 @@
 //! The turn view: the chosen turn's diff (start → end, or → the live tree while it runs),
 //! file by file with added and removed lines marked (`+`/`-`, and coloured unless
-//! `NO_COLOR`), binary files named; beside or below it, the turn's conversation (prompt,
+//! `NO_COLOR`), binary files named; beside or below it, the turn's checkpoints (edits,
+//! shell commands with their files, sub-agents' windows) and its conversation (prompt,
 //! replies, tool calls folded to their names).
 //!
 //! Invariants: patch text is the facade's own (`Turnback::diff`), names already quoted
@@ -15,6 +16,7 @@ use turnback::{DiffReport, HistoryEntry, Role, escape_controls, quote_name};
 
 use super::app::App;
 use super::diffs::DiffState;
+use super::preview::checkpoint_words;
 use super::render::{added_style, hunk_style, removed_style};
 
 /// The diff as styled lines.
@@ -89,6 +91,22 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         Paragraph::new(diff).block(Block::new().borders(Borders::ALL).title(title)).scroll((app.scroll, 0)),
         diff_area,
     );
+    // The turn's checkpoints — its edits, its shell commands, its sub-agents' windows —
+    // above its conversation: `e` picks one to roll back.
+    let checkpoints: Vec<Line<'static>> =
+        app.checkpoints_of(turn.index).map(|c| Line::raw(format!("• {}", checkpoint_words(c)))).collect();
+    let talk_area = if checkpoints.is_empty() {
+        talk_area
+    } else {
+        let height = (checkpoints.len() as u16 + 2).min(talk_area.height / 2).max(3);
+        let [list_area, rest] = Layout::vertical([Constraint::Length(height), Constraint::Min(0)]).areas(talk_area);
+        let title = format!(" Checkpoints ({}) · e roll one back ", checkpoints.len());
+        frame.render_widget(
+            Paragraph::new(checkpoints).block(Block::new().borders(Borders::ALL).title(title)),
+            list_area,
+        );
+        rest
+    };
     let talk = match app.conversation(&turn) {
         Ok(entries) => conversation_lines(&entries),
         Err(e) => vec![Line::raw(format!("no conversation: {e}"))],
