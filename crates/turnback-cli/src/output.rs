@@ -139,9 +139,10 @@ pub fn left_out(path: &str, reason: &str) -> String {
     format!("{}: {}", turnback::quote_name(path.as_bytes()), turnback::escape_controls(reason))
 }
 
-/// Shortens an id or digest for tables.
+/// Shortens an id or digest for tables (its first 12 characters; the whole of anything
+/// that does not cut there).
 pub fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
+    id.get(..12).unwrap_or(id)
 }
 
 /// A one-line progress bar on stderr for snapshots that take more than a moment; only on

@@ -141,7 +141,13 @@ fn turn_line(t: &TurnSummary) -> String {
             (None, true) => "failed".to_string(),
             (None, false) => "exit status unknown".to_string(),
         };
-        line.push_str(&format!("        $ {}  ({status})\n", escape_controls(&s.command)));
+        // Whether it can be rolled back on its own: its checkpoint, or why it has none.
+        let own = match (&s.checkpoint_id, &s.no_window) {
+            (Some(id), _) => format!("  checkpoint {}", crate::output::short(id)),
+            (None, Some(why)) => format!("  no window: {}", escape_controls(why)),
+            (None, None) => String::new(),
+        };
+        line.push_str(&format!("        $ {}  ({status}){own}\n", escape_controls(&s.command)));
     }
     // What the start or end snapshot left out for its size (each path once).
     let mut shown: Vec<&str> = Vec::new();

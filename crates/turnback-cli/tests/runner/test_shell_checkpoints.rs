@@ -240,3 +240,39 @@ fn a_background_subagents_window_outlives_the_main_agents_stop() {
     env.ok(&["--session", session, "rollback", "--agent", "bg-2", "--apply"], None);
     assert_eq!(env.read("a.txt").unwrap(), b"a0\n");
 }
+
+#[test]
+fn the_turn_names_each_commands_checkpoint_or_says_why_it_had_no_window() {
+    let env = Env::new();
+    env.write("a.txt", "a0\n");
+    let session = "cc-why";
+    hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "build" })));
+    bash(&env, session, "toolu_w1", "make", || env.write("b.txt", "built\n"));
+    // Every snapshot from here on that reads a changed file is over its limit: the next
+    // command's window opens (nothing changed yet) but cannot close.
+    std::fs::write(env.store.join("settings.toml"), "[snapshots]\nlater-max-files = 0\n").unwrap();
+    bash(&env, session, "toolu_w2", "make again", || env.write("c.txt", "built again\n"));
+    env.ok(&["--session", session, "turn", "shell", "echo reported afterwards"], None);
+
+    let shells = shell_checkpoints(&env, session);
+    assert_eq!(shells.len(), 1, "only the first command has a window: {shells:#?}");
+    let turns = env.json(&["--session", session, "turns"]);
+    let effects = turns["turns"][0]["shellEffects"].as_array().unwrap().clone();
+    assert_eq!(effects.len(), 3, "{effects:#?}");
+    assert_eq!(effects[0]["checkpointId"], shells[0]["checkpointId"], "{effects:#?}");
+    assert!(effects[0].get("noWindow").is_none(), "{effects:#?}");
+    let why = str_at(&effects[1], "/noWindow");
+    assert!(why.contains("as it finished was skipped"), "{why}");
+    assert!(effects[1].get("checkpointId").is_none());
+    assert!(str_at(&effects[2], "/noWindow").contains("reported after it ran"), "{effects:#?}");
+    let text = String::from_utf8(env.ok(&["--session", session, "turns"], None).stdout).unwrap();
+    assert!(text.contains("$ make  (exit status unknown)  checkpoint "), "{text}");
+    assert!(
+        text.contains("$ make again  (exit status unknown)  no window: the snapshot as it finished was skipped"),
+        "{text}"
+    );
+    assert!(
+        text.contains("$ echo reported afterwards  (exit status unknown)  no window: reported after it ran"),
+        "{text}"
+    );
+}

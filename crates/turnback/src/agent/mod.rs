@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicBool;
 use serde::{Deserialize, Serialize};
 
 use crate::api::{CheckpointSummary, Turnback};
-use crate::api::{Closing, WindowOf, subagent_key};
+use crate::api::{Closing, NO_START, REPORTED_AFTER, WindowClosed, WindowOf, subagent_key};
 use crate::error::Result;
 use crate::session::begin::BeginRequest;
 use crate::session::history::{NewEntry, Role, Selection};
@@ -250,14 +250,33 @@ impl Turnback {
                 let key = self.tool_call_end_key(call.id.as_deref(), &call.name, &call.paths)?;
                 if call.effect == ToolEffect::RunsShell {
                     let command = call.command.as_deref().unwrap_or("");
-                    let shell = Shell { command, id: call.id.as_deref(), exit_status: call.exit_status, failed };
+                    let (call_id, exit_status) = (call.id.as_deref(), call.exit_status);
+                    // Its window closes first: the turn records the command with its
+                    // checkpoint, or why it had none.
+                    let closed = match &key {
+                        Some(key) => {
+                            let subagent = call.subagent.as_deref();
+                            self.close_window(key, WindowOf::Shell { command, call_id, exit_status, subagent })?
+                        }
+                        None => WindowClosed::Without(NO_START.to_string()),
+                    };
+                    let no_window = match closed {
+                        WindowClosed::Checkpoint(c) => {
+                            done.checkpoint = Some(c);
+                            None
+                        }
+                        WindowClosed::Unchanged => None,
+                        WindowClosed::Without(why) => Some(why),
+                    };
+                    let shell = Shell {
+                        command,
+                        id: call_id,
+                        exit_status,
+                        failed,
+                        checkpoint_id: done.checkpoint.as_ref().map(|c| c.checkpoint_id.as_str()),
+                        no_window: no_window.as_deref(),
+                    };
                     done.turn = self.record_shell_if_running(shell)?;
-                    if let Some(key) = &key {
-                        let (call_id, exit_status) = (call.id.as_deref(), call.exit_status);
-                        let subagent = call.subagent.as_deref();
-                        let of = WindowOf::Shell { command, call_id, exit_status, subagent };
-                        done.checkpoint = self.close_window(key, of)?;
-                    }
                 }
                 if let Some(key) = key
                     && let Some(committed) = self.commit_tool_call(&key, failed)?
@@ -273,7 +292,14 @@ impl Turnback {
                 {
                     done.reopened = self.reopen_if_stopped(&mut done)?;
                 }
-                let shell = Shell { command, id: id.as_deref(), exit_status: *exit_status, failed: false };
+                let shell = Shell {
+                    command,
+                    id: id.as_deref(),
+                    exit_status: *exit_status,
+                    failed: false,
+                    checkpoint_id: None,
+                    no_window: Some(REPORTED_AFTER),
+                };
                 done.turn = self.record_shell_if_running(shell)?;
             }
             AgentEvent::AssistantReplied { text, thinking } => {
@@ -311,7 +337,7 @@ impl Turnback {
                 // Its calls still waiting for their "after" event are over; then its window
                 // closes, leaving to them the paths they name.
                 done.abandoned_calls_closed = self.finish_abandoned_tool_calls(Closing::Subagent(id))?;
-                done.checkpoint = self.close_window(&subagent_key(id), WindowOf::Subagent { id })?;
+                done.checkpoint = self.close_window(&subagent_key(id), WindowOf::Subagent { id })?.checkpoint();
                 done.turn = self.record_subagent(id, None, true)?;
             }
             AgentEvent::Compacted => {}

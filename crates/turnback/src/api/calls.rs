@@ -43,6 +43,8 @@ enum Call {
     Pending(String),
     /// A shell call whose start was snapshotted (this snapshot): its window is open.
     Window(String),
+    /// A shell call whose start took no snapshot, for this reason.
+    NoWindow(String),
     /// Committed (this operation).
     Done(String),
 }
@@ -53,6 +55,7 @@ impl Call {
             Call::Seen => b"seen".to_vec(),
             Call::Pending(op) => format!("pending:{op}").into_bytes(),
             Call::Window(snapshot) => format!("window:{snapshot}").into_bytes(),
+            Call::NoWindow(why) => format!("nowindow:{why}").into_bytes(),
             Call::Done(op) => format!("done:{op}").into_bytes(),
         }
     }
@@ -65,6 +68,7 @@ impl Call {
             _ if text == "seen" => Ok(Call::Seen),
             Some(("pending", op)) => Ok(Call::Pending(op.to_string())),
             Some(("window", snapshot)) => Ok(Call::Window(snapshot.to_string())),
+            Some(("nowindow", why)) => Ok(Call::NoWindow(why.to_string())),
             Some(("done", op)) => Ok(Call::Done(op.to_string())),
             _ => Err(Error::corrupt("a tool call's record", "not a call state")),
         }
@@ -119,7 +123,9 @@ pub(crate) fn start_key(
         return Ok(id.to_string());
     }
     let (base, calls) = anonymous(store, session, name, paths)?;
-    if let Some((key, _)) = calls.iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Window(_) | Call::Seen)) {
+    if let Some((key, _)) =
+        calls.iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Window(_) | Call::NoWindow(_) | Call::Seen))
+    {
         return Ok(key.clone());
     }
     Ok(format!("{base}{:08}", calls.len() + 1))
@@ -138,7 +144,10 @@ pub(crate) fn end_key(
         return Ok(Some(id.to_string()));
     }
     let (_, calls) = anonymous(store, session, name, paths)?;
-    Ok(calls.into_iter().find(|(_, c)| matches!(c, Call::Pending(_) | Call::Window(_) | Call::Seen)).map(|(k, _)| k))
+    Ok(calls
+        .into_iter()
+        .find(|(_, c)| matches!(c, Call::Pending(_) | Call::Window(_) | Call::NoWindow(_) | Call::Seen))
+        .map(|(k, _)| k))
 }
 
 /// Records that call `key` was reported; `true` if it had not been before.
@@ -202,7 +211,7 @@ pub(crate) fn commit(store: &Store, session: &str, key: &str, failed: bool) -> R
             set(store, session, key, &Call::Done(op))?;
             Ok(Some(record))
         }
-        Some(Call::Seen) => set(store, session, key, &Call::Done(String::new())).map(|()| None),
+        Some(Call::Seen | Call::NoWindow(_)) => set(store, session, key, &Call::Done(String::new())).map(|()| None),
         _ => Ok(None),
     }
 }
@@ -219,6 +228,27 @@ pub(crate) fn open_window(store: &Store, session: &str, key: &str, snapshot: &st
     txn.put(schema::EXTERNAL_OPERATIONS, &record_key, &Call::Window(snapshot.to_string()).encode())?;
     txn.commit()?;
     Ok(true)
+}
+
+/// Records that shell call `key`'s start took no snapshot, and `why`, unless the call was
+/// reported before (started twice, or ended).
+pub(crate) fn refuse_window(store: &Store, session: &str, key: &str, why: &str) -> Result<()> {
+    let mut txn = store.kv().begin()?;
+    let record_key = key_of(session, key);
+    let now = txn.get(schema::EXTERNAL_OPERATIONS, &record_key)?.map(|v| Call::decode(&v)).transpose()?;
+    if matches!(now, None | Some(Call::Seen)) {
+        txn.put(schema::EXTERNAL_OPERATIONS, &record_key, &Call::NoWindow(why.to_string()).encode())?;
+        txn.commit()?;
+    }
+    Ok(())
+}
+
+/// Why shell call `key`'s start took no snapshot, if it took none for a reason.
+pub(crate) fn no_window(store: &Store, session: &str, key: &str) -> Result<Option<String>> {
+    Ok(match get(store, session, key)? {
+        Some(Call::NoWindow(why)) => Some(why),
+        _ => None,
+    })
 }
 
 /// The snapshot shell call `key`'s window opened at, if it is open.
@@ -256,7 +286,7 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_
         let key = String::from_utf8_lossy(&k[prefix.len()..]).into_owned();
         match Call::decode(v)? {
             Call::Pending(op) => pending.push((key, op)),
-            Call::Window(_) => windows.push(key),
+            Call::Window(_) | Call::NoWindow(_) => windows.push(key),
             _ => {}
         }
         Ok(true)
@@ -357,9 +387,13 @@ mod tests {
 
     #[test]
     fn call_states_round_trip_and_anything_else_is_corrupt() {
-        for call in
-            [Call::Seen, Call::Pending("0193-a".into()), Call::Window("0193-w".into()), Call::Done("0193-b".into())]
-        {
+        for call in [
+            Call::Seen,
+            Call::Pending("0193-a".into()),
+            Call::Window("0193-w".into()),
+            Call::NoWindow("a walk takes 200 ms: over 150 ms".into()),
+            Call::Done("0193-b".into()),
+        ] {
             assert_eq!(Call::decode(&call.encode()).unwrap(), call);
         }
         let bare = Call::decode(b"0193a0b2-0000-7000-8000-000000000000").unwrap_err();

@@ -20,7 +20,7 @@
 
 mod calls;
 pub(crate) use calls::Closing;
-pub(crate) use shell::{WindowOf, subagent_key};
+pub(crate) use shell::{NO_START, REPORTED_AFTER, WindowClosed, WindowOf, subagent_key};
 mod compare;
 mod edit;
 mod keys;

@@ -7,7 +7,8 @@
 //! Invariants:
 //! - A window opens only inside a running turn, only when a snapshot is cheap now
 //!   ([`window_cost`]: the workspace's watcher answered the newest snapshot, or its last
-//!   walk — the walk alone, not the reads or the commit — took at most [`CHEAP_WALK_MS`]);
+//!   walk — the walk alone, not the reads or the commit — took at most [`CHEAP_WALK_MS`],
+//!   or the tree has at most [`SMALL_TREE_FILES`] files);
 //!   otherwise the call is recorded as before, its effects covered by the turn's snapshots.
 //! - The checkpoint's images are the snapshots' own content (no copy is stored); its
 //!   artifacts keep that content alive after the snapshots are pruned. Over a cap, it is
@@ -38,8 +39,17 @@ use crate::session::Session;
 use crate::snapshot::diff::{FileChange, FileState};
 use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
 
+/// Why a command reported on its own, after it ran, has no window.
+pub(crate) const REPORTED_AFTER: &str = "reported after it ran: nothing was snapshotted before it";
+
+/// Why a command whose finish came without its start has no window.
+pub(crate) const NO_START: &str = "its start was not reported: nothing was snapshotted before it";
+
 /// A walk this fast (milliseconds) may run twice around a shell call.
 pub(crate) const CHEAP_WALK_MS: u64 = 150;
+
+/// A tree of at most this many files walks in a few milliseconds on any local disk.
+pub(crate) const SMALL_TREE_FILES: u64 = 2_000;
 
 /// Why a shell call gets no window now (`None`: it does). `newest` is the session's newest
 /// snapshot that was not skipped.
@@ -48,8 +58,9 @@ pub(crate) fn window_cost(newest: Option<&SnapshotRecord>) -> Option<String> {
         None => Some("no snapshot of the workspace yet".into()),
         // The walk alone, not the whole snapshot: a first snapshot reads every file, and
         // the time to commit depends on the disk's load of the moment, neither of which a
-        // window's snapshots repeat when a command changes little.
-        Some(s) if s.watched || s.walk_ms <= CHEAP_WALK_MS => None,
+        // window's snapshots repeat when a command changes little. A small tree is cheap
+        // whatever its last walk took: that says more about the machine's load then.
+        Some(s) if s.watched || s.files <= SMALL_TREE_FILES || s.walk_ms <= CHEAP_WALK_MS => None,
         Some(s) => Some(format!(
             "no watcher answered and a walk of the workspace takes {} ms (over {CHEAP_WALK_MS} ms)",
             s.walk_ms
@@ -85,6 +96,28 @@ pub(crate) enum WindowOf<'a> {
     Subagent { id: &'a str },
 }
 
+/// How a call's window ended.
+#[derive(Debug)]
+pub(crate) enum WindowClosed {
+    /// Files changed in it: its checkpoint.
+    Checkpoint(CheckpointSummary),
+    /// Nothing changed in it.
+    Unchanged,
+    /// It had no window, or it could not close (why): its effects are in the turn's
+    /// snapshots only.
+    Without(String),
+}
+
+impl WindowClosed {
+    /// Its checkpoint, if it made one.
+    pub(crate) fn checkpoint(self) -> Option<CheckpointSummary> {
+        match self {
+            WindowClosed::Checkpoint(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
 /// What the key of a sub-agent's window begins with.
 pub(crate) const SUBAGENT_KEY_PREFIX: &str = "subagent:";
 
@@ -104,12 +137,13 @@ impl Turnback {
         if self.running_turn()?.is_none() || calls::window(&self.store, &session.id, key)?.is_some() {
             return Ok(false);
         }
-        if window_cost(snapshot::latest(&self.store, &session.id)?.as_ref()).is_some() {
-            return Ok(false);
+        if let Some(why) = window_cost(snapshot::latest(&self.store, &session.id)?.as_ref()) {
+            return calls::refuse_window(&self.store, &session.id, key, &why).map(|()| false);
         }
         let before = self.take_snapshot(SnapshotKind::Shell, None)?;
-        if before.root.is_none() {
-            return Ok(false);
+        if let Some(skipped) = before.skipped.as_deref().or(before.root.is_none().then_some("no tree")) {
+            let why = format!("the snapshot as it started was skipped ({skipped})");
+            return calls::refuse_window(&self.store, &session.id, key, &why).map(|()| false);
         }
         calls::open_window(&self.store, &session.id, key, &before.snapshot_id)
     }
@@ -117,19 +151,27 @@ impl Turnback {
     /// Closes the window of call `key`, if open: a snapshot now, and a checkpoint of the
     /// files that differ from the window's start (none if nothing did) — a `shell` one for
     /// a shell call; for a sub-agent, a `subagent` one of what no checkpoint made inside
-    /// the window covers.
+    /// the window covers. A call whose window did not open, or could not close, is
+    /// [`WindowClosed::Without`] a checkpoint, and says why.
     ///
     /// # Errors
     /// Store and workspace errors.
-    pub(crate) fn close_window(&self, key: &str, of: WindowOf<'_>) -> Result<Option<CheckpointSummary>> {
+    pub(crate) fn close_window(&self, key: &str, of: WindowOf<'_>) -> Result<WindowClosed> {
         let (store, session, ws) = (&self.store, self.session()?, self.workspace()?);
-        let Some(before_id) = calls::window(store, &session.id, key)? else { return Ok(None) };
-        let close = |op: &str| calls::close_window(store, &session.id, key, op);
+        let Some(before_id) = calls::window(store, &session.id, key)? else {
+            let why = calls::no_window(store, &session.id, key)?;
+            return Ok(WindowClosed::Without(why.unwrap_or_else(|| NO_START.to_string())));
+        };
+        let without =
+            |why: String| calls::close_window(store, &session.id, key, "").map(|()| WindowClosed::Without(why));
         // Pruned meanwhile (a session keeps so many snapshots): the turn's cover it.
-        let Ok(before) = snapshot::get(store, &before_id) else { return close("").map(|()| None) };
+        let Ok(before) = snapshot::get(store, &before_id) else {
+            return without("the snapshot as it started was pruned before it finished".into());
+        };
         let after = self.take_snapshot(SnapshotKind::Shell, None)?;
         let (Ok(from), Ok(to)) = (crate::api::turns::root(&before), crate::api::turns::root(&after)) else {
-            return close("").map(|()| None);
+            let skipped = after.skipped.as_deref().unwrap_or("no tree");
+            return without(format!("the snapshot as it finished was skipped ({skipped})"));
         };
         let mut changes = snapshot::diff::file_changes(store, &from, &to)?;
         // The checkpoints made inside the window, and the changed paths they name.
@@ -179,7 +221,7 @@ impl Turnback {
             }
         };
         if changes.is_empty() {
-            return close("").map(|()| None);
+            return calls::close_window(store, &session.id, key, "").map(|()| WindowClosed::Unchanged);
         }
         let total: u64 = changes.iter().flat_map(|c| [c.before, c.after]).flatten().map(|f| f.size).sum();
         let protect = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, total).fits();
@@ -211,8 +253,8 @@ impl Turnback {
         };
         let staged = checkpoint::stage(store, request)?;
         let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, false)?;
-        close(&committed.mutation.operation_id)?;
-        Ok(Some(CheckpointSummary::from(&committed)))
+        calls::close_window(store, &session.id, key, &committed.mutation.operation_id)?;
+        Ok(WindowClosed::Checkpoint(CheckpointSummary::from(&committed)))
     }
 }
 
@@ -223,7 +265,7 @@ mod tests {
     fn snap(watched: bool, walk_ms: u64) -> SnapshotRecord {
         let mut s: SnapshotRecord = serde_json::from_value(serde_json::json!({
             "snapshotId": "s", "sessionId": "x", "workspaceId": "w", "kind": "ad-hoc", "root": "00",
-            "createdAt": "", "files": 0, "bytes": 0, "readFiles": 0, "readBytes": 0, "storedBytes": 0,
+            "createdAt": "", "files": 100000, "bytes": 0, "readFiles": 0, "readBytes": 0, "storedBytes": 0,
             "excluded": 0, "nestedRepos": [], "skippedPaths": [], "leftOut": [], "skipped": null,
             "statCacheDropped": null, "durationMs": 0, "turnId": null, "watch": null, "watched": false
         }))
@@ -238,6 +280,9 @@ mod tests {
     fn a_window_opens_only_when_a_snapshot_is_cheap() {
         assert!(window_cost(Some(&snap(true, 5_000))).is_none(), "a watcher answered: what changed is cheap");
         assert!(window_cost(Some(&snap(false, CHEAP_WALK_MS))).is_none(), "a quick walk");
+        let mut small = snap(false, 10 * CHEAP_WALK_MS);
+        small.files = SMALL_TREE_FILES;
+        assert!(window_cost(Some(&small)).is_none(), "a small tree, walked on a loaded machine");
         let why = window_cost(Some(&snap(false, CHEAP_WALK_MS + 1))).unwrap();
         assert!(why.contains("151 ms"), "{why}");
         assert!(window_cost(None).is_some());

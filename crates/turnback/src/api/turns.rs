@@ -172,6 +172,9 @@ impl Turnback {
     /// # Errors
     /// `not-found` if no turn is running.
     pub fn record_shell(&self, shell: Shell<'_>) -> Result<ShellRecorded> {
+        // Reported on its own, after it ran: no window could be taken around it.
+        let no_window = shell.no_window.or(shell.checkpoint_id.is_none().then_some(crate::api::REPORTED_AFTER));
+        let shell = Shell { no_window, ..shell };
         let turn = turn::record_shell(&self.store, &self.session()?.id, shell)?
             .ok_or_else(|| Error::not_found("a running turn (begin one with turnback turn begin)"))?;
         Ok(ShellRecorded { turn })

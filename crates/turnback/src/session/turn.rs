@@ -172,6 +172,13 @@ pub struct ShellEffect {
     /// It failed (a non-zero exit, or the agent reported the call failed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
+    /// Its own `shell` checkpoint, when its window saw files change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_id: Option<String>,
+    /// Why no window was taken around it, when none was: its file effects are then in the
+    /// turn's snapshots only (a rewind takes them back, a rollback cannot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_window: Option<String>,
 }
 
 impl Turn {
@@ -533,6 +540,10 @@ pub struct Shell<'a> {
     pub exit_status: Option<i32>,
     /// The agent reported that it failed.
     pub failed: bool,
+    /// Its own checkpoint, if its window made one.
+    pub checkpoint_id: Option<&'a str>,
+    /// Why it had no window, if it had none.
+    pub no_window: Option<&'a str>,
 }
 
 /// Records a shell command (redacted here) as an effect of the session's running turn, once
@@ -551,6 +562,8 @@ pub(crate) fn record_shell(store: &Store, session: &str, shell: Shell<'_>) -> Re
         id: id.map(str::to_string),
         exit_status: shell.exit_status,
         failed: shell.failed || shell.exit_status.is_some_and(|s| s != 0),
+        checkpoint_id: shell.checkpoint_id.map(str::to_string),
+        no_window: shell.no_window.map(str::to_string),
     });
     put(store, &mut *txn, &turn)?;
     txn.commit()?;

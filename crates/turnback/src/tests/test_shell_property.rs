@@ -143,7 +143,14 @@ fn run_case(initial: Vec<bool>, steps: Vec<Step>, pick: usize) -> Result<(), Tes
                 let after = tree(&root);
                 let done = tb.record_event(&AgentEvent::ToolFinished { call }, None).unwrap();
                 let checkpoint = done.checkpoint.map(|c| c.checkpoint_id);
-                prop_assert_eq!(checkpoint.is_some(), before != after, "a checkpoint exactly when files changed");
+                // Why it has none, as the turn recorded it.
+                let why = done.turn.as_ref().and_then(|t| t.shell_effects.last()?.no_window.clone());
+                prop_assert_eq!(
+                    checkpoint.is_some(),
+                    before != after,
+                    "a checkpoint exactly when files changed: {:?}",
+                    why
+                );
                 windows.push(Window { checkpoint, before, after });
             }
             Step::AgentEdit(i) => {

@@ -188,9 +188,7 @@ fn help_lines(width: usize) -> Vec<String> {
         .collect()
 }
 
-pub fn short(id: &str) -> &str {
-    id.get(..12).unwrap_or(id)
-}
+pub use crate::output::short;
 
 fn lines_panel(frame: &mut Frame, area: Rect, app: &App, title: String, lines: Vec<String>) {
     let styled: Vec<Line> = lines
