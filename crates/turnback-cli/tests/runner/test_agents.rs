@@ -22,7 +22,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::common::{Env, deliver, files_under, history, hook, parse_json, show_output, stamp, str_at, with};
+use crate::common::{
+    Env, claude_event, deliver, files_under, history, hook, parse_json, show_output, stamp, str_at, with,
+};
 
 const P1: &str = "make the app print v1, add new.txt and drop old.txt";
 const P2: &str = "now v2, touch the notes and add t2.txt";
@@ -1854,4 +1856,176 @@ fn a_reply_delivered_twice_at_the_same_moment_is_recorded_once() {
         let copies = history["entries"].as_array().unwrap().iter().filter(|e| e["content"] == said.as_str()).count();
         assert_eq!(copies, 1, "round {round}: {history:#}");
     }
+}
+
+/// One agent's shell call through its own hooks: the prompt that begins a turn, and the
+/// events before and after a command (`id` names the call).
+struct ShellHooks<'a> {
+    agent: &'a str,
+    session: &'a str,
+    prompt: Box<dyn Fn(&str) + 'a>,
+    before: Box<dyn Fn(&str, &str) + 'a>,
+    after: Box<dyn Fn(&str, &str) + 'a>,
+}
+
+fn shell_hooks(env: &Env) -> Vec<ShellHooks<'_>> {
+    let cc_session = "cc-every-agent";
+    let claude = |name: &str, extra: Value| hook(env, "claude-code", &claude_event(env, cc_session, name, extra));
+    let bash = |id: &str, command: &str| json!({ "tool_name": "Bash", "tool_input": { "command": command }, "tool_use_id": id });
+    let codex = move || CodexCall { env, rollout: Path::new("/nonexistent/rollout.jsonl"), turn: "1" };
+    let gemini_chat = env.home.join("gemini-chat.jsonl");
+    let gemini = std::rc::Rc::new(move |name: &str, extra: Value| {
+        hook(env, "gemini", &with(gemini_base(env, json!(gemini_chat), name), extra))
+    });
+    let gemini2 = gemini.clone();
+    let gemini_call = |command: &str| json!({ "tool_name": "run_shell_command", "tool_input": { "command": command } });
+    let cursor_gen = "9f1e2d3c-0000-4c31-a245-eb9c01ae8a20";
+    let cursor_ev = move |name: &str, extra: Value| cursor(env, &cursor_event(env, cursor_gen, name, extra));
+    let opencode = move |event: &str, extra: Value| hook(env, "opencode", &opencode_event(env, event, extra));
+    vec![
+        ShellHooks {
+            agent: "claude-code",
+            session: cc_session,
+            prompt: Box::new(move |p| claude("UserPromptSubmit", json!({ "prompt": p }))),
+            before: Box::new(move |id, c| claude("PreToolUse", bash(id, c))),
+            after: Box::new(move |id, c| {
+                let mut done = bash(id, c);
+                done["tool_response"] = json!({ "stdout": "", "stderr": "", "interrupted": false });
+                claude("PostToolUse", done)
+            }),
+        },
+        ShellHooks {
+            agent: "codex",
+            session: CODEX_SESSION,
+            prompt: Box::new(move |p| {
+                hook(env, "codex", &codex_event(env, None, "1", "UserPromptSubmit", json!({ "prompt": p })))
+            }),
+            before: Box::new(move |id, c| codex().pre(id, "Bash", c)),
+            after: Box::new(move |id, c| codex().post(id, "Bash", c)),
+        },
+        ShellHooks {
+            agent: "gemini",
+            session: GEMINI_SESSION,
+            prompt: Box::new({
+                let gemini = gemini.clone();
+                move |p| gemini("BeforeAgent", json!({ "prompt": p }))
+            }),
+            before: Box::new(move |_, c| gemini2("BeforeTool", gemini_call(c))),
+            after: Box::new(move |_, c| {
+                let mut done = gemini_call(c);
+                let text = "<untrusted_context>\nOutput: (empty)\nExit Code: 0\n</untrusted_context>";
+                done["tool_response"] = json!({ "llmContent": text, "returnDisplay": text });
+                gemini("AfterTool", done)
+            }),
+        },
+        ShellHooks {
+            agent: "cursor",
+            session: CURSOR_SESSION,
+            prompt: Box::new(move |p| cursor_ev("beforeSubmitPrompt", json!({ "prompt": p, "attachments": [] }))),
+            before: Box::new(move |_, c| {
+                cursor_ev("beforeShellExecution", json!({ "command": c, "cwd": "", "sandbox": false }))
+            }),
+            after: Box::new(move |_, c| {
+                let ran = json!({ "command": c, "output": "", "duration": 12.0, "sandbox": false });
+                cursor_ev("afterShellExecution", ran)
+            }),
+        },
+        ShellHooks {
+            agent: "opencode",
+            session: OPENCODE_SESSION,
+            prompt: Box::new(move |p| opencode("prompt", json!({ "prompt": p }))),
+            before: Box::new(move |id, c| {
+                opencode("tool-before", json!({ "tool": "bash", "callID": id, "args": { "command": c } }))
+            }),
+            after: Box::new(move |id, c| {
+                let meta = json!({ "output": "", "exit": 0 });
+                opencode(
+                    "tool-after",
+                    json!({ "tool": "bash", "callID": id, "args": { "command": c }, "metadata": meta }),
+                )
+            }),
+        },
+    ]
+}
+
+/// The mode bits of the file at `rel`.
+fn mode_of(env: &Env, rel: &str) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(env.ws.join(rel)).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn every_agents_shell_call_is_one_checkpoint_of_exactly_its_files_rolled_back_around_a_persons_edit_and_undone() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    for h in shell_hooks(&env) {
+        // Each agent in a directory of its own: one workspace, five sessions, no overlap.
+        let at = |rel: &str| format!("{}/{rel}", h.agent);
+        let set_mode = |rel: &str, mode: u32| {
+            std::fs::set_permissions(env.ws.join(at(rel)), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        env.write(&at("edit.txt"), "e0\n");
+        env.write(&at("gone.txt"), "d0\n");
+        env.write(&at("old-name.txt"), "m0\n");
+        env.write(&at("run.sh"), "#!/bin/sh\n");
+        set_mode("run.sh", 0o644);
+        (h.prompt)("tidy up");
+        let command = "./tidy.sh && chmod +x run.sh";
+        (h.before)("call_tidy", command);
+        env.write(&at("new.txt"), "n1\n");
+        env.write(&at("edit.txt"), "e1\n");
+        rm(&env, &at("gone.txt"));
+        std::fs::rename(env.ws.join(at("old-name.txt")), env.ws.join(at("new-name.txt"))).unwrap();
+        set_mode("run.sh", 0o755);
+        (h.after)("call_tidy", command);
+        // A command that changes nothing leaves no checkpoint.
+        (h.before)("call_status", "git status");
+        (h.after)("call_status", "git status");
+
+        let all = env.json(&["--session", h.session, "checkpoints"])["checkpoints"].as_array().unwrap().clone();
+        let shells: Vec<&Value> = all.iter().filter(|c| c["mutation"]["kind"] == "shell").collect();
+        assert_eq!(shells.len(), 1, "{}: one checkpoint, for the command that changed files: {all:#?}", h.agent);
+        let mut got: Vec<(String, String)> = shells[0]["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (str_at(t, "/path").to_string(), str_at(t, "/effect").to_string()))
+            .collect();
+        got.sort();
+        let want = [
+            ("edit.txt", "edit"),
+            ("gone.txt", "delete"),
+            ("new-name.txt", "create"),
+            ("new.txt", "create"),
+            ("old-name.txt", "delete"),
+            ("run.sh", "edit"),
+        ];
+        let want: Vec<(String, String)> = want.iter().map(|(p, e)| (at(p), e.to_string())).collect();
+        assert_eq!(got, want, "{}: exactly the command's files", h.agent);
+        assert_eq!(shells[0]["shell"]["command"], command, "{}", h.agent);
+
+        // A person edits one of its files afterwards: that one is theirs now.
+        env.write(&at("edit.txt"), "the person's\n");
+        let id = str_at(shells[0], "/checkpointId").to_string();
+        let out = env.run(&["--json", "--session", h.session, "rollback", &id, "--apply"], None);
+        assert_eq!(out.status.code(), Some(3), "{}: partial; {}", h.agent, show_output(&out));
+        let done = crate::common::parse_json(&out);
+        let left = done["targets"].as_array().unwrap().iter().find(|t| t["path"] == at("edit.txt")).unwrap();
+        assert_eq!(left["outcome"]["kind"], "conflict", "{}: reported as someone's later work", h.agent);
+        assert_eq!(env.read(&at("edit.txt")).unwrap(), b"the person's\n", "{}", h.agent);
+        assert_eq!(env.read(&at("gone.txt")).unwrap(), b"d0\n", "{}", h.agent);
+        assert_eq!(env.read(&at("old-name.txt")).unwrap(), b"m0\n", "{}", h.agent);
+        assert!(env.read(&at("new-name.txt")).is_none() && env.read(&at("new.txt")).is_none(), "{}", h.agent);
+        assert_eq!(mode_of(&env, &at("run.sh")), 0o644, "{}: the mode goes back", h.agent);
+
+        // The undo of the rollback brings the command's results back.
+        let undo = str_at(&done, "/rollbackCheckpointId").to_string();
+        env.ok(&["--session", h.session, "rollback", &undo, "--apply"], None);
+        assert_eq!(env.read(&at("new.txt")).unwrap(), b"n1\n", "{}", h.agent);
+        assert_eq!(env.read(&at("new-name.txt")).unwrap(), b"m0\n", "{}", h.agent);
+        assert!(env.read(&at("gone.txt")).is_none() && env.read(&at("old-name.txt")).is_none(), "{}", h.agent);
+        assert_eq!(mode_of(&env, &at("run.sh")), 0o755, "{}", h.agent);
+        assert_eq!(env.read(&at("edit.txt")).unwrap(), b"the person's\n", "{}", h.agent);
+    }
+    env.assert_verify_clean();
 }
