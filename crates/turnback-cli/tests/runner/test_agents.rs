@@ -1858,14 +1858,17 @@ fn a_reply_delivered_twice_at_the_same_moment_is_recorded_once() {
     }
 }
 
+/// Sends one event of a shell call (its id, its command).
+type CallHook<'a> = Box<dyn Fn(&str, &str) + 'a>;
+
 /// One agent's shell call through its own hooks: the prompt that begins a turn, and the
 /// events before and after a command (`id` names the call).
 struct ShellHooks<'a> {
     agent: &'a str,
     session: &'a str,
     prompt: Box<dyn Fn(&str) + 'a>,
-    before: Box<dyn Fn(&str, &str) + 'a>,
-    after: Box<dyn Fn(&str, &str) + 'a>,
+    before: CallHook<'a>,
+    after: CallHook<'a>,
 }
 
 fn shell_hooks(env: &Env) -> Vec<ShellHooks<'_>> {
