@@ -47,6 +47,7 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
     env.write("gone.txt", "d0\n");
     env.write("old-name.txt", "m0\n");
     env.write("run.sh", "#!/bin/sh\n");
+    env.write("olddir/deep/x.txt", "x0\n");
     std::fs::set_permissions(env.ws.join("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
     let session = "cc-shell";
     hook(&env, "claude-code", &claude_event(&env, session, "UserPromptSubmit", json!({ "prompt": "tidy up" })));
@@ -56,6 +57,8 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
         std::fs::remove_file(env.ws.join("gone.txt")).unwrap();
         std::fs::rename(env.ws.join("old-name.txt"), env.ws.join("new-name.txt")).unwrap();
         std::fs::set_permissions(env.ws.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        env.write("gen/sub/out.txt", "generated\n");
+        std::fs::remove_dir_all(env.ws.join("olddir")).unwrap();
     });
     // A command that changes nothing leaves no checkpoint.
     bash(&env, session, "toolu_sh2", "git status", || {});
@@ -65,18 +68,22 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
     let shell = &shells[0];
     let want = [
         ("edit.txt", "edit"),
+        ("gen/sub/out.txt", "create"),
         ("gone.txt", "delete"),
         ("new-name.txt", "create"),
         ("new.txt", "create"),
         ("old-name.txt", "delete"),
+        ("olddir/deep/x.txt", "delete"),
         ("run.sh", "edit"),
     ];
     let want: Vec<(String, String)> = want.iter().map(|(p, e)| (p.to_string(), e.to_string())).collect();
     assert_eq!(targets(shell), want, "exactly the command's files: {shell:#}");
+    let out_target = shell["targets"].as_array().unwrap().iter().find(|t| t["path"] == "gen/sub/out.txt").unwrap();
+    assert_eq!(out_target["createdDirs"], json!(["gen", "gen/sub"]), "the directories it made: {out_target:#}");
     assert_eq!(shell["shell"]["command"], "./tidy.sh && chmod +x run.sh", "{shell:#}");
     assert_eq!(shell["shell"]["callId"], "toolu_sh1", "{shell:#}");
     let listed = String::from_utf8(env.ok(&["--session", session, "checkpoints"], None).stdout).unwrap();
-    assert!(listed.contains("shell") && listed.contains("6 files") && listed.contains("./tidy.sh"), "{listed}");
+    assert!(listed.contains("shell") && listed.contains("8 files") && listed.contains("./tidy.sh"), "{listed}");
 
     // A person edits one of its files afterwards: that one is theirs now.
     env.write("edit.txt", "the person's\n");
@@ -92,6 +99,8 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
     assert_eq!(env.read("old-name.txt").unwrap(), b"m0\n", "a renamed file comes back under its name");
     assert!(env.read("new-name.txt").is_none() && env.read("new.txt").is_none(), "created files go");
     assert_eq!(mode(&env, "run.sh"), 0o644, "the mode goes back");
+    assert!(!env.ws.join("gen").exists(), "the directories it made go with the file it made there");
+    assert_eq!(env.read("olddir/deep/x.txt").unwrap(), b"x0\n", "a removed directory's file comes back");
     assert_eq!(env.read("keep.txt").unwrap(), b"untouched\n");
 
     // The rollback is itself undoable: its undo brings the command's results back.
@@ -101,6 +110,8 @@ fn a_claude_code_bash_call_is_one_checkpoint_of_exactly_its_files_and_rolls_back
     assert_eq!(env.read("new-name.txt").unwrap(), b"m0\n");
     assert!(env.read("gone.txt").is_none() && env.read("old-name.txt").is_none());
     assert_eq!(mode(&env, "run.sh"), 0o755);
+    assert_eq!(env.read("gen/sub/out.txt").unwrap(), b"generated\n");
+    assert!(!env.ws.join("olddir/deep/x.txt").exists());
     assert_eq!(env.read("edit.txt").unwrap(), b"the person's\n");
     env.assert_verify_clean();
 }

@@ -229,13 +229,16 @@ impl Turnback {
         let mut posts = Vec::with_capacity(changes.len());
         for c in &changes {
             let path = RelPath::new(c.path.clone())?;
+            // The directories a created file's path needed that the window's start did not
+            // have: a rollback that takes the file back removes them once empty.
+            let created_dirs = c.new_dirs.iter().map(|d| RelPath::new(d.clone())).collect::<Result<Vec<_>>>()?;
             targets.push(PreparedTarget {
                 path,
                 effect: effect(c),
                 current: image(c.before),
-                planned_dirs: Vec::new(),
+                planned_dirs: created_dirs.clone(),
             });
-            posts.push(PostState { current: image(c.after), created_dirs: Vec::new(), identity_known: true });
+            posts.push(PostState { current: image(c.after), created_dirs, identity_known: true });
         }
         let round = |txn: &mut dyn crate::storage::kv::Txn| Session::round_in(store, txn, &session.id);
         let origin =

@@ -63,6 +63,9 @@ pub(crate) struct FileChange {
     pub path: Vec<u8>,
     pub before: Option<FileState>,
     pub after: Option<FileState>,
+    /// For a file that was not there before: the directories above it (outermost first)
+    /// that `from` has no directory at.
+    pub new_dirs: Vec<Vec<u8>>,
 }
 
 /// The regular files that differ (content or mode) between the trees `from` and `to`,
@@ -75,12 +78,32 @@ pub(crate) fn file_changes(store: &Store, from: &ContentId, to: &ContentId) -> R
         Some(Node { kind: NodeKind::File(id), size, mode, .. }) => Some(FileState { id, size, mode }),
         _ => None,
     };
-    let mut out: Vec<FileChange> = raw(store, from, to)?
-        .into_iter()
-        .map(|r| FileChange { path: r.path, before: file(r.old), after: file(r.new) })
-        .filter(|c| c.before != c.after)
-        .collect();
+    let mut old = snapshot::lookup::Lookup::new(store);
+    let mut out = Vec::new();
+    for r in raw(store, from, to)? {
+        let change = FileChange { path: r.path, before: file(r.old), after: file(r.new), new_dirs: Vec::new() };
+        if change.before == change.after {
+            continue;
+        }
+        let new_dirs = match change.before {
+            None => new_dirs(&mut old, from, &change.path)?,
+            Some(_) => Vec::new(),
+        };
+        out.push(FileChange { new_dirs, ..change });
+    }
     out.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(out)
+}
+
+/// The directories above `path` (outermost first) that the tree `root` has no directory at.
+fn new_dirs(old: &mut snapshot::lookup::Lookup<'_>, root: &ContentId, path: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for (i, _) in path.iter().enumerate().filter(|(_, b)| **b == b'/') {
+        let dir = &path[..i];
+        if !matches!(old.node(root, dir)?, Some(Node { kind: NodeKind::Tree(_), .. })) {
+            out.push(dir.to_vec());
+        }
+    }
     Ok(out)
 }
 
