@@ -125,7 +125,7 @@ fn the_command_line_and_mcp_give_the_same_rollback_and_rewind_json_for_the_same_
     assert_eq!(got[0]["server"], json!({ "name": "turnback", "version": env!("CARGO_PKG_VERSION") }));
     assert_eq!(got[1], cli_rollback, "a rollback preview of one state is one document, whichever the door");
     assert_eq!(cli_rollback["resultType"], "partial", "the person's edit is a conflict: {cli_rollback:#}");
-    assert!(cli_rollback["excludedEffects"].as_array().is_some_and(|e| e.len() == 6));
+    assert!(cli_rollback["excludedEffects"].as_array().is_some_and(|e| e.len() == 7));
     // A rewind preview takes a snapshot of the workspace now: only that snapshot's id differs.
     let without_now = |v: &Value| {
         let mut v = v.clone();

@@ -25,7 +25,8 @@ const PARTIAL: i32 = 3;
 const BLOCKED: i32 = 20;
 
 const SAFE_CHOICES: [&str; 3] = ["skip-target", "export-sanitized-patch", "user-authored-resolution"];
-const EXCLUDED: [&str; 6] = ["shell", "remote", "permission", "process", "symlink-side", "external"];
+const EXCLUDED: [&str; 7] =
+    ["remote", "network", "process", "external", "outside-workspace", "excluded-path", "symlink-side"];
 
 // ---------------------------------------------------------------------------------------
 // Helpers

@@ -57,8 +57,14 @@ use crate::storage::store::Store;
 const USAGE_ARTIFACT_BYTES: &[u8] = b"artifact-bytes";
 const CHECKPOINT_SCHEMA: u16 = 1;
 
-/// Effects no checkpoint can take back; listed with every checkpoint and rollback.
-pub(crate) const EXCLUDED_EFFECTS: [&str; 6] = ["shell", "remote", "permission", "process", "symlink-side", "external"];
+/// Effects no checkpoint can take back; listed with every checkpoint and rollback. A shell
+/// command's or a sub-agent's effects on the workspace's files are not among them: their
+/// windows make checkpoints of those. What they did elsewhere is: other machines
+/// (`remote`, `network`), processes they started, systems outside turnback's reach
+/// (`external`), files outside the workspace or excluded from its snapshots, and symlinks
+/// (a window records regular files only; every write refuses to go through one).
+pub(crate) const EXCLUDED_EFFECTS: [&str; 7] =
+    ["remote", "network", "process", "external", "outside-workspace", "excluded-path", "symlink-side"];
 
 macro_rules! state_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
