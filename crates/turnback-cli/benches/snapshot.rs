@@ -485,7 +485,7 @@ fn main() {
     for (name, (added, opened)) in
         [("shell window added, watched", shell_watched), ("shell window added, walked", shell_walked)]
     {
-        let how = if opened { "window taken" } else { "no window: walk over 150 ms" };
+        let how = if opened { "window taken" } else { "no window: over the cost rule" };
         println!("{name:<30} {added:>11.3}s  ({how}; target <= 0.3 s)");
     }
 }

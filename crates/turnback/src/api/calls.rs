@@ -34,6 +34,14 @@ use crate::storage::kv::Txn;
 use crate::storage::schema;
 use crate::storage::store::Store;
 
+/// What the key of a sub-agent's window begins with.
+const SUBAGENT_KEY_PREFIX: &str = "subagent:";
+
+/// The key a sub-agent (its start, its window) is kept under among the calls.
+pub(crate) fn subagent_key(id: &str) -> String {
+    format!("{SUBAGENT_KEY_PREFIX}{id}")
+}
+
 /// What the store knows of one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Call {
@@ -296,7 +304,7 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_
     // sub-agent's window is not the main agent's to close (it may work on in the
     // background): only the session's end, or its own stop, closes it.
     for key in windows {
-        let of_subagent = key.starts_with(crate::api::shell::SUBAGENT_KEY_PREFIX);
+        let of_subagent = key.starts_with(SUBAGENT_KEY_PREFIX);
         let closes = match closing {
             Closing::All => true,
             Closing::MainAgent => !of_subagent,

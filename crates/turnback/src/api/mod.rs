@@ -20,7 +20,8 @@
 
 mod calls;
 pub(crate) use calls::Closing;
-pub(crate) use shell::{NO_START, REPORTED_AFTER, WindowClosed, WindowOf, subagent_key};
+pub(crate) use calls::subagent_key;
+pub(crate) use shell::{NO_START, REPORTED_AFTER, WindowClosed, WindowOf};
 mod compare;
 mod edit;
 mod keys;
@@ -29,7 +30,7 @@ pub(crate) mod mutation;
 #[cfg(feature = "remote")]
 mod remote;
 mod sessions;
-pub(crate) mod shell;
+mod shell;
 mod turns;
 mod undo;
 mod watching;

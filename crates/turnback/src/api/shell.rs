@@ -118,14 +118,6 @@ impl WindowClosed {
     }
 }
 
-/// What the key of a sub-agent's window begins with.
-pub(crate) const SUBAGENT_KEY_PREFIX: &str = "subagent:";
-
-/// The key a sub-agent's window is kept under among the calls.
-pub(crate) fn subagent_key(id: &str) -> String {
-    format!("{SUBAGENT_KEY_PREFIX}{id}")
-}
-
 impl Turnback {
     /// Opens the window of call `key` (a shell call's, or [`subagent_key`]) — a snapshot
     /// now — if a turn runs and a snapshot is cheap; `true` if it opened.
