@@ -2,10 +2,11 @@
 //! session the global options name, and turning results into output and exit codes.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use turnback::{Error, ErrorCode, Options, Result, SettingsOverrides, Turnback};
+use turnback::{Error, ErrorCode, Options, Result, Runtime, SettingsOverrides, Turnback};
 
 use crate::cli::{Cli, Command, Global};
 use crate::commands;
@@ -33,6 +34,7 @@ impl Ctx {
                 store_cap: self.global.store_cap.clone(),
             },
             create,
+            runtime: runtime(&self.store_dir()?)?,
             ..Options::new(workspace)
         })
     }
@@ -43,8 +45,8 @@ impl Ctx {
         Turnback::open(&self.options(create)?)
     }
 
-    /// Opens turnback so that turn begins take their start snapshot in a detached process
-    /// and wait for it at most `wait`.
+    /// Opens turnback so that turn begins wait for their start snapshot (taken in a
+    /// detached process) at most `wait`.
     pub fn open_for_turns(&self, wait: Duration) -> Result<Turnback> {
         open_for_turns(&self.options(true)?, wait)
     }
@@ -60,13 +62,26 @@ impl Ctx {
     }
 }
 
-/// Opens turnback with `options`, turn begins taking their start snapshot in a detached
-/// process and waiting for it at most `wait`.
+/// How long a turn begin waits for its start snapshot unless told otherwise (an MCP
+/// `begin_turn`; an agent's hook waits as long).
+pub const START_WAIT: Duration = Duration::from_millis(1500);
+
+/// The command line's [`Runtime`]: start snapshots, watchers and auto-pushes each run as a
+/// detached process of this executable on the store at `store`, so none of them holds up
+/// the agent or the person, and each finishes after this process exits.
+pub fn runtime(store: &std::path::Path) -> Result<Runtime> {
+    let starter = Arc::new(commands::detached::DetachedSnapshot::new(store)?);
+    let watcher = Arc::new(commands::watch::DetachedWatcher::new(store)?);
+    let runtime = Runtime::default().with_start_snapshot(starter, START_WAIT).with_watcher(watcher);
+    #[cfg(feature = "remote")]
+    let runtime = runtime.with_push(Arc::new(commands::remote::DetachedPush::new()?));
+    Ok(runtime)
+}
+
+/// Opens turnback with `options`, turn begins waiting for their start snapshot at most
+/// `wait`.
 pub fn open_for_turns(options: &Options, wait: Duration) -> Result<Turnback> {
-    let tb = Turnback::open(options)?;
-    let starter = commands::detached::DetachedSnapshot::new(tb.store_dir())?;
-    let watcher = commands::watch::DetachedWatcher::new(tb.store_dir())?;
-    Ok(tb.with_start_snapshot(Box::new(starter), wait).with_watcher(Box::new(watcher)))
+    Turnback::open(&Options { runtime: options.runtime.clone().waiting(wait), ..options.clone() })
 }
 
 pub fn cwd() -> Result<PathBuf> {

@@ -64,8 +64,8 @@ pub use api::{
     Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, CompareRequest,
     CompareSide, Comparison, Deleted, DiffReport, DiffRequest, DuReport, Encryption, FileText, ForkPoint, GcReport,
     InitReport, InitSettings, Inspection, InspectionProblem, KeyImport, KeyStatus, KeyVersion, Mutation,
-    MutationReport, ObjectUsage, Options, Problem, Progress, SessionInfo, SessionList, SessionUsage, ShellRecorded,
-    TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport, read_at_most, read_json_input,
+    MutationReport, ObjectUsage, Options, Problem, Progress, Push, Runtime, SessionInfo, SessionList, SessionUsage,
+    ShellRecorded, TurnList, TurnSummary, Turnback, VerifyCounts, VerifyReport, read_at_most, read_json_input,
 };
 #[cfg(feature = "remote")]
 pub use api::{PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};

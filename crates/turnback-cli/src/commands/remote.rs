@@ -128,30 +128,42 @@ pub fn gc(ctx: &Ctx, name: &str, grace_secs: Option<u64>) -> Result<Outcome> {
     Ok(Outcome::of(&r, text))
 }
 
-/// With `[remote] auto-push = "NAME"` in the store's settings, starts `turnback push NAME
-/// --session SESSION` as a detached process (its own process group; the agent never waits
-/// for it), its messages appended to `auto-push.log` in the store. Never fails the caller:
-/// a push that cannot start is noted in that log.
-pub fn auto_push(tb: &turnback::Turnback, session: &str) {
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::process::CommandExt;
-    let Ok(Some(name)) = tb.auto_push_remote() else { return };
-    let log_path = tb.store_dir().join("auto-push.log");
-    let Ok(log) = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path) else { return };
-    let Ok(exe) = std::env::current_exe() else { return };
-    let started = std::process::Command::new(exe)
-        .arg("--store")
-        .arg(tb.store_dir())
-        .args(["--session", session, "push", &name])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn();
-    if let Err(e) = started {
+/// The command line's auto-push: `turnback push NAME --session SESSION` as a detached
+/// process (its own process group; the agent never waits for it), its messages appended to
+/// `auto-push.log` in the store. A push that cannot start is noted in that log.
+pub struct DetachedPush {
+    exe: std::path::PathBuf,
+}
+
+impl DetachedPush {
+    /// The pusher is this executable.
+    pub fn new() -> Result<Self> {
+        let exe = std::env::current_exe()
+            .map_err(|e| turnback::Error::new(turnback::ErrorCode::Io, format!("own executable: {e}")))?;
+        Ok(DetachedPush { exe })
+    }
+}
+
+impl turnback::Push for DetachedPush {
+    fn push(&self, store_dir: &std::path::Path, remote: &str, session: &str) -> Result<()> {
         use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(&log_path) {
-            let _ = writeln!(f, "turnback: auto-push to {name} did not start: {e}");
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::os::unix::process::CommandExt;
+        let log_path = store_dir.join("auto-push.log");
+        let io = |e: std::io::Error| turnback::Error::new(turnback::ErrorCode::Io, format!("auto-push log: {e}"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).map_err(io)?;
+        let started = std::process::Command::new(&self.exe)
+            .arg("--store")
+            .arg(store_dir)
+            .args(["--session", session, "push", remote])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log.try_clone().map_err(io)?)
+            .process_group(0)
+            .spawn();
+        if let Err(e) = started {
+            let _ = writeln!(&log, "turnback: auto-push to {remote} did not start: {e}");
         }
+        Ok(())
     }
 }

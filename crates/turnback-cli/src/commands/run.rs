@@ -47,8 +47,6 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     let turn = match ended {
         Ok(done) => {
             if let Some(t) = &done.turn {
-                #[cfg(feature = "remote")]
-                crate::commands::remote::auto_push(&tb, &t.session_id);
                 err(&format!(
                     "turnback: turn {} ended{}; undo it with `turnback rewind --to {}`\n",
                     t.index,

@@ -48,8 +48,6 @@ pub fn run(ctx: &Ctx, command: TurnCommand) -> Result<Outcome> {
         TurnCommand::End => {
             let tb = ctx.open(true)?;
             let t = Progress::during(|report| tb.end_turn(Some(report)))?;
-            #[cfg(feature = "remote")]
-            super::remote::auto_push(&tb, &t.session_id);
             if let Some(reason) = t.end_snapshot.as_ref().and_then(|e| e.skipped.as_deref()) {
                 err(&format!(
                     "turnback: turn {} ended without an end snapshot: {}\n",

@@ -62,9 +62,8 @@ impl StartWatcher for DetachedWatcher {
 pub fn run(ctx: &Ctx, command: WatchCommand) -> Result<Outcome> {
     let status = match command {
         WatchCommand::Start => {
-            let tb = ctx.open(true)?;
-            let starter = DetachedWatcher::new(tb.store_dir())?;
-            tb.with_watcher(Box::new(starter)).watch_start()?
+            // The options carry the command line's runtime, its detached watcher among it.
+            ctx.open(true)?.watch_start()?
         }
         WatchCommand::Stop => {
             let status = ctx.open(false)?.watch_stop()?;

@@ -389,12 +389,23 @@ fn auto_push_sends_the_session_at_each_turn_end_in_the_background() {
     let end =
         crate::common::claude_event(&a, "quit", "SessionEnd", serde_json::json!({ "reason": "prompt_input_exit" }));
     crate::common::hook(&a, "claude-code", &end);
+    // The MCP server's end_turn too: the library pushes at every turn end, whichever door
+    // ended it, through the runtime the door installed.
+    let mcp = crate::common::mcp_client_available().then(|| {
+        let got = a.mcp_calls(&[
+            ("begin_turn", serde_json::json!({ "prompt": "by mcp", "new": true })),
+            ("end_turn", serde_json::json!({})),
+        ]);
+        let ended = &got[2];
+        (ended["sessionId"].as_str().unwrap().to_string(), ended["index"].as_u64().unwrap())
+    });
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let listed = a.json(&["session", "list", "--remote", "team"]);
         let sessions = listed["sessions"].as_array().cloned().unwrap_or_default();
-        let turns_of = |id: &str| sessions.iter().find(|s| s["id"] == id).map(|s| s["turns"].clone());
-        if turns_of("auto") == Some(serde_json::json!(2)) && turns_of("quit") == Some(serde_json::json!(1)) {
+        let turns_of = |id: &str| sessions.iter().find(|s| s["id"] == id).and_then(|s| s["turns"].as_u64());
+        let mcp_pushed = mcp.as_ref().is_none_or(|(id, index)| turns_of(id).is_some_and(|t| t >= *index));
+        if turns_of("auto") == Some(2) && turns_of("quit").is_some_and(|t| t >= 1) && mcp_pushed {
             break;
         }
         assert!(std::time::Instant::now() < deadline, "no auto-push arrived: {listed:#}");

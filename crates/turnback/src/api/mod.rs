@@ -29,6 +29,7 @@ pub(crate) mod maintenance;
 pub(crate) mod mutation;
 #[cfg(feature = "remote")]
 mod remote;
+mod runtime;
 mod sessions;
 mod shell;
 mod turns;
@@ -43,6 +44,7 @@ pub use maintenance::{
 pub use mutation::{CheckpointSummary, FileText, Mutation, MutationReport};
 #[cfg(feature = "remote")]
 pub use remote::{PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
+pub use runtime::{Push, Runtime};
 pub use sessions::{Appended, SessionInfo, SessionList};
 pub use turns::{DiffReport, DiffRequest, ShellRecorded, TurnList, TurnSummary};
 pub use undo::{ArtifactView, CheckpointList, CheckpointView, Encryption, Inspection, InspectionProblem};
@@ -54,7 +56,6 @@ use serde::Serialize;
 
 use crate::checkpoint::{self, ReconcileReport, artifact};
 use crate::error::{Error, ErrorCode, Result};
-use crate::session::begin::StartSnapshot;
 use crate::session::workspace::Workspace;
 use crate::session::{Session, turn};
 use crate::storage::gc;
@@ -128,6 +129,8 @@ pub struct Options {
     /// `opencode`, `mcp`, `run`); recorded on a session it creates or finds without one.
     /// `None` for a person's own commands.
     pub agent: Option<String>,
+    /// How the work around turns runs in the background (see [`Runtime`]).
+    pub runtime: Runtime,
 }
 
 impl Options {
@@ -143,6 +146,7 @@ impl Options {
             create: false,
             actor: Actor::Person,
             agent: None,
+            runtime: Runtime::default(),
         }
     }
 }
@@ -156,9 +160,7 @@ pub struct Turnback {
     workspace: OnceLock<Workspace>,
     session: OnceLock<Session>,
     reconciled: ReconcileReport,
-    starter: Option<Box<dyn StartSnapshot + Send + Sync>>,
-    watcher: Option<Box<dyn crate::watch::StartWatcher + Send + Sync>>,
-    begin_wait: std::time::Duration,
+    runtime: Runtime,
     progress: Option<Box<Progress>>,
     actor: Actor,
     agent: Option<String>,
@@ -238,27 +240,11 @@ impl Turnback {
             workspace: OnceLock::new(),
             session: OnceLock::new(),
             reconciled,
-            starter: None,
-            watcher: None,
-            begin_wait: std::time::Duration::ZERO,
+            runtime: opts.runtime.clone(),
             progress: None,
             actor: opts.actor,
             agent: opts.agent.clone(),
         })
-    }
-
-    /// Takes turn start snapshots with `starter` (the command line's detached process)
-    /// instead of in this process, so that [`begin_turn`](Self::begin_turn) waits for one
-    /// at most `wait`: past that the turn goes on, its snapshot marked late, and the
-    /// snapshot attaches itself when it commits.
-    pub fn with_start_snapshot(
-        mut self,
-        starter: Box<dyn StartSnapshot + Send + Sync>,
-        wait: std::time::Duration,
-    ) -> Self {
-        self.starter = Some(starter);
-        self.begin_wait = wait;
-        self
     }
 
     /// Tells `progress` how the reading goes of end snapshots taken for agent events

@@ -103,7 +103,7 @@ impl Turnback {
     /// prompt delivered again within a minute of its turn's start joins it and records
     /// nothing. Otherwise a start
     /// snapshot is taken — waited for at most as long as
-    /// [`with_start_snapshot`](Self::with_start_snapshot) says, if it set a process to take
+    /// the [`Runtime`](crate::Runtime)'s start snapshot says, if it set a process to take
     /// it, after which the turn goes on with its snapshot marked late — and the turn is
     /// recorded, its prompt in the session's history with it; a running prompt turn it
     /// supersedes ends where it starts. With `cancel` set meanwhile, no turn is recorded.
@@ -115,9 +115,8 @@ impl Turnback {
         self.ensure_watcher();
         let closed = self.finish_abandoned_tool_calls(Closing::MainAgent)?;
         let (ws, session) = (self.workspace()?, self.session()?);
-        let starter = self.starter.as_deref().map(|s| s as &dyn begin::StartSnapshot);
-        let wait = self.begin_wait;
-        let begun = begin::begin(&self.store, ws, session, req, starter.map(|s| (s, wait)), cancel.unwrap_or(&never))?;
+        let starter = self.runtime.start_snapshot.as_ref().map(|(s, wait)| (&**s as &dyn begin::StartSnapshot, *wait));
+        let begun = begin::begin(&self.store, ws, session, req, starter, cancel.unwrap_or(&never))?;
         Ok(Begun { abandoned_calls_closed: closed, ..begun })
     }
 
@@ -151,11 +150,30 @@ impl Turnback {
             return Ok((None, closed));
         }
         match turn::end(&self.store, self.workspace()?, self.session()?, progress) {
-            Ok(ended) => Ok((Some(ended), closed)),
+            Ok(ended) => {
+                self.auto_push(&ended.session_id);
+                Ok((Some(ended), closed))
+            }
             // The same stop delivered twice at once: the other delivery ended it meanwhile.
             Err(e) if e.code == ErrorCode::NotFound && self.running_turn()?.is_none() => Ok((None, closed)),
             Err(e) => Err(e),
         }
+    }
+
+    /// At a turn's end, starts pushing the session to the `[remote] auto-push` remote, if
+    /// one is set and the runtime can push. Never fails the turn end: a settings file that
+    /// does not read, or a push that does not start, leaves the turn ended as it is.
+    /// Without the `remote` feature there are no remotes to push to.
+    fn auto_push(&self, session: &str) {
+        #[cfg(feature = "remote")]
+        {
+            let Some(push) = self.runtime.push.as_deref() else { return };
+            let settings = self.store.dir().join("settings.toml");
+            let Ok(Some(remote)) = crate::storage::settings::auto_push(&settings) else { return };
+            let _ = push.push(self.store.dir(), &remote, session);
+        }
+        #[cfg(not(feature = "remote"))]
+        let _ = session;
     }
 
     /// Takes the start snapshot of turn `turn_id`, which a begin elsewhere is waiting for

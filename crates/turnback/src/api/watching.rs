@@ -7,7 +7,7 @@ use crate::api::Turnback;
 use crate::error::{Error, ErrorCode, Result};
 use crate::snapshot::{SnapshotKind, SnapshotRecord, TakeOptions};
 use crate::storage::settings::WatchMode;
-use crate::watch::{self, StartWatcher, WatchStatus, daemon};
+use crate::watch::{self, WatchStatus, daemon};
 
 /// How long `watch start` waits for a new watcher to answer (watching a large tree takes
 /// a while: one watch per directory).
@@ -17,13 +17,6 @@ const START_WAIT: Duration = Duration::from_secs(120);
 const LIVENESS_WAIT: Duration = Duration::from_millis(200);
 
 impl Turnback {
-    /// Starts file watchers with `starter` (the command line's detached process): turn
-    /// begins start one when `[snapshots] watch = "auto"` and none runs.
-    pub fn with_watcher(mut self, starter: Box<dyn StartWatcher + Send + Sync>) -> Self {
-        self.watcher = Some(starter);
-        self
-    }
-
     fn watch_socket(&self) -> Result<std::path::PathBuf> {
         watch::socket_path(self.store.dir(), &self.workspace()?.id)
     }
@@ -39,7 +32,7 @@ impl Turnback {
     /// Starts the workspace's watcher unless one runs, and waits until it answers.
     ///
     /// # Errors
-    /// `invalid-argument` without a way to start one ([`with_watcher`](Self::with_watcher));
+    /// `invalid-argument` without a way to start one (the [`Runtime`](crate::Runtime) has no watcher);
     /// `io` if it does not answer in time.
     pub fn watch_start(&self) -> Result<WatchStatus> {
         let socket = self.watch_socket()?;
@@ -47,7 +40,8 @@ impl Turnback {
         if status.running {
             return Ok(status);
         }
-        let starter = self.watcher.as_deref().ok_or_else(|| Error::invalid("no way to start a watcher here"))?;
+        let starter =
+            self.runtime.watcher.as_deref().ok_or_else(|| Error::invalid("no way to start a watcher here"))?;
         starter.start(&self.workspace()?.root)?;
         let deadline = Instant::now() + START_WAIT;
         while Instant::now() < deadline {
@@ -96,7 +90,7 @@ impl Turnback {
         if self.store.settings().snapshots.watch != WatchMode::Auto {
             return;
         }
-        let (Some(starter), Ok(socket)) = (self.watcher.as_deref(), self.watch_socket()) else { return };
+        let (Some(starter), Ok(socket)) = (self.runtime.watcher.as_deref(), self.watch_socket()) else { return };
         // A watcher that accepts but does not answer (stopped, swamped) is replaced: the
         // new one ends it (see the watcher's start).
         if watch::liveness(&socket, LIVENESS_WAIT) != watch::Liveness::Answers

@@ -221,16 +221,9 @@ fn record(ctx: &Ctx, agent: HookAgent, t: Translated, cancel: &AtomicBool) -> Re
         seen(&tb, agent, &ws.id, &t.name);
     }
     for event in &t.events {
-        let recorded = tb.record_event(event, Some(cancel));
-        // At each turn end — the agent's stop, or its session's end — the session goes to
-        // the auto-push remote (if one is set), in the background.
-        #[cfg(feature = "remote")]
-        if let (turnback::AgentEvent::Stopped { .. } | turnback::AgentEvent::SessionEnded, Ok(r)) = (event, &recorded)
-            && let Some(t) = &r.turn
-        {
-            crate::commands::remote::auto_push(&tb, &t.session_id);
-        }
-        match recorded {
+        // At each turn end — the agent's stop, or its session's end — the library starts
+        // the auto-push (if one is set) through the runtime the options carry.
+        match tb.record_event(event, Some(cancel)) {
             // A file outside the workspace (a plan in ~/.claude/plans, a scratch file in
             // /tmp), in .git, or in the store: not the workspace's to checkpoint, and not a
             // failure of the hook.
