@@ -119,6 +119,17 @@ pub fn print(outcome: &Outcome, json_mode: bool) -> i32 {
 }
 
 pub fn print_error(e: &Error, json_mode: bool) -> i32 {
+    // The next step the message points to, in this door's words: a command.
+    let worded;
+    let e = match e.hint() {
+        Some(hint) => {
+            let mut with = Error::new(e.code, format!("{} ({})", e.message, hint_words(hint))).with_hint(hint.clone());
+            with.details = e.details.clone();
+            worded = with;
+            &worded
+        }
+        None => e,
+    };
     if json_mode {
         let _ = out(&format!("{}\n", serde_json::to_string_pretty(&e.report()).expect("JSON values serialize")));
     } else {
@@ -131,6 +142,18 @@ pub fn print_error(e: &Error, json_mode: bool) -> i32 {
         err(&text);
     }
     exit_code(e.code)
+}
+
+/// A [`Hint`](turnback::Hint) as the command line says it: the command that takes the step.
+pub fn hint_words(hint: &turnback::Hint) -> String {
+    use turnback::Hint;
+    match hint {
+        Hint::Overwrite => "use `turnback fs write` to overwrite".into(),
+        Hint::BeginTurn => "begin one with `turnback turn begin`".into(),
+        Hint::EndTurn => "end it first with `turnback turn end`".into(),
+        Hint::RollBack { checkpoint_id } => format!("`turnback rollback {checkpoint_id}` takes it back"),
+        Hint::Inspect { checkpoint_id } => format!("see `turnback inspect {checkpoint_id}`"),
+    }
 }
 
 /// A path a snapshot left out, and why, as a terminal shows them: the name quoted, the

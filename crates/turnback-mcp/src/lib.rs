@@ -27,7 +27,7 @@ use rmcp::{ErrorData, ServerHandler, ServiceExt, tool, tool_handler, tool_router
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use turnback::{
-    Actor, AgentEvent, BeginRequest, DiffRequest, Error, ErrorCode, Mutation, Options, Result, RollbackSelection,
+    Actor, AgentEvent, BeginRequest, DiffRequest, Error, ErrorCode, Hint, Mutation, Options, Result, RollbackSelection,
     Turnback,
 };
 
@@ -146,27 +146,30 @@ fn result<T: Serialize>(r: Result<T>) -> std::result::Result<CallToolResult, Err
             done.structured_content = Some(value);
             done
         }
-        // The same error document `--json` prints: {"error": {code, message, …}}, its hints
-        // naming this server's tools rather than commands.
+        // The same error document `--json` prints: {"error": {code, message, hint, …}},
+        // the hint worded into the message as this server's tools.
         Err(mut e) => {
-            e.message = for_mcp(&e.message);
+            if let Some(words) = e.hint().map(hint_words) {
+                e.message = format!("{} ({words})", e.message);
+            }
             CallToolResult::error(vec![ContentBlock::text(e.report().to_string())])
         }
     })
 }
 
-/// The command-line hints in the library's messages, and the tools that do the same here.
-const HINTS: [(&str, &str); 5] = [
-    ("`fs write`", "the write_file tool"),
-    ("turnback turn begin", "the begin_turn tool"),
-    ("turnback turn end", "the end_turn tool"),
-    ("turnback rollback", "the rollback_preview and rollback_apply tools"),
-    ("turnback inspect", "list_checkpoints, or `turnback inspect` in a terminal,"),
-];
-
-/// `message` with its command-line hints naming this server's tools.
-fn for_mcp(message: &str) -> String {
-    HINTS.iter().fold(message.to_string(), |m, (cli, tool)| m.replace(cli, tool))
+/// A [`Hint`] as this server says it: the tool that takes the step.
+fn hint_words(hint: &Hint) -> String {
+    match hint {
+        Hint::Overwrite => "use the write_file tool to overwrite".into(),
+        Hint::BeginTurn => "begin one with the begin_turn tool".into(),
+        Hint::EndTurn => "end it first with the end_turn tool".into(),
+        Hint::RollBack { checkpoint_id } => {
+            format!("rollback_preview and rollback_apply with checkpoint {checkpoint_id} take it back")
+        }
+        Hint::Inspect { checkpoint_id } => {
+            format!("list_checkpoints shows checkpoint {checkpoint_id}; `turnback inspect` in a terminal says more")
+        }
+    }
 }
 
 fn selection(p: &RollbackParams) -> Result<RollbackSelection> {

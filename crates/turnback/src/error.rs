@@ -127,19 +127,61 @@ impl fmt::Display for ErrorCode {
 /// A failure: a stable code, a sentence for people, optional structured details, and the
 /// lower-level error it came from (`std::error::Error::source`).
 #[derive(Debug, thiserror::Error)]
-#[error("{code}: {message}")]
+#[error("{code}: {message}{}", self.hint.as_ref().map(|h| format!(" ({})", h.describe())).unwrap_or_default())]
 pub struct Error {
     /// The stable kind.
     pub code: ErrorCode,
     /// A sentence for people.
     pub message: String,
-    /// Structured facts for `--json` output (for example the usage figures of `over-cap`).
-    pub details: Option<serde_json::Value>,
+    /// Structured facts for `--json` output (for example the usage figures of `over-cap`);
+    /// boxed, so an error stays small.
+    pub details: Option<Box<serde_json::Value>>,
     /// What went wrong below (an I/O or database error), for a caller that walks the chain.
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     /// What the person can do, when it differs from the code's usual advice.
     advice: Option<Advice>,
+    /// The next step the message points to, for each door to word as its own (boxed: an
+    /// error stays small).
+    hint: Option<Box<Hint>>,
+}
+
+/// A next step an error points to, as a stable code and its arguments: each door words it
+/// in its own terms (the command line names a command, the MCP server a tool), so no door
+/// rewrites another's sentences. [`Hint::describe`] is the words of no door in particular.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
+#[serde(tag = "code", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+pub enum Hint {
+    /// The file exists: write it (overwrite) rather than create it.
+    Overwrite,
+    /// Begin a turn first.
+    BeginTurn,
+    /// End the running turn first.
+    EndTurn,
+    /// Rolling back this checkpoint takes back what was written.
+    RollBack {
+        /// The checkpoint.
+        checkpoint_id: String,
+    },
+    /// This checkpoint is worth a look before anything else.
+    Inspect {
+        /// The checkpoint.
+        checkpoint_id: String,
+    },
+}
+
+impl Hint {
+    /// The step in plain words, naming no command or tool.
+    pub fn describe(&self) -> String {
+        match self {
+            Hint::Overwrite => "write the file to overwrite it".into(),
+            Hint::BeginTurn => "begin a turn first".into(),
+            Hint::EndTurn => "end the running turn first".into(),
+            Hint::RollBack { checkpoint_id } => format!("rolling back checkpoint {checkpoint_id} takes it back"),
+            Hint::Inspect { checkpoint_id } => format!("inspect checkpoint {checkpoint_id}"),
+        }
+    }
 }
 
 /// Advice that replaces a code's usual recovery actions where those name a step that does
@@ -165,7 +207,7 @@ impl Advice {
 impl Error {
     /// A new error of `code` with `message`.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Error { code, message: message.into(), details: None, source: None, advice: None }
+        Error { code, message: message.into(), details: None, source: None, advice: None, hint: None }
     }
 
     /// Attaches the lower-level error this one came from.
@@ -176,8 +218,19 @@ impl Error {
 
     /// Attaches structured details.
     pub fn with_details(mut self, details: serde_json::Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
+    }
+
+    /// Points the message to a next step (see [`Hint`]).
+    pub fn with_hint(mut self, hint: Hint) -> Self {
+        self.hint = Some(Box::new(hint));
+        self
+    }
+
+    /// The next step the message points to, if it points to one.
+    pub fn hint(&self) -> Option<&Hint> {
+        self.hint.as_deref()
     }
 
     /// Replaces the code's usual recovery actions with `advice`'s (for a case where the
@@ -208,7 +261,9 @@ impl Error {
     }
 
     /// The error as every door reports it to a program (`--json` output, an MCP tool
-    /// error): `{"error": {code, message, retryable, recoveryActions, details}}`.
+    /// error): `{"error": {code, message, retryable, recoveryActions, hint, details}}` —
+    /// `hint` the [`Hint`] as `{code, …arguments}`, which the door has also worded into
+    /// the message it shows people.
     pub fn report(&self) -> serde_json::Value {
         serde_json::json!({
             "error": {
@@ -216,6 +271,7 @@ impl Error {
                 "message": self.message,
                 "retryable": self.code.retryable(),
                 "recoveryActions": self.recovery_actions(),
+                "hint": self.hint,
                 "details": self.details,
             }
         })

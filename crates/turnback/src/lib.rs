@@ -79,7 +79,7 @@ pub use checkpoint::{
     MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, ShellCall, StageState,
     SubagentWindow, TargetRecord, Unreadable as UnreadableCheckpoint,
 };
-pub use error::{Error, ErrorCode, Result};
+pub use error::{Error, ErrorCode, Hint, Result};
 pub use fs::files::FileIdentity;
 pub use fs::relpath::RelPath;
 pub use fs::walk::Skipped;

@@ -336,3 +336,32 @@ fn claude_codes_session_end_and_sub_agents_reach_the_protocol() {
     let plan = env.run(&["--json", "--session", session, "rewind", "--to", "1"], None);
     assert_eq!(plan.status.code(), Some(20), "blocked: {}", show_output(&plan));
 }
+
+/// A library error that points to a next step carries it as a structured hint, and each
+/// door words it as its own: the command line names a command, the MCP server a tool —
+/// neither rewrites the other's sentences.
+#[test]
+fn each_door_words_an_errors_hint_in_its_own_terms_and_both_carry_it_structured() {
+    let env = Env::new();
+    env.write("a.txt", "a\n");
+    env.ok(&["init"], None);
+    let cli = env.fail(&["fs", "create", "a.txt"], Some(b"again\n"));
+    assert_eq!(cli.code, "already-exists");
+    assert!(cli.message.ends_with("a.txt: already exists (use `turnback fs write` to overwrite)"), "{}", cli.message);
+    assert_eq!(cli.doc["error"]["hint"], json!({ "code": "overwrite" }), "{:#}", cli.doc);
+    let ended = env.fail(&["turn", "end"], None);
+    assert!(ended.message.ends_with("(begin one with `turnback turn begin`)"), "{}", ended.message);
+    assert_eq!(ended.doc["error"]["hint"], json!({ "code": "begin-turn" }));
+    if !mcp_client_available() {
+        return;
+    }
+    let got =
+        env.mcp_calls(&[("create_file", json!({ "path": "a.txt", "content": "again\n" })), ("end_turn", json!({}))]);
+    let (created, ended) = (&got[1], &got[2]);
+    assert_eq!((created["isError"].clone(), ended["isError"].clone()), (json!(true), json!(true)));
+    let message = created["error"]["message"].as_str().unwrap();
+    assert!(message.ends_with("a.txt: already exists (use the write_file tool to overwrite)"), "{message}");
+    assert_eq!(created["error"]["hint"], json!({ "code": "overwrite" }));
+    assert!(ended["error"]["message"].as_str().unwrap().ends_with("(begin one with the begin_turn tool)"), "{ended:#}");
+    assert_eq!(env.read("a.txt").unwrap(), b"a\n");
+}

@@ -17,7 +17,7 @@ use crate::checkpoint::artifact::{self, ArtifactState, Expected};
 use crate::checkpoint::journal;
 use crate::checkpoint::{self, CheckpointRecord, EvictionReport, ReconcileReport, RetentionState, StageState};
 use crate::error::Error;
-use crate::error::{ErrorCode, Result};
+use crate::error::{ErrorCode, Hint, Result};
 use crate::fs::lock;
 use crate::session::Session;
 use crate::session::{history, turn};
@@ -502,10 +502,9 @@ impl Turnback {
 pub(crate) fn delete_session(store: &Store, id: &str) -> Result<Deleted> {
     let session = Session::get(store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?;
     if turn::running(store, id)?.is_some() {
-        return Err(Error::new(
-            ErrorCode::Conflict,
-            format!("session {id} has a running turn; end it first (turnback turn end)"),
-        ));
+        return Err(
+            Error::new(ErrorCode::Conflict, format!("session {id} has a running turn")).with_hint(Hint::EndTurn)
+        );
     }
     let _snapshots = lock::session(&store.locks_dir(), id)?;
     let mut txn = store.kv().begin()?;

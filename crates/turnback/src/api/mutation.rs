@@ -28,7 +28,7 @@ use crate::checkpoint::{
     self, CheckpointRecord, CommitState, CoverageState, EffectKind, OperationKind, PostState, PreparedTarget,
     StageRequest, StageState, TargetRecord,
 };
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::fs::body::{Body, HELD_MAX};
 use crate::fs::files::{self, Current, Expect, FileIdentity, Parent, Swap};
 use crate::fs::relpath::RelPath;
@@ -166,10 +166,10 @@ fn read_current(parent: Option<&Parent>) -> Result<Current> {
 fn plan(change: Change, current: &Current, shown: &Path) -> Result<(Option<Body>, usize, EffectKind)> {
     let missing = || Error::new(ErrorCode::NotFound, format!("{}: no such file", shown.display()));
     match (change, current) {
-        (Change::Put { create_only: true, .. }, Current::File { .. }) => Err(Error::new(
-            ErrorCode::AlreadyExists,
-            format!("{}: already exists (use `fs write` to overwrite)", shown.display()),
-        )),
+        (Change::Put { create_only: true, .. }, Current::File { .. }) => {
+            Err(Error::new(ErrorCode::AlreadyExists, format!("{}: already exists", shown.display()))
+                .with_hint(Hint::Overwrite))
+        }
         (Change::Put { body, .. }, Current::Absent) => Ok((Some(body), 0, EffectKind::Create)),
         (Change::Put { body, .. }, Current::File { .. }) => Ok((Some(body), 0, EffectKind::Edit)),
         (Change::Edit { .. } | Change::Delete, Current::Absent) => Err(missing()),
@@ -500,8 +500,9 @@ pub(crate) fn commit_external(store: &Store, operation_id: &str, failed: bool) -
         checkpoint::StageState::Unreachable => {
             return Err(Error::new(
                 ErrorCode::RecoveryLocked,
-                format!("operation {operation_id} was interrupted and is recovery-locked (turnback inspect {id})"),
-            ));
+                format!("operation {operation_id} was interrupted and is recovery-locked"),
+            )
+            .with_hint(Hint::Inspect { checkpoint_id: id.clone() }));
         }
         _ if record.mutation.kind != OperationKind::External => {
             // An `fs` mutation still running in its own process: it commits itself after its

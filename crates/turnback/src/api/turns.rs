@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use crate::api::Closing;
 use crate::api::Turnback;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::session::begin::{self, BeginRequest, Begun};
 use crate::session::turn::{self, Shell, SnapshotRef, Turn, TurnKind};
 use crate::snapshot::diff::{self, NumStat};
@@ -127,9 +127,7 @@ impl Turnback {
     /// # Errors
     /// `not-found` if no turn is running.
     pub fn end_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<Turn> {
-        self.close_turn(progress)?
-            .0
-            .ok_or_else(|| Error::not_found("a running turn (begin one with turnback turn begin)"))
+        self.close_turn(progress)?.0.ok_or_else(|| Error::not_found("a running turn").with_hint(Hint::BeginTurn))
     }
 
     /// Closes, as failed, every tool call still waiting for its "after" event, then ends
@@ -194,7 +192,7 @@ impl Turnback {
         let no_window = shell.no_window.or(shell.checkpoint_id.is_none().then_some(crate::api::REPORTED_AFTER));
         let shell = Shell { no_window, ..shell };
         let turn = turn::record_shell(&self.store, &self.session()?.id, shell)?
-            .ok_or_else(|| Error::not_found("a running turn (begin one with turnback turn begin)"))?;
+            .ok_or_else(|| Error::not_found("a running turn").with_hint(Hint::BeginTurn))?;
         Ok(ShellRecorded { turn })
     }
 

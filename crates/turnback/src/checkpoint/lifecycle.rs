@@ -13,7 +13,7 @@ use crate::checkpoint::artifact::{self, ImageRole};
 use crate::checkpoint::journal::{self, JournalEvent};
 use crate::checkpoint::retention::{self};
 use crate::checkpoint::*;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::fs::body::Body;
 use crate::fs::files::{self, Current, FileIdentity};
 use crate::fs::lock;
@@ -323,11 +323,9 @@ pub(crate) fn commit_with(
         other => {
             return Err(Error::new(
                 ErrorCode::RecoveryLocked,
-                format!(
-                    "checkpoint {checkpoint_id} is {}; it cannot be committed (run `turnback inspect {checkpoint_id}`)",
-                    other.as_str()
-                ),
-            ));
+                format!("checkpoint {checkpoint_id} is {}; it cannot be committed", other.as_str()),
+            )
+            .with_hint(Hint::Inspect { checkpoint_id: checkpoint_id.to_string() }));
         }
     }
     if posts.len() != record.targets.len() {

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::base::bounded;
 use crate::base::time::{format_ms, now_ms};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::session::Session;
 use crate::session::turn::{self, Turn};
 use crate::storage::digest;
@@ -365,9 +365,9 @@ fn turn_for(store: &Store, session: &str, asked: Option<&str>) -> Result<Turn> {
     if let Some(t) = turn::running(store, session)? {
         return Ok(t);
     }
-    turn::list(store, session)?
-        .pop()
-        .ok_or_else(|| Error::invalid("the session has no turn yet: begin one (turnback turn begin) or give turnId"))
+    turn::list(store, session)?.pop().ok_or_else(|| {
+        Error::invalid("the session has no turn yet: begin one, or give turnId").with_hint(Hint::BeginTurn)
+    })
 }
 
 /// Builds the stored form of `new` (turn resolved, caps applied) without storing it.

@@ -36,7 +36,7 @@ use serde::Serialize;
 
 use crate::base::failpoint;
 use crate::checkpoint::{self, PlannedWrite};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::fs::files::Swap;
 use crate::fs::lock;
 use crate::session::Session;
@@ -245,20 +245,19 @@ fn stopped(mut e: Error, made: usize, total: usize, checkpoint_id: &str) -> Erro
     let after = if made == 0 {
         "nothing was changed".to_string()
     } else {
-        format!("{made} of {total} path(s) were written before it; `turnback rollback {checkpoint_id}` takes them back")
+        format!("{made} of {total} path(s) were written before it")
     };
     e.message = format!("{}; the undo stopped there: {after}", e.message);
-    e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "written": made, "paths": total }))
+    let e = e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "written": made, "paths": total }));
+    if made == 0 { e } else { e.with_hint(Hint::RollBack { checkpoint_id: checkpoint_id.to_string() }) }
 }
 
 /// The error of an undo whose writes were made but whose directories could not all be
 /// synced: a power cut could still take some of them back.
 fn unsynced(mut e: Error, total: usize, checkpoint_id: &str) -> Error {
-    e.message = format!(
-        "{}; the undo's writes were made but not all are durable: `turnback rollback {checkpoint_id}` takes them back",
-        e.message
-    );
+    e.message = format!("{}; the undo's writes were made but not all are durable", e.message);
     e.with_details(serde_json::json!({ "checkpointId": checkpoint_id, "paths": total }))
+        .with_hint(Hint::RollBack { checkpoint_id: checkpoint_id.to_string() })
 }
 
 /// Step 5: the undo's own checkpoint, committed before any write; `kept` is what it must
