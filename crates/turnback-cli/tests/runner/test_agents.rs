@@ -989,15 +989,7 @@ fn node_command(env: &Env, args: &[&Path]) -> std::process::Command {
 }
 
 fn node_available() -> bool {
-    let found = std::process::Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("TURNBACK_REQUIRE_NODE").is_none(),
-            "node is required here, to run the opencode plugin"
-        );
-        eprintln!("skipping: node is not on PATH");
-    }
-    found
+    crate::common::tools::available(crate::common::tools::Tool::Node)
 }
 
 /// Drives the installed plugin as opencode does (its `Hooks` interface,

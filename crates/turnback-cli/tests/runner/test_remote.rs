@@ -58,7 +58,7 @@ fn views(env: &Env, session: &str) -> Vec<Value> {
 
 #[test]
 fn push_then_pull_into_a_second_store_gives_the_same_diff_history_and_fork() {
-    let Some(garage) = garage::start("push_then_pull") else { return };
+    let Some(garage) = garage::start() else { return };
     let prefix = unique("team/");
     let a = connected(&garage, &prefix);
     a.write("src/lib.rs", "pub fn one() {}\n");
@@ -103,7 +103,7 @@ fn push_then_pull_into_a_second_store_gives_the_same_diff_history_and_fork() {
 
 #[test]
 fn an_incremental_push_uploads_the_changed_file_and_small_records() {
-    let Some(garage) = garage::start("incremental_push") else { return };
+    let Some(garage) = garage::start() else { return };
     let a = connected(&garage, &unique("inc/"));
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..60 {
@@ -146,7 +146,7 @@ const STEPS: [&str; 3] = ["remote-push-packs-uploaded", "remote-push-records-upl
 
 #[test]
 fn a_push_killed_at_random_points_twenty_times_then_completes() {
-    let Some(garage) = garage::start("killed_push") else { return };
+    let Some(garage) = garage::start() else { return };
     let prefix = unique("kill/");
     let mut a = connected(&garage, &prefix);
     // Small packs: the push makes many uploads, so kills land between them.
@@ -223,7 +223,7 @@ fn a_push_killed_at_random_points_twenty_times_then_completes() {
 
 #[test]
 fn a_push_killed_before_its_manifest_shows_nothing_and_gc_removes_it_only_after_the_grace() {
-    let Some(garage) = garage::start("gc_remote") else { return };
+    let Some(garage) = garage::start() else { return };
     let prefix = unique("gc/");
     let a = connected(&garage, &prefix);
     turn(&a, "g", "one", &[("a.txt", Some("first\n"))]);
@@ -258,7 +258,7 @@ fn a_push_killed_before_its_manifest_shows_nothing_and_gc_removes_it_only_after_
 
 #[test]
 fn two_stores_pushing_the_same_session_concurrently_lose_no_turn() {
-    let Some(garage) = garage::start("concurrent_push") else { return };
+    let Some(garage) = garage::start() else { return };
     let prefix = unique("both/");
     let a = connected(&garage, &prefix);
     turn(&a, "shared", "common start", &[("base.txt", Some("base\n"))]);
@@ -296,7 +296,7 @@ fn two_stores_pushing_the_same_session_concurrently_lose_no_turn() {
 
 #[test]
 fn tampered_deleted_and_foreign_key_objects_are_typed_errors_and_nothing_is_written() {
-    let Some(garage) = garage::start("tampered_remote") else { return };
+    let Some(garage) = garage::start() else { return };
     let prefix = unique("tamper/");
     let a = connected(&garage, &prefix);
     turn(&a, "t", "one", &[("a.txt", Some("alpha\n")), ("b.txt", Some("beta\n"))]);
@@ -344,7 +344,7 @@ fn tampered_deleted_and_foreign_key_objects_are_typed_errors_and_nothing_is_writ
 
 #[test]
 fn no_canary_from_contents_names_prompts_or_history_in_any_object_of_the_bucket() {
-    let Some(garage) = garage::start("canary_bucket") else { return };
+    let Some(garage) = garage::start() else { return };
     let canary = unique("CanaryRemote");
     let prefix = unique("canary/");
     let a = connected(&garage, &prefix);
@@ -375,7 +375,7 @@ fn no_canary_from_contents_names_prompts_or_history_in_any_object_of_the_bucket(
 
 #[test]
 fn auto_push_sends_the_session_at_each_turn_end_in_the_background() {
-    let Some(garage) = garage::start("auto_push") else { return };
+    let Some(garage) = garage::start() else { return };
     let a = connected(&garage, &unique("auto/"));
     let settings = a.store.join("settings.toml");
     let mut text = std::fs::read_to_string(&settings).unwrap();

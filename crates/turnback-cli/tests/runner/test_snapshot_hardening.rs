@@ -275,8 +275,7 @@ fn force_takes_back_another_sessions_change_inside_the_rewound_range() {
 /// Runs `turnback ARGS` under `/usr/bin/time -v`: its output and its peak RSS in bytes.
 fn measured(env: &Env, args: &[&str], stdin: &[u8]) -> Option<(std::process::Output, u64)> {
     use std::io::Write;
-    if !std::path::Path::new("/usr/bin/time").exists() {
-        println!("skipped: /usr/bin/time is not installed");
+    if !crate::common::tools::available(crate::common::tools::Tool::GnuTime) {
         return None;
     }
     let inner = env.command(args);

@@ -106,7 +106,7 @@ impl SmallDisk {
         match status {
             Ok(s) if s.success() => Some(SmallDisk { dir: at.to_path_buf() }),
             _ => {
-                println!("skipped: cannot mount a tmpfs here (needs root)");
+                crate::common::tools::skipped("the small-disk checks (mounting a tmpfs needs root)");
                 None
             }
         }

@@ -9,12 +9,7 @@ use crate::common::*;
 
 /// Whether tmux is there; in CI (`TURNBACK_REQUIRE_TMUX`) it must be.
 fn tmux_available() -> bool {
-    let found = Command::new("tmux").arg("-V").output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(std::env::var_os("TURNBACK_REQUIRE_TMUX").is_none(), "tmux is required here, to drive turnback ui");
-        eprintln!("skipping: tmux is not on PATH");
-    }
-    found
+    crate::common::tools::available(crate::common::tools::Tool::Tmux)
 }
 
 /// A tmux server of its own (its own socket), killed when dropped.

@@ -59,12 +59,12 @@ impl FullDisk {
     fn mount(env: &Env) -> Option<FullDisk> {
         let root = Command::new("id").arg("-u").output().ok()?;
         if String::from_utf8_lossy(&root.stdout).trim() != "0" {
-            eprintln!("skipped: a real full disk needs root to mount a tmpfs");
+            crate::common::tools::skipped("the full-disk checks (mounting a tmpfs needs root)");
             return None;
         }
         let out = Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&env.ws).output().ok()?;
         if !out.status.success() {
-            eprintln!("skipped: mounting a tmpfs is not permitted here: {}", String::from_utf8_lossy(&out.stderr));
+            crate::common::tools::skipped("the full-disk checks (mounting a tmpfs is not permitted here)");
             return None;
         }
         Some(FullDisk { at: env.ws.clone() })

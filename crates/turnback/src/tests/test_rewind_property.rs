@@ -179,7 +179,10 @@ fn run_case(setup: Vec<Step>, turns: Vec<(Vec<Step>, Vec<Step>)>, to: usize) -> 
     }
     let to = to % turns.len() + 1;
     let mut start = None;
-    // The leaves a person changed after turn `to` began.
+    // The leaves a person changed after turn `to` began: in each gap between turns, those
+    // whose leaf differs at the gap's end from its start. What a person makes and unmakes
+    // within one gap (a file written, then deleted with its directory) no snapshot sees and
+    // is no edit of theirs the rewind could overwrite.
     let mut by_person = BTreeSet::new();
     for (t, (agent, person)) in turns.iter().enumerate() {
         if t + 1 == to {
@@ -190,14 +193,14 @@ fn run_case(setup: Vec<Step>, turns: Vec<(Vec<Step>, Vec<Step>)>, to: usize) -> 
             run(&root, s, "agent", n);
         }
         tb.end_turn(None).unwrap();
+        let was = tree(&root);
         for (n, s) in person.iter().enumerate() {
-            let was = tree(&root);
             run(&root, s, "person", t * 100 + n);
-            let now = tree(&root);
-            if t + 1 >= to {
-                let keys: BTreeSet<&String> = was.leaves.keys().chain(now.leaves.keys()).collect();
-                by_person.extend(keys.into_iter().filter(|k| was.leaves.get(*k) != now.leaves.get(*k)).cloned());
-            }
+        }
+        let now = tree(&root);
+        if t + 1 >= to {
+            let keys: BTreeSet<&String> = was.leaves.keys().chain(now.leaves.keys()).collect();
+            by_person.extend(keys.into_iter().filter(|k| was.leaves.get(*k) != now.leaves.get(*k)).cloned());
         }
     }
     let start = start.expect("turn `to` ran");

@@ -49,7 +49,7 @@ impl Drop for Garage {
     }
 }
 
-fn binary() -> Option<PathBuf> {
+pub(super) fn binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("TURNBACK_GARAGE").filter(|v| !v.is_empty()) {
         return Some(PathBuf::from(p));
     }
@@ -63,16 +63,11 @@ fn free_port() -> u16 {
 
 /// Starts a Garage server, or returns `None` (printing why) when there is no binary and
 /// `TURNBACK_REQUIRE_S3` is not set.
-pub fn start(test: &str) -> Option<Garage> {
-    let Some(binary) = binary() else {
-        assert!(
-            std::env::var_os("TURNBACK_REQUIRE_S3").is_none_or(|v| v != "1"),
-            "{test}: TURNBACK_REQUIRE_S3=1 but no garage binary (set TURNBACK_GARAGE or put garage on PATH)"
-        );
-        eprintln!("skipping {test}: no garage binary (set TURNBACK_GARAGE or put garage on PATH)");
+pub fn start() -> Option<Garage> {
+    if !super::tools::available(super::tools::Tool::Garage) {
         return None;
-    };
-    Some(Garage::start(binary))
+    }
+    Some(Garage::start(binary()?))
 }
 
 /// `n` hex digits derived from a fresh unique string.

@@ -15,6 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub mod garage;
+pub mod tools;
 
 use base64::Engine;
 use serde_json::Value;
@@ -399,18 +400,7 @@ pub fn peak_rss_kib(pid: u32) -> u64 {
 /// Whether the official MCP Python SDK is importable. `.ci/run` installs it and sets
 /// `TURNBACK_REQUIRE_MCP_CLIENT=1`, so CI never skips the end-to-end test.
 pub fn mcp_client_available() -> bool {
-    let found = std::process::Command::new("python3")
-        .args(["-c", "import mcp.client.stdio"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("TURNBACK_REQUIRE_MCP_CLIENT").is_none(),
-            "the MCP Python SDK is required here: python3 -m pip install mcp"
-        );
-        eprintln!("skipping: the MCP Python SDK is not installed (python3 -m pip install mcp)");
-    }
-    found
+    tools::available(tools::Tool::McpClient)
 }
 
 impl Env {
