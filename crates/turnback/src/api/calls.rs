@@ -183,7 +183,9 @@ pub(crate) fn stage(ctx: Context<'_>, key: &str, paths: &[PathBuf]) -> Result<Op
         .iter()
         .map(|p| ctx.workspace.resolve(p, ctx.cwd, ctx.store.protected_paths()))
         .collect::<Result<Vec<_>>>()?;
-    finish_abandoned(ctx.store, session, Closing::OnPaths(&rels))?;
+    // Never this call itself: the same start delivered at once by another process may have
+    // staged it between the look above and here, and its end is still to come.
+    finish_abandoned(ctx.store, session, Closing::OnPaths { paths: &rels, starting: key })?;
     let record_key = key_of(session, key);
     let also = |txn: &mut dyn Txn, record: &CheckpointRecord| {
         // The same call delivered twice at once: the other stage won; this one goes.
@@ -272,21 +274,22 @@ pub(crate) fn close_window(store: &Store, session: &str, key: &str, op: &str) ->
     set(store, session, key, &Call::Done(op.to_string()))
 }
 
-/// Commits, as failed and with what the files hold now, every pending call of `session`
-/// (on one of `paths`, when given). Returns how many.
 /// Which pending calls a boundary closes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Closing<'a> {
     /// Every one (the session ends).
     All,
-    /// Those on one of these files (a new call on them begins).
-    OnPaths(&'a [RelPath]),
+    /// Those on one of these files (a new call on them begins), except that call itself
+    /// (key `starting`).
+    OnPaths { paths: &'a [RelPath], starting: &'a str },
     /// The main agent's (a turn boundary: a stop, a new prompt).
     MainAgent,
     /// One sub-agent's (it stopped).
     Subagent(&'a str),
 }
 
+/// Commits, as failed and with what the files hold now, the pending calls of `session`
+/// that `closing` closes. Returns how many.
 pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_>) -> Result<u64> {
     let prefix = format!("{session}/");
     let (mut pending, mut windows) = (Vec::new(), Vec::new());
@@ -308,7 +311,7 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_
         let closes = match closing {
             Closing::All => true,
             Closing::MainAgent => !of_subagent,
-            Closing::OnPaths(_) | Closing::Subagent(_) => false,
+            Closing::OnPaths { .. } | Closing::Subagent(_) => false,
         };
         if closes {
             set(store, session, &key, &Call::Done(String::new()))?;
@@ -320,7 +323,8 @@ pub(crate) fn finish_abandoned(store: &Store, session: &str, closing: Closing<'_
         // A record that cannot be read is closed whatever the boundary: it stays no one's.
         let closes = match closing {
             Closing::All => true,
-            Closing::OnPaths(paths) => {
+            Closing::OnPaths { starting, .. } if key == starting => false,
+            Closing::OnPaths { paths, .. } => {
                 record().map(|r| r.targets.iter().any(|t| paths.contains(&t.path))).unwrap_or(true)
             }
             Closing::MainAgent => record().map(|r| r.subagent.is_none()).unwrap_or(true),
