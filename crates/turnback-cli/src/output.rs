@@ -119,23 +119,13 @@ pub fn print(outcome: &Outcome, json_mode: bool) -> i32 {
 }
 
 pub fn print_error(e: &Error, json_mode: bool) -> i32 {
-    // The next step the message points to, in this door's words: a command.
-    let worded;
-    let e = match e.hint() {
-        Some(hint) => {
-            let mut with = Error::new(e.code, format!("{} ({})", e.message, hint_words(hint))).with_hint(hint.clone());
-            with.details = e.details.clone();
-            worded = with;
-            &worded
-        }
-        None => e,
-    };
     if json_mode {
-        let _ = out(&format!("{}\n", serde_json::to_string_pretty(&e.report()).expect("JSON values serialize")));
+        let _ =
+            out(&format!("{}\n", serde_json::to_string_pretty(&e.report(hint_words)).expect("JSON values serialize")));
     } else {
         // A message may carry a name the caller gave (a path, an edit's text): quoted
         // like every name on a terminal; the JSON report stays exact.
-        let mut text = format!("turnback: {}: {}\n", e.code, turnback::escape_controls(&e.message));
+        let mut text = format!("turnback: {}: {}\n", e.code, turnback::escape_controls(&e.worded(hint_words)));
         for action in e.recovery_actions() {
             text.push_str(&format!("  - {action}\n"));
         }

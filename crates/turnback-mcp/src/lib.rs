@@ -148,12 +148,7 @@ fn result<T: Serialize>(r: Result<T>) -> std::result::Result<CallToolResult, Err
         }
         // The same error document `--json` prints: {"error": {code, message, hint, …}},
         // the hint worded into the message as this server's tools.
-        Err(mut e) => {
-            if let Some(words) = e.hint().map(hint_words) {
-                e.message = format!("{} ({words})", e.message);
-            }
-            CallToolResult::error(vec![ContentBlock::text(e.report().to_string())])
-        }
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(e.report(hint_words).to_string())]),
     })
 }
 

@@ -127,7 +127,7 @@ impl fmt::Display for ErrorCode {
 /// A failure: a stable code, a sentence for people, optional structured details, and the
 /// lower-level error it came from (`std::error::Error::source`).
 #[derive(Debug, thiserror::Error)]
-#[error("{code}: {message}{}", self.hint.as_ref().map(|h| format!(" ({})", h.describe())).unwrap_or_default())]
+#[error("{code}: {}", self.worded(Hint::describe))]
 pub struct Error {
     /// The stable kind.
     pub code: ErrorCode,
@@ -260,15 +260,24 @@ impl Error {
         Error::new(ErrorCode::InvalidArgument, message)
     }
 
+    /// The message with its hint, if it has one, worded by `words` — a door's own terms
+    /// for the step (`MESSAGE (WORDS)`); what every door shows people.
+    pub fn worded(&self, words: impl Fn(&Hint) -> String) -> String {
+        match self.hint() {
+            Some(hint) => format!("{} ({})", self.message, words(hint)),
+            None => self.message.clone(),
+        }
+    }
+
     /// The error as every door reports it to a program (`--json` output, an MCP tool
     /// error): `{"error": {code, message, retryable, recoveryActions, hint, details}}` —
-    /// `hint` the [`Hint`] as `{code, …arguments}`, which the door has also worded into
-    /// the message it shows people.
-    pub fn report(&self) -> serde_json::Value {
+    /// the message [worded](Self::worded) by `words`, and `hint` the [`Hint`] itself as
+    /// `{code, …arguments}`.
+    pub fn report(&self, words: impl Fn(&Hint) -> String) -> serde_json::Value {
         serde_json::json!({
             "error": {
                 "code": self.code.as_str(),
-                "message": self.message,
+                "message": self.worded(words),
                 "retryable": self.code.retryable(),
                 "recoveryActions": self.recovery_actions(),
                 "hint": self.hint,

@@ -63,7 +63,8 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
         Err(e) => {
             err(&format!(
                 "turnback: the turn could not be ended ({}: {}); run `turnback turn end`\n",
-                e.code, e.message
+                e.code,
+                e.worded(crate::output::hint_words)
             ));
             None
         }

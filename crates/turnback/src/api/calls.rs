@@ -395,7 +395,59 @@ impl Turnback {
 
 #[cfg(test)]
 mod tests {
-    use super::Call;
+    use super::{Call, Closing, finish_abandoned, get};
+    use crate::fs::relpath::RelPath;
+    use crate::{AgentEvent, BeginRequest, KeyConfig, Options, ToolCall, ToolEffect, Turnback};
+
+    fn write_call(id: &str) -> ToolCall {
+        ToolCall {
+            id: Some(id.into()),
+            name: "Write".into(),
+            effect: ToolEffect::WritesFiles,
+            paths: vec!["a.txt".into()],
+            ..ToolCall::default()
+        }
+    }
+
+    /// The interleaving of one start delivered by two processes at once, made step by step:
+    /// one stages the call; the other, which looked before that, then closes the calls left
+    /// pending on the same file. It must not close the call itself, whose end is to come;
+    /// another call's start on the file still closes it.
+    #[test]
+    fn a_calls_start_closes_earlier_calls_on_its_files_but_never_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "before\n").unwrap();
+        let options = Options {
+            store: Some(dir.path().join("store")),
+            keys: KeyConfig::with_key(crate::tests::common::KEY.to_string()),
+            create: true,
+            ..Options::new(&ws)
+        };
+        let tb = Turnback::open(&options).unwrap();
+        tb.begin_turn(&BeginRequest { prompt: Some("race".into()), ..Default::default() }, None).unwrap();
+        let session = tb.session().unwrap().id.clone();
+        let paths = [RelPath::new("a.txt").unwrap()];
+        let call = write_call("toolu_1");
+        tb.record_event(&AgentEvent::ToolStarted { call: call.clone() }, None).unwrap();
+        let key = tb.tool_call_start_key(call.id.as_deref(), &call.name, &call.paths).unwrap();
+        let closed = finish_abandoned(&tb.store, &session, Closing::OnPaths { paths: &paths, starting: &key }).unwrap();
+        assert_eq!(closed, 0);
+        assert!(matches!(get(&tb.store, &session, &key).unwrap(), Some(Call::Pending(_))));
+        std::fs::write(ws.join("a.txt"), "after\n").unwrap();
+        let done = tb.record_event(&AgentEvent::ToolFinished { call }, None).unwrap();
+        assert!(done.checkpoint.is_some(), "the call's end commits what its start staged");
+
+        // A later call on the same file whose end never came is closed by the next one's start.
+        let abandoned = write_call("toolu_2");
+        tb.record_event(&AgentEvent::ToolStarted { call: abandoned.clone() }, None).unwrap();
+        let key_2 = tb.tool_call_start_key(abandoned.id.as_deref(), &abandoned.name, &abandoned.paths).unwrap();
+        let closed =
+            finish_abandoned(&tb.store, &session, Closing::OnPaths { paths: &paths, starting: "another" }).unwrap();
+        assert_eq!(closed, 1);
+        assert!(matches!(get(&tb.store, &session, &key_2).unwrap(), Some(Call::Done(op)) if !op.is_empty()));
+    }
 
     #[test]
     fn call_states_round_trip_and_anything_else_is_corrupt() {

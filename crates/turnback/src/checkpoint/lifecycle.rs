@@ -513,6 +513,6 @@ mod tests {
         let advice = e.recovery_actions().join("\n") + &e.message;
         assert!(!advice.contains("--confirm-unprotected"), "{advice}");
         assert!(advice.contains("turnback gc") && advice.contains("checkpoint_cap"), "{advice}");
-        assert_eq!(e.report()["error"]["recoveryActions"][0], e.recovery_actions()[0]);
+        assert_eq!(e.report(crate::error::Hint::describe)["error"]["recoveryActions"][0], e.recovery_actions()[0]);
     }
 }

@@ -1,6 +1,6 @@
 //! Library integration tests: one binary, one module per behaviour area.
 
-mod common;
+pub(crate) mod common;
 mod test_fuzz;
 mod test_integrity;
 mod test_mutations;

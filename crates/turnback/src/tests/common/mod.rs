@@ -11,7 +11,7 @@ use crate::storage::keys::KeyConfig;
 use crate::storage::settings::SettingsOverrides;
 use crate::storage::store::{Store, StoreOptions};
 
-pub(super) const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+pub(crate) const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 pub(super) const OTHER_KEY: &str = "HxwdHhscGRoXGBUWExQREg8QDQ4LDAkKBwgFBgMEAQI=";
 
 pub(super) struct Env {
