@@ -12,6 +12,7 @@
 //!   file, the directory nodes above it, the turn's record and a manifest.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -205,59 +206,157 @@ pub(crate) fn push(
     let bucket = Bucket::open(config)?;
     ensure_format(&bucket, &keys)?;
     let session_key = keys.session_key(session_id);
+    let run = Pushing { store, bucket: &bucket, keys: &keys, bytes_up: AtomicU64::new(0) };
 
-    // What the bucket holds.
-    let manifests = read_manifests(&bucket, &keys, None)?;
-    let named_packs: HashSet<String> =
-        manifests.values().flatten().flat_map(|(_, m)| m.packs.iter().cloned()).collect();
-    let own: Vec<(String, Manifest)> = manifests.get(&session_key).cloned().unwrap_or_default();
-    let remote: Option<Merged> = if own.is_empty() { None } else { Some(manifest::merge(own)?) };
-    let now = now_ms();
-    let usable: Vec<String> = bucket
-        .list("x/")?
-        .into_iter()
-        .filter_map(|l| {
-            let id = l.name.strip_prefix("x/")?.to_string();
-            (named_packs.contains(&id) || now - l.modified_ms < GRACE_MS / 2).then_some(id)
-        })
-        .collect();
-    let index_names: Vec<String> = usable.iter().map(|id| pack::index_name(id)).collect();
-    let mut held: HashMap<ContentId, String> = HashMap::new();
-    bucket.get_each(&index_names, &mut |name, bytes| {
-        let id = name.trim_start_matches("x/").to_string();
-        for content in pack::decode_index(&keys.open(name, &bytes)?)? {
-            held.insert(content, id.clone());
-        }
-        Ok(())
-    })?;
+    let held = run.held(&session_key)?;
+    let needed = run.needed(session_id, &held.content)?;
+    let uploaded = run.upload_content(&needed.missing, progress)?;
+    let (entries, records_uploaded) = run.upload_records(&needed.records, held.remote.as_ref())?;
+    let packs = needed.packs.into_iter().chain(uploaded.iter().cloned()).collect();
+    let manifest = run.write_manifest(session, &session_key, entries, held.remote, packs)?;
+    Ok(PushReport {
+        remote: config.name.clone(),
+        session: session_id.to_string(),
+        turns: manifest.turns.len() as u64,
+        objects: needed.objects as u64,
+        objects_uploaded: needed.missing.len() as u64,
+        packs_uploaded: uploaded.len() as u64,
+        records_uploaded,
+        bytes_uploaded: run.bytes_up.into_inner(),
+        manifest: manifest.name,
+    })
+}
 
-    // What the session needs.
-    let (records, roots) = turn_records(store, session_id)?;
-    let objects = reachable(store, &roots)?;
-    let mut packs: HashSet<String> = objects.iter().filter_map(|(id, _)| held.get(id).cloned()).collect();
-    let mut missing: Vec<ContentId> =
-        objects.iter().filter(|(id, _)| !held.contains_key(id)).map(|(id, _)| *id).collect();
-    // Read in the order the local store packed them: each local block is decrypted once.
-    let mut order = HashMap::new();
-    for id in &missing {
-        let at =
-            crate::storage::pack::locate(store.kv(), id)?.and_then(|l| l.pieces.first().map(|p| (p.block, p.offset)));
-        order.insert(*id, at);
+/// One push under way: where it reads, where it writes, and the bytes it has uploaded.
+struct Pushing<'a> {
+    store: &'a Store,
+    bucket: &'a Bucket,
+    keys: &'a RemoteKeys,
+    bytes_up: AtomicU64,
+}
+
+/// What the bucket holds for a push.
+struct Held {
+    /// The session's own manifests, merged (`None`: never pushed).
+    remote: Option<Merged>,
+    /// Each content object a usable pack holds, with that pack.
+    content: HashMap<ContentId, String>,
+}
+
+/// What the session needs the bucket to hold.
+struct Needed {
+    /// Its turns as records.
+    records: Vec<TurnRecord>,
+    /// How many content objects its snapshots reach.
+    objects: usize,
+    /// The packs in the bucket that hold some of them.
+    packs: HashSet<String>,
+    /// Those no usable pack holds, in the order the local store packed them.
+    missing: Vec<ContentId>,
+}
+
+/// The manifest a push wrote.
+struct Written {
+    /// Its name.
+    name: String,
+    /// The turns it names.
+    turns: Vec<TurnEntry>,
+}
+
+impl Pushing<'_> {
+    /// Counts `n` more bytes uploaded.
+    fn count(&self, n: u64) {
+        self.bytes_up.fetch_add(n, Ordering::Relaxed);
     }
-    missing.sort_by_key(|id| order[id]);
-    let total: u64 = missing
-        .iter()
-        .map(|id| object::header(store.kv(), id).map(|h| h.map_or(0, |h| h.size)))
-        .sum::<Result<u64>>()?;
-    progress(0, total);
 
-    // Content first: packs, each before its index.
-    let bytes_up = std::sync::atomic::AtomicU64::new(0);
-    let (mut packs_uploaded, mut done) = (0u64, 0u64);
-    let mut batch: Vec<Builder> = Vec::new();
-    let mut current = Builder::default();
-    let limit = pack_len();
-    let flush = |batch: Vec<Builder>| -> Result<Vec<String>> {
+    /// What the bucket holds: the session's manifests, and the content of every pack a
+    /// manifest names or that is young enough not to be in a gc's way.
+    fn held(&self, session_key: &str) -> Result<Held> {
+        let manifests = read_manifests(self.bucket, self.keys, None)?;
+        let named_packs: HashSet<String> =
+            manifests.values().flatten().flat_map(|(_, m)| m.packs.iter().cloned()).collect();
+        let own: Vec<(String, Manifest)> = manifests.get(session_key).cloned().unwrap_or_default();
+        let remote: Option<Merged> = if own.is_empty() { None } else { Some(manifest::merge(own)?) };
+        let now = now_ms();
+        let usable: Vec<String> = self
+            .bucket
+            .list("x/")?
+            .into_iter()
+            .filter_map(|l| {
+                let id = l.name.strip_prefix("x/")?.to_string();
+                (named_packs.contains(&id) || now - l.modified_ms < GRACE_MS / 2).then_some(id)
+            })
+            .collect();
+        let index_names: Vec<String> = usable.iter().map(|id| pack::index_name(id)).collect();
+        let mut content: HashMap<ContentId, String> = HashMap::new();
+        self.bucket.get_each(&index_names, &mut |name, bytes| {
+            let id = name.trim_start_matches("x/").to_string();
+            for c in pack::decode_index(&self.keys.open(name, &bytes)?)? {
+                content.insert(c, id.clone());
+            }
+            Ok(())
+        })?;
+        Ok(Held { remote, content })
+    }
+
+    /// What the session needs: its turn records, and the content its snapshots reach
+    /// that no pack in `held` holds.
+    fn needed(&self, session_id: &str, held: &HashMap<ContentId, String>) -> Result<Needed> {
+        let (records, roots) = turn_records(self.store, session_id)?;
+        let objects = reachable(self.store, &roots)?;
+        let packs: HashSet<String> = objects.iter().filter_map(|(id, _)| held.get(id).cloned()).collect();
+        let mut missing: Vec<ContentId> =
+            objects.iter().filter(|(id, _)| !held.contains_key(id)).map(|(id, _)| *id).collect();
+        // Read in the order the local store packed them: each local block is decrypted once.
+        let mut order = HashMap::new();
+        for id in &missing {
+            let at = crate::storage::pack::locate(self.store.kv(), id)?
+                .and_then(|l| l.pieces.first().map(|p| (p.block, p.offset)));
+            order.insert(*id, at);
+        }
+        missing.sort_by_key(|id| order[id]);
+        Ok(Needed { records, objects: objects.len(), packs, missing })
+    }
+
+    /// Content first: `missing` in packs, each uploaded before its index; returns the
+    /// packs uploaded.
+    fn upload_content(&self, missing: &[ContentId], progress: &PushProgress<'_>) -> Result<Vec<String>> {
+        let total: u64 = missing
+            .iter()
+            .map(|id| object::header(self.store.kv(), id).map(|h| h.map_or(0, |h| h.size)))
+            .sum::<Result<u64>>()?;
+        progress(0, total);
+        let mut uploaded = Vec::new();
+        let mut done = 0u64;
+        let mut batch: Vec<Builder> = Vec::new();
+        let mut current = Builder::default();
+        let limit = pack_len();
+        for id in missing {
+            let (header, bytes) = self.store.read_object(id)?;
+            current.add(*id, header.class, &bytes);
+            done += bytes.len() as u64;
+            if current.data_len() >= limit {
+                batch.push(std::mem::take(&mut current));
+                if batch.len() == PACKS_AT_ONCE {
+                    uploaded.extend(self.upload_packs(std::mem::take(&mut batch))?);
+                    progress(done, total);
+                }
+            }
+        }
+        if !current.is_empty() {
+            batch.push(current);
+        }
+        if !batch.is_empty() {
+            uploaded.extend(self.upload_packs(batch)?);
+        }
+        progress(done, total);
+        Ok(uploaded)
+    }
+
+    /// Seals `batch` in parallel and uploads its packs, then their indexes; returns the
+    /// packs' ids.
+    fn upload_packs(&self, batch: Vec<Builder>) -> Result<Vec<String>> {
+        let keys = self.keys;
         let sealed = batch
             .into_par_iter()
             .map(|b| {
@@ -275,105 +374,80 @@ pub(crate) fn push(
             x.push((pack::index_name(&id), ib));
             ids.push(id);
         }
-        let count = |n: u64| {
-            bytes_up.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-        };
-        bucket.put_all(p, &count)?;
+        self.bucket.put_all(p, &|n| self.count(n))?;
         crate::base::failpoint::hit("remote-push-packs-uploaded");
-        bucket.put_all(x, &count)?;
+        self.bucket.put_all(x, &|n| self.count(n))?;
         Ok(ids)
-    };
-    for id in &missing {
-        let (header, bytes) = store.read_object(id)?;
-        current.add(*id, header.class, &bytes);
-        done += bytes.len() as u64;
-        if current.data_len() >= limit {
-            batch.push(std::mem::take(&mut current));
-            if batch.len() == PACKS_AT_ONCE {
-                let ids = flush(std::mem::take(&mut batch))?;
-                packs_uploaded += ids.len() as u64;
-                packs.extend(ids);
-                progress(done, total);
+    }
+
+    /// Then the turn records the bucket lacks (`remote` names the rest); returns every
+    /// record's manifest entry, and how many were uploaded.
+    fn upload_records(&self, records: &[TurnRecord], remote: Option<&Merged>) -> Result<(Vec<TurnEntry>, u64)> {
+        let mut known_records: HashSet<String> = HashSet::new();
+        if let Some(r) = remote {
+            known_records.extend(r.turns.iter().map(|t| t.record.clone()));
+        }
+        let mut uploads = Vec::new();
+        let mut entries = Vec::new();
+        for r in records {
+            let plain = serde_json::to_vec(r).map_err(|e| Error::new(ErrorCode::Io, format!("encode turn: {e}")))?;
+            let id = self.keys.record_id(&plain);
+            if !known_records.contains(&id) {
+                let name = format!("t/{id}");
+                uploads.push((name.clone(), self.keys.seal(&name, &plain)?));
             }
+            entries.push(TurnEntry {
+                turn_id: r.turn.turn_id.clone(),
+                index: r.turn.index,
+                started_at: r.turn.started_at.clone(),
+                ended: !r.turn.running(),
+                record: id,
+            });
         }
+        let uploaded = uploads.len() as u64;
+        self.bucket.put_all(uploads, &|n| self.count(n))?;
+        crate::base::failpoint::hit("remote-push-records-uploaded");
+        Ok((entries, uploaded))
     }
-    if !current.is_empty() {
-        batch.push(current);
-    }
-    if !batch.is_empty() {
-        let ids = flush(batch)?;
-        packs_uploaded += ids.len() as u64;
-        packs.extend(ids);
-    }
-    progress(done, total);
 
-    // Then the turn records the bucket lacks.
-    let mut known_records: HashSet<String> = HashSet::new();
-    if let Some(r) = &remote {
-        known_records.extend(r.turns.iter().map(|t| t.record.clone()));
-    }
-    let mut uploads = Vec::new();
-    let mut local_entries = Vec::new();
-    for r in &records {
-        let plain = serde_json::to_vec(r).map_err(|e| Error::new(ErrorCode::Io, format!("encode turn: {e}")))?;
-        let id = keys.record_id(&plain);
-        if !known_records.contains(&id) {
-            let name = format!("t/{id}");
-            uploads.push((name.clone(), keys.seal(&name, &plain)?));
+    /// Last, the manifest: the merge of the remote's (`remote`) and ours (`local`, naming
+    /// `packs`), once every pack it names is still there.
+    fn write_manifest(
+        &self,
+        session: Session,
+        session_key: &str,
+        local: Vec<TurnEntry>,
+        remote: Option<Merged>,
+        mut packs: HashSet<String>,
+    ) -> Result<Written> {
+        let mut candidates: Vec<Candidate<TurnEntry>> = local.into_iter().map(Candidate::of).collect();
+        let mut replaces = Vec::new();
+        if let Some(r) = remote {
+            packs.extend(r.packs);
+            replaces = r.names;
+            candidates.extend(r.turns.into_iter().map(Candidate::of));
         }
-        local_entries.push(TurnEntry {
-            turn_id: r.turn.turn_id.clone(),
-            index: r.turn.index,
-            started_at: r.turn.started_at.clone(),
-            ended: !r.turn.running(),
-            record: id,
-        });
+        let turns: Vec<TurnEntry> =
+            manifest::merge_turns(candidates).into_iter().map(|(index, t)| TurnEntry { index, ..t }).collect();
+        let mut packs: Vec<String> = packs.into_iter().collect();
+        packs.sort();
+        let pack_names: Vec<String> = packs.iter().map(|id| pack::pack_name(id)).collect();
+        if let Some(gone) = self.bucket.exist_each(&pack_names)?.iter().position(|there| !there) {
+            return Err(Error::new(
+                ErrorCode::ConcurrentUpdate,
+                format!("pack {} went from the remote during the push (a gc?): push again", packs[gone]),
+            ));
+        }
+        crate::base::failpoint::hit("remote-push-before-manifest");
+        let session = Session { prompt_round: turns.last().map_or(session.prompt_round, |t| t.index), ..session };
+        let m = Manifest { format: manifest::FORMAT, session, turns, packs, replaces, pushed_at: now_ms() };
+        let plain = serde_json::to_vec(&m).map_err(|e| Error::new(ErrorCode::Io, format!("encode manifest: {e}")))?;
+        let name = manifest::new_name(&manifest::folder(session_key));
+        let sealed = self.keys.seal(&name, &plain)?;
+        self.count(sealed.len() as u64);
+        if !self.bucket.create(&name, sealed)? {
+            return Err(Error::new(ErrorCode::ConcurrentUpdate, "a manifest of that name exists already: push again"));
+        }
+        Ok(Written { name, turns: m.turns })
     }
-    let records_uploaded = uploads.len() as u64;
-    bucket.put_all(uploads, &|n| {
-        bytes_up.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-    })?;
-    crate::base::failpoint::hit("remote-push-records-uploaded");
-
-    // Last, the manifest: the merge of the remote's and ours, once every pack it names is
-    // still there.
-    let mut candidates: Vec<Candidate<TurnEntry>> = local_entries.into_iter().map(Candidate::of).collect();
-    let mut replaces = Vec::new();
-    if let Some(r) = remote {
-        packs.extend(r.packs);
-        replaces = r.names;
-        candidates.extend(r.turns.into_iter().map(Candidate::of));
-    }
-    let turns: Vec<TurnEntry> =
-        manifest::merge_turns(candidates).into_iter().map(|(index, t)| TurnEntry { index, ..t }).collect();
-    let mut packs: Vec<String> = packs.into_iter().collect();
-    packs.sort();
-    let pack_names: Vec<String> = packs.iter().map(|id| pack::pack_name(id)).collect();
-    if let Some(gone) = bucket.exist_each(&pack_names)?.iter().position(|there| !there) {
-        return Err(Error::new(
-            ErrorCode::ConcurrentUpdate,
-            format!("pack {} went from the remote during the push (a gc?): push again", packs[gone]),
-        ));
-    }
-    crate::base::failpoint::hit("remote-push-before-manifest");
-    let session = Session { prompt_round: turns.last().map_or(session.prompt_round, |t| t.index), ..session };
-    let m = Manifest { format: manifest::FORMAT, session, turns, packs, replaces, pushed_at: now_ms() };
-    let plain = serde_json::to_vec(&m).map_err(|e| Error::new(ErrorCode::Io, format!("encode manifest: {e}")))?;
-    let name = manifest::new_name(&manifest::folder(&session_key));
-    let sealed = keys.seal(&name, &plain)?;
-    bytes_up.fetch_add(sealed.len() as u64, std::sync::atomic::Ordering::Relaxed);
-    if !bucket.create(&name, sealed)? {
-        return Err(Error::new(ErrorCode::ConcurrentUpdate, "a manifest of that name exists already: push again"));
-    }
-    Ok(PushReport {
-        remote: config.name.clone(),
-        session: session_id.to_string(),
-        turns: m.turns.len() as u64,
-        objects: objects.len() as u64,
-        objects_uploaded: missing.len() as u64,
-        packs_uploaded,
-        records_uploaded,
-        bytes_uploaded: bytes_up.into_inner(),
-        manifest: name,
-    })
 }
