@@ -29,6 +29,7 @@ use crate::session::workspace::Workspace;
 use crate::session::{self, Session, history, turn};
 use crate::snapshot::{self, SnapshotRecord};
 use crate::storage::content::{ContentClass, ContentId};
+use crate::storage::kv::Txn;
 use crate::storage::object;
 use crate::storage::pack::Packer;
 use crate::storage::store::Store;
@@ -225,6 +226,9 @@ enum Side {
     Remote(String),
 }
 
+/// Writes the session's records in one transaction: the session (adopted, or its prompt
+/// round raised to the merge's last turn), then the merge of its local turns with the
+/// remote's `entries`; returns how many turns it added.
 fn write_records(
     store: &Store,
     session_id: &str,
@@ -234,9 +238,28 @@ fn write_records(
     workspace: &Workspace,
 ) -> Result<u64> {
     let local = Session::get(store, session_id)?;
-    let local_turns = if local.is_some() { turn::list(store, session_id)? } else { Vec::new() };
-    let local_ids: HashSet<String> = local_turns.iter().map(|t| t.turn_id.clone()).collect();
+    let merged = merge_sides(store, session_id, local.is_some(), entries)?;
     let workspace_id = local.as_ref().map_or_else(|| workspace.id.clone(), |s| s.workspace_id.clone());
+    let last = merged.last().map_or(0, |(i, _)| *i);
+    let existing = existing_snapshots(store, &merged, records);
+    let mut txn = store.kv().begin()?;
+    match &local {
+        Some(s) => Session::set_round_in(store, &mut *txn, &s.id, s.prompt_round.max(last))?,
+        None => {
+            let adopted = Session { workspace_id: workspace_id.clone(), prompt_round: last, ..remote_session.clone() };
+            session::adopt_in(store, &mut *txn, &adopted)?;
+        }
+    }
+    let added = write_turns_in(store, &mut *txn, session_id, &workspace_id, merged, records, &existing)?;
+    txn.commit()?;
+    Ok(added)
+}
+
+/// The session's turns by index: its local ones (if `local`, it exists here) merged with
+/// the remote's `entries` that it lacks.
+fn merge_sides(store: &Store, session_id: &str, local: bool, entries: &[TurnEntry]) -> Result<Vec<(u64, Side)>> {
+    let local_turns = if local { turn::list(store, session_id)? } else { Vec::new() };
+    let local_ids: HashSet<String> = local_turns.iter().map(|t| t.turn_id.clone()).collect();
     let mut candidates: Vec<Candidate<Side>> = local_turns
         .iter()
         .map(|t| Candidate {
@@ -254,11 +277,14 @@ fn write_records(
         rank: (u8::from(t.ended), t.record.clone()),
         item: Side::Remote(t.turn_id.clone()),
     }));
-    let merged = manifest::merge_turns(candidates);
-    let last = merged.last().map_or(0, |(i, _)| *i);
-    // Snapshot records already here (a pull run twice) are left as they are.
+    Ok(manifest::merge_turns(candidates))
+}
+
+/// The snapshot records of the merge's remote turns already here (a pull run twice):
+/// they are left as they are.
+fn existing_snapshots(store: &Store, merged: &[(u64, Side)], records: &HashMap<String, TurnRecord>) -> HashSet<String> {
     let mut existing = HashSet::new();
-    for (_, side) in &merged {
+    for (_, side) in merged {
         if let Side::Remote(id) = side {
             for s in &records[id].snapshots {
                 if snapshot::get(store, &s.snapshot_id).is_ok() {
@@ -267,20 +293,27 @@ fn write_records(
             }
         }
     }
-    let mut txn = store.kv().begin()?;
-    match &local {
-        Some(s) => Session::set_round_in(store, &mut *txn, &s.id, s.prompt_round.max(last))?,
-        None => {
-            let adopted = Session { workspace_id: workspace_id.clone(), prompt_round: last, ..remote_session.clone() };
-            session::adopt_in(store, &mut *txn, &adopted)?;
-        }
-    }
+    existing
+}
+
+/// Writes the merge's turns in `txn`: local turns that move to a new index, and remote
+/// turns with their snapshot records (but the `existing` ones) and history; returns how
+/// many remote turns it added.
+fn write_turns_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    session_id: &str,
+    workspace_id: &str,
+    merged: Vec<(u64, Side)>,
+    records: &HashMap<String, TurnRecord>,
+    existing: &HashSet<String>,
+) -> Result<u64> {
     // Local turns that move give up their old index rows first.
     for (index, side) in &merged {
         if let Side::Local(t) = side
             && t.index != *index
         {
-            turn::unindex_in(store, &mut *txn, session_id, t.index)?;
+            turn::unindex_in(store, txn, session_id, t.index)?;
         }
     }
     let mut added = 0;
@@ -288,7 +321,7 @@ fn write_records(
         match side {
             Side::Local(t) => {
                 if t.index != index {
-                    turn::put(store, &mut *txn, &turn::Turn { index, ..*t })?;
+                    turn::put(store, txn, &turn::Turn { index, ..*t })?;
                 }
             }
             Side::Remote(id) => {
@@ -296,19 +329,18 @@ fn write_records(
                 for s in &record.snapshots {
                     if !existing.contains(&s.snapshot_id) {
                         let s = SnapshotRecord {
-                            workspace_id: workspace_id.clone(),
+                            workspace_id: workspace_id.to_string(),
                             session_id: session_id.to_string(),
                             ..s.clone()
                         };
-                        snapshot::put_record(store, &mut *txn, &s)?;
+                        snapshot::put_record(store, txn, &s)?;
                     }
                 }
-                turn::put(store, &mut *txn, &turn::Turn { index, ..record.turn.clone() })?;
-                history::append_in(store, &mut *txn, session_id, &record.history)?;
+                turn::put(store, txn, &turn::Turn { index, ..record.turn.clone() })?;
+                history::append_in(store, txn, session_id, &record.history)?;
                 added += 1;
             }
         }
     }
-    txn.commit()?;
     Ok(added)
 }
