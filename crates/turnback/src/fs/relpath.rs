@@ -85,6 +85,16 @@ pub(crate) fn name_of(path: &[u8]) -> &[u8] {
     path.iter().rposition(|c| *c == b'/').map_or(path, |at| &path[at + 1..])
 }
 
+/// How many components a relative `/`-separated path has (`""`, the root: none).
+pub(crate) fn depth(path: &[u8]) -> usize {
+    if path.is_empty() { 0 } else { 1 + path.iter().filter(|c| **c == b'/').count() }
+}
+
+/// Whether `path` is `dir` or lies under it (everything lies under the root, `""`).
+pub(crate) fn is_within(path: &[u8], dir: &[u8]) -> bool {
+    dir.is_empty() || path == dir || (path.starts_with(dir) && path.get(dir.len()) == Some(&b'/'))
+}
+
 /// `dir/name`, or `name` in the workspace root (`dir` empty).
 pub(crate) fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     let mut path = Vec::with_capacity(dir.len() + 1 + name.len());

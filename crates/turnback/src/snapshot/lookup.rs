@@ -70,15 +70,21 @@ impl<'a> Lookup<'a> {
     /// The node at `path` under `root`, as [`flatten`] would hold it: a file, symlink or
     /// nested repository, never a directory (`None` for a directory or nothing).
     pub(crate) fn node(&mut self, root: &ContentId, path: &[u8]) -> Result<Option<Node>> {
+        Ok(self.entry(root, path)?.filter(|n| !matches!(n.kind, NodeKind::Tree(_))))
+    }
+
+    /// The entry at `path` under `root`, of any kind (a directory too), if there is one
+    /// (`""`, the root itself, is no entry).
+    pub(crate) fn entry(&mut self, root: &ContentId, path: &[u8]) -> Result<Option<Node>> {
         let mut dir = *root;
         let mut parts = path.split(|c| *c == b'/').peekable();
         while let Some(name) = parts.next() {
             let nodes = self.tree(&dir)?;
             let Ok(i) = nodes.binary_search_by(|n| n.name.as_slice().cmp(name)) else { return Ok(None) };
             match (&nodes[i].kind, parts.peek().is_some()) {
-                (NodeKind::Tree(sub), true) => dir = *sub,
-                (NodeKind::Tree(_), false) | (_, true) => return Ok(None),
                 (_, false) => return Ok(Some(nodes[i].clone())),
+                (NodeKind::Tree(sub), true) => dir = *sub,
+                (_, true) => return Ok(None),
             }
         }
         Ok(None)
@@ -97,6 +103,25 @@ impl<'a> Lookup<'a> {
             }
         }
         self.tree(&dir).map(|nodes| Some((dir, nodes)))
+    }
+
+    /// Files and their bytes under the subtree `id`.
+    pub(crate) fn totals(&mut self, id: &ContentId) -> Result<(u64, u64)> {
+        let (mut files, mut bytes) = (0, 0);
+        let mut stack = vec![*id];
+        while let Some(id) = stack.pop() {
+            for n in self.tree(&id)?.iter() {
+                match n.kind {
+                    NodeKind::Tree(sub) => stack.push(sub),
+                    NodeKind::File(_) => {
+                        files += 1;
+                        bytes += n.size;
+                    }
+                    NodeKind::Symlink(_) | NodeKind::Gitlink(_) => {}
+                }
+            }
+        }
+        Ok((files, bytes))
     }
 
     /// Whether some proper ancestor directory of `path` is a nested repository under `root`.

@@ -29,10 +29,11 @@
 //!
 //! [`take`] takes one, phase by phase, on a [`scan`] (the walk merged with the stat cache);
 //! [`prune`] keeps a session within its budget;
-//! [`lookup`] reads trees; [`diff`] compares two; [`statcache`] and [`tree`] are their
+//! [`edit`] makes trees (built whole or rebuilt where they changed); [`lookup`] reads them; [`diff`] compares two; [`statcache`] and [`tree`] are their
 //! formats.
 
 pub(crate) mod diff;
+mod edit;
 mod lookup;
 mod patch;
 pub(crate) mod pieces;

@@ -23,12 +23,13 @@ use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::relpath::{dir_of, name_of};
 use crate::fs::walk::{self, Kind, Skipped};
+use crate::snapshot::edit::{Sealer, Stream};
 use crate::snapshot::lookup::flatten;
 use crate::snapshot::patch::{self, Leaf};
 use crate::snapshot::prune::prune;
 use crate::snapshot::scan::{Scan, Seen};
 use crate::snapshot::statcache::{self, Cached, Shape, StatCache};
-use crate::snapshot::tree::{self, Node, NodeKind};
+use crate::snapshot::tree::{Node, NodeKind};
 use crate::snapshot::{Hooks, LeftOut, NestedRepo, SnapshotKind, SnapshotRecord, Source, latest, put_record};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object::{self, Sealed};
@@ -899,7 +900,7 @@ fn patch_tree(
     let mut tree_ids: Vec<ContentId> =
         cache.delta.tree_ids.iter().filter(|id| !replaced.contains(id)).copied().collect();
     let mut listed: HashSet<ContentId> = tree_ids.iter().copied().collect();
-    tree_ids.extend(patched.made.iter().filter(|id| !whole.contains(id) && listed.insert(**id)));
+    tree_ids.extend(patched.trees.made.iter().filter(|id| !whole.contains(id) && listed.insert(**id)));
     // A patch that made more nodes than a delta may name: the whole tree and cache instead.
     if !statcache::delta_fits(changes.cache.len(), tree_ids.len(), cache.entries.len()) {
         return Ok(None);
@@ -910,8 +911,8 @@ fn patch_tree(
     Ok(Some(Built {
         root: patched.root,
         nested: nested_of(walked.iter()),
-        pending: patched.pending,
-        stored: 0,
+        pending: patched.trees.pending,
+        stored: patched.trees.stored,
         cache: Some(write),
     }))
 }
@@ -935,9 +936,12 @@ fn build_trees(
     cache: CacheUpdate,
     session_id: &str,
 ) -> Result<Built> {
-    let mut builder = TreeBuilder::new(walked.cache());
+    let previous = walked.cache();
+    let known = |id: &ContentId| previous.names_tree(id);
+    let mut sealer = Sealer::new(store, &known);
+    let mut stream = Stream::default();
     // Every file the cache vouches for needs its id here (none in a first snapshot).
-    let cache_ids = if plan.vouches() { walked.cache().all_ids(store)? } else { Vec::new() };
+    let cache_ids = if plan.vouches() { previous.all_ids(store)? } else { Vec::new() };
     for (i, e) in walked.iter().enumerate() {
         let (dir, name) = (dir_of(e.path), name_of(e.path).to_vec());
         let node = match e.kind {
@@ -945,22 +949,17 @@ fn build_trees(
                 let Some(id) = plan.id_in(i, &cache_ids) else { continue };
                 Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
             }
-            Kind::Symlink(target) => {
-                let (id, sealed) = object::seal(store.keys(), target, ContentClass::SymlinkTarget, |_| false)?;
-                builder.hold(sealed);
-                Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
-            }
+            Kind::Symlink(target) => sealer.symlink(name, e.stat.mode, target)?,
             Kind::Gitlink(commit) => Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) },
         };
-        builder.add(store, dir, node)?;
+        stream.add(&mut sealer, dir, node)?;
     }
-    let root = builder.finish(store)?;
-    let pending = std::mem::take(&mut builder.pending);
-    let unchanged_cache = cache.unchanged && builder.seen.iter().all(|id| builder.previous.names_tree(id));
+    let root = stream.finish(&mut sealer)?;
+    let trees = sealer.finish();
+    let unchanged_cache = cache.unchanged && trees.made.iter().all(|id| previous.names_tree(id));
     let cache = if unchanged_cache {
         None
     } else {
-        let tree_ids: Vec<ContentId> = builder.seen.iter().copied().collect();
         let files = || {
             walked.iter().enumerate().filter_map(|(i, e)| {
                 let id = plan.id_in(i, &cache_ids).filter(|_| *e.kind == Kind::File)?;
@@ -968,9 +967,9 @@ fn build_trees(
             })
         };
         let shape = cache.others.map(|others| Shape { root, others });
-        Some(statcache::store_whole(store, session_id, cache.taken_at_ns, &files, &tree_ids, shape)?)
+        Some(statcache::store_whole(store, session_id, cache.taken_at_ns, &files, &trees.made, shape)?)
     };
-    Ok(Built { root, nested: nested_of(walked.iter()), pending, stored: builder.stored, cache })
+    Ok(Built { root, nested: nested_of(walked.iter()), pending: trees.pending, stored: trees.stored, cache })
 }
 
 /// The digest of the walk's entries that are not files ([`statcache::others_digest`]).
@@ -989,11 +988,6 @@ pub(super) fn nested_of<'a>(found: impl Iterator<Item = Seen<'a>>) -> Vec<Nested
         })
         .collect()
 }
-
-/// Sealed tree nodes held for the commit up to this many bytes; past it they are stored
-/// ahead, in their own transaction ([`TreeBuilder::store_pending`]; small in tests, so that
-/// every larger test tree goes that way).
-const TREES_STORED_FROM: usize = if cfg!(test) { 64 * 1024 } else { 8 << 20 };
 
 /// At most this many racily clean files, read again and found the same, that a rewritten
 /// cache would now settle are left to be read again instead of rewriting it for them.
@@ -1155,115 +1149,6 @@ fn open_to_read(root: &Path, rel: &[u8], max_file: u64) -> Result<(std::fs::File
         return Err(Error::new(ErrorCode::OverCap, why).with_details(serde_json::json!({ "size": meta.len() })));
     }
     Ok((file, meta, path))
-}
-
-/// Builds directory nodes bottom-up from entries in component order.
-struct TreeBuilder<'c> {
-    /// Open directories from the root down: (path, entries so far).
-    stack: Vec<(Vec<u8>, Vec<Node>)>,
-    /// Sealed nodes not stored yet ([`TREES_STORED_FROM`] bytes of them are stored in
-    /// their own transaction, like content, before the snapshot's).
-    pending: Vec<Sealed>,
-    pending_bytes: usize,
-    /// Bytes of nodes stored so far.
-    stored: u64,
-    /// Node ids already sealed in this run.
-    seen: HashSet<ContentId>,
-    /// The stat cache, whose node ids ([`StatCache::names_tree`]) are known to be stored
-    /// (the cache keeps them alive), so unchanged directories cost no store lookup.
-    previous: &'c StatCache,
-}
-
-impl<'c> TreeBuilder<'c> {
-    fn new(previous: &'c StatCache) -> Self {
-        TreeBuilder {
-            stack: Vec::new(),
-            pending: Vec::new(),
-            pending_bytes: 0,
-            stored: 0,
-            seen: HashSet::new(),
-            previous,
-        }
-    }
-
-    fn add(&mut self, store: &Store, dir: &[u8], node: Node) -> Result<()> {
-        if self.stack.is_empty() {
-            self.stack.push((Vec::new(), Vec::new()));
-        }
-        // Close directories that are not ancestors of `dir`.
-        while self.stack.len() > 1 && !is_ancestor(&self.stack.last().expect("non-empty").0, dir) {
-            self.close(store)?;
-        }
-        // Open the directories between the innermost open one and `dir`.
-        let open = &self.stack.last().expect("non-empty").0;
-        let rest = if open.is_empty() { dir } else { &dir[(open.len() + 1).min(dir.len())..] };
-        if !rest.is_empty() {
-            let mut path = open.clone();
-            for comp in rest.split(|c| *c == b'/') {
-                if !path.is_empty() {
-                    path.push(b'/');
-                }
-                path.extend_from_slice(comp);
-                self.stack.push((path.clone(), Vec::new()));
-            }
-        }
-        self.stack.last_mut().expect("non-empty").1.push(node);
-        Ok(())
-    }
-
-    fn close(&mut self, store: &Store) -> Result<()> {
-        let (path, nodes) = self.stack.pop().expect("non-empty");
-        let id = self.seal(store, nodes)?;
-        let name = name_of(&path).to_vec();
-        self.stack.last_mut().expect("a parent").1.push(Node { name, mode: 0, size: 0, kind: NodeKind::Tree(id) });
-        Ok(())
-    }
-
-    fn seal(&mut self, store: &Store, nodes: Vec<Node>) -> Result<ContentId> {
-        let encoded = tree::encode(nodes);
-        let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
-            self.seen.contains(id) || self.previous.names_tree(id) || object::exists(store.kv(), id).unwrap_or(false)
-        })?;
-        self.seen.insert(id);
-        self.hold(sealed);
-        if self.pending_bytes >= TREES_STORED_FROM {
-            self.store_pending(store)?;
-        }
-        Ok(id)
-    }
-
-    /// Keeps `sealed` (a node, or a symlink's target) to store.
-    fn hold(&mut self, sealed: Option<Sealed>) {
-        self.pending_bytes += sealed.as_ref().map_or(0, |s| s.value.len());
-        self.pending.extend(sealed);
-    }
-
-    /// Stores the pending nodes in their own transaction: a large tree's nodes are not all
-    /// held until the snapshot commits. Until it does they are unreferenced objects, which
-    /// the shared objects lock keeps from `gc` meanwhile and `gc` removes after a crash.
-    fn store_pending(&mut self, store: &Store) -> Result<()> {
-        let mut txn = store.kv().begin()?;
-        self.stored += object::store_all(&mut *txn, &self.pending)?;
-        txn.commit()?;
-        self.pending.clear();
-        self.pending_bytes = 0;
-        Ok(())
-    }
-
-    fn finish(&mut self, store: &Store) -> Result<ContentId> {
-        if self.stack.is_empty() {
-            self.stack.push((Vec::new(), Vec::new()));
-        }
-        while self.stack.len() > 1 {
-            self.close(store)?;
-        }
-        let (_, nodes) = self.stack.pop().expect("root");
-        self.seal(store, nodes)
-    }
-}
-
-fn is_ancestor(dir: &[u8], of: &[u8]) -> bool {
-    dir.is_empty() || of == dir || (of.starts_with(dir) && of.get(dir.len()) == Some(&b'/'))
 }
 
 #[cfg(test)]

@@ -21,21 +21,20 @@
 //!   limits, or a file over `max-file-size`, hands over to the full walk, which decides.
 
 use std::collections::{HashMap, HashSet};
-use std::rc::Rc;
 
 use crate::base::time::{format_ms, now_ms};
 use crate::error::Result;
 use crate::fs::relpath::{dir_of, join, name_of};
-use crate::fs::walk::{Kind, component_order, walk_scoped};
-use crate::snapshot::lookup::read_tree;
+use crate::fs::walk::{Kind, Walk, component_order, walk_scoped};
+use crate::snapshot::edit::{Rebuild, Sealer, Trees};
+use crate::snapshot::lookup::Lookup;
 use crate::snapshot::prune::prune;
 use crate::snapshot::scan::{Scan, Seen};
 use crate::snapshot::statcache::StatCache;
 use crate::snapshot::take::{Built, classify, commit, nested_of, read_and_pack};
-use crate::snapshot::tree::{self, Node, NodeKind};
+use crate::snapshot::tree::{Node, NodeKind};
 use crate::snapshot::{Hooks, NestedRepo, SnapshotKind, SnapshotRecord, Source, TakeOptions, newest};
-use crate::storage::content::{ContentClass, ContentId};
-use crate::storage::object::{self, Sealed};
+use crate::storage::content::ContentId;
 use crate::storage::schema;
 use crate::storage::settings::WatchMode;
 use crate::storage::store::Store;
@@ -175,7 +174,8 @@ pub(super) struct Patched {
 }
 
 /// Patches `previous`'s tree with what changed at `dirty`; `None` if anything does not add
-/// up (the caller walks the whole tree instead).
+/// up (the caller walks the whole tree instead). Phase by phase: walk the scope, sort its
+/// files into reused and changed, read the changed ones, rebuild the listed directories.
 pub(super) fn patch(
     store: &Store,
     source: Source<'_>,
@@ -191,177 +191,244 @@ pub(super) fn patch(
     if !walked.skipped.is_empty() {
         return Ok(None);
     }
-    let mut old = OldTree { store, root: old_root, nodes: HashMap::new() };
-    let limits = store.settings().snapshots;
+    let mut edit = Edit { store, walked, scope, old: Lookup::new(store), old_root };
+    let Some(mut files) = edit.sort_files()? else { return Ok(None) };
+    let Some(read) = edit.read_changed(source, previous, &mut files, opts)? else { return Ok(None) };
+    let Some(tree) = edit.rebuild(&files.ids, previous)? else { return Ok(None) };
+    let nested = edit.nested(previous, &tree.listed);
+    Ok(Some(Patched {
+        built: Built { root: tree.root, nested, pending: tree.trees.pending, stored: tree.trees.stored, cache: None },
+        files: tree.files,
+        bytes: tree.bytes,
+        read_files: read.files,
+        read_bytes: read.bytes,
+        stored_bytes: read.stored,
+    }))
+}
 
-    // The files to read: every changed one in a listed directory.
-    let mut by_dir: HashMap<&[u8], Vec<usize>> = HashMap::new();
-    let mut to_read = Vec::new();
-    let mut reused: HashMap<usize, ContentId> = HashMap::new();
-    for (i, e) in walked.entries.iter().enumerate() {
-        by_dir.entry(dir_of(&e.path)).or_default().push(i);
-        if e.kind != Kind::File {
-            continue;
+/// A watched snapshot's edit of the previous tree: the partial walk, what changed, and the
+/// previous tree to check it against.
+struct Edit<'a> {
+    store: &'a Store,
+    walked: Walk,
+    scope: Scope,
+    old: Lookup<'a>,
+    old_root: ContentId,
+}
+
+/// The walk's files: each one's content id once known (an unchanged one's from the old
+/// tree, a changed one's once read), and the changed ones to read.
+struct Files {
+    ids: HashMap<usize, ContentId>,
+    to_read: Vec<usize>,
+}
+
+/// What reading the changed files took.
+struct Read {
+    files: u64,
+    bytes: u64,
+    stored: u64,
+}
+
+/// The rebuilt tree and its totals.
+struct Rebuilt {
+    root: ContentId,
+    trees: Trees,
+    listed: HashSet<Vec<u8>>,
+    files: u64,
+    bytes: u64,
+}
+
+impl Edit<'_> {
+    /// Phase 1: every file of a listed directory is changed (to read) or unchanged, with
+    /// the size and mode its old node has (reused); `None` on a change the watcher did not
+    /// report, or a changed file over `max-file-size`.
+    fn sort_files(&mut self) -> Result<Option<Files>> {
+        let max_file = self.store.settings().snapshots.max_file_bytes;
+        let mut files = Files { ids: HashMap::new(), to_read: Vec::new() };
+        for (i, e) in self.walked.entries.iter().enumerate() {
+            if e.kind != Kind::File {
+                continue;
+            }
+            if self.scope.changed(&e.path) {
+                if e.stat.size > max_file {
+                    return Ok(None);
+                }
+                files.to_read.push(i);
+                continue;
+            }
+            match self.old.entry(&self.old_root, &e.path)? {
+                Some(Node { kind: NodeKind::File(id), mode, size, .. })
+                    if mode == e.stat.mode && size == e.stat.size =>
+                {
+                    files.ids.insert(i, id);
+                }
+                _ => return Ok(None),
+            }
         }
-        if scope.changed(&e.path) {
-            if e.stat.size > limits.max_file_bytes {
+        Ok(Some(files))
+    }
+
+    /// Phase 2: reads the changed files (and packs what the store lacks), within the limits
+    /// of a later snapshot, before reading and after; `None` if one is left out or skipped,
+    /// or the change is over a limit (the full walk decides).
+    fn read_changed(
+        &mut self,
+        source: Source<'_>,
+        previous: &SnapshotRecord,
+        files: &mut Files,
+        opts: &TakeOptions<'_>,
+    ) -> Result<Option<Read>> {
+        let limits = self.store.settings().snapshots;
+        let to_read_bytes: u64 = files.to_read.iter().map(|&i| self.walked.entries[i].stat.size).sum();
+        if files.to_read.len() as u64 > limits.later_max_files || to_read_bytes > limits.later_max_bytes {
+            return Ok(None);
+        }
+        let no_cache = StatCache::default();
+        let entries = files.to_read.iter().map(|&i| self.walked.entries[i].clone()).collect();
+        let reading = Scan::of_entries(entries, &no_cache);
+        let mut plan = classify(&reading);
+        let mut scratch = previous.clone();
+        scratch.left_out.clear();
+        scratch.skipped_paths.clear();
+        let stored = read_and_pack(self.store, source.root, &reading, &mut plan, opts, &mut scratch)?;
+        if !scratch.left_out.is_empty() || !scratch.skipped_paths.is_empty() {
+            return Ok(None);
+        }
+        // What the change adds, against the limits of a later snapshot.
+        let (mut new_files, mut new_bytes) = (0u64, 0u64);
+        for (k, &i) in files.to_read.iter().enumerate() {
+            let Some(id) = plan.read_id(k) else { return Ok(None) };
+            files.ids.insert(i, id);
+            let size = self.walked.entries[i].stat.size;
+            let same = matches!(self.old.entry(&self.old_root, &self.walked.entries[i].path)?,
+                Some(Node { kind: NodeKind::File(was), size: was_size, .. }) if was == id && was_size == size);
+            if !same {
+                new_files += 1;
+                new_bytes += size;
+            }
+        }
+        if new_files > limits.later_max_files || new_bytes > limits.later_max_bytes {
+            return Ok(None);
+        }
+        Ok(Some(Read { files: reading.len() as u64, bytes: plan.read_bytes, stored }))
+    }
+
+    /// Phase 3: rebuilds the listed directories bottom-up from what the walk found in them
+    /// and the old tree's unlisted subdirectories, and counts the new totals from the
+    /// previous record's; `None` if something is gone or replaced without an event.
+    fn rebuild(&mut self, ids: &HashMap<usize, ContentId>, previous: &SnapshotRecord) -> Result<Option<Rebuilt>> {
+        let Edit { store, walked, scope, old, old_root } = self;
+        let mut by_dir: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        for (i, e) in walked.entries.iter().enumerate() {
+            by_dir.entry(dir_of(&e.path)).or_default().push(i);
+        }
+        let listed: HashSet<&[u8]> =
+            std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
+        let unlisted: HashSet<&[u8]> = walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
+        let mut unlisted_in: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
+        for &d in &unlisted {
+            unlisted_in.entry(dir_of(d)).or_default().push(d);
+        }
+        let mut sealer = Sealer::new(store, &|_| false);
+        let mut rebuild = Rebuild::of(listed.iter().copied());
+        let (mut files, mut bytes) = (i128::from(previous.files), i128::from(previous.bytes));
+        for dir in rebuild.order() {
+            let mut nodes = Vec::new();
+            for &i in by_dir.get(dir).map(Vec::as_slice).unwrap_or_default() {
+                let e = &walked.entries[i];
+                let name = name_of(&e.path).to_vec();
+                nodes.push(match &e.kind {
+                    Kind::File => {
+                        files += 1;
+                        bytes += i128::from(e.stat.size);
+                        Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(ids[&i]) }
+                    }
+                    Kind::Symlink(target) => sealer.symlink(name, e.stat.mode, target)?,
+                    Kind::Gitlink(commit) => Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) },
+                });
+            }
+            for &child in unlisted_in.get(dir).map(Vec::as_slice).unwrap_or_default() {
+                match old.entry(old_root, child)? {
+                    Some(Node { kind: NodeKind::Tree(id), .. }) => {
+                        nodes.push(Node { name: name_of(child).to_vec(), mode: 0, size: 0, kind: NodeKind::Tree(id) });
+                    }
+                    Some(_) => return Ok(None),
+                    None => {}
+                }
+            }
+            rebuild.place_subdirs(dir, &mut nodes);
+            let Some((f, b)) = gone(old, old_root, scope, dir, &nodes, (&listed, &unlisted))? else { return Ok(None) };
+            files -= f;
+            bytes -= b;
+            rebuild.seal(&mut sealer, dir, nodes)?;
+        }
+        let root = rebuild.root().expect("the root is rebuilt");
+        Ok(Some(Rebuilt {
+            root,
+            trees: sealer.finish(),
+            listed: listed.iter().map(|d| d.to_vec()).collect(),
+            files: u64::try_from(files).unwrap_or(0),
+            bytes: u64::try_from(bytes).unwrap_or(0),
+        }))
+    }
+
+    /// Phase 4: the nested repositories: those in reused subtrees stay, the listed ones
+    /// are as found.
+    fn nested(&self, previous: &SnapshotRecord, listed: &HashSet<Vec<u8>>) -> Vec<NestedRepo> {
+        let listed: HashSet<&[u8]> = listed.iter().map(Vec::as_slice).collect();
+        let unlisted: HashSet<&[u8]> = self.walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
+        let mut nested: Vec<NestedRepo> = previous
+            .nested_repos
+            .iter()
+            .filter(|n| reused_subtree(n.path.as_bytes(), &listed, &unlisted))
+            .cloned()
+            .collect();
+        nested.extend(nested_of(self.walked.entries.iter().map(Seen::of)));
+        nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
+        nested
+    }
+}
+
+/// The files and bytes the old directory `dir` held that its rebuild (`now`) no longer
+/// counts: its files, and its subdirectories gone or replaced (a listed one is counted
+/// when rebuilt, an unlisted one kept is unchanged); `None` if one of them went without
+/// the watcher saying so.
+fn gone(
+    old: &mut Lookup<'_>,
+    old_root: &ContentId,
+    scope: &Scope,
+    dir: &[u8],
+    now: &[Node],
+    (listed, unlisted): (&HashSet<&[u8]>, &HashSet<&[u8]>),
+) -> Result<Option<(i128, i128)>> {
+    let Some((_, before)) = old.dir(old_root, dir)? else { return Ok(Some((0, 0))) };
+    let now: HashSet<&[u8]> = now.iter().map(|n| n.name.as_slice()).collect();
+    let (mut files, mut bytes) = (0i128, 0i128);
+    for n in before.iter() {
+        let path = join(dir, &n.name);
+        if let NodeKind::File(_) = n.kind {
+            files += 1;
+            bytes += i128::from(n.size);
+        }
+        let NodeKind::Tree(sub) = n.kind else {
+            if !now.contains(n.name.as_slice()) && !scope.changed(&path) {
                 return Ok(None);
             }
-            to_read.push(e.clone());
+            continue;
+        };
+        let kept = unlisted.contains(path.as_slice()) && now.contains(n.name.as_slice());
+        if listed.contains(path.as_slice()) || kept {
             continue;
         }
-        match old.node(&e.path)? {
-            Some(Node { kind: NodeKind::File(id), mode, size, .. }) if mode == e.stat.mode && size == e.stat.size => {
-                reused.insert(i, id);
-            }
-            _ => return Ok(None), // a change the watcher did not report
+        if !scope.enters(&path) {
+            return Ok(None); // gone or replaced without an event
         }
+        let (f, b) = old.totals(&sub)?;
+        files += i128::from(f);
+        bytes += i128::from(b);
     }
-    // More to read than a later snapshot may add: the full walk decides (before reading).
-    let to_read_bytes: u64 = to_read.iter().map(|e| e.stat.size).sum();
-    if to_read.len() as u64 > limits.later_max_files || to_read_bytes > limits.later_max_bytes {
-        return Ok(None);
-    }
-    let no_cache = StatCache::default();
-    let reading = Scan::of_entries(to_read, &no_cache);
-    let mut plan = classify(&reading);
-    let mut scratch = previous.clone();
-    scratch.left_out.clear();
-    scratch.skipped_paths.clear();
-    let stored = read_and_pack(store, source.root, &reading, &mut plan, opts, &mut scratch)?;
-    if !scratch.left_out.is_empty()
-        || !scratch.skipped_paths.is_empty()
-        || (0..reading.len()).any(|i| plan.read_id(i).is_none())
-    {
-        return Ok(None);
-    }
-    let read_ids: HashMap<&[u8], ContentId> =
-        reading.iter().enumerate().map(|(i, e)| (e.path, plan.read_id(i).expect("checked"))).collect();
-
-    // What the change adds, against the limits of a later snapshot.
-    let (mut new_files, mut new_bytes) = (0u64, 0u64);
-    for e in reading.iter() {
-        let before = old.node(e.path)?;
-        let same = matches!(&before, Some(Node { kind: NodeKind::File(id), size, .. })
-            if *id == read_ids[e.path] && *size == e.stat.size);
-        if !same {
-            new_files += 1;
-            new_bytes += e.stat.size;
-        }
-    }
-    if new_files > limits.later_max_files || new_bytes > limits.later_max_bytes {
-        return Ok(None);
-    }
-
-    // Rebuild the listed directories bottom-up.
-    let mut listed: Vec<&[u8]> =
-        std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
-    listed.sort_by(|a, b| depth(b).cmp(&depth(a)).then(a.cmp(b)));
-    let listed_set: HashSet<&[u8]> = listed.iter().copied().collect();
-    let unlisted: HashSet<&[u8]> = walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
-    let mut children: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
-    for d in listed.iter().copied().filter(|d| !d.is_empty()).chain(unlisted.iter().copied()) {
-        children.entry(dir_of(d)).or_default().push(d);
-    }
-    let mut built: HashMap<&[u8], ContentId> = HashMap::new();
-    let mut pending: Vec<Sealed> = Vec::new();
-    let mut seen = HashSet::new();
-    let (mut files, mut bytes) = (previous.files as i128, previous.bytes as i128);
-    for dir in &listed {
-        let dir: &[u8] = dir;
-        let mut nodes = Vec::new();
-        for &i in by_dir.get(dir).map(Vec::as_slice).unwrap_or_default() {
-            let e = &walked.entries[i];
-            let name = name_of(&e.path).to_vec();
-            nodes.push(match &e.kind {
-                Kind::File => {
-                    files += 1;
-                    bytes += i128::from(e.stat.size);
-                    let id = reused.get(&i).copied().unwrap_or_else(|| read_ids[e.path.as_slice()]);
-                    Node { name, mode: e.stat.mode, size: e.stat.size, kind: NodeKind::File(id) }
-                }
-                Kind::Symlink(target) => {
-                    let (id, sealed) = object::seal(store.keys(), target, ContentClass::SymlinkTarget, |_| false)?;
-                    pending.extend(sealed);
-                    Node { name, mode: e.stat.mode, size: 0, kind: NodeKind::Symlink(id) }
-                }
-                Kind::Gitlink(commit) => Node { name, mode: 0, size: 0, kind: NodeKind::Gitlink(commit.clone()) },
-            });
-        }
-        for &child in children.get(dir).map(Vec::as_slice).unwrap_or_default() {
-            let id = if listed_set.contains(child) {
-                built.get(child).copied()
-            } else {
-                match old.node(child)? {
-                    Some(Node { kind: NodeKind::Tree(id), .. }) => Some(id),
-                    Some(_) => return Ok(None),
-                    None => None,
-                }
-            };
-            if let Some(id) = id {
-                nodes.push(Node { name: name_of(child).to_vec(), mode: 0, size: 0, kind: NodeKind::Tree(id) });
-            }
-        }
-        // What the old directory held and the new one does not: gone, if the watcher said so.
-        if let Some(before) = old.dir(dir)? {
-            let now: HashSet<&[u8]> = nodes.iter().map(|n| n.name.as_slice()).collect();
-            for n in before.iter() {
-                let path = join(dir, &n.name);
-                if let NodeKind::File(_) = n.kind {
-                    files -= 1;
-                    bytes -= i128::from(n.size);
-                }
-                let NodeKind::Tree(sub) = n.kind else {
-                    if !now.contains(n.name.as_slice()) && !scope.changed(&path) {
-                        return Ok(None);
-                    }
-                    continue;
-                };
-                if listed_set.contains(path.as_slice()) {
-                    continue; // counted when that directory was rebuilt
-                }
-                let kept = unlisted.contains(path.as_slice()) && now.contains(n.name.as_slice());
-                if kept {
-                    continue;
-                }
-                if !scope.enters(&path) {
-                    return Ok(None); // gone or replaced without an event
-                }
-                let (f, b) = old.totals(&sub)?;
-                files -= f;
-                bytes -= b;
-            }
-        }
-        if nodes.is_empty() && !dir.is_empty() {
-            continue;
-        }
-        let encoded = tree::encode(nodes);
-        let (id, sealed) = object::seal(store.keys(), &encoded, ContentClass::Tree, |id| {
-            seen.contains(id) || object::exists(store.kv(), id).unwrap_or(false)
-        })?;
-        seen.insert(id);
-        pending.extend(sealed);
-        built.insert(dir, id);
-    }
-    let root = built[&b""[..]];
-
-    // Nested repositories: those in reused subtrees stay, the listed ones are as found.
-    let mut nested: Vec<NestedRepo> = previous
-        .nested_repos
-        .iter()
-        .filter(|n| reused_subtree(n.path.as_bytes(), &listed_set, &unlisted))
-        .cloned()
-        .collect();
-    nested.extend(nested_of(walked.entries.iter().map(Seen::of)));
-    nested.sort_by(|a, b| component_order(a.path.as_bytes(), b.path.as_bytes()));
-    Ok(Some(Patched {
-        built: Built { root, nested, pending, stored: 0, cache: None },
-        files: u64::try_from(files).unwrap_or(0),
-        bytes: u64::try_from(bytes).unwrap_or(0),
-        read_files: reading.len() as u64,
-        read_bytes: plan.read_bytes,
-        stored_bytes: stored,
-    }))
+    Ok(Some((files, bytes)))
 }
 
 /// Whether `path` lies in a subdirectory reused whole (under an unlisted directory whose
@@ -435,75 +502,4 @@ impl Scope {
     fn enters(&self, dir: &[u8]) -> bool {
         self.ancestors.contains(dir) || self.changed(dir)
     }
-}
-
-/// The previous snapshot's tree, read a directory at a time.
-struct OldTree<'a> {
-    store: &'a Store,
-    root: ContentId,
-    nodes: HashMap<ContentId, Rc<Vec<Node>>>,
-}
-
-impl OldTree<'_> {
-    fn tree(&mut self, id: &ContentId) -> Result<Rc<Vec<Node>>> {
-        if let Some(t) = self.nodes.get(id) {
-            return Ok(Rc::clone(t));
-        }
-        let t = Rc::new(read_tree(self.store, id)?);
-        self.nodes.insert(*id, Rc::clone(&t));
-        Ok(t)
-    }
-
-    /// The node at `path` (any kind), if the old tree has one.
-    fn node(&mut self, path: &[u8]) -> Result<Option<Node>> {
-        let mut dir = self.root;
-        let mut parts = path.split(|c| *c == b'/').peekable();
-        while let Some(part) = parts.next() {
-            let nodes = self.tree(&dir)?;
-            let Ok(i) = nodes.binary_search_by(|n| n.name.as_slice().cmp(part)) else { return Ok(None) };
-            if parts.peek().is_none() {
-                return Ok(Some(nodes[i].clone()));
-            }
-            match nodes[i].kind {
-                NodeKind::Tree(sub) => dir = sub,
-                _ => return Ok(None),
-            }
-        }
-        Ok(None)
-    }
-
-    /// The entries of directory `path` in the old tree, if it had one.
-    fn dir(&mut self, path: &[u8]) -> Result<Option<Rc<Vec<Node>>>> {
-        if path.is_empty() {
-            let root = self.root;
-            return self.tree(&root).map(Some);
-        }
-        match self.node(path)? {
-            Some(Node { kind: NodeKind::Tree(id), .. }) => self.tree(&id).map(Some),
-            _ => Ok(None),
-        }
-    }
-
-    /// Files and bytes under the subtree `id`.
-    fn totals(&mut self, id: &ContentId) -> Result<(i128, i128)> {
-        let (mut files, mut bytes) = (0, 0);
-        let mut stack = vec![*id];
-        while let Some(id) = stack.pop() {
-            for n in self.tree(&id)?.iter() {
-                match n.kind {
-                    NodeKind::Tree(sub) => stack.push(sub),
-                    NodeKind::File(_) => {
-                        files += 1;
-                        bytes += i128::from(n.size);
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok((files, bytes))
-    }
-}
-
-fn depth(path: &[u8]) -> usize {
-    if path.is_empty() { 0 } else { 1 + path.iter().filter(|c| **c == b'/').count() }
 }
