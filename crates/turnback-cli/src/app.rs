@@ -1,92 +1,17 @@
-//! Shared plumbing of every command: parsing, opening turnback on the store, workspace and
-//! session the global options name, and turning results into output and exit codes.
-
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+//! The command line's entry: parsing the arguments, dispatching to the command they name,
+//! and turning its result into output and an exit code.
+//!
+//! Invariants: this is the only module that names every command, and no command imports
+//! it (what a command needs from the command line is [`crate::ctx::Ctx`]); a usage error is
+//! reported as `--json` asks, like any other error.
 
 use clap::Parser;
-use turnback::{Error, ErrorCode, Options, Result, Runtime, SettingsOverrides, Turnback};
+use turnback::{Error, Result};
 
-use crate::cli::{Cli, Command, Global};
+use crate::cli::{Cli, Command};
 use crate::commands;
+use crate::ctx::Ctx;
 use crate::output::{self, Outcome};
-
-/// Everything a command needs from the command line.
-#[derive(Debug)]
-pub struct Ctx {
-    pub global: Global,
-}
-
-impl Ctx {
-    /// The options the global flags say: `--store`, `--workspace` (default: the current
-    /// directory), `--session`, the settings flags; keys from the environment.
-    pub fn options(&self, create: bool) -> Result<Options> {
-        let cwd = cwd()?;
-        let workspace = self.global.workspace.clone().unwrap_or_else(|| cwd.clone());
-        Ok(Options {
-            store: self.global.store.clone(),
-            cwd: Some(cwd),
-            session: self.global.session.clone(),
-            settings: SettingsOverrides {
-                retention_prompt_rounds: self.global.retention_rounds,
-                checkpoint_cap: self.global.checkpoint_cap.clone(),
-                store_cap: self.global.store_cap.clone(),
-            },
-            create,
-            runtime: runtime(&self.store_dir()?)?,
-            ..Options::new(workspace)
-        })
-    }
-
-    /// Opens turnback (recovering what crashed processes left); `create` makes the store
-    /// if it is missing.
-    pub fn open(&self, create: bool) -> Result<Turnback> {
-        Turnback::open(&self.options(create)?)
-    }
-
-    /// Opens turnback so that turn begins wait for their start snapshot (taken in a
-    /// detached process) at most `wait`.
-    pub fn open_for_turns(&self, wait: Duration) -> Result<Turnback> {
-        open_for_turns(&self.options(true)?, wait)
-    }
-
-    /// The store directory, whether or not a store is there yet.
-    pub fn store_dir(&self) -> Result<PathBuf> {
-        match &self.global.store {
-            Some(d) if d.is_absolute() => Ok(d.clone()),
-            Some(d) => Ok(cwd()?.join(d)),
-            None => turnback::default_store_dir()
-                .ok_or_else(|| Error::invalid("no store directory: set TURNBACK_HOME or HOME, or pass --store")),
-        }
-    }
-}
-
-/// How long a turn begin waits for its start snapshot unless told otherwise (an MCP
-/// `begin_turn`; an agent's hook waits as long).
-pub const START_WAIT: Duration = Duration::from_millis(1500);
-
-/// The command line's [`Runtime`]: start snapshots, watchers and auto-pushes each run as a
-/// detached process of this executable on the store at `store`, so none of them holds up
-/// the agent or the person, and each finishes after this process exits.
-pub fn runtime(store: &std::path::Path) -> Result<Runtime> {
-    let starter = Arc::new(commands::detached::DetachedSnapshot::new(store)?);
-    let watcher = Arc::new(commands::watch::DetachedWatcher::new(store)?);
-    let runtime = Runtime::default().with_start_snapshot(starter, START_WAIT).with_watcher(watcher);
-    #[cfg(feature = "remote")]
-    let runtime = runtime.with_push(Arc::new(commands::remote::DetachedPush::new()?));
-    Ok(runtime)
-}
-
-/// Opens turnback with `options`, turn begins waiting for their start snapshot at most
-/// `wait`.
-pub fn open_for_turns(options: &Options, wait: Duration) -> Result<Turnback> {
-    Turnback::open(&Options { runtime: options.runtime.clone().waiting(wait), ..options.clone() })
-}
-
-pub fn cwd() -> Result<PathBuf> {
-    std::env::current_dir().map_err(|e| Error::new(ErrorCode::Io, format!("current directory: {e}")))
-}
 
 /// Parses the command line, runs the command, prints, and returns the exit code.
 pub fn run() -> i32 {

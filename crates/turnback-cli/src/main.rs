@@ -3,7 +3,9 @@
 mod app;
 mod cli;
 mod commands;
+mod ctx;
 mod output;
+mod runtime;
 
 fn main() {
     std::process::exit(app::run());

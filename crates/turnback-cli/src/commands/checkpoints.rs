@@ -2,8 +2,8 @@
 
 use turnback::{ImageRecord, Inspection, Result, escape_controls, format_size, quote_name};
 
-use crate::app::Ctx;
 use crate::commands::fs::effect_word;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, short};
 
 pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {

@@ -2,7 +2,7 @@
 
 use turnback::{CompareRequest, CompareSide, Comparison, NumStat, Result, escape_controls, quote_name};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, a: String, b: String, turn: Option<u64>, patch: bool) -> Result<Outcome> {

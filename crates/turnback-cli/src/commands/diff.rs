@@ -2,7 +2,7 @@
 
 use turnback::{DiffReport, DiffRequest, Result, quote_name};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(

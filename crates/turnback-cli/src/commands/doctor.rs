@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use turnback::{ErrorCode, Result};
 
-use crate::app::Ctx;
 use crate::cli::{HookAgent, Scope};
 use crate::commands::hook::{agent_name, seen_file};
 use crate::commands::install::{self, Places};
+use crate::ctx::Ctx;
 use crate::output::{Outcome, exit};
 
 const AGENTS: [HookAgent; 5] =

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use turnback::{CheckpointSummary, CoverageState, EffectKind, Mutation, Result, quote_name};
 
-use crate::app::Ctx;
 use crate::cli::FsCommand;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, command: FsCommand) -> Result<Outcome> {

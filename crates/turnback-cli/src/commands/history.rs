@@ -9,8 +9,8 @@ use turnback::{
     Result, Role, TranscriptFormat, escape_controls, escape_lines,
 };
 
-use crate::app::Ctx;
 use crate::cli::{ExportFormat, HistoryCommand};
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
@@ -71,7 +71,7 @@ pub fn run(ctx: &Ctx, command: HistoryCommand) -> Result<Outcome> {
             };
             match output {
                 Some(path) => {
-                    let path = if path.is_absolute() { path } else { crate::app::cwd()?.join(path) };
+                    let path = if path.is_absolute() { path } else { crate::ctx::cwd()?.join(path) };
                     write_private(&path, body.as_bytes())?;
                     let text = format!("wrote {} entries to {}", entries.len(), path.display());
                     Ok(Outcome::of(&Exported { entries: entries.len(), output: path }, text))

@@ -2,7 +2,7 @@
 
 use turnback::{Result, format_size};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx) -> Result<Outcome> {

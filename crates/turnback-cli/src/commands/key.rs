@@ -4,8 +4,8 @@ use std::io::Read;
 
 use turnback::{Error, ErrorCode, Result, Turnback};
 
-use crate::app::Ctx;
 use crate::cli::KeyCommand;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, command: KeyCommand) -> Result<Outcome> {

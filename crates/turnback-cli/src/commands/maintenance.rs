@@ -2,7 +2,7 @@
 
 use turnback::{Result, escape_controls, format_size};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, exit};
 
 pub fn verify(ctx: &Ctx, deep: bool) -> Result<Outcome> {

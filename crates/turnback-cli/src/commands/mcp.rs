@@ -3,7 +3,7 @@
 
 use turnback::Result;
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 /// Serves MCP on stdin/stdout until the client closes it.

@@ -3,8 +3,8 @@
 
 use turnback::{Result, SessionChoice, format_ms, format_size};
 
-use crate::app::Ctx;
 use crate::cli::RemoteCommand;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, Progress};
 
 pub fn run(ctx: &Ctx, command: RemoteCommand) -> Result<Outcome> {
@@ -126,44 +126,4 @@ pub fn gc(ctx: &Ctx, name: &str, grace_secs: Option<u64>) -> Result<Outcome> {
         r.kept_young
     );
     Ok(Outcome::of(&r, text))
-}
-
-/// The command line's auto-push: `turnback push NAME --session SESSION` as a detached
-/// process (its own process group; the agent never waits for it), its messages appended to
-/// `auto-push.log` in the store. A push that cannot start is noted in that log.
-pub struct DetachedPush {
-    exe: std::path::PathBuf,
-}
-
-impl DetachedPush {
-    /// The pusher is this executable.
-    pub fn new() -> Result<Self> {
-        let exe = std::env::current_exe()
-            .map_err(|e| turnback::Error::new(turnback::ErrorCode::Io, format!("own executable: {e}")))?;
-        Ok(DetachedPush { exe })
-    }
-}
-
-impl turnback::Push for DetachedPush {
-    fn push(&self, store_dir: &std::path::Path, remote: &str, session: &str) -> Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        use std::os::unix::process::CommandExt;
-        let log_path = store_dir.join("auto-push.log");
-        let io = |e: std::io::Error| turnback::Error::new(turnback::ErrorCode::Io, format!("auto-push log: {e}"));
-        let log = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&log_path).map_err(io)?;
-        let started = std::process::Command::new(&self.exe)
-            .arg("--store")
-            .arg(store_dir)
-            .args(["--session", session, "push", remote])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(log.try_clone().map_err(io)?)
-            .process_group(0)
-            .spawn();
-        if let Err(e) = started {
-            let _ = writeln!(&log, "turnback: auto-push to {remote} did not start: {e}");
-        }
-        Ok(())
-    }
 }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use turnback::{Result, RewindAction, RewindPlan, escape_controls, quote_name};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, exit_for};
 
 pub fn run(ctx: &Ctx, to: u64, apply: bool, plan_id: Option<String>, force: Vec<PathBuf>) -> Result<Outcome> {

@@ -7,8 +7,8 @@ use turnback::{
     escape_controls, quote_name,
 };
 
-use crate::app::Ctx;
 use crate::cli::{RollbackArgs, RollbackCommand};
+use crate::ctx::Ctx;
 use crate::output::{Outcome, exit_for, result_word};
 
 pub fn run(ctx: &Ctx, args: RollbackArgs) -> Result<Outcome> {

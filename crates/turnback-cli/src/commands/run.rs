@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Serialize;
 use turnback::{AgentEvent, Options, Result, Turn};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, Progress, err};
 
 /// What `run` reports.
@@ -29,7 +29,7 @@ pub fn run(ctx: &Ctx, prompt: Option<String>, wait_ms: u64, command: &[String]) 
     let bar = Arc::new(Progress::new());
     let shown = Arc::clone(&bar);
     let options = Options { agent: Some("run".into()), ..ctx.options(true)? };
-    let tb = crate::app::open_for_turns(&options, Duration::from_millis(wait_ms))?
+    let tb = crate::ctx::open_for_turns(&options, Duration::from_millis(wait_ms))?
         .with_progress(Box::new(move |d, t| shown.show(d, t)));
     let begun = tb.record_event(&AgentEvent::PromptSubmitted { prompt }, Some(&cancel))?;
     let t = begun.turn.as_ref().expect("a prompt begins or joins a turn");

@@ -2,8 +2,8 @@
 
 use turnback::{Result, format_size};
 
-use crate::app::Ctx;
 use crate::cli::SessionCommand;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx, command: SessionCommand) -> Result<Outcome> {

@@ -2,7 +2,7 @@
 
 use turnback::{Result, escape_controls, format_size, quote_name};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, Progress, left_out};
 
 pub fn take(ctx: &Ctx, full: bool) -> Result<Outcome> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use turnback::{BeginRequest, Error, ErrorCode, Result, Shell, SnapshotRef, TurnSummary, escape_controls};
 
-use crate::app::Ctx;
 use crate::cli::TurnCommand;
+use crate::ctx::Ctx;
 use crate::output::{Outcome, Progress, err};
 
 /// Most bytes of a prompt file (4 MiB; the history keeps the first 256 KiB of a prompt).

@@ -31,8 +31,8 @@ use std::time::Duration;
 
 use turnback::{AgentEvent, Error, ErrorCode, Result, TranscriptFormat, Turnback};
 
-use crate::app::{Ctx, open_for_turns};
 use crate::cli::HookAgent;
+use crate::ctx::{Ctx, open_for_turns};
 use crate::output::Outcome;
 
 /// How long a prompt hook waits for the start snapshot before the turn goes on (late).

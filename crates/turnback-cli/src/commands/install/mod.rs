@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use turnback::{Error, ErrorCode, Result};
 
-use crate::app::{Ctx, cwd};
 use crate::cli::{HookAgent, Scope};
 use crate::commands::hook::agent_name;
+use crate::ctx::{Ctx, cwd};
 use crate::output::Outcome;
 
 /// A file's text after, from its text now (`None`: no file, before or after).

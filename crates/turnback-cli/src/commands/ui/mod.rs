@@ -23,7 +23,7 @@ use std::time::Duration;
 use crossterm::event::{self, DisableMouseCapture, EnableMouseCapture};
 use turnback::{Error, ErrorCode, Result};
 
-use crate::app::Ctx;
+use crate::ctx::Ctx;
 use crate::output::Outcome;
 
 pub fn run(ctx: &Ctx) -> Result<Outcome> {
