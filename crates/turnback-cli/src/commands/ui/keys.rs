@@ -7,7 +7,7 @@ use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, Mou
 
 use turnback::Choice;
 
-use super::app::{App, Ask, Screen};
+use super::state::{App, Ask, Screen};
 
 /// Applies one input event to the app.
 pub fn handle(app: &mut App, event: &Event) {

@@ -1,16 +1,20 @@
 //! The consequences of a rewind or a rollback, before and after it is applied: every path
 //! with its outcome, why a path is left alone, and what no undo takes back; and two
-//! sessions' results side by side; what each checkpoint did, in one line.
+//! sessions' results side by side; what each checkpoint did, in one line. Text only: the
+//! frame (`render`) lays it out.
 //!
 //! Invariants: the words come from the facade's own plan (the one decision function's
 //! outcome), never from a second judgement made here; names are quoted and free text
 //! escaped, so nothing in a file name or a command can move the cursor.
 
-use crate::commands::fs::effect_word;
 use turnback::{
     CheckpointRecord, Choice, Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome,
     escape_controls, quote_name,
 };
+
+use super::state::{CheckpointPick, Did, Done, RollbackView};
+use super::style::clock;
+use crate::commands::fs::effect_word;
 
 /// Why a rewind leaves a path alone, in a person's words.
 fn reason_words(reason: Option<RewindReason>) -> &'static str {
@@ -90,9 +94,25 @@ pub fn rollback_lines(targets: &[TargetAnalysis]) -> Vec<String> {
         .collect()
 }
 
+/// What an apply (or an undo) did: the words the status line says, then one line per path
+/// (and per file a choice wrote).
+pub fn done_lines(done: &Done) -> Vec<String> {
+    let mut lines = vec![done.what.clone()];
+    match &done.did {
+        Did::Rewind(plan) => lines.extend(rewind_lines(plan)),
+        Did::Rollback { targets, choice_files } => {
+            lines.extend(rollback_lines(targets));
+            for f in choice_files {
+                lines.push(format!("  wrote {} for {}", quote_name(f.file.as_bytes()), quote_name(f.path.as_bytes())));
+            }
+        }
+    }
+    lines
+}
+
 /// The rollback preview: one line per target, the one under the cursor marked `>`, the
 /// choice made for a path beside it, and the keys that choose.
-pub fn rollback_view_lines(view: &super::app::RollbackView) -> Vec<String> {
+pub fn rollback_view_lines(view: &RollbackView) -> Vec<String> {
     let mut lines = rollback_lines(&view.analysis.targets);
     for (i, (line, t)) in lines.iter_mut().zip(&view.analysis.targets).enumerate() {
         if let Some((_, c)) = view.choices.iter().find(|(p, _)| *p == t.path) {
@@ -162,7 +182,7 @@ pub fn checkpoint_words(c: &CheckpointRecord) -> String {
 }
 
 /// The checkpoints of a turn, one line each, the chosen one marked `>`.
-pub fn checkpoint_lines(pick: &super::app::CheckpointPick) -> Vec<String> {
+pub fn checkpoint_lines(pick: &CheckpointPick) -> Vec<String> {
     pick.checkpoints
         .iter()
         .enumerate()
@@ -171,7 +191,7 @@ pub fn checkpoint_lines(pick: &super::app::CheckpointPick) -> Vec<String> {
             format!(
                 "{mark} {}  {}  {}",
                 c.checkpoint_id.get(..12).unwrap_or(&c.checkpoint_id),
-                super::timeline::clock(&c.created_at),
+                clock(&c.created_at),
                 checkpoint_words(c)
             )
         })

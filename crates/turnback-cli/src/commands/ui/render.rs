@@ -1,31 +1,23 @@
 //! Drawing one frame: a header (the session), the screen open, a status line and the keys
 //! in a footer, with `?` the help on top of all but the footer.
 //!
-//! Invariants: drawing reads the app state (and, in the turn view, the facade's cached or
-//! live diff); it changes nothing on disk. Colour only when `NO_COLOR` is unset; added and
-//! removed lines carry their `+`/`-` markers either way.
+//! Invariants: drawing takes the state read-only (the one thing a frame learns, how far
+//! the help can scroll at this size, it returns for the state to keep) and changes nothing
+//! on disk; the diffs it shows are the cached ones. Colour only when `NO_COLOR` is unset;
+//! added and removed lines carry their `+`/`-` markers either way.
 
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::style::{Color, Modifier, Style};
+use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use turnback::quote_name;
 
-use super::app::{App, Ask, Screen};
+use crate::output::short;
+
+use super::state::{App, Ask, Screen};
+use super::style::removed_style;
 use super::{preview, timeline, turn_view};
-
-pub fn added_style(app: &App) -> Style {
-    if app.color { Style::new().fg(Color::Green) } else { Style::new() }
-}
-
-pub fn removed_style(app: &App) -> Style {
-    if app.color { Style::new().fg(Color::Red) } else { Style::new() }
-}
-
-pub fn hunk_style(app: &App) -> Style {
-    if app.color { Style::new().fg(Color::Cyan) } else { Style::new() }
-}
 
 /// The keys of the screen open (with the help open: how to scroll and close it, on the
 /// last row whatever the size of the terminal).
@@ -73,7 +65,9 @@ s          show the workspace's next session
 esc        back · ? this help · q quit
 Mouse wheel scrolls. Set NO_COLOR for no colour.";
 
-pub fn draw(frame: &mut Frame, app: &mut App) {
+/// Draws one frame of `app`. Returns, with the help open, how far it can scroll at this
+/// size (the state keeps its scroll within that: [`App::fit_help`]).
+pub fn draw(frame: &mut Frame, app: &App) -> Option<u16> {
     let [header, body, status, footer_area] =
         Layout::vertical([Constraint::Length(1), Constraint::Min(5), Constraint::Length(1), Constraint::Length(1)])
             .areas(frame.area());
@@ -105,7 +99,7 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
             let lines = preview::checkpoint_lines(pick);
             lines_panel(frame, body, app, title, lines);
         }
-        Screen::Done(lines) => lines_panel(frame, body, app, " Done ".into(), lines.clone()),
+        Screen::Done(done) => lines_panel(frame, body, app, " Done ".into(), preview::done_lines(done)),
         Screen::Compare(c) => {
             let title = format!(" {} and {} from turn {} ", c.a.session_id, c.b.session_id, c.fork_point.turn);
             let lines = preview::compare_lines(c);
@@ -121,24 +115,24 @@ pub fn draw(frame: &mut Frame, app: &mut App) {
     };
     frame.render_widget(Paragraph::new(status_text), status);
     frame.render_widget(Paragraph::new(footer(app)).style(Style::new().add_modifier(Modifier::DIM)), footer_area);
-    if app.help {
-        help(frame, app, Rect { height: frame.area().height.saturating_sub(footer_area.height), ..frame.area() });
-    }
+    app.help.then(|| {
+        help(frame, app, Rect { height: frame.area().height.saturating_sub(footer_area.height), ..frame.area() })
+    })
 }
 
 /// The help over `within` (the frame but its footer): wrapped to the width there, scrolled
 /// when it does not fit, its title saying how to close it and, while more is below or
-/// above, its bottom edge how to see it.
-fn help(frame: &mut Frame, app: &mut App, within: Rect) {
+/// above, its bottom edge how to see it. Returns how far it can scroll.
+fn help(frame: &mut Frame, app: &App, within: Rect) -> u16 {
     let width = within.width.min(80);
     let lines = help_lines(width.saturating_sub(2) as usize);
     let area = centered(within, width, (lines.len() as u16).saturating_add(2));
     let rows = area.height.saturating_sub(2) as usize;
     let last = lines.len().saturating_sub(rows) as u16;
-    app.help_scroll = app.help_scroll.min(last);
+    let scroll = app.help_scroll.min(last);
     let mut block = Block::new().borders(Borders::ALL).title(" Keys · esc/? close ");
     if last > 0 {
-        let at = match app.help_scroll {
+        let at = match scroll {
             0 => "↓ more",
             s if s == last => "↑ more",
             _ => "↑↓ more",
@@ -146,7 +140,8 @@ fn help(frame: &mut Frame, app: &mut App, within: Rect) {
         block = block.title_bottom(Line::from(format!(" {at} · PgUp/PgDn ")).right_aligned());
     }
     frame.render_widget(Clear, area);
-    frame.render_widget(Paragraph::new(lines.join("\n")).block(block).scroll((app.help_scroll, 0)), area);
+    frame.render_widget(Paragraph::new(lines.join("\n")).block(block).scroll((scroll, 0)), area);
+    last
 }
 
 /// The help's lines wrapped at word breaks to `width` columns, a key's description going on
@@ -187,8 +182,6 @@ fn help_lines(width: usize) -> Vec<String> {
         })
         .collect()
 }
-
-pub use crate::output::short;
 
 fn lines_panel(frame: &mut Frame, area: Rect, app: &App, title: String, lines: Vec<String>) {
     let styled: Vec<Line> = lines

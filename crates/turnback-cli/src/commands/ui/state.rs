@@ -13,15 +13,19 @@
 //! The session's checkpoints are read in the background too, each time the turns are.
 //! A rollback preview's safe choices (skip, sanitized patch, resolve) are made per
 //! conflicting path and previewed again at once; the apply carries exactly those choices.
+//! This is the model alone: it imports no view (what an apply did is kept as the facade's
+//! report, [`Done`], and worded by the views), and drawing never changes it.
 
 use std::path::PathBuf;
 
-use super::diffs::{DiffState, Diffs};
-
 use turnback::{
-    Analysis, CheckpointRecord, Choice, CompareRequest, Comparison, ErrorCode, HistoryEntry, HistorySelection, Options,
-    RelPath, Result, RewindPlan, RollbackSelection, TargetOutcome, Turn, Turnback, quote_name,
+    Analysis, CheckpointRecord, Choice, ChoiceFile, CompareRequest, Comparison, ErrorCode, HistoryEntry,
+    HistorySelection, Options, RelPath, Result, RewindPlan, RollbackSelection, TargetAnalysis, TargetOutcome, Turn,
+    Turnback, quote_name,
 };
+
+use super::diffs::{DiffState, Diffs};
+use crate::output::short;
 
 /// How many of the newest ended turns have their diff computed when the screen opens.
 pub const EAGER_DIFFS: usize = 20;
@@ -41,7 +45,7 @@ pub enum Screen {
     /// The chosen turn's checkpoints, one to roll back.
     Checkpoints(CheckpointPick),
     /// What an apply (or an undo) did.
-    Done(Vec<String>),
+    Done(Box<Done>),
     /// Two sessions' results side by side.
     Compare(Box<Comparison>),
 }
@@ -85,6 +89,23 @@ pub struct SessionRow {
     pub parent: Option<String>,
     /// The agent that works in it, if recorded.
     pub agent: Option<String>,
+}
+
+/// What an apply (or an undo) did, as the facade reported it.
+#[derive(Debug)]
+pub struct Done {
+    /// In words, as the status line and the summary printed at the end say it.
+    pub what: String,
+    pub did: Did,
+}
+
+/// The facade's report of an apply.
+#[derive(Debug)]
+pub enum Did {
+    /// A rewind: the plan it carried out.
+    Rewind(RewindPlan),
+    /// A rollback (or an undo): each target's outcome, and the files its choices wrote.
+    Rollback { targets: Vec<TargetAnalysis>, choice_files: Vec<ChoiceFile> },
 }
 
 /// The undo offered: the checkpoint the last apply recorded, and what it was.
@@ -298,7 +319,7 @@ impl App {
         let Screen::Checkpoints(pick) = &self.screen else { return };
         let Some(c) = pick.checkpoints.get(pick.cursor) else { return };
         let id = c.checkpoint_id.clone();
-        let what = format!("checkpoint {}", super::render::short(&id));
+        let what = format!("checkpoint {}", short(&id));
         self.preview_rollback_of(RollbackSelection::Checkpoints(vec![id]), what, Vec::new());
     }
 
@@ -361,9 +382,7 @@ impl App {
             Screen::Rewind(plan) => match self.tb.rewind_apply(plan.to_turn, &[], Some(&plan.plan_id)) {
                 Ok(done) => {
                     let what = format!("rewound the workspace to the start of turn {}", plan.to_turn);
-                    let mut lines = vec![what.clone()];
-                    lines.extend(super::preview::rewind_lines(&done.plan));
-                    self.after_apply(what, done.checkpoint_id, lines);
+                    self.after_apply(what, done.checkpoint_id, Did::Rewind(done.plan));
                 }
                 Err(e) if e.code == ErrorCode::Conflict => {
                     self.status = "refused: the workspace changed since that preview; this is the new one".into();
@@ -379,16 +398,8 @@ impl App {
                 match self.tb.rollback_apply(&view.selection, &choices, Some(&view.analysis.plan_id)) {
                     Ok(done) => {
                         let what = format!("rolled back {} ({} path(s))", view.what, done.applied_paths.len());
-                        let mut lines = vec![what.clone()];
-                        lines.extend(super::preview::rollback_lines(&done.targets));
-                        for f in &done.choice_files {
-                            lines.push(format!(
-                                "  wrote {} for {}",
-                                quote_name(f.file.as_bytes()),
-                                quote_name(f.path.as_bytes())
-                            ));
-                        }
-                        self.after_apply(what, done.rollback_checkpoint_id, lines);
+                        let did = Did::Rollback { targets: done.targets, choice_files: done.choice_files };
+                        self.after_apply(what, done.rollback_checkpoint_id, did);
                     }
                     Err(e) if e.code == ErrorCode::Conflict => {
                         self.status = "refused: the workspace changed since that preview; this is the new one".into();
@@ -412,19 +423,19 @@ impl App {
         }
     }
 
-    fn after_apply(&mut self, what: String, checkpoint: Option<String>, lines: Vec<String>) {
+    fn after_apply(&mut self, what: String, checkpoint: Option<String>, did: Did) {
         self.applied.push(what.clone());
         self.undo = checkpoint.map(|checkpoint_id| Undo { checkpoint_id, what: what.clone() });
         self.status = match &self.undo {
             Some(_) => format!("{what}; press u to undo it"),
-            None => what,
+            None => what.clone(),
         };
         self.diffs.clear();
         match self.reload() {
             Ok(()) => self.prime_diffs(),
             Err(e) => self.status = format!("reading the turns again: {e}"),
         }
-        self.show(Screen::Done(lines));
+        self.show(Screen::Done(Box::new(Done { what, did })));
     }
 
     /// Takes back the last apply: its own checkpoint rolled back, held to a fresh plan.
@@ -441,16 +452,15 @@ impl App {
         match result {
             Ok(done) => {
                 let what = format!("undid: {} ({} path(s) put back)", undo.what, done.applied_paths.len());
-                let mut lines = vec![what.clone()];
-                lines.extend(super::preview::rollback_lines(&done.targets));
                 self.applied.push(what.clone());
-                self.status = what;
+                self.status = what.clone();
                 self.diffs.clear();
                 match self.reload() {
                     Ok(()) => self.prime_diffs(),
                     Err(e) => self.status = format!("reading the turns again: {e}"),
                 }
-                self.show(Screen::Done(lines));
+                let did = Did::Rollback { targets: done.targets, choice_files: Vec::new() };
+                self.show(Screen::Done(Box::new(Done { what, did })));
             }
             Err(e) => {
                 self.status = format!("undo: {e}");
@@ -529,6 +539,14 @@ impl App {
                     Err(e) => self.status = format!("compare: {e}"),
                 }
             }
+        }
+    }
+
+    /// Keeps the help's scroll within `last`, how far the frame just drawn could scroll it
+    /// (`None`: no help was drawn).
+    pub fn fit_help(&mut self, last: Option<u16>) {
+        if let Some(last) = last {
+            self.help_scroll = self.help_scroll.min(last);
         }
     }
 

@@ -5,8 +5,7 @@ use ratatui::Terminal;
 use ratatui::backend::TestBackend;
 use turnback::{BeginRequest, KeyConfig, Mutation, Options, Turnback};
 
-use super::app::{App, Ask, Screen};
-use super::render;
+use super::state::{App, Ask, Screen};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -47,7 +46,7 @@ fn draw(app: &mut App, width: u16, height: u16) -> String {
 /// One frame as the screen would draw it now, whatever is still computing.
 fn draw_now(app: &mut App, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    terminal.draw(|f| render::draw(f, app)).unwrap();
+    super::draw(&mut terminal, app).unwrap();
     let buffer = terminal.backend().buffer();
     (0..height)
         .map(|y| (0..width).map(|x| buffer[(x, y)].symbol()).collect::<String>().trim_end().to_string() + "\n")
@@ -340,7 +339,7 @@ fn ui_bench_open_and_switch_on_200_turns() {
     arrivals.sort();
     println!(
         "open (first frame): {open:?}; the {EAGER} newest diffs back after {first_diffs:?}",
-        EAGER = super::app::EAGER_DIFFS
+        EAGER = super::state::EAGER_DIFFS
     );
     println!(
         "switch to an older turn (frame drawn): median {:?}, max {:?}; its diff back: median {:?}, max {:?}",

@@ -12,14 +12,9 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, List, ListItem, ListState, Paragraph};
 use turnback::{DiffReport, SnapshotRef, Turn, escape_controls, quote_name};
 
-use super::app::App;
 use super::diffs::DiffState;
-use super::render::{added_style, removed_style};
-
-/// `HH:MM` of an RFC 3339 time (the whole text if it is not one).
-pub fn clock(at: &str) -> &str {
-    at.get(11..16).unwrap_or(at)
-}
+use super::state::App;
+use super::style::{added_style, clock, removed_style};
 
 /// Files changed and lines added and removed, as `3 files +10 -2`.
 pub fn stat(d: &DiffReport) -> String {

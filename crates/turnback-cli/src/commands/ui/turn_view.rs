@@ -14,10 +14,10 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use turnback::{DiffReport, HistoryEntry, Role, escape_controls, quote_name};
 
-use super::app::App;
 use super::diffs::DiffState;
 use super::preview::checkpoint_words;
-use super::render::{added_style, hunk_style, removed_style};
+use super::state::App;
+use super::style::{added_style, hunk_style, removed_style};
 
 /// The diff as styled lines.
 pub fn diff_lines(app: &App, d: &DiffReport) -> Vec<Line<'static>> {
