@@ -14,7 +14,9 @@ use super::decision::*;
 use super::*;
 use crate::base::hex::hex;
 use crate::checkpoint::artifact::ImageRole;
-use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, OperationKind, RetentionState, Unreadable};
+use crate::checkpoint::{
+    self, CheckpointRecord, ImageRecord, ListFilter, OperationKind, RetentionState, TargetRecord, Unreadable,
+};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::files::{self, Current, FileIdentity, Observed};
 use crate::fs::handles;
@@ -254,105 +256,153 @@ pub(super) fn decide_path(
     excluded: bool,
     pre_cache: &PreCache,
 ) -> (Vec<TargetAnalysis>, Option<Final>) {
-    // Permission changes are never the agent's to take back: if someone changed the
-    // mode since the newest mutation, the restored file keeps their mode.
+    let mut walk = Walk {
+        seen: real.clone(),
+        virtual_state: false,
+        later_not_taken_back: false,
+        final_state: None,
+        kept_mode: kept_mode(records, steps, real),
+    };
+    let mut out = Vec::with_capacity(steps.len());
+    for &(ri, ti) in steps {
+        let pre = pre_cache.get(&(ri, ti)).cloned().unwrap_or((PreBytes::Missing, None));
+        out.push(walk.step(records[ri], ti, pre, excluded));
+    }
+    let write = walk.write(real);
+    (out, write)
+}
+
+/// The mode to keep on the restored file: permission changes are never the agent's to
+/// take back, so if someone changed the mode since the newest mutation (`real`'s differs
+/// from the one it left), the restored file keeps their mode.
+fn kept_mode(records: &[&CheckpointRecord], steps: &[(usize, usize)], real: &Seen) -> Option<u32> {
     let newest_post_mode = steps
         .first()
         .and_then(|&(ri, ti)| records[ri].targets[ti].post_image.as_ref()?.identity.map(|i| i.permissions()));
-    let kept_mode = match real {
+    match real {
         Seen::File { identity: Some(id), .. } if newest_post_mode.is_some_and(|m| m != id.permissions()) => {
             Some(id.permissions())
         }
         _ => None,
-    };
-    let mut seen = real.clone();
-    let mut virtual_state = false;
-    let mut later_not_taken_back = false;
-    let mut final_state: Option<Final> = None;
-    let mut out = Vec::with_capacity(steps.len());
-    for &(ri, ti) in steps {
-        let r = records[ri];
+    }
+}
+
+/// One path's steps decided newest first: the state the steps decided so far would leave.
+struct Walk {
+    /// The path as the newer steps leave it (at first, as it is).
+    seen: Seen,
+    /// Whether `seen` is a state the newer steps would leave rather than what is on disk.
+    virtual_state: bool,
+    /// Whether a newer step is not taken back: an older one must not be built on top.
+    later_not_taken_back: bool,
+    /// What the path becomes, once a step takes something back.
+    final_state: Option<Final>,
+    /// The mode a person set since the newest mutation ([`kept_mode`]).
+    kept_mode: Option<u32>,
+}
+
+impl Walk {
+    /// Decides step `ti` of `r` (`pre`: its pre-image, read) against the state the newer
+    /// steps leave, and moves the walk past it.
+    fn step(
+        &mut self,
+        r: &CheckpointRecord,
+        ti: usize,
+        pre: (PreBytes, Option<Body>),
+        excluded: bool,
+    ) -> TargetAnalysis {
         let t = &r.targets[ti];
-        let (pb, bytes) = pre_cache.get(&(ri, ti)).cloned().unwrap_or((PreBytes::Missing, None));
+        let (pre_bytes, bytes) = pre;
         let status = record_status(r);
         let inputs = Inputs {
             status,
             pre: &t.pre_image,
             post: t.post_image.as_ref(),
-            seen: &seen,
-            virtual_state,
-            pre_bytes: pb,
+            seen: &self.seen,
+            virtual_state: self.virtual_state,
+            pre_bytes,
             excluded,
-            later_not_taken_back,
+            later_not_taken_back: self.later_not_taken_back,
         };
         let outcome = decide(&inputs);
-        out.push(TargetAnalysis {
+        let mut analysis = TargetAnalysis {
             checkpoint_id: r.checkpoint_id.clone(),
             target_index: ti,
             path: t.path.clone(),
             effect: t.effect,
             pre_image: image_state(Some(&t.pre_image)),
             post_image: image_state(t.post_image.as_ref()),
-            current_state: seen.state(),
+            current_state: self.seen.state(),
             outcome: outcome.clone(),
-        });
+        };
         let never_happened = status == RecordStatus::Abandoned;
         if !outcome.eligible() && !never_happened {
-            later_not_taken_back = true;
+            self.later_not_taken_back = true;
         }
-        if let Outcome::AppliedEligible { no_op, .. } = outcome {
-            if no_op && !virtual_state && seen.state() != image_state(t.post_image.as_ref()) {
-                // On disk it is already back at this mutation's pre-image, but not because
-                // of this rollback: older mutations must not build on someone else's state.
-                later_not_taken_back = true;
-            }
-            // The bytes already as before, but not the mode the mutation changed (a rewind
-            // or a rollback may change only a mode): the mode goes back.
-            let pre_mode = t.pre_image.identity.map(|i| i.permissions());
-            let post_mode = t.post_image.as_ref().and_then(|p| p.identity).map(|i| i.permissions());
-            // Only a mode the mutation changed (a file before and after) and that is not
-            // back already.
-            let mode_now = match &seen {
-                Seen::File { identity: Some(id), .. } => Some(id.permissions()),
-                _ => None,
-            };
-            let mode_back = no_op
-                && bytes.is_some()
-                && pre_mode.is_some()
-                && post_mode.is_some()
-                && pre_mode != post_mode
-                && mode_now != pre_mode;
-            if mode_back
-                && let Some(TargetAnalysis { outcome: Outcome::AppliedEligible { no_op, .. }, .. }) = out.last_mut()
-            {
-                // What the preview says is what the apply does: the mode is written.
-                *no_op = false;
-            }
-            if !no_op || mode_back {
-                final_state = Some(match bytes {
-                    Some(body) => Final::File { body, mode: kept_mode.or(pre_mode) },
-                    None => Final::Absent,
-                });
-            }
-            seen = match &t.pre_image {
-                ImageRecord { present: true, digest: Some(d), .. } => {
-                    Seen::File { digest: d.clone(), identity: None, held_by: Vec::new(), written_back: false }
-                }
-                _ => Seen::Absent { moved: None },
-            };
-            virtual_state = true;
+        if let Outcome::AppliedEligible { no_op, .. } = outcome
+            && self.take_back(t, no_op, bytes)
+            && let Outcome::AppliedEligible { no_op, .. } = &mut analysis.outcome
+        {
+            // What the preview says is what the apply does: the mode is written.
+            *no_op = false;
         }
+        analysis
     }
-    // Nothing to write if the path already is what the steps would make it, mode and all.
-    let write = final_state.filter(|f| match (f, real) {
-        (Final::Absent, Seen::Absent { .. }) => false,
-        (Final::File { mode, .. }, Seen::File { digest, identity, .. }) => {
-            Some(digest.as_str()) != seen.digest()
-                || mode.is_some_and(|m| identity.is_some_and(|i| i.permissions() != m))
+
+    /// Takes back `t`, an eligible step (`no_op`: on disk it is at its pre-image already;
+    /// `bytes`: that pre-image): the path becomes its pre-image. Returns whether the bytes
+    /// are back already but the mode the step changed goes back (so it is no no-op).
+    fn take_back(&mut self, t: &TargetRecord, no_op: bool, bytes: Option<Body>) -> bool {
+        if no_op && !self.virtual_state && self.seen.state() != image_state(t.post_image.as_ref()) {
+            // On disk it is already back at this mutation's pre-image, but not because
+            // of this rollback: older mutations must not build on someone else's state.
+            self.later_not_taken_back = true;
         }
-        _ => true,
-    });
-    (out, write)
+        // The bytes already as before, but not the mode the mutation changed (a rewind
+        // or a rollback may change only a mode): the mode goes back.
+        let pre_mode = t.pre_image.identity.map(|i| i.permissions());
+        let post_mode = t.post_image.as_ref().and_then(|p| p.identity).map(|i| i.permissions());
+        // Only a mode the mutation changed (a file before and after) and that is not
+        // back already.
+        let mode_now = match &self.seen {
+            Seen::File { identity: Some(id), .. } => Some(id.permissions()),
+            _ => None,
+        };
+        let mode_back = no_op
+            && bytes.is_some()
+            && pre_mode.is_some()
+            && post_mode.is_some()
+            && pre_mode != post_mode
+            && mode_now != pre_mode;
+        if !no_op || mode_back {
+            self.final_state = Some(match bytes {
+                Some(body) => Final::File { body, mode: self.kept_mode.or(pre_mode) },
+                None => Final::Absent,
+            });
+        }
+        self.seen = match &t.pre_image {
+            ImageRecord { present: true, digest: Some(d), .. } => {
+                Seen::File { digest: d.clone(), identity: None, held_by: Vec::new(), written_back: false }
+            }
+            _ => Seen::Absent { moved: None },
+        };
+        self.virtual_state = true;
+        mode_back
+    }
+
+    /// The write the steps call for: none if the path (`real`) already is what they
+    /// would make it, mode and all.
+    fn write(self, real: &Seen) -> Option<Final> {
+        let seen = self.seen;
+        self.final_state.filter(|f| match (f, real) {
+            (Final::Absent, Seen::Absent { .. }) => false,
+            (Final::File { mode, .. }, Seen::File { digest, identity, .. }) => {
+                Some(digest.as_str()) != seen.digest()
+                    || mode.is_some_and(|m| identity.is_some_and(|i| i.permissions() != m))
+            }
+            _ => true,
+        })
+    }
 }
 
 pub(super) fn plan_id(
