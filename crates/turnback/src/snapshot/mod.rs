@@ -27,17 +27,22 @@
 //!   (`watched`) when everything adds up, and walks the whole tree otherwise.
 
 //!
-//! [`take`] takes one, phase by phase, on a [`scan`] (the walk merged with the stat cache);
+//! [`take`] takes one, phase by phase, on a [`scan`] (the walk merged with the stat cache),
+//! through [`limits`], [`plan`], [`read`] and [`build`];
 //! [`prune`] keeps a session within its budget;
 //! [`edit`] makes trees (built whole or rebuilt where they changed); [`lookup`] reads them; [`diff`] compares two; [`statcache`] and [`tree`] are their
 //! formats.
 
+mod build;
 pub(crate) mod diff;
 mod edit;
+mod limits;
 mod lookup;
 mod patch;
 pub(crate) mod pieces;
+mod plan;
 mod prune;
+mod read;
 mod scan;
 pub(crate) mod statcache;
 mod take;
