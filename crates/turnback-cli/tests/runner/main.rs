@@ -25,6 +25,7 @@ mod test_sessions;
 mod test_shell_checkpoints;
 mod test_snapshot_hardening;
 mod test_surface;
+mod test_text;
 mod test_turns;
 mod test_ui;
 mod test_watch;
