@@ -9,4 +9,5 @@ mod test_rollback_property;
 mod test_shell_property;
 mod test_snapshot;
 mod test_store;
+mod test_undo_rules;
 mod test_watch_property;
