@@ -548,7 +548,6 @@ fn a_rewind_in_one_session_leaves_another_sessions_later_write_alone() {
 /// (which cannot tell writers apart) decides first, and the other-session paths are
 /// consulted only when it finds nothing. Left alone all the same (the test above).
 #[test]
-#[ignore = "bug: another session's checkpointed write after the last turn is reported as hand-edit-after-last-turn, not other-session"]
 fn a_rewind_names_another_sessions_later_write_as_other_session_work() {
     let ws = Ws::new();
     ws.put("shared.txt", "original\n", 0o644);

@@ -352,7 +352,9 @@ impl Judge<'_> {
             let detail = "not in the target snapshot because it was ignored or excluded then; never deleted";
             why = Some((Reason::NotSnapshotted, detail.into()));
         }
-        if why.is_none()
+        // A change the chain of snapshots cannot attribute (a hand edit, by what it sees) is
+        // named for who made it when another session's records say it was that session.
+        if matches!(why, None | Some((Reason::HandEditBetweenTurns | Reason::HandEditAfterLastTurn, _)))
             && let Some(how) = self.others.get(p)
         {
             why = Some((Reason::OtherSession, how.clone()));
