@@ -38,6 +38,7 @@ pub(crate) mod diff;
 mod edit;
 mod limits;
 mod lookup;
+mod options;
 mod patch;
 pub(crate) mod pieces;
 mod plan;
@@ -51,7 +52,7 @@ mod watched;
 
 pub(crate) use lookup::Lookup;
 pub(crate) use lookup::{flatten, live_objects, read_tree};
-pub(crate) use take::TakeOptions;
+pub(crate) use options::TakeOptions;
 
 use std::path::Path;
 

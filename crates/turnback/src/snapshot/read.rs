@@ -18,9 +18,9 @@ use rayon::prelude::*;
 
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::walk::{self, Skipped};
+use crate::snapshot::options::cancelled;
 use crate::snapshot::plan::ReadPlan;
 use crate::snapshot::scan::Scan;
-use crate::snapshot::take::cancelled;
 use crate::snapshot::{LeftOut, SnapshotRecord, TakeOptions};
 use crate::storage::content::{ContentClass, ContentId};
 use crate::storage::object;

@@ -16,12 +16,11 @@
 //! its last phase but what nothing names yet (content, a large tree's nodes, a whole stat
 //! cache's pieces): a cancelled or failed snapshot leaves only that, which `gc` removes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use crate::base::time::{format_ms, now_ms};
 use crate::error::{Error, ErrorCode, Result};
 use crate::snapshot::build::{Built, build};
 use crate::snapshot::limits::{Baseline, leave_out, over_limit};
+use crate::snapshot::options::{TakeOptions, cancelled};
 use crate::snapshot::plan::classify;
 use crate::snapshot::prune::prune;
 use crate::snapshot::read::read_and_pack;
@@ -32,38 +31,6 @@ use crate::storage::object;
 use crate::storage::settings::SnapshotLimits;
 use crate::storage::store::Store;
 use crate::watch::WatchMark;
-
-/// How to take a snapshot.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct TakeOptions<'a> {
-    /// Why.
-    pub kind: Option<SnapshotKind>,
-    /// The turn it belongs to.
-    pub turn_id: Option<&'a str>,
-    /// Checked between batches and, finally, inside the committing transaction: once set,
-    /// the snapshot is abandoned and nothing of it is committed (`cancelled` error).
-    pub cancel: Option<&'a AtomicBool>,
-    /// Told, after each batch, the bytes read so far and the bytes to read in all.
-    pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
-    /// Walk the whole tree even if the watcher could say what changed.
-    pub full: bool,
-}
-
-impl std::fmt::Debug for TakeOptions<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TakeOptions").field("kind", &self.kind).field("turn_id", &self.turn_id).finish()
-    }
-}
-
-/// `cancelled` once the snapshot's cancel flag is set.
-pub(super) fn cancelled(opts: &TakeOptions<'_>) -> Result<()> {
-    match opts.cancel {
-        Some(flag) if flag.load(Ordering::SeqCst) => {
-            Err(Error::new(ErrorCode::Cancelled, "cancelled; nothing of the snapshot was recorded"))
-        }
-        _ => Ok(()),
-    }
-}
 
 /// Takes a snapshot of `source` by walking the whole tree, telling `hooks` (the turns) what
 /// it commits and prunes; the caller holds the session and objects locks and synced with

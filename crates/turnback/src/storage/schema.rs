@@ -94,9 +94,9 @@ tables! {
     /// session took it: where a new session's first watched snapshot starts from.
     WATCHED_NEWEST = "watched-newest" in "snapshot/", derived;
     /// Per-session stat caches.
-    STATCACHE = "statcache" in "snapshot/statcache.rs", sealed, large, derived;
+    STATCACHE = "statcache" in "snapshot/statcache/rows.rs", sealed, large, derived;
     /// Per-session deltas over the stat caches (what changed since each was written whole).
-    STATCACHE_DELTA = "statcache-delta" in "snapshot/statcache.rs", sealed, derived;
+    STATCACHE_DELTA = "statcache-delta" in "snapshot/statcache/rows.rs", sealed, derived;
     /// The pieces of the whole stat caches, by session, generation and number (a whole
     /// cache's row holds only which pieces make it).
     STATCACHE_PIECES = "statcache-pieces" in "snapshot/pieces.rs", sealed, large, derived;

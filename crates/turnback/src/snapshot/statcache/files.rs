@@ -5,7 +5,8 @@
 //! of order does not load); every index is within the buffers; a cache that would
 //! overflow a column (4 GiB of paths, 65,536 devices) is not made.
 
-use super::codec::Column;
+use std::io;
+
 use crate::fs::walk::{Stat, component_order};
 
 /// The cached files in component order (kept by whoever adds them): each one's path, in
@@ -205,5 +206,72 @@ impl PartialEq for Files {
 impl std::fmt::Debug for Files {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list().entries(self.iter().map(|(p, s)| (String::from_utf8_lossy(p), s))).finish()
+    }
+}
+
+/// One column of the entries' stats, in [`COLUMNS`] order: the writer and the reader
+/// share this one table, so their layouts cannot drift apart. The ids' column follows
+/// them, [`ID_BYTES`] an entry (written by [`put_columns`], read by [`Input::ids`], and read
+/// past or at an entry's place by [`decode_from`] and [`StatCache::ids_of`]).
+#[derive(Clone, Copy)]
+pub(super) enum Column {
+    Mode,
+    Size,
+    Mtime,
+    Ctime,
+    Device,
+    Inode,
+}
+
+/// Every mode, then every size, mtime, ctime, device and inode (then every id).
+pub(super) const COLUMNS: [Column; 6] =
+    [Column::Mode, Column::Size, Column::Mtime, Column::Ctime, Column::Device, Column::Inode];
+
+impl Column {
+    /// Bytes per entry. Times are kept as 16 bytes (the layout predates the 8-byte fields
+    /// in memory).
+    pub(super) fn width(self) -> usize {
+        match self {
+            Column::Mode => 4,
+            Column::Size | Column::Device | Column::Inode => 8,
+            Column::Mtime | Column::Ctime => 16,
+        }
+    }
+
+    pub(super) fn put(self, out: &mut dyn io::Write, s: &Stat) -> io::Result<()> {
+        match self {
+            Column::Mode => out.write_all(&s.mode.to_le_bytes()),
+            Column::Size => out.write_all(&s.size.to_le_bytes()),
+            Column::Mtime => out.write_all(&i128::from(s.mtime_ns).to_le_bytes()),
+            Column::Ctime => out.write_all(&i128::from(s.ctime_ns).to_le_bytes()),
+            Column::Device => out.write_all(&s.device.to_le_bytes()),
+            Column::Inode => out.write_all(&s.inode.to_le_bytes()),
+        }
+    }
+
+    /// The field its [`width`](Self::width) bytes `v` hold, as 64 bits (a time's two's
+    /// complement); `None` for a time past what 8 bytes hold.
+    pub(super) fn decode(self, v: &[u8]) -> Option<u64> {
+        match self {
+            Column::Mode => Some(u64::from(u32::from_le_bytes(v.try_into().expect("4 bytes")))),
+            Column::Size | Column::Device | Column::Inode => Some(u64::from_le_bytes(v.try_into().expect("8 bytes"))),
+            Column::Mtime | Column::Ctime => {
+                i64::try_from(i128::from_le_bytes(v.try_into().expect("16 bytes"))).ok().map(|t| t as u64)
+            }
+        }
+    }
+
+    /// Sets this field of `s` from its encoding `v` ([`decode`](Self::decode)).
+    pub(super) fn set(self, s: &mut Stat, v: &[u8]) -> Option<()> {
+        let x = self.decode(v)?;
+        match self {
+            Column::Mode => s.mode = x as u32,
+            Column::Size => s.size = x,
+            Column::Mtime => s.mtime_ns = x as i64,
+            Column::Ctime => s.ctime_ns = x as i64,
+            Column::Device => s.device = x,
+            Column::Inode => s.inode = x,
+        }
+        Some(())
     }
 }
