@@ -1,5 +1,7 @@
 //! The architecture, checked: the library's layers import only downward, no module imports
-//! itself back through others, and every table of the store is touched only by its owner.
+//! itself back through others, every table of the store is touched only by its owner, and
+//! the doors (the command line with its hooks, the MCP server) reach the work around a turn
+//! only through the runtime they install.
 //!
 //! The checks read the source files (everything under `src/` but the unit-test modules at
 //! the bottom of files, and this file) and look at every `use` declaration — re-exports
@@ -401,8 +403,87 @@ fn every_table_is_touched_only_by_its_owner() {
     assert!(wrong.is_empty(), "tables touched by modules that do not own them:\n{}", wrong.join("\n"));
 }
 
+/// The library calls a door may make that another door's behaviour depends on, and the one
+/// file of the doors each is for: the work the [`Runtime`](crate::Runtime) runs around a
+/// turn is decided by the library, so a door makes these calls only where it implements the
+/// runtime's part (a detached child) or a person's explicit command.
+const DOOR_CALLS: &[(&str, &str, &str)] = &[
+    ("take_turn_start_snapshot(", "turnback-cli/src/commands/detached.rs", "the start snapshot's child"),
+    ("watch_start(", "turnback-cli/src/commands/watch.rs", "`turnback watch start`"),
+    (".push(", "turnback-cli/src/commands/remote.rs", "`turnback push` (which an auto-push runs)"),
+    ("with_start_snapshot(", "turnback-cli/src/runtime.rs", "the command line's runtime"),
+    ("with_watcher(", "turnback-cli/src/runtime.rs", "the command line's runtime"),
+    ("with_push(", "turnback-cli/src/runtime.rs", "the command line's runtime"),
+];
+
+/// Every door source file (crate-relative path, code without its unit tests).
+fn door_files() -> Vec<(String, String)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the crates directory").to_path_buf();
+    let mut out = Vec::new();
+    for door in ["turnback-cli/src", "turnback-mcp/src"] {
+        let mut stack = vec![crates.join(door)];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).expect("a door's sources") {
+                let path = entry.expect("an entry").path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs") {
+                    let rel = path.strip_prefix(&crates).expect("under crates").to_string_lossy().into_owned();
+                    out.push((rel, without_tests(&std::fs::read_to_string(&path).expect("a source file"))));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The places in `code` that call `call` as the library's: for `.push(`, only a call of
+/// three arguments (`Turnback::push`; a `Vec`'s takes one).
+fn calls_of(code: &str, call: &str) -> usize {
+    code.match_indices(call)
+        .filter(|(at, _)| {
+            if call != ".push(" {
+                return true;
+            }
+            let (mut depth, mut commas) = (0i32, 0);
+            for c in code[at + call.len()..].chars() {
+                match c {
+                    '(' | '[' | '{' => depth += 1,
+                    ')' | ']' | '}' if depth == 0 => break,
+                    ')' | ']' | '}' => depth -= 1,
+                    ',' if depth == 0 => commas += 1,
+                    _ => {}
+                }
+            }
+            commas >= 2
+        })
+        .count()
+}
+
+#[test]
+fn doors_reach_the_work_around_a_turn_only_through_the_runtime() {
+    let files = door_files();
+    assert!(files.iter().any(|(f, _)| f.starts_with("turnback-mcp/")), "the MCP server's sources were read");
+    let mut wrong = Vec::new();
+    for (call, only, why) in DOOR_CALLS {
+        let mut seen = 0;
+        for (file, code) in &files {
+            let n = calls_of(code, call);
+            seen += n;
+            if n > 0 && file != only {
+                wrong.push(format!("{file} calls {call}…) — only {only} may ({why})"));
+            }
+        }
+        assert!(seen > 0, "{call}…) is called nowhere: the rule names a call that is gone");
+    }
+    assert!(wrong.is_empty(), "a door does the runtime's work itself:\n{}", wrong.join("\n"));
+}
+
 #[test]
 fn checks_see_what_they_must() {
+    // A library push has three arguments; a vector's has one.
+    assert_eq!(calls_of("v.push(x); tb.push(name, &which, &|d, t| bar(d, t));", ".push("), 1);
+    assert_eq!(calls_of("v.push((a, b)); v.push(f(a, b, c));", ".push("), 0);
     let known: BTreeSet<String> = [
         "api",
         "session",

@@ -165,13 +165,4 @@ impl Turnback {
         let grace = grace.unwrap_or(REMOTE_GC_GRACE);
         remote::gc::gc(&self.store, &config, i64::try_from(grace.as_millis()).unwrap_or(i64::MAX))
     }
-
-    /// The remote `[remote] auto-push` in the store's `settings.toml` names, if any: the
-    /// command line pushes the session there in the background at each turn end.
-    ///
-    /// # Errors
-    /// `invalid-argument` for a malformed settings file.
-    pub fn auto_push_remote(&self) -> Result<Option<String>> {
-        crate::storage::settings::auto_push(&self.store.dir().join("settings.toml"))
-    }
 }
