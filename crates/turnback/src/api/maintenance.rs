@@ -98,105 +98,159 @@ pub(crate) fn verify(store: &Store, deep: bool) -> Result<VerifyReport> {
     // Every check reads one committed state: a hook committing meanwhile must not look
     // like rows added or removed outside turnback.
     let view = store.read_view()?;
-    let store = &view;
-    let mut counts = VerifyCounts::default();
-    let mut problems = Vec::new();
-    // Every record opened once, here; the cross-checks below use them as opened.
-    let mut opened = BTreeMap::new();
-    for id in checkpoint::all_ids(store)? {
-        counts.checkpoints += 1;
-        let record = match checkpoint::load(store, &id) {
-            Ok(r) => r,
-            Err(e) => {
-                problems.push(problem(format!("checkpoint {id}"), &e));
-                opened.insert(id, None);
+    let mut v = Verifier { store: &view, deep, counts: VerifyCounts::default(), problems: Vec::new() };
+    let opened = v.checkpoints()?;
+    v.snapshot_trees()?;
+    v.objects()?;
+    v.sealed_records()?;
+    v.stat_caches()?;
+    v.cross_checks(&opened)?;
+    Ok(VerifyReport { clean: v.problems.is_empty(), deep, counts: v.counts, problems: v.problems })
+}
+
+/// One `verify` under way: what it reads, and what it has counted and found.
+struct Verifier<'a> {
+    /// The one committed state every check reads.
+    store: &'a Store,
+    deep: bool,
+    counts: VerifyCounts,
+    problems: Vec<Problem>,
+}
+
+impl Verifier<'_> {
+    /// Opens every checkpoint record, once: the cross-checks use them as opened, by id
+    /// (`None`: it does not open). The artifacts of those not evicted are checked too.
+    fn checkpoints(&mut self) -> Result<BTreeMap<String, Option<CheckpointRecord>>> {
+        let (store, counts) = (self.store, &mut self.counts);
+        let mut opened = BTreeMap::new();
+        for id in checkpoint::all_ids(store)? {
+            counts.checkpoints += 1;
+            let record = match checkpoint::load(store, &id) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.problems.push(problem(format!("checkpoint {id}"), &e));
+                    opened.insert(id, None);
+                    continue;
+                }
+            };
+            opened.insert(id, Some(record.clone()));
+            match record.stage_state {
+                StageState::Committed => counts.committed += 1,
+                StageState::Unreachable => counts.recovery_locked += 1,
+                StageState::Staging | StageState::Staged => counts.pending += 1,
+            }
+            if record.retention_state == RetentionState::Evicted {
+                counts.evicted += 1;
                 continue;
             }
-        };
-        opened.insert(id, Some(record.clone()));
-        match record.stage_state {
-            StageState::Committed => counts.committed += 1,
-            StageState::Unreachable => counts.recovery_locked += 1,
-            StageState::Staging | StageState::Staged => counts.pending += 1,
+            verify_artifacts(store, &record, self.deep, counts, &mut self.problems);
         }
-        if record.retention_state == RetentionState::Evicted {
-            counts.evicted += 1;
-            continue;
-        }
-        verify_artifacts(store, &record, deep, &mut counts, &mut problems);
+        Ok(opened)
     }
-    // Every snapshot tree must resolve: its nodes decrypt and every object it names exists.
-    match crate::snapshot::live_objects(store) {
-        Ok(live) => {
-            for id in live {
-                if !object::exists(store.kv(), &id)? {
-                    problems.push(problem(
-                        format!("object {}", id.to_hex()),
-                        &crate::Error::corrupt("snapshot", "a snapshot names an object the store does not hold"),
-                    ));
+
+    /// Every snapshot tree must resolve: its nodes decrypt and every object it names exists.
+    fn snapshot_trees(&mut self) -> Result<()> {
+        match crate::snapshot::live_objects(self.store) {
+            Ok(live) => {
+                for id in live {
+                    if !object::exists(self.store.kv(), &id)? {
+                        self.problems.push(problem(
+                            format!("object {}", id.to_hex()),
+                            &crate::Error::corrupt("snapshot", "a snapshot names an object the store does not hold"),
+                        ));
+                    }
+                }
+            }
+            Err(e) => self.problems.push(problem("snapshot trees".into(), &e)),
+        }
+        Ok(())
+    }
+
+    /// Every content object, packed or on its own: its header (with `deep`, its content)
+    /// opens.
+    fn objects(&mut self) -> Result<()> {
+        let store = self.store;
+        let object_ids = object::own_ids(store.kv())?;
+        let (packed, packed_problems) = crate::storage::pack::verify(store.keys(), store.kv(), self.deep)?;
+        self.counts.objects = object_ids.len() as u64 + packed;
+        self.problems.extend(packed_problems.iter().map(|(what, e)| problem(what.clone(), e)));
+        for key in object_ids {
+            let what = format!("object {}", crate::base::hex::hex(&key));
+            let Ok(id) = <[u8; 32]>::try_from(key.as_slice()).map(ContentId) else {
+                self.problems.push(problem(what, &crate::Error::corrupt("object", "malformed id")));
+                continue;
+            };
+            let checked = if self.deep {
+                store.read_object(&id).map(|_| ())
+            } else {
+                object::header(store.kv(), &id).map(|_| ())
+            };
+            if let Err(e) = checked {
+                self.problems.push(problem(what, &e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every other sealed record counted, and with `deep` opened. (Checkpoint records
+    /// were opened by [`checkpoints`](Self::checkpoints), one by one.)
+    fn sealed_records(&mut self) -> Result<()> {
+        let store = self.store;
+        for table in schema::TABLES.iter().filter(|t| t.sealed && t.owner != "checkpoint/") {
+            let ns = table.name;
+            let mut entries = Vec::new();
+            store.kv().scan(ns, b"", &mut |k, v| {
+                entries.push((k.to_vec(), v.to_vec()));
+                Ok(true)
+            })?;
+            for (k, v) in entries {
+                self.counts.records += 1;
+                if self.deep
+                    && let Err(e) = store.open_bytes(ns, &k, &v)
+                {
+                    // A key that is not text (a stat cache piece's) is shown in hex.
+                    let key = match std::str::from_utf8(&k) {
+                        Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
+                        _ => crate::base::hex::hex(&k),
+                    };
+                    let mut p = problem(format!("{ns} record {key}"), &e);
+                    if table.derived {
+                        // Nothing is lost, and no backup is needed.
+                        p.recovery_actions = vec![DERIVED.into()];
+                    }
+                    self.problems.push(p);
                 }
             }
         }
-        Err(e) => problems.push(problem("snapshot trees".into(), &e)),
+        Ok(())
     }
-    let object_ids = object::own_ids(store.kv())?;
-    let (packed, packed_problems) = crate::storage::pack::verify(store.keys(), store.kv(), deep)?;
-    counts.objects = object_ids.len() as u64 + packed;
-    problems.extend(packed_problems.iter().map(|(what, e)| problem(what.clone(), e)));
-    for key in object_ids {
-        let what = format!("object {}", crate::base::hex::hex(&key));
-        let Ok(id) = <[u8; 32]>::try_from(key.as_slice()).map(ContentId) else {
-            problems.push(problem(what, &crate::Error::corrupt("object", "malformed id")));
-            continue;
-        };
-        let checked =
-            if deep { store.read_object(&id).map(|_| ()) } else { object::header(store.kv(), &id).map(|_| ()) };
-        if let Err(e) = checked {
-            problems.push(problem(what, &e));
-        }
-    }
-    // Checkpoint records were opened above, one by one.
-    for table in schema::TABLES.iter().filter(|t| t.sealed && t.owner != "checkpoint/") {
-        let ns = table.name;
-        let mut entries = Vec::new();
-        store.kv().scan(ns, b"", &mut |k, v| {
-            entries.push((k.to_vec(), v.to_vec()));
-            Ok(true)
-        })?;
-        for (k, v) in entries {
-            counts.records += 1;
-            if deep && let Err(e) = store.open_bytes(ns, &k, &v) {
-                // A key that is not text (a stat cache piece's) is shown in hex.
-                let key = match std::str::from_utf8(&k) {
-                    Ok(text) if !text.chars().any(char::is_control) => text.to_string(),
-                    _ => crate::base::hex::hex(&k),
-                };
-                let mut p = problem(format!("{ns} record {key}"), &e);
-                if table.derived {
-                    // Nothing is lost, and no backup is needed.
-                    p.recovery_actions = vec![DERIVED.into()];
-                }
-                problems.push(p);
+
+    /// With `deep`, each session's stat cache as a snapshot loads it: every piece its row
+    /// names, in its place and of its length, and its delta laid over it.
+    fn stat_caches(&mut self) -> Result<()> {
+        if self.deep {
+            for (session, e) in crate::snapshot::statcache::failing_to_load(self.store)? {
+                let mut p = problem(format!("stat cache of session {session}"), &e);
+                p.recovery_actions = vec![DERIVED.into()];
+                self.problems.push(p);
             }
         }
+        Ok(())
     }
-    // Each session's stat cache as a snapshot loads it: every piece its row names, in its
-    // place and of its length, and its delta laid over it.
-    if deep {
-        for (session, e) in crate::snapshot::statcache::failing_to_load(store)? {
-            let mut p = problem(format!("stat cache of session {session}"), &e);
-            p.recovery_actions = vec![DERIVED.into()];
-            problems.push(p);
+
+    /// Rows missing, dangling or moved: each index against its records (`opened`: the
+    /// checkpoints'), and every digested index against its keyed digest (rows removed
+    /// together with what they index).
+    fn cross_checks(&mut self, opened: &BTreeMap<String, Option<CheckpointRecord>>) -> Result<()> {
+        let store = self.store;
+        let crossed =
+            [checkpoint::cross_check(store, opened)?, turn::cross_check(store)?, history::cross_check(store)?];
+        self.problems.extend(crossed.iter().flatten().map(|(what, e)| problem(what.clone(), e)));
+        for m in crate::storage::digest::check(store.keys(), store.kv())? {
+            self.problems.push(problem(m.what(), &Error::corrupt("index", m.describe())));
         }
+        Ok(())
     }
-    // Rows missing, dangling or moved: each index against its records, and every digested
-    // index against its keyed digest (rows removed together with what they index).
-    let crossed = [checkpoint::cross_check(store, &opened)?, turn::cross_check(store)?, history::cross_check(store)?];
-    problems.extend(crossed.iter().flatten().map(|(what, e)| problem(what.clone(), e)));
-    for m in crate::storage::digest::check(store.keys(), store.kv())? {
-        problems.push(problem(m.what(), &Error::corrupt("index", m.describe())));
-    }
-    Ok(VerifyReport { clean: problems.is_empty(), deep, counts, problems })
 }
 
 fn verify_artifacts(
