@@ -24,12 +24,15 @@
 //!   inside it (ids between its two snapshots') every path they name, since rollback's
 //!   chain of images on a path must link up.
 
+use std::ops::ControlFlow;
+
 use crate::api::Turnback;
 use crate::api::calls;
 use crate::api::mutation::CheckpointSummary;
 use crate::checkpoint::retention;
 use crate::checkpoint::{
-    self, EffectKind, OperationKind, PostState, PreparedTarget, ShellCall, StageRequest, SubagentWindow,
+    self, CheckpointRecord, EffectKind, OperationKind, PostState, PreparedTarget, ShellCall, StageRequest,
+    SubagentWindow,
 };
 use crate::error::Result;
 use crate::fs::body::Body;
@@ -38,6 +41,7 @@ use crate::fs::relpath::RelPath;
 use crate::session::Session;
 use crate::snapshot::diff::{FileChange, FileState};
 use crate::snapshot::{self, SnapshotKind, SnapshotRecord};
+use crate::storage::store::Store;
 
 /// Why a command reported on its own, after it ran, has no window.
 pub(crate) const REPORTED_AFTER: &str = "reported after it ran: nothing was snapshotted before it";
@@ -150,12 +154,31 @@ impl Turnback {
     /// Store and workspace errors.
     pub(crate) fn close_window(&self, key: &str, of: WindowOf<'_>) -> Result<WindowClosed> {
         let (store, session, ws) = (&self.store, self.session()?, self.workspace()?);
-        let Some(before_id) = calls::window(store, &session.id, key)? else {
-            let why = calls::no_window(store, &session.id, key)?;
-            return Ok(WindowClosed::Without(why.unwrap_or_else(|| NO_START.to_string())));
+        let mut window = match self.window_changes(&session.id, key)? {
+            ControlFlow::Continue(window) => window,
+            ControlFlow::Break(closed) => return Ok(closed),
         };
-        let without =
-            |why: String| calls::close_window(store, &session.id, key, "").map(|()| WindowClosed::Without(why));
+        let whose = window.attribute(store, &session.id, of)?;
+        if window.changes.is_empty() {
+            return calls::close_window(store, &session.id, key, "").map(|()| WindowClosed::Unchanged);
+        }
+        let committed = window.checkpoint(store, &session.id, &ws.id, whose)?;
+        calls::close_window(store, &session.id, key, &committed.mutation.operation_id)?;
+        Ok(WindowClosed::Checkpoint(CheckpointSummary::from(&committed)))
+    }
+
+    /// The window of call `key` closed by a snapshot now, with the files that differ from
+    /// its start; or how it ended without (its window did not open, or its start's
+    /// snapshot is gone or its end's skipped: then it is closed, with no checkpoint).
+    fn window_changes(&self, session_id: &str, key: &str) -> Result<ControlFlow<WindowClosed, Window>> {
+        let store = &self.store;
+        let Some(before_id) = calls::window(store, session_id, key)? else {
+            let why = calls::no_window(store, session_id, key)?;
+            return Ok(ControlFlow::Break(WindowClosed::Without(why.unwrap_or_else(|| NO_START.to_string()))));
+        };
+        let without = |why: String| {
+            calls::close_window(store, session_id, key, "").map(|()| ControlFlow::Break(WindowClosed::Without(why)))
+        };
         // Pruned meanwhile (a session keeps so many snapshots): the turn's cover it.
         let Ok(before) = snapshot::get(store, &before_id) else {
             return without("the snapshot as it started was pruned before it finished".into());
@@ -165,61 +188,85 @@ impl Turnback {
             let skipped = after.skipped.as_deref().unwrap_or("no tree");
             return without(format!("the snapshot as it finished was skipped ({skipped})"));
         };
-        let mut changes = snapshot::diff::file_changes(store, &from, &to)?;
-        // The checkpoints made inside the window, and the changed paths they name.
-        let inside: Vec<_> = checkpoint::made_after(store, &session.id, &before.snapshot_id)?
+        let changes = snapshot::diff::file_changes(store, &from, &to)?;
+        Ok(ControlFlow::Continue(Window { before, after, changes }))
+    }
+}
+
+/// A call's window as it closes: its two snapshots, and the files that differ between them.
+struct Window {
+    before: SnapshotRecord,
+    after: SnapshotRecord,
+    changes: Vec<FileChange>,
+}
+
+/// Whose a window's changes are, as its checkpoint records it.
+struct Whose<'a> {
+    kind: OperationKind,
+    /// The sub-agent that made them, if one did.
+    subagent: Option<&'a str>,
+    /// A shell call's command and what else wrote its files.
+    shell: Option<ShellCall>,
+    /// A sub-agent's window and the paths it leaves to checkpoints made inside it.
+    subagent_window: Option<SubagentWindow>,
+}
+
+impl Window {
+    /// Whose the changes are: a shell call's, which says the tool calls inside the window
+    /// that wrote the same files; or a sub-agent's, which leaves every path a checkpoint
+    /// made inside the window names to that checkpoint (and drops it from `changes`).
+    fn attribute<'a>(&mut self, store: &Store, session_id: &str, of: WindowOf<'a>) -> Result<Whose<'a>> {
+        // The checkpoints made inside the window.
+        let inside: Vec<_> = checkpoint::made_after(store, session_id, &self.before.snapshot_id)?
             .into_iter()
-            .filter(|r| r.checkpoint_id.as_str() < after.snapshot_id.as_str())
+            .filter(|r| r.checkpoint_id.as_str() < self.after.snapshot_id.as_str())
             .collect();
-        let named_inside = |kinds: &dyn Fn(OperationKind) -> bool| {
-            let mut named: Vec<String> = inside
-                .iter()
-                .filter(|r| kinds(r.mutation.kind))
-                .flat_map(|r| r.targets.iter())
-                .filter(|t| changes.iter().any(|c| c.path == t.path.as_bytes()))
-                .map(|t| t.path.display())
-                .collect();
-            named.sort();
-            named.dedup();
-            named
-        };
-        let (kind, subagent, shell, subagent_window) = match of {
+        Ok(match of {
             WindowOf::Shell { command, call_id, exit_status, subagent } => {
                 let shell = ShellCall {
                     // Kept as the turn keeps it: secrets redacted.
                     command: crate::base::redact::redact(command),
                     exit_status,
                     call_id: call_id.map(str::to_string),
-                    before_snapshot: before.snapshot_id.clone(),
-                    after_snapshot: after.snapshot_id.clone(),
+                    before_snapshot: self.before.snapshot_id.clone(),
+                    after_snapshot: self.after.snapshot_id.clone(),
                     // Edit tool calls made inside the window on the same files: said, not
                     // separated (the window cannot tell who wrote what).
-                    also_by_tool_calls: named_inside(&|k| k != OperationKind::Shell),
+                    also_by_tool_calls: named_inside(&inside, &self.changes, &|k| k != OperationKind::Shell),
                 };
-                (OperationKind::Shell, subagent, Some(shell), None)
+                Whose { kind: OperationKind::Shell, subagent, shell: Some(shell), subagent_window: None }
             }
             WindowOf::Subagent { id } => {
                 // Each change is taken back by one checkpoint: a path a checkpoint made
                 // inside the window names is that checkpoint's (a chain of two images of
                 // one change would not link up).
-                let left = named_inside(&|_| true);
-                changes.retain(|c| !left.iter().any(|p| p.as_bytes() == c.path.as_slice()));
+                let left = named_inside(&inside, &self.changes, &|_| true);
+                self.changes.retain(|c| !left.iter().any(|p| p.as_bytes() == c.path.as_slice()));
                 let window = SubagentWindow {
-                    before_snapshot: before.snapshot_id.clone(),
-                    after_snapshot: after.snapshot_id.clone(),
+                    before_snapshot: self.before.snapshot_id.clone(),
+                    after_snapshot: self.after.snapshot_id.clone(),
                     left_to_checkpoints: left,
                 };
-                (OperationKind::Subagent, Some(id), None, Some(window))
+                Whose { kind: OperationKind::Subagent, subagent: Some(id), shell: None, subagent_window: Some(window) }
             }
-        };
-        if changes.is_empty() {
-            return calls::close_window(store, &session.id, key, "").map(|()| WindowClosed::Unchanged);
-        }
+        })
+    }
+
+    /// The changes as one checkpoint of `whose`, staged and committed: protected if their
+    /// content fits the store's caps, each change's pre- and post-image the snapshots' own.
+    fn checkpoint(
+        &self,
+        store: &Store,
+        session_id: &str,
+        workspace_id: &str,
+        whose: Whose<'_>,
+    ) -> Result<CheckpointRecord> {
+        let changes = &self.changes;
         let total: u64 = changes.iter().flat_map(|c| [c.before, c.after]).flatten().map(|f| f.size).sum();
         let protect = retention::evaluate_capacity(store.settings(), checkpoint::usage(store)?, total).fits();
         let mut targets = Vec::with_capacity(changes.len());
         let mut posts = Vec::with_capacity(changes.len());
-        for c in &changes {
+        for c in changes {
             let path = RelPath::new(c.path.clone())?;
             // The directories a created file's path needed that the window's start did not
             // have: a rollback that takes the file back removes them once empty.
@@ -232,25 +279,41 @@ impl Turnback {
             });
             posts.push(PostState { current: image(c.after), created_dirs, identity_known: true });
         }
-        let round = |txn: &mut dyn crate::storage::kv::Txn| Session::round_in(store, txn, &session.id);
-        let origin =
-            checkpoint::Origin { session_id: &session.id, workspace_id: &ws.id, prompt_round: &round, subagent };
+        let round = |txn: &mut dyn crate::storage::kv::Txn| Session::round_in(store, txn, session_id);
+        let origin = checkpoint::Origin { session_id, workspace_id, prompt_round: &round, subagent: whose.subagent };
         let request = StageRequest {
             origin,
-            kind,
+            kind: whose.kind,
             targets,
             protect,
             cap_bytes: Some(total),
             owner: None,
             also: None,
-            shell,
-            subagent_window,
+            shell: whose.shell,
+            subagent_window: whose.subagent_window,
         };
         let staged = checkpoint::stage(store, request)?;
-        let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, false)?;
-        calls::close_window(store, &session.id, key, &committed.mutation.operation_id)?;
-        Ok(WindowClosed::Checkpoint(CheckpointSummary::from(&committed)))
+        checkpoint::commit(store, &staged.checkpoint_id, posts, false)
     }
+}
+
+/// The changed paths (of `changes`) that the checkpoints of `kinds` among `inside` name,
+/// sorted, once each.
+fn named_inside(
+    inside: &[CheckpointRecord],
+    changes: &[FileChange],
+    kinds: &dyn Fn(OperationKind) -> bool,
+) -> Vec<String> {
+    let mut named: Vec<String> = inside
+        .iter()
+        .filter(|r| kinds(r.mutation.kind))
+        .flat_map(|r| r.targets.iter())
+        .filter(|t| changes.iter().any(|c| c.path == t.path.as_bytes()))
+        .map(|t| t.path.display())
+        .collect();
+    named.sort();
+    named.dedup();
+    named
 }
 
 #[cfg(test)]
