@@ -105,18 +105,79 @@ fn read_large<'a>(
 /// Stages a checkpoint: record, pre-images, indexes and usage in one transaction.
 /// An external stage (no owner) is dispatched in the same transaction.
 pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRecord> {
+    let mut record = new_record(&req);
+    let (large, _objects) = read_large(store, req.targets.iter().map(|t| &t.current), req.protect)?;
+    let mut txn = store.kv().begin()?;
+    pre_images_in(store, &mut *txn, &req, &large, &mut record)?;
+    // The round is read inside this transaction: a turn that began a moment ago counts.
+    let prompt_round = (req.origin.prompt_round)(&mut *txn)?;
+    record.prompt_round = Some(prompt_round);
+    record.parent_checkpoint_ids = newest_in(&mut *txn, &record.session_id)?.into_iter().collect();
+    let pre_bytes = room_in(store, &mut *txn, &req, &record)?;
+    add_usage(&mut *txn, i128::from(pre_bytes))?;
+    if req.owner.is_none() {
+        journal::dispatch(&mut *txn, &record.mutation.operation_id, &record.checkpoint_id, &record.created_at)?;
+        record.stage_state = StageState::Staged;
+    }
+    record.save(store, &mut *txn)?;
+    index_in(store, &mut *txn, &record, prompt_round)?;
+    if let Some(also) = req.also {
+        also(&mut *txn, &record)?;
+    }
+    txn.commit()?;
+    Ok(record)
+}
+
+/// The record `req` stages, `staging` and made now, with new ids; [`stage`] fills in its
+/// targets and artifacts, its round and its parent inside its transaction.
+fn new_record(req: &StageRequest<'_>) -> CheckpointRecord {
     let checkpoint_id = uuid::Uuid::now_v7().to_string();
     let operation_id = uuid::Uuid::now_v7().to_string();
     let now = format_ms(now_ms());
-    let external = req.owner.is_none();
-    let (large, _objects) = read_large(store, req.targets.iter().map(|t| &t.current), req.protect)?;
-    let mut txn = store.kv().begin()?;
-    let mut artifact_ids = Vec::new();
-    let mut targets = Vec::with_capacity(req.targets.len());
-    let mut sink = ImageSink { checkpoint_id: &checkpoint_id, protect: req.protect, artifact_ids: &mut artifact_ids };
+    CheckpointRecord {
+        checkpoint_id,
+        mutation: MutationMetadata {
+            operation_id,
+            aggregate_version: 1,
+            commit_state: CommitState::Pending,
+            kind: req.kind,
+        },
+        artifact_ids: Vec::new(),
+        parent_checkpoint_ids: Vec::new(),
+        coverage_state: if req.protect { CoverageState::FullyProtected } else { CoverageState::Unprotected },
+        retention_state: RetentionState::Retained,
+        integrity_state: IntegrityState::Verified,
+        stage_state: StageState::Staging,
+        created_at: now,
+        committed_at: None,
+        prompt_round: None,
+        session_id: req.origin.session_id.to_string(),
+        workspace_id: req.origin.workspace_id.to_string(),
+        targets: Vec::with_capacity(req.targets.len()),
+        owner: req.owner.clone(),
+        subagent: req.origin.subagent.map(str::to_string),
+        shell: req.shell.clone(),
+        subagent_window: req.subagent_window.clone(),
+    }
+}
+
+/// Stages the pre-image of each of `req`'s targets (`large`: those read before the
+/// transaction) as `record`'s targets and artifacts.
+fn pre_images_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    req: &StageRequest<'_>,
+    large: &[Option<Kept>],
+    record: &mut CheckpointRecord,
+) -> Result<()> {
+    let mut sink = ImageSink {
+        checkpoint_id: &record.checkpoint_id,
+        protect: req.protect,
+        artifact_ids: &mut record.artifact_ids,
+    };
     for (i, t) in req.targets.iter().enumerate() {
-        let pre = image_from(store, &mut *txn, &mut sink, ImageRole::Pre, i as u32, &t.current, large[i])?;
-        targets.push(TargetRecord {
+        let pre = image_from(store, txn, &mut sink, ImageRole::Pre, i as u32, &t.current, large[i])?;
+        record.targets.push(TargetRecord {
             path: t.path.clone(),
             effect: t.effect,
             pre_image: pre,
@@ -125,41 +186,24 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
             intended_digest: None,
         });
     }
-    // The round is read inside this transaction: a turn that began a moment ago counts.
-    let prompt_round = (req.origin.prompt_round)(&mut *txn)?;
-    let session_prefix = format!("{}/", req.origin.session_id);
-    let parent = txn
+    Ok(())
+}
+
+/// The newest checkpoint of session `session_id` (the next one's parent).
+fn newest_in(txn: &mut dyn Txn, session_id: &str) -> Result<Option<String>> {
+    let session_prefix = format!("{session_id}/");
+    Ok(txn
         .keys(schema::CHECKPOINTS_BY_SESSION, session_prefix.as_bytes())?
         .last()
-        .map(|k| String::from_utf8_lossy(&k[session_prefix.len()..]).into_owned());
-    let mut record = CheckpointRecord {
-        checkpoint_id: checkpoint_id.clone(),
-        mutation: MutationMetadata {
-            operation_id: operation_id.clone(),
-            aggregate_version: 1,
-            commit_state: CommitState::Pending,
-            kind: req.kind,
-        },
-        artifact_ids,
-        parent_checkpoint_ids: parent.into_iter().collect(),
-        coverage_state: if req.protect { CoverageState::FullyProtected } else { CoverageState::Unprotected },
-        retention_state: RetentionState::Retained,
-        integrity_state: IntegrityState::Verified,
-        stage_state: StageState::Staging,
-        created_at: now.clone(),
-        committed_at: None,
-        prompt_round: Some(prompt_round),
-        session_id: req.origin.session_id.to_string(),
-        workspace_id: req.origin.workspace_id.to_string(),
-        targets,
-        owner: req.owner.clone(),
-        subagent: req.origin.subagent.map(str::to_string),
-        shell: req.shell.clone(),
-        subagent_window: req.subagent_window.clone(),
-    };
+        .map(|k| String::from_utf8_lossy(&k[session_prefix.len()..]).into_owned()))
+}
+
+/// The bytes `record`'s pre-images add to the store's usage, once sure that the caps
+/// still hold them (or `req`'s cap bytes) if they are protected.
+fn room_in(store: &Store, txn: &mut dyn Txn, req: &StageRequest<'_>, record: &CheckpointRecord) -> Result<u64> {
     let pre_bytes = record.artifact_bytes();
     let counted = req.cap_bytes.unwrap_or(pre_bytes);
-    let verdict = retention::evaluate_capacity(store.settings(), usage_in(&mut *txn)?, counted);
+    let verdict = retention::evaluate_capacity(store.settings(), usage_in(txn)?, counted);
     if req.protect && !verdict.fits() {
         // Another process used the room between our preflight and this transaction.
         return Err(match req.cap_bytes {
@@ -167,28 +211,24 @@ pub(crate) fn stage(store: &Store, req: StageRequest<'_>) -> Result<CheckpointRe
             None => over_cap_error(&verdict, record.targets.iter().map(|t| &t.path)),
         });
     }
-    add_usage(&mut *txn, i128::from(pre_bytes))?;
-    if external {
-        journal::dispatch(&mut *txn, &operation_id, &checkpoint_id, &now)?;
-        record.stage_state = StageState::Staged;
-    }
-    record.save(store, &mut *txn)?;
+    Ok(pre_bytes)
+}
+
+/// Indexes a staged record: in its session's index, by its operation, and as pending
+/// (with its owner).
+fn index_in(store: &Store, txn: &mut dyn Txn, record: &CheckpointRecord, prompt_round: u64) -> Result<()> {
+    let checkpoint_id = &record.checkpoint_id;
     // The round is kept in the index too, so a record that no longer opens is still
     // known to belong to its turn.
     digest::put(
         store.keys(),
-        &mut *txn,
+        txn,
         schema::CHECKPOINTS_BY_SESSION,
-        format!("{session_prefix}{checkpoint_id}").as_bytes(),
+        format!("{}/{checkpoint_id}", record.session_id).as_bytes(),
         &query::index_value(prompt_round),
     )?;
-    txn.put(schema::CHECKPOINTS_BY_OPERATION, operation_id.as_bytes(), checkpoint_id.as_bytes())?;
-    txn.put(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes(), req.owner.as_deref().unwrap_or("").as_bytes())?;
-    if let Some(also) = req.also {
-        also(&mut *txn, &record)?;
-    }
-    txn.commit()?;
-    Ok(record)
+    txn.put(schema::CHECKPOINTS_BY_OPERATION, record.mutation.operation_id.as_bytes(), checkpoint_id.as_bytes())?;
+    txn.put(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes(), record.owner.as_deref().unwrap_or("").as_bytes())
 }
 
 /// The over-cap refusal, with the exact usage and the unprotected scope.
