@@ -331,58 +331,108 @@ pub(crate) fn commit_with(
     posts: Vec<PostState>,
     mode: CommitMode,
 ) -> Result<CheckpointRecord> {
-    let post_size = |posts: &[PostState]| -> u64 {
-        posts
-            .iter()
-            .map(|p| match &p.current {
-                Current::File { body, .. } => body.size(),
-                Current::Absent => 0,
-            })
-            .sum()
-    };
-    // Large post-images are read before the transaction, and kept only if they will be
-    // protected as things stand now (the transaction decides again, below).
-    // (Only then: every agent edit commits here, and a record and the usage read again
-    // outside the transaction are work a small file never needs.)
-    let any_large = posts.iter().any(|p| matches!(&p.current, Current::File { body, .. } if body.held().is_none()));
-    let keep_large = any_large
-        && load(store, checkpoint_id).is_ok_and(|r| {
-            r.coverage_state != CoverageState::Unprotected
-                && fits_post(store, &r, post_size(&posts), usage(store).unwrap_or(u64::MAX))
-        });
-    let (large, _objects) = read_large(store, posts.iter().map(|p| &p.current), keep_large)?;
+    let large = read_large_posts(store, checkpoint_id, &posts)?;
     let mut txn = store.kv().begin()?;
-    let mut record = load_in(store, &mut *txn, checkpoint_id)?;
-    let expected = match mode {
-        CommitMode::AfterMutation { .. } => StageState::Staged,
-        CommitMode::BeforeMutation => StageState::Staging,
-    };
-    match record.stage_state {
-        StageState::Committed => return Ok(record),
-        s if s == expected => {}
-        other => {
-            return Err(Error::new(
-                ErrorCode::RecoveryLocked,
-                format!("checkpoint {checkpoint_id} is {}; it cannot be committed", other.as_str()),
-            )
-            .with_hint(Hint::Inspect { checkpoint_id: checkpoint_id.to_string() }));
-        }
+    let mut record = load_committable_in(store, &mut *txn, checkpoint_id, mode)?;
+    if record.stage_state == StageState::Committed {
+        return Ok(record);
     }
     if posts.len() != record.targets.len() {
         return Err(Error::invalid("post-images do not match the staged targets"));
     }
     let now = format_ms(now_ms());
+    let added = post_images_in(store, &mut *txn, &mut record, posts, &large, mode)?;
+    add_usage(&mut *txn, i128::from(added))?;
+    mark_committed_in(store, &mut *txn, &mut record, mode, now)?;
+    txn.commit()?;
+    Ok(record)
+}
+
+/// The bytes of `posts`' files.
+fn post_size(posts: &[PostState]) -> u64 {
+    posts
+        .iter()
+        .map(|p| match &p.current {
+            Current::File { body, .. } => body.size(),
+            Current::Absent => 0,
+        })
+        .sum()
+}
+
+/// A commit's large post-images, read before its transaction.
+struct LargePosts {
+    /// Each post-image's, if it is large.
+    read: Vec<Option<Kept>>,
+    /// Whether they were kept in the store (they would be protected, as things stood).
+    kept: bool,
+    /// The objects lock, held while what was kept is named by nothing yet.
+    _objects: Option<lock::NamedLock>,
+}
+
+/// Reads the large post-images of checkpoint `checkpoint_id` before the transaction,
+/// keeping them only if they will be protected as things stand now (the transaction
+/// decides again).
+fn read_large_posts(store: &Store, checkpoint_id: &str, posts: &[PostState]) -> Result<LargePosts> {
+    // Only when there is a large one: every agent edit commits here, and a record and the
+    // usage read again outside the transaction are work a small file never needs.
+    let any_large = posts.iter().any(|p| matches!(&p.current, Current::File { body, .. } if body.held().is_none()));
+    let kept = any_large
+        && load(store, checkpoint_id).is_ok_and(|r| {
+            r.coverage_state != CoverageState::Unprotected
+                && fits_post(store, &r, post_size(posts), usage(store).unwrap_or(u64::MAX))
+        });
+    let (read, objects) = read_large(store, posts.iter().map(|p| &p.current), kept)?;
+    Ok(LargePosts { read, kept, _objects: objects })
+}
+
+/// Checkpoint `checkpoint_id`, if `mode` may commit it: in the state it expects, or
+/// committed already (then it is left unchanged).
+fn load_committable_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    checkpoint_id: &str,
+    mode: CommitMode,
+) -> Result<CheckpointRecord> {
+    let record = load_in(store, txn, checkpoint_id)?;
+    let expected = match mode {
+        CommitMode::AfterMutation { .. } => StageState::Staged,
+        CommitMode::BeforeMutation => StageState::Staging,
+    };
+    match record.stage_state {
+        StageState::Committed => Ok(record),
+        s if s == expected => Ok(record),
+        other => Err(Error::new(
+            ErrorCode::RecoveryLocked,
+            format!("checkpoint {checkpoint_id} is {}; it cannot be committed", other.as_str()),
+        )
+        .with_hint(Hint::Inspect { checkpoint_id: checkpoint_id.to_string() })),
+    }
+}
+
+/// Records `posts` as `record`'s post-images; returns the bytes they add to the store's
+/// usage.
+fn post_images_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    record: &mut CheckpointRecord,
+    posts: Vec<PostState>,
+    large: &LargePosts,
+    mode: CommitMode,
+) -> Result<u64> {
     let protect_pre = record.coverage_state != CoverageState::Unprotected;
     let post_bytes = post_size(&posts);
     // The post-image joins the checkpoint's bytes; if that would break a cap now, keep
     // the digests (so rollback can still tell what changed) but not the bytes. A large one
     // not kept above (no room then) stays unkept even if room was made since.
-    let room = fits_post(store, &record, post_bytes, usage_in(&mut *txn)?);
-    let protect_post = protect_pre && room && (keep_large || large.iter().all(Option::is_none));
-    let mut artifact_ids = std::mem::take(&mut record.artifact_ids);
-    let mut sink = ImageSink { checkpoint_id, protect: protect_post, artifact_ids: &mut artifact_ids };
+    let room = fits_post(store, record, post_bytes, usage_in(txn)?);
+    let protect_post = protect_pre && room && (large.kept || large.read.iter().all(Option::is_none));
+    let mut sink = ImageSink {
+        checkpoint_id: &record.checkpoint_id,
+        protect: protect_post,
+        artifact_ids: &mut record.artifact_ids,
+    };
     for (i, post) in posts.into_iter().enumerate() {
-        let mut image = image_from(store, &mut *txn, &mut sink, ImageRole::Post, i as u32, &post.current, large[i])?;
+        let mut image = image_from(store, txn, &mut sink, ImageRole::Post, i as u32, &post.current, large.read[i])?;
         if !post.identity_known {
             image.identity = None;
         }
@@ -396,33 +446,42 @@ pub(crate) fn commit_with(
             target.created_dirs = post.created_dirs;
         }
     }
-    record.artifact_ids = artifact_ids;
     if protect_pre && !protect_post && record.targets.iter().any(|t| t.post_image.as_ref().is_some_and(|p| p.present)) {
         record.coverage_state = CoverageState::PartiallyProtected;
     }
-    add_usage(&mut *txn, i128::from(if protect_post { post_bytes } else { 0 }))?;
+    Ok(if protect_post { post_bytes } else { 0 })
+}
+
+/// Commits `record`'s artifacts and journals what `mode` says (the outcome after the
+/// mutation; the dispatch before it), and saves it `committed` at `now`.
+fn mark_committed_in(
+    store: &Store,
+    txn: &mut dyn Txn,
+    record: &mut CheckpointRecord,
+    mode: CommitMode,
+    now: String,
+) -> Result<()> {
     for id in &record.artifact_ids {
-        artifact::commit(&mut *txn, id)?;
+        artifact::commit(txn, id)?;
     }
+    let (operation_id, checkpoint_id) = (&record.mutation.operation_id, record.checkpoint_id.as_str());
     match mode {
         CommitMode::AfterMutation { failed } => {
             let event = if failed { JournalEvent::OperationFailed } else { JournalEvent::OperationSucceeded };
-            journal::finish(&mut *txn, &record.mutation.operation_id, checkpoint_id, event, &now)?;
+            journal::finish(txn, operation_id, checkpoint_id, event, &now)?;
             record.mutation.commit_state = if failed { CommitState::Failed } else { CommitState::Succeeded };
             record.owner = None;
             txn.delete(schema::CHECKPOINTS_PENDING, checkpoint_id.as_bytes())?;
         }
         CommitMode::BeforeMutation => {
             // Stays in the pending index (with its owner) until `finish`.
-            journal::dispatch(&mut *txn, &record.mutation.operation_id, checkpoint_id, &now)?;
+            journal::dispatch(txn, operation_id, checkpoint_id, &now)?;
         }
     }
     record.stage_state = StageState::Committed;
     record.committed_at = Some(now);
     record.bump();
-    record.save(store, &mut *txn)?;
-    txn.commit()?;
-    Ok(record)
+    record.save(store, txn)
 }
 
 /// Whether post-images of `post_bytes` fit beside `record`'s images at store usage `usage`.
