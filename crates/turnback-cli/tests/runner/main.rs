@@ -8,6 +8,7 @@ mod test_checkpoints;
 mod test_claude_code;
 mod test_compare;
 mod test_crash;
+mod test_doors;
 mod test_entry_points;
 mod test_fuzz_mcp;
 mod test_history;
