@@ -26,7 +26,8 @@
 use std::path::PathBuf;
 
 use crate::api::Turnback;
-use crate::api::mutation::{CheckpointSummary, Context, commit_external, stage_external};
+use crate::api::external::{commit_external, stage_external};
+use crate::api::mutation::{CheckpointSummary, Context};
 use crate::checkpoint::{self, CheckpointRecord};
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::relpath::RelPath;

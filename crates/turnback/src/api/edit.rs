@@ -1,5 +1,6 @@
-//! `fs edit` of a file too large to hold: the exact-string replacement streamed from the
-//! file into the store ([`edit_open`]), so memory does not grow with the file's size.
+//! `fs edit`: the exact-string replacement, of a file held in memory ([`replace_exact`])
+//! and of one too large to hold, streamed from the file into the store ([`edit_open`]) so
+//! that memory does not grow with the file's size.
 //!
 //! Invariants:
 //! - One pass reads the file: it hashes the original (the compare-and-swap's expectation,
@@ -12,6 +13,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use crate::base::replace::{Out, Replacer};
 use crate::error::{Error, ErrorCode, Result};
@@ -176,5 +178,70 @@ impl Read for EditedReader<'_> {
                 return Ok(n);
             }
         }
+    }
+}
+
+/// Replaces `old` by `new` in `bytes`: exactly one occurrence, or all with `all`.
+///
+/// # Errors
+/// `edit-no-match` if `old` does not occur, `edit-not-unique` if it occurs more than once
+/// without `all`, `invalid-argument` if `old` is empty or equal to `new`.
+pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
+    check_edit(old, new)?;
+    let positions: Vec<usize> = find_all(bytes, old);
+    check_occurrences(positions.len(), all, shown)?;
+    let mut out = Vec::with_capacity(bytes.len() + positions.len() * new.len());
+    let mut last = 0;
+    for p in &positions {
+        out.extend_from_slice(&bytes[last..*p]);
+        out.extend_from_slice(new);
+        last = p + old.len();
+    }
+    out.extend_from_slice(&bytes[last..]);
+    Ok((out, positions.len()))
+}
+
+/// The strings of an edit, checked before any file is read.
+///
+/// # Errors
+/// `invalid-argument` if `old` is empty or equal to `new`.
+pub(super) fn check_edit(old: &[u8], new: &[u8]) -> Result<()> {
+    if old.is_empty() {
+        return Err(Error::invalid("the string to replace (--old) must not be empty"));
+    }
+    if old == new {
+        return Err(Error::invalid("--old and --new are the same; nothing would change"));
+    }
+    Ok(())
+}
+
+fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + needle.len() <= haystack.len() {
+        if &haystack[i..i + needle.len()] == needle {
+            out.push(i);
+            i += needle.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_replacement_rules() {
+        let p = Path::new("f");
+        assert_eq!(replace_exact(b"a b a", b"b", b"c", false, p).unwrap(), (b"a c a".to_vec(), 1));
+        assert_eq!(replace_exact(b"a b a", b"a", b"x", false, p).unwrap_err().code, ErrorCode::EditNotUnique);
+        assert_eq!(replace_exact(b"a b a", b"a", b"x", true, p).unwrap(), (b"x b x".to_vec(), 2));
+        assert_eq!(replace_exact(b"a b a", b"z", b"x", false, p).unwrap_err().code, ErrorCode::EditNoMatch);
+        assert_eq!(replace_exact(b"aaa", b"aa", b"b", true, p).unwrap(), (b"ba".to_vec(), 1));
+        assert!(replace_exact(b"a", b"", b"x", false, p).is_err());
+        assert!(replace_exact(b"a", b"a", b"a", false, p).is_err());
     }
 }

@@ -24,6 +24,7 @@ pub(crate) use calls::subagent_key;
 pub(crate) use shell::{NO_START, REPORTED_AFTER, WindowClosed, WindowOf};
 mod compare;
 mod edit;
+mod external;
 mod keys;
 pub(crate) mod maintenance;
 pub(crate) mod mutation;

@@ -1,5 +1,5 @@
-//! Checkpointed mutations: `fs create|write|edit|delete`, and `stage`/`commit` for
-//! mutations made by someone else.
+//! Checkpointed mutations: `fs create|write|edit|delete` (those made by someone else are
+//! staged and committed by [`external`](super::external)).
 //!
 //! The sequence of an in-process mutation, each step a failpoint name for crash tests:
 //! resolve and validate the path (`resolved`) → capacity preflight (`preflighted`) →
@@ -22,6 +22,7 @@ use std::io::Read;
 use serde::Serialize;
 
 use crate::api::Turnback;
+use crate::api::edit::{check_edit, replace_exact};
 use crate::base::failpoint;
 use crate::checkpoint::retention::{self, Breach, CapacityVerdict};
 use crate::checkpoint::{
@@ -31,10 +32,12 @@ use crate::checkpoint::{
 use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::fs::body::{Body, HELD_MAX};
 use crate::fs::files::{self, Current, Expect, FileIdentity, Parent, Swap};
+use crate::fs::lock::NamedLock;
 use crate::fs::relpath::RelPath;
 use crate::session::Session;
 use crate::session::workspace::Workspace;
 use crate::storage::body::{self as storage_body, Pour};
+use crate::storage::content::ContentId;
 use crate::storage::kv::Txn;
 use crate::storage::store::Store;
 
@@ -120,7 +123,7 @@ pub(crate) struct Context<'a> {
 
 /// Where a checkpoint made in `ctx` comes from; `round` reads the session's round inside
 /// the staging transaction ([`round_reader`]).
-fn origin<'a>(ctx: &Context<'a>, round: &'a dyn Fn(&mut dyn Txn) -> Result<u64>) -> checkpoint::Origin<'a> {
+pub(super) fn origin<'a>(ctx: &Context<'a>, round: &'a dyn Fn(&mut dyn Txn) -> Result<u64>) -> checkpoint::Origin<'a> {
     checkpoint::Origin {
         session_id: &ctx.session.id,
         workspace_id: &ctx.workspace.id,
@@ -130,7 +133,7 @@ fn origin<'a>(ctx: &Context<'a>, round: &'a dyn Fn(&mut dyn Txn) -> Result<u64>)
 }
 
 /// Reads the round of `ctx`'s session inside a transaction.
-fn round_reader<'a>(ctx: &Context<'a>) -> impl Fn(&mut dyn Txn) -> Result<u64> + 'a {
+pub(super) fn round_reader<'a>(ctx: &Context<'a>) -> impl Fn(&mut dyn Txn) -> Result<u64> + 'a {
     let (store, session): (&'a Store, &'a Session) = (ctx.store, ctx.session);
     move |txn| Session::round_in(store, txn, &session.id)
 }
@@ -146,7 +149,7 @@ pub(crate) struct MutationOutcome {
     pub capacity: Option<CapacityVerdict>,
 }
 
-fn open_existing_parent(ws: &Workspace, rel: &RelPath) -> Result<Option<Parent>> {
+pub(super) fn open_existing_parent(ws: &Workspace, rel: &RelPath) -> Result<Option<Parent>> {
     match files::open_parent(&ws.root, rel, false) {
         Ok(p) => Ok(Some(p)),
         Err(e) if e.code == ErrorCode::NotFound => Ok(None),
@@ -154,7 +157,7 @@ fn open_existing_parent(ws: &Workspace, rel: &RelPath) -> Result<Option<Parent>>
     }
 }
 
-fn read_current(parent: Option<&Parent>) -> Result<Current> {
+pub(super) fn read_current(parent: Option<&Parent>) -> Result<Current> {
     match parent {
         Some(p) => p.read(),
         None => Ok(Current::Absent),
@@ -182,61 +185,13 @@ fn plan(change: Change, current: &Current, shown: &Path) -> Result<(Option<Body>
     }
 }
 
-/// Replaces `old` by `new` in `bytes`: exactly one occurrence, or all with `all`.
-///
-/// # Errors
-/// `edit-no-match` if `old` does not occur, `edit-not-unique` if it occurs more than once
-/// without `all`, `invalid-argument` if `old` is empty or equal to `new`.
-pub(crate) fn replace_exact(bytes: &[u8], old: &[u8], new: &[u8], all: bool, shown: &Path) -> Result<(Vec<u8>, usize)> {
-    check_edit(old, new)?;
-    let positions: Vec<usize> = find_all(bytes, old);
-    super::edit::check_occurrences(positions.len(), all, shown)?;
-    let mut out = Vec::with_capacity(bytes.len() + positions.len() * new.len());
-    let mut last = 0;
-    for p in &positions {
-        out.extend_from_slice(&bytes[last..*p]);
-        out.extend_from_slice(new);
-        last = p + old.len();
-    }
-    out.extend_from_slice(&bytes[last..]);
-    Ok((out, positions.len()))
-}
-
-/// The strings of an edit, checked before any file is read.
-///
-/// # Errors
-/// `invalid-argument` if `old` is empty or equal to `new`.
-fn check_edit(old: &[u8], new: &[u8]) -> Result<()> {
-    if old.is_empty() {
-        return Err(Error::invalid("the string to replace (--old) must not be empty"));
-    }
-    if old == new {
-        return Err(Error::invalid("--old and --new are the same; nothing would change"));
-    }
-    Ok(())
-}
-
-fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i + needle.len() <= haystack.len() {
-        if &haystack[i..i + needle.len()] == needle {
-            out.push(i);
-            i += needle.len();
-        } else {
-            i += 1;
-        }
-    }
-    out
-}
-
 /// Runs the capacity preflight: evicts expired checkpoints if the store cap is the
 /// problem, then decides. `Ok(true)`: store the images; `Ok(false)`: confirmed unprotected.
 ///
 /// # Errors
 /// `over-cap` with the exact usage and the unprotected scope when a cap would be
 /// exceeded and `confirm_unprotected` is false. No flag suppresses the disclosure.
-fn preflight(
+pub(super) fn preflight(
     store: &Store,
     paths: &[&RelPath],
     bytes: u64,
@@ -262,7 +217,7 @@ fn preflight(
     }
 }
 
-fn current_size(c: &Current) -> u64 {
+pub(super) fn current_size(c: &Current) -> u64 {
     match c {
         Current::File { body, .. } => body.size(),
         Current::Absent => 0,
@@ -297,74 +252,163 @@ pub(crate) fn apply_change(
     let probe = open_existing_parent(ctx.workspace, &rel)?;
     let current = read_current(probe.as_ref())?;
     let shown = ctx.workspace.absolute(&rel);
-    // An edit of a file too large to hold is streamed into the store first; the objects
-    // lock keeps `gc` out of it until the checkpoint naming it commits.
-    let (change, edited, _objects) = match (change, &current) {
-        (Change::Edit { old, new, all }, Current::File { body: Body::Open { file, size }, .. }) => {
-            check_edit(old.as_bytes(), new.as_bytes())?;
-            let objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
-            let e = super::edit::edit_open(store, (file, *size), (old.as_bytes(), new.as_bytes(), all), &shown)?;
-            let body = Body::Stored { id: e.kept.id.0, size: e.kept.size };
-            (Change::Put { create_only: false, body }, Some((e.replacements, e.original)), Some(objects))
-        }
-        (change, _) => (change, None, None),
-    };
-    let (content, replacements, effect) = plan(change, &current, &shown)?;
-    let replacements = edited.map_or(replacements, |(n, _)| n);
+    let m = Applying { ctx, rel, shown, current };
+    let planned = m.plan(change)?;
     failpoint::hit("resolved");
 
-    let bytes = current_size(&current) + content.as_ref().map_or(0, Body::size);
-    let (protect, capacity) = preflight(store, &[&rel], bytes, ctx.confirm_unprotected)?;
+    let bytes = current_size(&m.current) + planned.content.as_ref().map_or(0, Body::size);
+    let (protect, capacity) = preflight(store, &[&m.rel], bytes, ctx.confirm_unprotected)?;
     failpoint::hit("preflighted");
 
-    let owner = store.owner()?.id().to_string();
-    let planned_dirs = match (&probe, &content) {
-        (None, Some(_)) => files::missing_parents(&ctx.workspace.root, &rel)?,
-        _ => Vec::new(),
-    };
-    let target = PreparedTarget { path: rel.clone(), effect, current: current.clone(), planned_dirs };
-    let round = round_reader(&ctx);
-    let request = StageRequest {
-        cap_bytes: None,
-        origin: origin(&ctx, &round),
-        kind,
-        targets: vec![target],
-        protect,
-        owner: Some(owner),
-        also: None,
-        shell: None,
-        subagent_window: None,
-    };
-    let staged = checkpoint::stage(store, request)?;
+    let staged = m.stage(kind, probe.is_none(), &planned, protect)?;
     failpoint::hit("staged");
-    let intended = content.as_ref().map(|c| storage_body::id(store.keys(), c).map(|id| id.to_hex())).transpose()?;
-    checkpoint::dispatch(store, &staged.checkpoint_id, &[intended])?;
+    m.dispatch(&staged.checkpoint_id, planned.content.as_ref())?;
     failpoint::hit("dispatched");
 
-    // The compare-and-swap's expectation: the original a large edit was made from, else
-    // the pre-image's digest as staged (no second pass over a large file).
-    let expected = edited.map(|(_, original)| original.to_hex()).or_else(|| staged.targets[0].pre_image.digest.clone());
-    let written = write_checked(ctx, &rel, &staged.checkpoint_id, (&current, expected.as_deref()), content);
+    let written = m.write(&staged, planned.original, planned.content);
     failpoint::hit("mutated");
-    let (post, created_dirs, failure) = match written {
-        Ok((post, created_dirs)) => (post, created_dirs, None),
-        Err(e) => {
-            // Nothing or something happened: record what is really there, as a failure.
-            let Ok(now) = open_existing_parent(ctx.workspace, &rel).and_then(|p| read_current(p.as_ref())) else {
-                return Err(unknown_outcome(&shown, &e));
-            };
-            (now, Vec::new(), Some(e))
-        }
-    };
-    let posts = vec![PostState { current: post, created_dirs, identity_known: true }];
-    let committed = checkpoint::commit(store, &staged.checkpoint_id, posts, failure.is_some());
-    let checkpoint = match (committed, failure) {
-        (Ok(_), Some(e)) => return Err(e),
-        (Ok(c), None) => c,
-        (Err(e), _) => return Err(unknown_outcome(&shown, &e)),
-    };
+    let (post, failure) = m.post(written)?;
+    let checkpoint = m.commit(&staged.checkpoint_id, post, failure)?;
     failpoint::hit("committed");
-    Ok(MutationOutcome { checkpoint, replacements, capacity })
+    Ok(MutationOutcome { checkpoint, replacements: planned.replacements, capacity })
+}
+
+/// One in-process mutation under way: the file it changes, as read under the workspace
+/// lock.
+struct Applying<'a> {
+    ctx: Context<'a>,
+    rel: RelPath,
+    /// Its absolute path, as messages show it.
+    shown: PathBuf,
+    current: Current,
+}
+
+/// What a change makes of the file, planned before anything is staged.
+struct Planned {
+    /// The new content (`None`: the file is removed).
+    content: Option<Body>,
+    /// For an edit, how many occurrences it replaces.
+    replacements: usize,
+    effect: EffectKind,
+    /// For an edit streamed into the store, the keyed id of the original it was made from.
+    original: Option<ContentId>,
+    /// Keeps `gc` out of a streamed edit's content until the checkpoint naming it commits.
+    _objects: Option<NamedLock>,
+}
+
+impl Applying<'_> {
+    /// Plans `change` against the file as read. An edit of a file too large to hold is
+    /// streamed into the store first; the objects lock keeps `gc` out of it until the
+    /// checkpoint naming it commits.
+    fn plan(&self, change: Change) -> Result<Planned> {
+        let store = self.ctx.store;
+        let (change, edited, objects) = match (change, &self.current) {
+            (Change::Edit { old, new, all }, Current::File { body: Body::Open { file, size }, .. }) => {
+                check_edit(old.as_bytes(), new.as_bytes())?;
+                let objects = crate::fs::lock::objects(&store.locks_dir(), false)?;
+                let e =
+                    super::edit::edit_open(store, (file, *size), (old.as_bytes(), new.as_bytes(), all), &self.shown)?;
+                let body = Body::Stored { id: e.kept.id.0, size: e.kept.size };
+                (Change::Put { create_only: false, body }, Some((e.replacements, e.original)), Some(objects))
+            }
+            (change, _) => (change, None, None),
+        };
+        let (content, replacements, effect) = plan(change, &self.current, &self.shown)?;
+        Ok(Planned {
+            content,
+            replacements: edited.map_or(replacements, |(n, _)| n),
+            effect,
+            original: edited.map(|(_, original)| original),
+            _objects: objects,
+        })
+    }
+
+    /// Stages the change's checkpoint (operation `kind`, owned by this process; with
+    /// `protect`, its images kept). A file made where its parent is missing
+    /// (`parent_missing`) plans the directories its path needs.
+    fn stage(
+        &self,
+        kind: OperationKind,
+        parent_missing: bool,
+        planned: &Planned,
+        protect: bool,
+    ) -> Result<CheckpointRecord> {
+        let (ctx, store) = (&self.ctx, self.ctx.store);
+        let owner = store.owner()?.id().to_string();
+        let planned_dirs = match (parent_missing, &planned.content) {
+            (true, Some(_)) => files::missing_parents(&ctx.workspace.root, &self.rel)?,
+            _ => Vec::new(),
+        };
+        let target = PreparedTarget {
+            path: self.rel.clone(),
+            effect: planned.effect,
+            current: self.current.clone(),
+            planned_dirs,
+        };
+        let round = round_reader(ctx);
+        let request = StageRequest {
+            cap_bytes: None,
+            origin: origin(ctx, &round),
+            kind,
+            targets: vec![target],
+            protect,
+            owner: Some(owner),
+            also: None,
+            shell: None,
+            subagent_window: None,
+        };
+        checkpoint::stage(store, request)
+    }
+
+    /// Journals the dispatch of checkpoint `checkpoint_id`, with the digest of the content
+    /// it intends (`None`: a delete).
+    fn dispatch(&self, checkpoint_id: &str, content: Option<&Body>) -> Result<()> {
+        let store = self.ctx.store;
+        let intended = content.map(|c| storage_body::id(store.keys(), c).map(|id| id.to_hex())).transpose()?;
+        checkpoint::dispatch(store, checkpoint_id, &[intended]).map(|_| ())
+    }
+
+    /// Writes `content` (removes the file for `None`) by compare-and-swap, expecting the
+    /// original a large edit was made from (`original`), else the pre-image's digest as
+    /// `staged` (no second pass over a large file).
+    fn write(
+        &self,
+        staged: &CheckpointRecord,
+        original: Option<ContentId>,
+        content: Option<Body>,
+    ) -> Result<(Current, Vec<RelPath>)> {
+        let expected = original.map(|o| o.to_hex()).or_else(|| staged.targets[0].pre_image.digest.clone());
+        write_checked(self.ctx, &self.rel, &staged.checkpoint_id, (&self.current, expected.as_deref()), content)
+    }
+
+    /// The post-image of the file after the write: as `written`, or — when the write failed,
+    /// and nothing or something happened — what is really there, with the write's error.
+    /// `unknown-outcome` if even that cannot be read.
+    fn post(&self, written: Result<(Current, Vec<RelPath>)>) -> Result<(PostState, Option<Error>)> {
+        let (post, created_dirs, failure) = match written {
+            Ok((post, created_dirs)) => (post, created_dirs, None),
+            Err(e) => {
+                let Ok(now) =
+                    open_existing_parent(self.ctx.workspace, &self.rel).and_then(|p| read_current(p.as_ref()))
+                else {
+                    return Err(unknown_outcome(&self.shown, &e));
+                };
+                (now, Vec::new(), Some(e))
+            }
+        };
+        Ok((PostState { current: post, created_dirs, identity_known: true }, failure))
+    }
+
+    /// Commits checkpoint `checkpoint_id` with `post`, as failed if the write did (then
+    /// the write's error is returned); `unknown-outcome` if the commit fails.
+    fn commit(&self, checkpoint_id: &str, post: PostState, failure: Option<Error>) -> Result<CheckpointRecord> {
+        let committed = checkpoint::commit(self.ctx.store, checkpoint_id, vec![post], failure.is_some());
+        match (committed, failure) {
+            (Ok(_), Some(e)) => Err(e),
+            (Ok(c), None) => Ok(c),
+            (Err(e), _) => Err(unknown_outcome(&self.shown, &e)),
+        }
+    }
 }
 
 fn unknown_outcome(shown: &Path, cause: &Error) -> Error {
@@ -421,114 +465,6 @@ fn write_checked(
             Swap::Changed => Err(changed()),
         },
     }
-}
-
-/// Stages a checkpoint for a mutation someone else is about to make (an agent's own
-/// tool): captures pre-images and journals the dispatch. Returns the record; its
-/// `mutation.operationId` is what [`commit_external`] takes.
-///
-/// # Errors
-/// Path errors; `already-exists` for `kind` create on an existing file, `not-found` for
-/// edit or delete of a missing one; `over-cap` as for in-process mutations.
-pub(crate) fn stage_external(
-    ctx: Context<'_>,
-    paths: &[PathBuf],
-    kind: Option<EffectKind>,
-    also: Option<checkpoint::AlsoInStage<'_>>,
-) -> Result<CheckpointRecord> {
-    if paths.is_empty() {
-        return Err(Error::invalid("stage needs at least one path"));
-    }
-    let mut targets: Vec<PreparedTarget> = Vec::with_capacity(paths.len());
-    for path in paths {
-        let rel = ctx.workspace.resolve(path, ctx.cwd, ctx.store.protected_paths())?;
-        if targets.iter().any(|t| t.path == rel) {
-            continue;
-        }
-        let current = read_current(open_existing_parent(ctx.workspace, &rel)?.as_ref())?;
-        let present = matches!(current, Current::File { .. });
-        let shown = ctx.workspace.absolute(&rel);
-        let effect = match (kind, present) {
-            (Some(EffectKind::Create), true) => {
-                return Err(Error::new(ErrorCode::AlreadyExists, format!("{}: already exists", shown.display())));
-            }
-            (Some(EffectKind::Edit | EffectKind::Delete), false) => {
-                return Err(Error::new(ErrorCode::NotFound, format!("{}: no such file", shown.display())));
-            }
-            (Some(k), _) => k,
-            (None, true) => EffectKind::Edit,
-            (None, false) => EffectKind::Create,
-        };
-        // The directories the agent's write will have to make (known at commit: those that
-        // then exist), so taking its create back removes them again.
-        let planned_dirs =
-            if present { Vec::new() } else { files::missing_parents(&ctx.workspace.root, &rel).unwrap_or_default() };
-        targets.push(PreparedTarget { path: rel, effect, current, planned_dirs });
-    }
-    // The post-images are not known yet: a delete adds none, anything else is assumed
-    // to be about the size of its pre-image.
-    let estimate: u64 =
-        targets.iter().map(|t| current_size(&t.current) * if t.effect == EffectKind::Delete { 1 } else { 2 }).sum();
-    let paths: Vec<&RelPath> = targets.iter().map(|t| &t.path).collect();
-    let (protect, _) = preflight(ctx.store, &paths, estimate, ctx.confirm_unprotected)?;
-    let round = round_reader(&ctx);
-    let origin = origin(&ctx, &round);
-    let request = StageRequest {
-        origin,
-        kind: OperationKind::External,
-        targets,
-        protect,
-        cap_bytes: None,
-        owner: None,
-        also,
-        shell: None,
-        subagent_window: None,
-    };
-    checkpoint::stage(ctx.store, request)
-}
-
-/// Commits the external operation `operation_id`: captures every target's post-image now
-/// and journals success (or failure with `failed`). Idempotent.
-///
-/// # Errors
-/// `not-found` for an unknown operation; `recovery-locked` if it was reconciled away.
-pub(crate) fn commit_external(store: &Store, operation_id: &str, failed: bool) -> Result<CheckpointRecord> {
-    let id = checkpoint::by_operation(store, operation_id)?;
-    let record = checkpoint::load(store, &id)?;
-    match record.stage_state {
-        checkpoint::StageState::Committed => return Ok(record),
-        checkpoint::StageState::Unreachable => {
-            return Err(Error::new(
-                ErrorCode::RecoveryLocked,
-                format!("operation {operation_id} was interrupted and is recovery-locked"),
-            )
-            .with_hint(Hint::Inspect { checkpoint_id: id.clone() }));
-        }
-        _ if record.mutation.kind != OperationKind::External => {
-            // An `fs` mutation still running in its own process: it commits itself after its
-            // write; committing it from here would record the file before the write.
-            return Err(Error::new(
-                ErrorCode::Conflict,
-                format!("operation {operation_id} is in progress in another turnback process, which commits it itself"),
-            ));
-        }
-        _ => {}
-    }
-    let ws = Workspace::by_id(store, &record.workspace_id)?;
-    let mut posts = Vec::with_capacity(record.targets.len());
-    for t in &record.targets {
-        let current = read_current(open_existing_parent(&ws, &t.path)?.as_ref())?;
-        // Of the directories missing at stage time, those the agent made (none when the
-        // path is no longer one a directory walk can follow).
-        let created_dirs = match files::missing_parents(&ws.root, &t.path) {
-            Ok(still) if !t.created_dirs.is_empty() => {
-                t.created_dirs.iter().filter(|d| !still.contains(d)).cloned().collect()
-            }
-            _ => Vec::new(),
-        };
-        posts.push(PostState { current, created_dirs, identity_known: true });
-    }
-    checkpoint::commit(store, &id, posts, failed)
 }
 
 /// A checkpoint as mutation commands report it.
@@ -716,45 +652,5 @@ impl Turnback {
             }
             Current::Absent => Err(Error::not_found(format!("{}: no such file", path.display()))),
         }
-    }
-
-    /// Records the pre-images of `paths` before someone else (an agent's own tool) changes
-    /// them; [`commit`](Self::commit) takes the returned operation id afterwards.
-    ///
-    /// # Errors
-    /// As [`mutate`](Self::mutate) before anything is written.
-    pub fn stage(
-        &self,
-        paths: &[PathBuf],
-        kind: Option<EffectKind>,
-        confirm_unprotected: bool,
-    ) -> Result<CheckpointSummary> {
-        let (ctx, cwd) = self.mutation_context(confirm_unprotected)?;
-        stage_external(Context { cwd: &cwd, ..ctx }, paths, kind, None).map(|r| CheckpointSummary::from(&r))
-    }
-
-    /// Captures the post-images of a staged operation and commits it (idempotent).
-    ///
-    /// # Errors
-    /// `not-found` for an unknown operation; `recovery-locked` if it was reconciled away.
-    pub fn commit(&self, operation_id: &str, failed: bool) -> Result<CheckpointSummary> {
-        commit_external(&self.store, operation_id, failed).map(|r| CheckpointSummary::from(&r))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exact_replacement_rules() {
-        let p = Path::new("f");
-        assert_eq!(replace_exact(b"a b a", b"b", b"c", false, p).unwrap(), (b"a c a".to_vec(), 1));
-        assert_eq!(replace_exact(b"a b a", b"a", b"x", false, p).unwrap_err().code, ErrorCode::EditNotUnique);
-        assert_eq!(replace_exact(b"a b a", b"a", b"x", true, p).unwrap(), (b"x b x".to_vec(), 2));
-        assert_eq!(replace_exact(b"a b a", b"z", b"x", false, p).unwrap_err().code, ErrorCode::EditNoMatch);
-        assert_eq!(replace_exact(b"aaa", b"aa", b"b", true, p).unwrap(), (b"ba".to_vec(), 1));
-        assert!(replace_exact(b"a", b"", b"x", false, p).is_err());
-        assert!(replace_exact(b"a", b"a", b"a", false, p).is_err());
     }
 }
