@@ -154,25 +154,21 @@ fn through_the_mcp_server(door: &Door) {
     }
 }
 
-/// A snapshot of a turn as `turns --json` states it.
+/// A snapshot of a turn as `turns --json` states it. Whether a start snapshot was late
+/// (past its door's wait) depends on the machine's load, not on the door: not compared.
 #[derive(Debug, PartialEq, Eq)]
 struct Snapshot {
     taken: bool,
-    late: bool,
     skipped: Option<String>,
 }
 
 impl Snapshot {
     fn of(v: &Value) -> Snapshot {
-        Snapshot {
-            taken: v["id"].is_string(),
-            late: v["late"] == true,
-            skipped: v["skipped"].as_str().map(str::to_string),
-        }
+        Snapshot { taken: v["id"].is_string(), skipped: v["skipped"].as_str().map(str::to_string) }
     }
 
-    /// Taken in time, whole.
-    const SETTLED: Snapshot = Snapshot { taken: true, late: false, skipped: None };
+    /// Taken, whole.
+    const SETTLED: Snapshot = Snapshot { taken: true, skipped: None };
 }
 
 /// A turn as `turns --json` states it, without its ids and times.
