@@ -60,6 +60,12 @@ mod undo;
 mod watch;
 
 pub use agent::{AgentEvent, Recorded, ToolCall, ToolEffect};
+#[cfg(feature = "remote")]
+pub use api::views::Remote;
+pub use api::views::{
+    Begun, Checkpoint, Forked, Image, JournalEntry, MutationMetadata, RewoundBy, Session, ShellCall, ShellEffect,
+    Snapshot, SnapshotRef, Subagent, SubagentWindow, Target, Turn, Workspace,
+};
 pub use api::{
     Actor, Appended, ArtifactView, BoundedInput, CheckpointList, CheckpointSummary, CheckpointView, CompareRequest,
     CompareSide, Comparison, Deleted, DiffReport, DiffRequest, DuReport, Encryption, FileText, ForkPoint, GcReport,
@@ -72,37 +78,31 @@ pub use api::{PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessi
 pub use base::quote::{escape_controls, escape_lines, quote_name};
 pub use base::time::{format_ms, now_ms};
 pub use checkpoint::artifact::ImageRole;
-pub use checkpoint::journal::{JournalEntry, JournalEvent};
+pub use checkpoint::journal::JournalEvent;
 pub use checkpoint::retention::{Breach, CapacityVerdict, RetentionVerdict};
 pub use checkpoint::{
-    CheckpointRecord, CommitState, CoverageState, EffectKind, EvictionReport, ImageRecord, IntegrityState,
-    MutationMetadata, OperationKind, ReconcileReport, ReconciledCheckpoint, RetentionState, ShellCall, StageState,
-    SubagentWindow, TargetRecord, Unreadable as UnreadableCheckpoint,
+    CommitState, CoverageState, EffectKind, EvictionReport, IntegrityState, OperationKind, ReconcileReport,
+    ReconciledCheckpoint, RetentionState, StageState, Unreadable as UnreadableCheckpoint,
 };
 pub use error::{Error, ErrorCode, Hint, Result};
 pub use fs::files::FileIdentity;
 pub use fs::relpath::RelPath;
 pub use fs::walk::Skipped;
 #[cfg(feature = "remote")]
-pub use remote::RemoteConfig;
-#[cfg(feature = "remote")]
 pub use remote::gc::{RemoteGcReport, RemoteSession};
 #[cfg(feature = "remote")]
 pub use remote::pull::{PullProgress, PullReport};
 #[cfg(feature = "remote")]
 pub use remote::push::{PushProgress, PushReport};
-pub use session::Session;
-pub use session::begin::{BeginRequest, Begun, RunningSnapshot, StartSnapshot};
-pub use session::fork::Forked;
+pub use session::begin::{BeginRequest, RunningSnapshot, StartSnapshot};
 pub use session::history::{
     Entry as HistoryEntry, Message, NewEntry as NewHistoryEntry, Role, Selection as HistorySelection,
     ToolCall as HistoryToolCall, View as HistoryView,
 };
 pub use session::import::{Format as TranscriptFormat, Imported, Scope as ImportScope};
-pub use session::turn::{RewoundBy, Shell, ShellEffect, SnapshotRef, Subagent, Turn, TurnKind};
-pub use session::workspace::Workspace;
+pub use session::turn::{Shell, TurnKind};
 pub use snapshot::diff::{Change, NumStat};
-pub use snapshot::{LeftOut, NestedRepo, SnapshotKind, SnapshotRecord};
+pub use snapshot::{LeftOut, NestedRepo, SnapshotKind};
 pub use storage::content::ContentClass;
 pub use storage::keys::{KeyConfig, KeySource, new_master_key};
 pub use storage::settings::{Settings, SettingsOverrides, SnapshotLimits, WatchMode, format_size, parse_size};
@@ -115,7 +115,7 @@ pub use undo::rollback::{
     Analysis, Choice, ChoiceFile, ConflictReason, ExcludedEffect, InverseOperation, Outcome as TargetOutcome, Residual,
     ResolveResult, RollbackResult, SafeChoice, Selection as RollbackSelection, TargetAnalysis, ThreeWayState,
 };
-pub use watch::{StartWatcher, WatchMark, WatchStatus};
+pub use watch::{StartWatcher, WatchStatus};
 
 #[cfg(test)]
 mod layering_tests;

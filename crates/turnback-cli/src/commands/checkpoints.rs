@@ -1,6 +1,6 @@
 //! `turnback checkpoints` and `turnback inspect`.
 
-use turnback::{ImageRecord, Inspection, Result, escape_controls, format_size, quote_name};
+use turnback::{Image, Inspection, Result, escape_controls, format_size, quote_name};
 
 use crate::commands::fs::effect_word;
 use crate::ctx::Ctx;
@@ -49,7 +49,7 @@ pub fn list(ctx: &Ctx, turn: Option<u64>, all: bool) -> Result<Outcome> {
 /// How the mutation ended, when it did not simply succeed: a call the person denied, or
 /// one that failed, must not read like an edit that was made. Its targets' effects are
 /// what it was about to do; "changed nothing" when every file is as it was before.
-fn outcome_word(r: &turnback::CheckpointRecord) -> String {
+fn outcome_word(r: &turnback::Checkpoint) -> String {
     use turnback::CommitState;
     let unchanged = r.targets.iter().all(|t| {
         let post = t.post_image.as_ref();
@@ -63,7 +63,7 @@ fn outcome_word(r: &turnback::CheckpointRecord) -> String {
     }
 }
 
-fn image_text(label: &str, image: &ImageRecord) -> String {
+fn image_text(label: &str, image: &Image) -> String {
     if !image.present {
         return format!("{label} absent");
     }

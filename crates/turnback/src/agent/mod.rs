@@ -20,13 +20,14 @@ use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
 
+use crate::api::views;
 use crate::api::{CheckpointSummary, Turnback};
 use crate::api::{Closing, NO_START, REPORTED_AFTER, WindowClosed, WindowOf, subagent_key};
 use crate::error::Result;
 use crate::session::begin::BeginRequest;
 use crate::session::history::{NewEntry, Role, Selection};
 use crate::session::import::{Format, Scope as ImportScope};
-use crate::session::turn::{Shell, Turn};
+use crate::session::turn::Shell;
 
 /// One thing an agent reports, in the agent-neutral protocol.
 ///
@@ -190,7 +191,7 @@ pub enum ToolEffect {
 pub struct Recorded {
     /// The turn the event began, joined, ended, reopened or was recorded in.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub turn: Option<Turn>,
+    pub turn: Option<views::Turn>,
     /// A running turn was joined rather than a new one begun.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub joined: bool,
@@ -220,7 +221,7 @@ impl Turnback {
         let mut done = Recorded::default();
         match event {
             AgentEvent::SessionStarted => {
-                self.session()?;
+                self.session_record()?;
             }
             AgentEvent::PromptSubmitted { prompt } => {
                 // An agent reports a prompt as it starts replying to it: a turn still
@@ -276,7 +277,7 @@ impl Turnback {
                         checkpoint_id: done.checkpoint.as_ref().map(|c| c.checkpoint_id.as_str()),
                         no_window: no_window.as_deref(),
                     };
-                    done.turn = self.record_shell_if_running(shell)?;
+                    done.turn = self.record_shell_if_running(shell)?.as_ref().map(Into::into);
                 }
                 if let Some(key) = key
                     && let Some(committed) = self.commit_tool_call(&key, failed)?
@@ -300,7 +301,7 @@ impl Turnback {
                     checkpoint_id: None,
                     no_window: Some(REPORTED_AFTER),
                 };
-                done.turn = self.record_shell_if_running(shell)?;
+                done.turn = self.record_shell_if_running(shell)?.as_ref().map(Into::into);
             }
             AgentEvent::AssistantReplied { text, thinking } => {
                 if !self.turn_records()?.is_empty() {
@@ -314,7 +315,7 @@ impl Turnback {
                 }
                 let (ended, closed) = self.close_turn(self.progress())?;
                 done.abandoned_calls_closed = closed;
-                done.turn = ended.or(done.turn.take());
+                done.turn = ended.as_ref().map(Into::into).or(done.turn.take());
             }
             AgentEvent::Continued => {
                 if self.running_turn()?.is_none() {
@@ -324,13 +325,13 @@ impl Turnback {
             AgentEvent::SessionEnded => {
                 let (ended, closed) = self.close_turn_with(self.progress(), Closing::All)?;
                 done.abandoned_calls_closed = closed;
-                done.turn = ended;
+                done.turn = ended.as_ref().map(Into::into);
             }
             AgentEvent::SubagentStarted { id, kind } => {
                 if self.note_tool_call(&subagent_key(id))? {
                     done.reopened = self.reopen_if_stopped(&mut done)?;
                 }
-                done.turn = self.record_subagent(id, kind.as_deref(), false)?;
+                done.turn = self.record_subagent(id, kind.as_deref(), false)?.as_ref().map(Into::into);
                 self.open_window(&subagent_key(id))?;
             }
             AgentEvent::SubagentStopped { id } => {
@@ -338,7 +339,7 @@ impl Turnback {
                 // closes, leaving to them the paths they name.
                 done.abandoned_calls_closed = self.finish_abandoned_tool_calls(Closing::Subagent(id))?;
                 done.checkpoint = self.close_window(&subagent_key(id), WindowOf::Subagent { id })?.checkpoint();
-                done.turn = self.record_subagent(id, None, true)?;
+                done.turn = self.record_subagent(id, None, true)?.as_ref().map(Into::into);
             }
             AgentEvent::Compacted => {}
         }
@@ -396,7 +397,7 @@ impl Turnback {
         let reopened = self.reopen_turn()?;
         let was = reopened.is_some();
         if let Some(t) = reopened {
-            done.turn = Some(t);
+            done.turn = Some((&t).into());
         }
         Ok(was)
     }

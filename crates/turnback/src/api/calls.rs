@@ -356,17 +356,17 @@ pub(crate) fn delete_session_in(txn: &mut dyn Txn, session: &str) -> Result<()> 
 impl Turnback {
     /// The key tool call `id` (or, without one, `name` on `paths`) starts under.
     pub(crate) fn tool_call_start_key(&self, id: Option<&str>, name: &str, paths: &[PathBuf]) -> Result<String> {
-        start_key(&self.store, &self.session()?.id, id, name, paths)
+        start_key(&self.store, &self.session_record()?.id, id, name, paths)
     }
 
     /// The key tool call `id`'s (or, without one, `name` on `paths`) "after" event settles.
     pub(crate) fn tool_call_end_key(&self, id: Option<&str>, name: &str, paths: &[PathBuf]) -> Result<Option<String>> {
-        end_key(&self.store, &self.session()?.id, id, name, paths)
+        end_key(&self.store, &self.session_record()?.id, id, name, paths)
     }
 
     /// Records that the agent reported tool call `key`; `true` if it had not before.
     pub(crate) fn note_tool_call(&self, key: &str) -> Result<bool> {
-        note(&self.store, &self.session()?.id, key)
+        note(&self.store, &self.session_record()?.id, key)
     }
 
     /// Stages the files tool call `key` is about to write (see [`stage`]); `subagent`
@@ -384,13 +384,13 @@ impl Turnback {
 
     /// Commits tool call `key` (`None`: nothing of it was pending).
     pub(crate) fn commit_tool_call(&self, key: &str, failed: bool) -> Result<Option<CheckpointSummary>> {
-        Ok(commit(&self.store, &self.session()?.id, key, failed)?.map(|r| CheckpointSummary::from(&r)))
+        Ok(commit(&self.store, &self.session_record()?.id, key, failed)?.map(|r| CheckpointSummary::from(&r)))
     }
 
     /// Closes, as failed, every tool call of the session still waiting for its "after"
     /// event. Returns how many.
     pub(crate) fn finish_abandoned_tool_calls(&self, closing: Closing<'_>) -> Result<u64> {
-        finish_abandoned(&self.store, &self.session()?.id, closing)
+        finish_abandoned(&self.store, &self.session_record()?.id, closing)
     }
 }
 

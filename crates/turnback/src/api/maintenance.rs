@@ -494,7 +494,7 @@ impl Turnback {
     /// Store errors; `io` if the watcher's lock cannot be opened.
     pub fn reconcile(&self) -> Result<ReconcileReport> {
         let mut report = self.reconciled.clone();
-        if let Some(ws) = self.registered_workspace()?
+        if let Some(ws) = self.registered_workspace_record()?
             && crate::watch::remove_dead_cookie(self.store.dir(), &ws.id, &ws.root)?
         {
             report.temp_files_removed += 1;

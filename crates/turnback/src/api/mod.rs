@@ -35,6 +35,7 @@ mod sessions;
 mod shell;
 mod turns;
 mod undo;
+pub(crate) mod views;
 mod watching;
 
 pub use compare::{CompareRequest, CompareSide, Comparison, ForkPoint};
@@ -46,6 +47,7 @@ pub use mutation::{CheckpointSummary, FileText, Mutation, MutationReport};
 #[cfg(feature = "remote")]
 pub use remote::{PullReports, PushReports, REMOTE_GC_GRACE, RemoteList, RemoteSessionList, SessionChoice};
 pub use runtime::{Push, Runtime};
+
 pub use sessions::{Appended, SessionInfo, SessionList};
 pub use turns::{DiffReport, DiffRequest, ShellRecorded, TurnList, TurnSummary};
 pub use undo::{ArtifactView, CheckpointList, CheckpointView, Encryption, Inspection, InspectionProblem};
@@ -274,7 +276,12 @@ impl Turnback {
     ///
     /// # Errors
     /// `io` if its directory does not exist.
-    pub fn workspace(&self) -> Result<&Workspace> {
+    pub fn workspace(&self) -> Result<views::Workspace> {
+        self.workspace_record().map(Into::into)
+    }
+
+    /// The workspace's record, registered on first use.
+    pub(crate) fn workspace_record(&self) -> Result<&Workspace> {
         if let Some(ws) = self.workspace.get() {
             return Ok(ws);
         }
@@ -286,7 +293,12 @@ impl Turnback {
     ///
     /// # Errors
     /// Store errors; `io` if its directory does not exist.
-    pub fn registered_workspace(&self) -> Result<Option<Workspace>> {
+    pub fn registered_workspace(&self) -> Result<Option<views::Workspace>> {
+        Ok(self.registered_workspace_record()?.as_ref().map(Into::into))
+    }
+
+    /// The workspace's record if it is registered already.
+    pub(crate) fn registered_workspace_record(&self) -> Result<Option<Workspace>> {
         match self.workspace.get() {
             Some(ws) => Ok(Some(ws.clone())),
             None => Workspace::find(&self.store, &self.workspace_dir),
@@ -298,11 +310,16 @@ impl Turnback {
     ///
     /// # Errors
     /// `invalid-argument` if the session asked for belongs to another workspace.
-    pub fn session(&self) -> Result<&Session> {
+    pub fn session(&self) -> Result<views::Session> {
+        self.session_record().map(Into::into)
+    }
+
+    /// The session's record, resolved on first use (see [`session`](Self::session)).
+    pub(crate) fn session_record(&self) -> Result<&Session> {
         if let Some(s) = self.session.get() {
             return Ok(s);
         }
-        let ws = self.workspace()?;
+        let ws = self.workspace_record()?;
         let s = Session::resolve_for(&self.store, ws, self.requested_session.as_deref(), self.agent.as_deref())?;
         Ok(self.session.get_or_init(|| s))
     }
@@ -311,13 +328,13 @@ impl Turnback {
     fn cwd(&self) -> Result<PathBuf> {
         match &self.cwd {
             Some(c) => Ok(c.clone()),
-            None => Ok(self.workspace()?.root.clone()),
+            None => Ok(self.workspace_record()?.root.clone()),
         }
     }
 
     /// Resolves a path given by a person or agent to one inside the workspace.
     fn resolve(&self, path: &Path) -> Result<crate::fs::relpath::RelPath> {
-        self.workspace()?.resolve(path, &self.cwd()?, self.store.protected_paths())
+        self.workspace_record()?.resolve(path, &self.cwd()?, self.store.protected_paths())
     }
 
     /// Creates the store and key if needed and registers the workspace.
@@ -325,7 +342,7 @@ impl Turnback {
     /// # Errors
     /// As [`open`](Self::open) and [`workspace`](Self::workspace).
     pub fn init(&self) -> Result<InitReport> {
-        let ws = self.workspace()?;
+        let ws = self.workspace_record()?;
         let s = self.store.settings();
         Ok(InitReport {
             store: self.store.dir().to_path_buf(),

@@ -27,7 +27,7 @@ use crate::base::failpoint;
 use crate::checkpoint::retention::{self, Breach, CapacityVerdict};
 use crate::checkpoint::{
     self, CheckpointRecord, CommitState, CoverageState, EffectKind, OperationKind, PostState, PreparedTarget,
-    StageRequest, StageState, TargetRecord,
+    StageRequest, StageState,
 };
 use crate::error::{Error, ErrorCode, Hint, Result};
 use crate::fs::body::{Body, HELD_MAX};
@@ -489,7 +489,7 @@ pub struct CheckpointSummary {
     /// The session.
     pub session_id: String,
     /// The files it covers.
-    pub targets: Vec<TargetRecord>,
+    pub targets: Vec<crate::api::views::Target>,
     /// The sub-agent whose tool call made it, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subagent: Option<String>,
@@ -506,7 +506,7 @@ impl From<&CheckpointRecord> for CheckpointSummary {
             coverage_state: r.coverage_state,
             prompt_round: r.prompt_round,
             session_id: r.session_id.clone(),
-            targets: r.targets.clone(),
+            targets: r.targets.iter().map(Into::into).collect(),
             subagent: r.subagent.clone(),
         }
     }
@@ -557,8 +557,8 @@ impl Turnback {
         let cwd = self.cwd()?;
         let ctx = Context {
             store: &self.store,
-            workspace: self.workspace()?,
-            session: self.session()?,
+            workspace: self.workspace_record()?,
+            session: self.session_record()?,
             cwd: Path::new(""),
             confirm_unprotected,
             subagent: None,
@@ -642,7 +642,7 @@ impl Turnback {
     /// `path-rejected`; `not-found`; `invalid-argument` if it is not UTF-8 text.
     pub fn read_file(&self, path: &Path) -> Result<FileText> {
         let rel = self.resolve(path)?;
-        let parent = files::open_parent(&self.workspace()?.root, &rel, false)?;
+        let parent = files::open_parent(&self.workspace_record()?.root, &rel, false)?;
         match parent.read()? {
             Current::File { body, .. } => {
                 let bytes = crate::fs::body::read_whole(&body)?.unwrap_or_default();

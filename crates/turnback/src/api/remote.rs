@@ -5,11 +5,12 @@
 use serde::Serialize;
 
 use crate::api::Turnback;
+use crate::api::views;
 use crate::error::{Error, Result};
+use crate::remote;
 use crate::remote::gc::{RemoteGcReport, RemoteSession};
 use crate::remote::pull::{PullProgress, PullReport};
 use crate::remote::push::{PushProgress, PushReport};
-use crate::remote::{self, RemoteConfig};
 use crate::session::Session;
 
 /// The configured remotes.
@@ -17,7 +18,7 @@ use crate::session::Session;
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct RemoteList {
     /// By name.
-    pub remotes: Vec<RemoteConfig>,
+    pub remotes: Vec<views::Remote>,
 }
 
 /// The sessions a remote holds.
@@ -71,8 +72,8 @@ impl Turnback {
         url: &str,
         endpoint: Option<&str>,
         region: Option<&str>,
-    ) -> Result<RemoteConfig> {
-        remote::add(&self.store, name, url, endpoint, region)
+    ) -> Result<views::Remote> {
+        remote::add(&self.store, name, url, endpoint, region).map(|r| (&r).into())
     }
 
     /// The configured remotes.
@@ -80,22 +81,22 @@ impl Turnback {
     /// # Errors
     /// Store errors.
     pub fn remotes(&self) -> Result<RemoteList> {
-        Ok(RemoteList { remotes: remote::list(&self.store)? })
+        Ok(RemoteList { remotes: remote::list(&self.store)?.iter().map(Into::into).collect() })
     }
 
     /// Removes remote `name` from the configuration (the bucket is not touched).
     ///
     /// # Errors
     /// `not-found`.
-    pub fn remote_remove(&self, name: &str) -> Result<RemoteConfig> {
-        remote::remove(&self.store, name)
+    pub fn remote_remove(&self, name: &str) -> Result<views::Remote> {
+        remote::remove(&self.store, name).map(|r| (&r).into())
     }
 
     fn current_session_id(&self) -> Result<String> {
         if let Some(id) = &self.requested_session {
             return Ok(id.clone());
         }
-        let ws = self.registered_workspace()?.ok_or_else(|| Error::not_found("a session in this workspace"))?;
+        let ws = self.registered_workspace_record()?.ok_or_else(|| Error::not_found("a session in this workspace"))?;
         Session::list(&self.store, &ws)?
             .pop()
             .map(|s| s.id)
@@ -138,7 +139,7 @@ impl Turnback {
                 SessionChoice::One(id) => vec![id.clone()],
                 SessionChoice::All => remote::gc::sessions(&self.store, &config)?.into_iter().map(|s| s.id).collect(),
             };
-        let workspace = self.workspace()?.clone();
+        let workspace = self.workspace_record()?.clone();
         let mut pulled = Vec::new();
         for id in ids {
             pulled.push(remote::pull::pull(&self.store, &config, &id, &workspace, progress)?);

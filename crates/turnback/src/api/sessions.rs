@@ -5,11 +5,12 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::api::Turnback;
+use crate::api::views;
 use crate::base::bounded;
 use crate::checkpoint::{self, ListFilter};
 use crate::error::{Error, IoResultExt, Result};
 use crate::session::Session;
-use crate::session::fork::{self, Forked};
+use crate::session::fork;
 use crate::session::history::{self, Entry, Message, NewEntry, Selection, View};
 use crate::session::import::{self, Format, Imported, Scope};
 use crate::session::turn;
@@ -22,7 +23,7 @@ pub struct SessionList {
     /// The workspace root.
     pub workspace: PathBuf,
     /// Its sessions, oldest first.
-    pub sessions: Vec<Session>,
+    pub sessions: Vec<views::Session>,
 }
 
 /// One session in numbers.
@@ -31,7 +32,7 @@ pub struct SessionList {
 #[serde(rename_all = "camelCase")]
 pub struct SessionInfo {
     /// The session.
-    pub session: Session,
+    pub session: views::Session,
     /// Its turns.
     pub turns: usize,
     /// The running turn's id.
@@ -64,8 +65,8 @@ impl Turnback {
     ///
     /// # Errors
     /// `already-exists` if `id` is taken; `invalid-argument` if it is malformed.
-    pub fn new_session(&self, id: Option<&str>) -> Result<Session> {
-        Session::create_for(&self.store, self.workspace()?, id, self.agent.as_deref())
+    pub fn new_session(&self, id: Option<&str>) -> Result<views::Session> {
+        Session::create_for(&self.store, self.workspace_record()?, id, self.agent.as_deref()).map(|s| (&s).into())
     }
 
     /// The sessions of the workspace.
@@ -73,8 +74,11 @@ impl Turnback {
     /// # Errors
     /// Store errors.
     pub fn sessions(&self) -> Result<SessionList> {
-        let ws = self.workspace()?;
-        Ok(SessionList { workspace: ws.root.clone(), sessions: Session::list(&self.store, ws)? })
+        let ws = self.workspace_record()?;
+        Ok(SessionList {
+            workspace: ws.root.clone(),
+            sessions: Session::list(&self.store, ws)?.iter().map(Into::into).collect(),
+        })
     }
 
     /// Session `id` (default: this one) in numbers.
@@ -84,7 +88,7 @@ impl Turnback {
     pub fn session_info(&self, id: Option<&str>) -> Result<SessionInfo> {
         let session = match id {
             Some(id) => Session::get(&self.store, id)?.ok_or_else(|| Error::not_found(format!("session {id}")))?,
-            None => self.session()?.clone(),
+            None => self.session_record()?.clone(),
         };
         let turns = turn::list(&self.store, &session.id)?;
         let snaps = snapshot::list(&self.store, &session.id)?;
@@ -95,7 +99,7 @@ impl Turnback {
             snapshots: snaps.len(),
             snapshot_stored_bytes: snaps.iter().map(|r| r.stored_bytes).sum(),
             checkpoints,
-            session,
+            session: (&session).into(),
         })
     }
 
@@ -111,12 +115,12 @@ impl Turnback {
     /// snapshotted; `path-rejected` if `into` is in a `.git`, inside or above the workspace,
     /// the store or the keys, or reached through a symlink; `already-exists` if it is not an
     /// empty directory.
-    pub fn fork(&self, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<Forked> {
+    pub fn fork(&self, from: &str, after: Option<u64>, into: Option<&Path>, id: Option<&str>) -> Result<views::Forked> {
         let into = match into {
             Some(dir) if dir.is_relative() => Some(self.cwd()?.join(dir)),
             other => other.map(Path::to_path_buf),
         };
-        fork::fork(&self.store, from, after, into.as_deref(), id)
+        fork::fork(&self.store, from, after, into.as_deref(), id).map(Into::into)
     }
 
     /// Appends conversation entries to the session's history, each durably before the
@@ -125,7 +129,7 @@ impl Turnback {
     /// # Errors
     /// `not-found` for an unknown turn; `invalid-argument` if there is no turn to join.
     pub fn history_append(&self, entries: Vec<NewEntry>) -> Result<Appended> {
-        let session = self.session()?;
+        let session = self.session_record()?;
         let appended =
             entries.into_iter().map(|e| history::append(&self.store, session, e)).collect::<Result<Vec<_>>>()?;
         Ok(Appended { session_id: session.id.clone(), appended })
@@ -134,7 +138,7 @@ impl Turnback {
     /// Appends the agent's reply unless the history's newest entry is that reply already
     /// (delivered again, perhaps at the same moment): see [`history::append_reply`].
     pub(crate) fn append_reply(&self, entry: NewEntry) -> Result<bool> {
-        Ok(history::append_reply(&self.store, self.session()?, entry)?.is_some())
+        Ok(history::append_reply(&self.store, self.session_record()?, entry)?.is_some())
     }
 
     /// The session's history, or part of it.
@@ -142,7 +146,7 @@ impl Turnback {
     /// # Errors
     /// Store errors.
     pub fn history(&self, selection: &Selection) -> Result<View> {
-        history::read(&self.store, &self.session()?.id, selection)
+        history::read(&self.store, &self.session_record()?.id, selection)
     }
 
     /// The session's history as `[{role, content}]` messages, to seed a stateless model.
@@ -161,7 +165,7 @@ impl Turnback {
     /// # Errors
     /// `invalid-argument` if the text is not such a transcript.
     pub fn import_transcript(&self, format: Format, text: &str, scope: Scope) -> Result<Imported> {
-        import::import(&self.store, self.session()?, format, text, scope)
+        import::import(&self.store, self.session_record()?, format, text, scope)
     }
 
     /// [`import_transcript`](Self::import_transcript) of opencode's session `session`, read

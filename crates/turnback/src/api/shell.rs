@@ -129,7 +129,7 @@ impl Turnback {
     /// # Errors
     /// Store and workspace errors.
     pub(crate) fn open_window(&self, key: &str) -> Result<bool> {
-        let session = self.session()?;
+        let session = self.session_record()?;
         if self.running_turn()?.is_none() || calls::window(&self.store, &session.id, key)?.is_some() {
             return Ok(false);
         }
@@ -153,7 +153,7 @@ impl Turnback {
     /// # Errors
     /// Store and workspace errors.
     pub(crate) fn close_window(&self, key: &str, of: WindowOf<'_>) -> Result<WindowClosed> {
-        let (store, session, ws) = (&self.store, self.session()?, self.workspace()?);
+        let (store, session, ws) = (&self.store, self.session_record()?, self.workspace_record()?);
         let mut window = match self.window_changes(&session.id, key)? {
             ControlFlow::Continue(window) => window,
             ControlFlow::Break(closed) => return Ok(closed),

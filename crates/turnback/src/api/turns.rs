@@ -6,9 +6,10 @@ use serde::Serialize;
 
 use crate::api::Closing;
 use crate::api::Turnback;
+use crate::api::views::{self, Begun};
 use crate::error::{Error, ErrorCode, Hint, Result};
-use crate::session::begin::{self, BeginRequest, Begun};
-use crate::session::turn::{self, Shell, SnapshotRef, Turn, TurnKind};
+use crate::session::begin::{self, BeginRequest};
+use crate::session::turn::{self, Shell, Turn, TurnKind};
 use crate::snapshot::diff::{self, NumStat};
 use crate::snapshot::{self, LeftOut, SnapshotKind, SnapshotRecord, TakeOptions};
 use crate::storage::content::ContentId;
@@ -42,16 +43,16 @@ pub struct TurnSummary {
     /// When it ended (none while it runs).
     pub ended_at: Option<String>,
     /// Its start snapshot.
-    pub snapshot: SnapshotRef,
+    pub snapshot: views::SnapshotRef,
     /// Its end snapshot.
-    pub end_snapshot: Option<SnapshotRef>,
+    pub end_snapshot: Option<views::SnapshotRef>,
     /// The shell commands the agent ran in it, with their exit status when known.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub shell_effects: Vec<turn::ShellEffect>,
+    pub shell_effects: Vec<views::ShellEffect>,
     /// Set when a rewind took it back (its history is cut; undoing the rewind gives it
     /// back).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub rewound: Option<turn::RewoundBy>,
+    pub rewound: Option<views::RewoundBy>,
 }
 
 /// Which two states to compare.
@@ -93,7 +94,7 @@ pub struct DiffReport {
 #[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 pub struct ShellRecorded {
     /// The turn, with the command among its shell effects.
-    pub turn: Turn,
+    pub turn: views::Turn,
 }
 
 impl Turnback {
@@ -114,10 +115,10 @@ impl Turnback {
         let never = AtomicBool::new(false);
         self.ensure_watcher();
         let closed = self.finish_abandoned_tool_calls(Closing::MainAgent)?;
-        let (ws, session) = (self.workspace()?, self.session()?);
+        let (ws, session) = (self.workspace_record()?, self.session_record()?);
         let starter = self.runtime.start_snapshot.as_ref().map(|(s, wait)| (&**s as &dyn begin::StartSnapshot, *wait));
         let begun = begin::begin(&self.store, ws, session, req, starter, cancel.unwrap_or(&never))?;
-        Ok(Begun { abandoned_calls_closed: closed, ..begun })
+        Ok(Begun { joined: begun.joined, turn: (&begun.turn).into(), abandoned_calls_closed: closed })
     }
 
     /// Ends the running turn with its end snapshot, first closing, as failed, every tool
@@ -126,8 +127,12 @@ impl Turnback {
     ///
     /// # Errors
     /// `not-found` if no turn is running.
-    pub fn end_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<Turn> {
-        self.close_turn(progress)?.0.ok_or_else(|| Error::not_found("a running turn").with_hint(Hint::BeginTurn))
+    pub fn end_turn(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<views::Turn> {
+        self.close_turn(progress)?
+            .0
+            .as_ref()
+            .map(Into::into)
+            .ok_or_else(|| Error::not_found("a running turn").with_hint(Hint::BeginTurn))
     }
 
     /// Closes, as failed, every tool call still waiting for its "after" event, then ends
@@ -147,7 +152,7 @@ impl Turnback {
         if self.running_turn()?.is_none() {
             return Ok((None, closed));
         }
-        match turn::end(&self.store, self.workspace()?, self.session()?, progress) {
+        match turn::end(&self.store, self.workspace_record()?, self.session_record()?, progress) {
             Ok(ended) => {
                 self.auto_push(&ended.session_id);
                 Ok((Some(ended), closed))
@@ -179,8 +184,9 @@ impl Turnback {
     ///
     /// # Errors
     /// Store and workspace errors; the turn is then told its snapshot failed.
-    pub fn take_turn_start_snapshot(&self, turn_id: &str) -> Result<SnapshotRecord> {
-        turn::take_start_snapshot(&self.store, self.workspace()?, self.session()?, turn_id, None)
+    pub fn take_turn_start_snapshot(&self, turn_id: &str) -> Result<views::Snapshot> {
+        let (ws, session) = (self.workspace_record()?, self.session_record()?);
+        turn::take_start_snapshot(&self.store, ws, session, turn_id, None).map(|r| (&r).into())
     }
 
     /// Records a shell command the agent ran in the running turn (secrets redacted).
@@ -191,9 +197,9 @@ impl Turnback {
         // Reported on its own, after it ran: no window could be taken around it.
         let no_window = shell.no_window.or(shell.checkpoint_id.is_none().then_some(crate::api::REPORTED_AFTER));
         let shell = Shell { no_window, ..shell };
-        let turn = turn::record_shell(&self.store, &self.session()?.id, shell)?
+        let turn = turn::record_shell(&self.store, &self.session_record()?.id, shell)?
             .ok_or_else(|| Error::not_found("a running turn").with_hint(Hint::BeginTurn))?;
-        Ok(ShellRecorded { turn })
+        Ok(ShellRecorded { turn: (&turn).into() })
     }
 
     /// The progress callback set by [`with_progress`](Self::with_progress).
@@ -203,30 +209,30 @@ impl Turnback {
 
     /// The session's running turn, if any.
     pub(crate) fn running_turn(&self) -> Result<Option<Turn>> {
-        turn::running(&self.store, &self.session()?.id)
+        turn::running(&self.store, &self.session_record()?.id)
     }
 
     /// Reopens the session's newest turn if it has ended and none runs.
     pub(crate) fn reopen_turn(&self) -> Result<Option<Turn>> {
-        turn::reopen(&self.store, &self.session()?.id)
+        turn::reopen(&self.store, &self.session_record()?.id)
     }
 
     /// Records a shell command in the running turn, if one runs.
     pub(crate) fn record_shell_if_running(&self, shell: Shell<'_>) -> Result<Option<Turn>> {
-        turn::record_shell(&self.store, &self.session()?.id, shell)
+        turn::record_shell(&self.store, &self.session_record()?.id, shell)
     }
 
     /// Records a sub-agent's start (or stop) in the running turn, if one runs.
     pub(crate) fn record_subagent(&self, id: &str, kind: Option<&str>, stopped: bool) -> Result<Option<Turn>> {
-        turn::record_subagent(&self.store, &self.session()?.id, id, kind, stopped)
+        turn::record_subagent(&self.store, &self.session_record()?.id, id, kind, stopped)
     }
 
     /// Takes an ad hoc snapshot of the whole workspace.
     ///
     /// # Errors
     /// Store and workspace errors (a snapshot over a limit is recorded as skipped).
-    pub fn snapshot(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<SnapshotRecord> {
-        self.take_snapshot(SnapshotKind::AdHoc, progress)
+    pub fn snapshot(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<views::Snapshot> {
+        self.take_snapshot(SnapshotKind::AdHoc, progress).map(|r| (&r).into())
     }
 
     pub(crate) fn take_snapshot(
@@ -234,7 +240,7 @@ impl Turnback {
         kind: SnapshotKind,
         progress: Option<&(dyn Fn(u64, u64) + Sync)>,
     ) -> Result<SnapshotRecord> {
-        let (ws, session) = (self.workspace()?, self.session()?);
+        let (ws, session) = (self.workspace_record()?, self.session_record()?);
         let opts = TakeOptions { kind: Some(kind), progress, ..TakeOptions::default() };
         snapshot::take(&self.store, turn::source(ws, session), &opts, &turn::Hooks::new(&self.store))
     }
@@ -246,12 +252,12 @@ impl Turnback {
     pub fn turns(&self) -> Result<TurnList> {
         // Listing makes nothing: a workspace without a session has no turns.
         if self.session.get().is_none() && self.requested_session.is_none() {
-            let none = crate::session::Session::latest(&self.store, self.workspace()?)?.is_none();
+            let none = crate::session::Session::latest(&self.store, self.workspace_record()?)?.is_none();
             if none {
                 return Ok(TurnList { session_id: String::new(), turns: Vec::new() });
             }
         }
-        let session = self.session()?;
+        let session = self.session_record()?;
         let turns = turn::list(&self.store, &session.id)?
             .into_iter()
             .map(|t| TurnSummary {
@@ -261,10 +267,10 @@ impl Turnback {
                 preview: t.preview,
                 started_at: t.started_at,
                 ended_at: t.ended_at,
-                snapshot: t.snapshot,
-                end_snapshot: t.end_snapshot,
-                shell_effects: t.shell_effects,
-                rewound: t.rewound,
+                snapshot: (&t.snapshot).into(),
+                end_snapshot: t.end_snapshot.as_ref().map(Into::into),
+                shell_effects: t.shell_effects.iter().map(Into::into).collect(),
+                rewound: t.rewound.as_ref().map(Into::into),
             })
             .collect();
         Ok(TurnList { session_id: session.id.clone(), turns })
@@ -274,16 +280,16 @@ impl Turnback {
     ///
     /// # Errors
     /// Store errors.
-    pub fn turn_records(&self) -> Result<Vec<Turn>> {
-        turn::list(&self.store, &self.session()?.id)
+    pub fn turn_records(&self) -> Result<Vec<views::Turn>> {
+        Ok(turn::list(&self.store, &self.session_record()?.id)?.iter().map(Into::into).collect())
     }
 
     /// A turn of the session, by 1-based index or by id.
     ///
     /// # Errors
     /// `not-found`.
-    pub fn turn(&self, which: &str) -> Result<Turn> {
-        let session = &self.session()?.id;
+    pub fn turn(&self, which: &str) -> Result<views::Turn> {
+        let session = &self.session_record()?.id;
         let turn = match which.parse::<u64>() {
             Ok(index) => turn::by_index(&self.store, session, index)?,
             Err(_) => turn::get(&self.store, which)?,
@@ -291,7 +297,7 @@ impl Turnback {
         if turn.session_id != *session {
             return Err(Error::not_found(format!("turn {which} in session {session}")));
         }
-        Ok(turn)
+        Ok((&turn).into())
     }
 
     /// What changed between two snapshots, or in a turn.
@@ -304,10 +310,10 @@ impl Turnback {
             (Some(f), None) => (self.snapshot_or_live(f)?, self.take_snapshot(SnapshotKind::AdHoc, None)?),
             _ => {
                 let t = match req.turn {
-                    Some(i) => turn::by_index(&self.store, &self.session()?.id, i)?,
-                    None => {
-                        turn::list(&self.store, &self.session()?.id)?.pop().ok_or_else(|| Error::not_found("a turn"))?
-                    }
+                    Some(i) => turn::by_index(&self.store, &self.session_record()?.id, i)?,
+                    None => turn::list(&self.store, &self.session_record()?.id)?
+                        .pop()
+                        .ok_or_else(|| Error::not_found("a turn"))?,
                 };
                 let start = t
                     .snapshot

@@ -6,10 +6,11 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::api::Turnback;
+use crate::api::views;
 use crate::checkpoint::artifact::{self, ImageRole};
-use crate::checkpoint::journal::{self, JournalEntry};
+use crate::checkpoint::journal;
 use crate::checkpoint::retention::RetentionVerdict;
-use crate::checkpoint::{self, CheckpointRecord, ImageRecord, ListFilter, RetentionState, Unreadable};
+use crate::checkpoint::{self, ImageRecord, ListFilter, RetentionState, Unreadable};
 use crate::error::Result;
 use crate::fs::relpath::RelPath;
 use crate::session::Session;
@@ -39,7 +40,7 @@ pub struct CheckpointList {
 pub struct CheckpointView {
     /// The record.
     #[serde(flatten)]
-    pub record: CheckpointRecord,
+    pub record: views::Checkpoint,
     /// Its retention state now (`eligible-for-eviction` once past its window).
     pub effective_retention: RetentionState,
     /// The verdict it comes from.
@@ -52,7 +53,7 @@ pub struct CheckpointView {
 #[serde(rename_all = "camelCase")]
 pub struct Inspection {
     /// The record, whatever its state.
-    pub checkpoint: CheckpointRecord,
+    pub checkpoint: views::Checkpoint,
     /// Whether it is complete and verified (a rollback can use it).
     pub usable: bool,
     /// Why not, with its stable code.
@@ -68,7 +69,7 @@ pub struct Inspection {
     /// Plaintext bytes of its artifacts.
     pub bytes: u64,
     /// What the journal says happened to its operation, in order.
-    pub journal: Vec<JournalEntry>,
+    pub journal: Vec<views::JournalEntry>,
     /// Effects no checkpoint takes back.
     pub excluded_effects: Vec<ExcludedEffect>,
 }
@@ -119,7 +120,11 @@ pub struct ArtifactView {
 
 impl Turnback {
     fn rollback_context(&self) -> Result<rollback::Context<'_>> {
-        Ok(rollback::Context { store: &self.store, workspace: self.workspace()?, session: self.session()? })
+        Ok(rollback::Context {
+            store: &self.store,
+            workspace: self.workspace_record()?,
+            session: self.session_record()?,
+        })
     }
 
     fn choices(&self, choices: &[(PathBuf, Choice)]) -> Result<BTreeMap<RelPath, Choice>> {
@@ -175,7 +180,7 @@ impl Turnback {
     /// # Errors
     /// `not-found` if the turn or its start snapshot does not exist.
     pub fn rewind_preview(&self, to: u64, force: &[PathBuf]) -> Result<Plan> {
-        rewind::plan(&self.store, self.workspace()?, self.session()?, to, &self.forced(force)?)
+        rewind::plan(&self.store, self.workspace_record()?, self.session_record()?, to, &self.forced(force)?)
     }
 
     /// Applies a rewind to the start of turn `to`: re-plans under the workspace lock,
@@ -188,7 +193,7 @@ impl Turnback {
     /// (nothing changed); `over-cap` if its checkpoint would break a cap.
     pub fn rewind_apply(&self, to: u64, force: &[PathBuf], plan: Option<&str>) -> Result<Rewound> {
         self.check_plan(plan, "rewind_preview")?;
-        rewind::apply(&self.store, self.workspace()?, self.session()?, to, &self.forced(force)?, plan)
+        rewind::apply(&self.store, self.workspace_record()?, self.session_record()?, to, &self.forced(force)?, plan)
     }
 
     /// The session's checkpoints (of one prompt round, with `turn`); with `all`, also
@@ -198,7 +203,7 @@ impl Turnback {
     /// # Errors
     /// Store errors.
     pub fn checkpoints(&self, turn: Option<u64>, all: bool) -> Result<CheckpointList> {
-        let session = self.session()?;
+        let session = self.session_record()?;
         let round = Session::round_of(&self.store, &session.id)?.unwrap_or(session.prompt_round);
         let window = self.store.settings().retention_prompt_rounds;
         let listing = checkpoint::list(&self.store, &session.id, ListFilter { prompt_round: turn, all })?;
@@ -207,7 +212,11 @@ impl Turnback {
             .into_iter()
             .map(|record| {
                 let retention = record.retention(round, window);
-                CheckpointView { effective_retention: record.effective_retention(&retention), retention, record }
+                CheckpointView {
+                    effective_retention: record.effective_retention(&retention),
+                    retention,
+                    record: (&record).into(),
+                }
             })
             .collect();
         Ok(CheckpointList {
@@ -261,9 +270,9 @@ impl Turnback {
             },
             artifacts,
             bytes: record.artifact_bytes(),
-            journal: journal::events(store.kv(), &record.mutation.operation_id)?,
+            journal: journal::events(store.kv(), &record.mutation.operation_id)?.iter().map(Into::into).collect(),
             excluded_effects: rollback::excluded_effects(),
-            checkpoint: record,
+            checkpoint: (&record).into(),
         })
     }
 }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::api::Turnback;
 use crate::error::{Error, ErrorCode, Result};
-use crate::snapshot::{SnapshotKind, SnapshotRecord, TakeOptions};
+use crate::snapshot::{SnapshotKind, TakeOptions};
 use crate::storage::settings::WatchMode;
 use crate::watch::{self, WatchStatus, daemon};
 
@@ -18,7 +18,7 @@ const LIVENESS_WAIT: Duration = Duration::from_millis(200);
 
 impl Turnback {
     fn watch_socket(&self) -> Result<std::path::PathBuf> {
-        watch::socket_path(self.store.dir(), &self.workspace()?.id)
+        watch::socket_path(self.store.dir(), &self.workspace_record()?.id)
     }
 
     /// The workspace's watcher, if one runs.
@@ -42,7 +42,7 @@ impl Turnback {
         }
         let starter =
             self.runtime.watcher.as_deref().ok_or_else(|| Error::invalid("no way to start a watcher here"))?;
-        starter.start(&self.workspace()?.root)?;
+        starter.start(&self.workspace_record()?.root)?;
         let deadline = Instant::now() + START_WAIT;
         while Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
@@ -72,7 +72,7 @@ impl Turnback {
     /// # Errors
     /// `io` if the workspace cannot be watched (no file-system events here).
     pub fn watch_run(&self) -> Result<()> {
-        let ws = self.workspace()?;
+        let ws = self.workspace_record()?;
         let cfg = daemon::Config {
             root: ws.root.clone(),
             socket: self.watch_socket()?,
@@ -94,7 +94,7 @@ impl Turnback {
         // A watcher that accepts but does not answer (stopped, swamped) is replaced: the
         // new one ends it (see the watcher's start).
         if watch::liveness(&socket, LIVENESS_WAIT) != watch::Liveness::Answers
-            && let Ok(ws) = self.workspace()
+            && let Ok(ws) = self.workspace_record()
         {
             let _ = starter.start(&ws.root);
         }
@@ -104,8 +104,8 @@ impl Turnback {
     ///
     /// # Errors
     /// As [`snapshot`](Self::snapshot).
-    pub fn snapshot_full(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<SnapshotRecord> {
-        let (ws, session) = (self.workspace()?, self.session()?);
+    pub fn snapshot_full(&self, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> Result<crate::api::views::Snapshot> {
+        let (ws, session) = (self.workspace_record()?, self.session_record()?);
         let opts = TakeOptions { kind: Some(SnapshotKind::AdHoc), progress, full: true, ..TakeOptions::default() };
         crate::snapshot::take(
             &self.store,
@@ -113,5 +113,6 @@ impl Turnback {
             &opts,
             &crate::session::turn::Hooks::new(&self.store),
         )
+        .map(|r| (&r).into())
     }
 }

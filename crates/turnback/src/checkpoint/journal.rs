@@ -32,17 +32,16 @@ pub enum JournalEvent {
 
 /// One journal entry.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct JournalEntry {
+pub(crate) struct JournalEntry {
     /// The operation.
-    pub operation_id: String,
+    pub(crate) operation_id: String,
     /// The checkpoint recording the operation.
-    pub checkpoint_id: String,
+    pub(crate) checkpoint_id: String,
     /// What happened.
-    pub event: JournalEvent,
+    pub(crate) event: JournalEvent,
     /// When (RFC 3339).
-    pub at: String,
+    pub(crate) at: String,
 }
 
 fn entry_key(operation_id: &str, seq: u32) -> Vec<u8> {

@@ -163,11 +163,11 @@ pub enum OperationKind {
     /// A rollback (or a resolution) written by turnback; itself undoable.
     Rollback,
     /// The file effects of one shell command an agent ran: what differed between the
-    /// workspace's snapshots before and after it ([`ShellCall`] says which command).
+    /// workspace's snapshots before and after it ([`ShellCall`](crate::ShellCall) says which command).
     Shell,
     /// What a sub-agent changed between its start and its stop that none of the
     /// checkpoints made meanwhile covers (its commands' effects with no window of their
-    /// own, say): [`SubagentWindow`].
+    /// own, say): [`SubagentWindow`](crate::SubagentWindow).
     Subagent,
 }
 
@@ -225,115 +225,106 @@ impl EffectKind {
 
 /// One side (pre or post) of a target.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct ImageRecord {
+pub(crate) struct ImageRecord {
     /// Whether a file was there.
-    pub present: bool,
+    pub(crate) present: bool,
     /// Keyed digest of its content, hex (absent file: none).
-    pub digest: Option<String>,
+    pub(crate) digest: Option<String>,
     /// Its size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Its content class.
-    pub content_class: Option<ContentClass>,
+    pub(crate) content_class: Option<ContentClass>,
     /// The artifact holding its bytes (none: absent file, or not protected).
-    pub artifact_id: Option<String>,
+    pub(crate) artifact_id: Option<String>,
     /// Device, inode, mode, size and times of the file.
-    pub identity: Option<FileIdentity>,
+    pub(crate) identity: Option<FileIdentity>,
 }
 
 impl ImageRecord {
     fn absent() -> Self {
         ImageRecord { present: false, digest: None, size: 0, content_class: None, artifact_id: None, identity: None }
     }
-
-    /// Whether restoring this image needs stored bytes that are not there.
-    pub fn protected(&self) -> bool {
-        !self.present || self.artifact_id.is_some()
-    }
 }
 
 /// One file a checkpoint covers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct TargetRecord {
+pub(crate) struct TargetRecord {
     /// The path, relative to the workspace root.
-    pub path: RelPath,
+    pub(crate) path: RelPath,
     /// What the mutation did to it.
-    pub effect: EffectKind,
+    pub(crate) effect: EffectKind,
     /// Before.
-    pub pre_image: ImageRecord,
+    pub(crate) pre_image: ImageRecord,
     /// After (none until committed).
-    pub post_image: Option<ImageRecord>,
+    pub(crate) post_image: Option<ImageRecord>,
     /// Parent directories the mutation created.
     #[serde(default)]
-    pub created_dirs: Vec<RelPath>,
+    pub(crate) created_dirs: Vec<RelPath>,
     /// The digest of the content the mutation meant to write, recorded with the dispatch
     /// (so reconcile can tell its temporary file from someone else's content).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub intended_digest: Option<String>,
+    pub(crate) intended_digest: Option<String>,
 }
 
 /// The seed's mutation metadata.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct MutationMetadata {
+pub(crate) struct MutationMetadata {
     /// The journal's operation id.
-    pub operation_id: String,
+    pub(crate) operation_id: String,
     /// Incremented on every change of the record.
-    pub aggregate_version: u64,
+    pub(crate) aggregate_version: u64,
     /// What the journal says.
-    pub commit_state: CommitState,
+    pub(crate) commit_state: CommitState,
     /// Which operation.
-    pub kind: OperationKind,
+    pub(crate) kind: OperationKind,
 }
 
 /// A checkpoint: everything needed to take one mutation back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct CheckpointRecord {
+pub(crate) struct CheckpointRecord {
     /// Its id (UUID v7).
-    pub checkpoint_id: String,
+    pub(crate) checkpoint_id: String,
     /// The mutation it records.
-    pub mutation: MutationMetadata,
+    pub(crate) mutation: MutationMetadata,
     /// Every artifact it holds.
-    pub artifact_ids: Vec<String>,
+    pub(crate) artifact_ids: Vec<String>,
     /// The session's previous checkpoint.
-    pub parent_checkpoint_ids: Vec<String>,
+    pub(crate) parent_checkpoint_ids: Vec<String>,
     /// How much is protected.
-    pub coverage_state: CoverageState,
+    pub(crate) coverage_state: CoverageState,
     /// Retention as stored (`retained` or `evicted`; eligibility is computed).
-    pub retention_state: RetentionState,
+    pub(crate) retention_state: RetentionState,
     /// Integrity.
-    pub integrity_state: IntegrityState,
+    pub(crate) integrity_state: IntegrityState,
     /// Lifecycle.
-    pub stage_state: StageState,
+    pub(crate) stage_state: StageState,
     /// When it was staged (RFC 3339).
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// When it was committed (RFC 3339).
-    pub committed_at: Option<String>,
+    pub(crate) committed_at: Option<String>,
     /// The prompt round it was made in.
-    pub prompt_round: Option<u64>,
+    pub(crate) prompt_round: Option<u64>,
     /// The session.
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// The workspace.
-    pub workspace_id: String,
+    pub(crate) workspace_id: String,
     /// The files it covers.
-    pub targets: Vec<TargetRecord>,
+    pub(crate) targets: Vec<TargetRecord>,
     /// The live process working on it (none: an external stage waiting for `commit`).
-    pub owner: Option<String>,
+    pub(crate) owner: Option<String>,
     /// The sub-agent whose tool call made it (none: the agent itself, or a person).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subagent: Option<String>,
+    pub(crate) subagent: Option<String>,
     /// For a `shell` checkpoint: the command whose window it covers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shell: Option<ShellCall>,
+    pub(crate) shell: Option<ShellCall>,
     /// For a `subagent` checkpoint: the sub-agent's window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subagent_window: Option<SubagentWindow>,
+    pub(crate) subagent_window: Option<SubagentWindow>,
 }
 
 /// The window a `subagent` checkpoint covers: from the sub-agent's start to its stop.
@@ -342,47 +333,45 @@ pub struct CheckpointRecord {
 /// paths are left to their checkpoints, so each change is taken back by one checkpoint
 /// only. A background sub-agent shares its window with whoever else worked meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct SubagentWindow {
+pub(crate) struct SubagentWindow {
     /// The snapshot taken as it started.
-    pub before_snapshot: String,
+    pub(crate) before_snapshot: String,
     /// The snapshot taken as it stopped.
-    pub after_snapshot: String,
+    pub(crate) after_snapshot: String,
     /// Paths that changed in the window but are left to the checkpoints made inside it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub left_to_checkpoints: Vec<String>,
+    pub(crate) left_to_checkpoints: Vec<String>,
 }
 
 /// The shell command a `shell` checkpoint covers. Whatever changed in the workspace between
 /// the snapshots taken as it started and as it finished is in its window: a person's edit
 /// or a background sub-agent's made meanwhile too (the watcher cannot tell writers apart).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct ShellCall {
+pub(crate) struct ShellCall {
     /// The command line, as the agent reported it.
-    pub command: String,
+    pub(crate) command: String,
     /// Its exit status, when the agent said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_status: Option<i32>,
+    pub(crate) exit_status: Option<i32>,
     /// The agent's id for the call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
+    pub(crate) call_id: Option<String>,
     /// The snapshot taken as it started.
-    pub before_snapshot: String,
+    pub(crate) before_snapshot: String,
     /// The snapshot taken as it finished.
-    pub after_snapshot: String,
+    pub(crate) after_snapshot: String,
     /// Its paths that an edit tool call (the agent's, a sub-agent's) also changed inside
     /// the window: the window cannot tell which wrote what, so a rollback of it takes
     /// those edits back too.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub also_by_tool_calls: Vec<String>,
+    pub(crate) also_by_tool_calls: Vec<String>,
 }
 
 impl CheckpointRecord {
     /// Plaintext bytes of the artifacts it holds.
-    pub fn artifact_bytes(&self) -> u64 {
+    pub(crate) fn artifact_bytes(&self) -> u64 {
         self.targets
             .iter()
             .flat_map(|t| std::iter::once(&t.pre_image).chain(t.post_image.as_ref()))
@@ -392,12 +381,12 @@ impl CheckpointRecord {
     }
 
     /// Retention verdict at the session's current round under `window`.
-    pub fn retention(&self, current_round: u64, window: u32) -> RetentionVerdict {
+    pub(crate) fn retention(&self, current_round: u64, window: u32) -> RetentionVerdict {
         retention::evaluate(self.prompt_round.unwrap_or(0), current_round, window)
     }
 
     /// The retention state to show: stored `evicted`, else computed from the verdict.
-    pub fn effective_retention(&self, verdict: &RetentionVerdict) -> RetentionState {
+    pub(crate) fn effective_retention(&self, verdict: &RetentionVerdict) -> RetentionState {
         match self.retention_state {
             RetentionState::Evicted => RetentionState::Evicted,
             _ if !verdict.retained => RetentionState::EligibleForEviction,

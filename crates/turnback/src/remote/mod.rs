@@ -49,21 +49,20 @@ const REMOTE_SCHEMA: u16 = 1;
 
 /// A configured remote (no credentials: they come from the environment).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct RemoteConfig {
+pub(crate) struct RemoteConfig {
     /// Its name.
-    pub name: String,
+    pub(crate) name: String,
     /// `s3://BUCKET/PREFIX` as given.
-    pub url: String,
+    pub(crate) url: String,
     /// The bucket.
-    pub bucket: String,
+    pub(crate) bucket: String,
     /// The prefix inside it (no leading or trailing `/`; may be empty).
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// The S3 endpoint (MinIO, Garage, R2, Ceph…); none: AWS.
-    pub endpoint: Option<String>,
+    pub(crate) endpoint: Option<String>,
     /// The region; none: `AWS_REGION` / `AWS_DEFAULT_REGION`, else the default.
-    pub region: Option<String>,
+    pub(crate) region: Option<String>,
 }
 
 /// Everything of one turn a remote carries: the turn, its start and end snapshot records,

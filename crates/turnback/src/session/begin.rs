@@ -21,8 +21,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
 use crate::error::{Error, ErrorCode, Result};
 use crate::fs::lock::NamedLock;
 use crate::session::Session;
@@ -45,22 +43,13 @@ pub struct BeginRequest {
     pub new: bool,
 }
 
-/// A begun turn.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct Begun {
+/// A begun turn (the facade's view of it is [`Begun`](crate::Begun)).
+#[derive(Debug, Clone)]
+pub(crate) struct Begun {
     /// A running turn was joined rather than a new one begun.
-    pub joined: bool,
+    pub(crate) joined: bool,
     /// The turn.
-    pub turn: Turn,
-    /// Tool calls closed as failed first, because their "after" event never came.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub abandoned_calls_closed: u64,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
+    pub(crate) turn: Turn,
 }
 
 /// How a turn's start snapshot is taken while a turn's begin waits for it.
@@ -102,11 +91,11 @@ pub(crate) fn begin(
     let _one_at_a_time = NamedLock::exclusive(&store.locks_dir(), &format!("turn-begin-{}", session.id))?;
     match turn::joins(store, session, req.background, req.new, prompt)? {
         Joining::New => {}
-        Joining::Repeat(turn) => return Ok(Begun { joined: true, turn, abandoned_calls_closed: 0 }),
+        Joining::Repeat(turn) => return Ok(Begun { joined: true, turn }),
         Joining::Message(turn) => {
             let text = prompt.unwrap_or_default().to_string();
             history::append(store, session, NewEntry::prompt(&turn.turn_id, text))?;
-            return Ok(Begun { joined: true, turn, abandoned_calls_closed: 0 });
+            return Ok(Begun { joined: true, turn });
         }
     }
     let turn_id = turn::new_id();
@@ -132,7 +121,7 @@ pub(crate) fn begin(
     };
     let turn = turn::record(store, session, &turn_id, new, late, failure, &prompt_entry)?;
     history::enforce_budget(store, &session.id)?;
-    Ok(Begun { joined: false, turn, abandoned_calls_closed: 0 })
+    Ok(Begun { joined: false, turn })
 }
 
 /// Waits at most `wait` for the start snapshot `running` elsewhere: `(late, failure)`.

@@ -16,7 +16,6 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
-use serde::Serialize;
 
 use crate::error::{Error, ErrorCode, IoResultExt, Result};
 use crate::fs::files::FileSystem;
@@ -29,25 +28,23 @@ use crate::snapshot::{self, SnapshotRecord};
 use crate::storage::content::ContentId;
 use crate::storage::store::Store;
 
-/// What a fork made.
-#[derive(Debug, Clone, Serialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct Forked {
+/// What a fork made (the facade's view of it is [`Forked`](crate::Forked)).
+#[derive(Debug, Clone)]
+pub(crate) struct Forked {
     /// The new session.
-    pub session: Session,
+    pub(crate) session: Session,
     /// Turns carried.
-    pub turns: u64,
+    pub(crate) turns: u64,
     /// Snapshots carried.
-    pub snapshots: u64,
+    pub(crate) snapshots: u64,
     /// History entries carried (those of the carried turns).
-    pub history_entries: u64,
+    pub(crate) history_entries: u64,
     /// Where the files were written, with `--into`.
-    pub into: Option<PathBuf>,
+    pub(crate) into: Option<PathBuf>,
     /// Files written there.
-    pub files_written: u64,
+    pub(crate) files_written: u64,
     /// Paths not written (nested repositories), with why.
-    pub not_written: Vec<String>,
+    pub(crate) not_written: Vec<String>,
 }
 
 /// Forks session `from` after turn `after` (default: its newest), into the same workspace

@@ -29,23 +29,22 @@ const SESSION_SCHEMA: u16 = 1;
 
 /// One agent conversation in one workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct Session {
+pub(crate) struct Session {
     /// The session id.
-    pub id: String,
+    pub(crate) id: String,
     /// The workspace it works in.
-    pub workspace_id: String,
+    pub(crate) workspace_id: String,
     /// When it was created (RFC 3339).
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// The current prompt round (0 before the first prompt).
-    pub prompt_round: u64,
+    pub(crate) prompt_round: u64,
     /// The session it was forked from, if any.
-    pub parent: Option<String>,
+    pub(crate) parent: Option<String>,
     /// The agent that works in it (`claude-code`, `codex`, `gemini`, `cursor`, `opencode`,
     /// `mcp`, `run`); none for a person's own session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
 }
 
 /// Checks a session id against `^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`.

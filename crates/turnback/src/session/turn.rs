@@ -50,23 +50,22 @@ pub enum TurnKind {
 
 /// A turn's snapshot reference.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct SnapshotRef {
+pub(crate) struct SnapshotRef {
     /// The snapshot (none while a late one is still being taken).
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Taken after the turn had already started.
-    pub late: bool,
+    pub(crate) late: bool,
     /// Why it was skipped, if it was.
-    pub skipped: Option<String>,
+    pub(crate) skipped: Option<String>,
     /// Files it left out for their size, with the reason (a rewind never deletes or
     /// restores them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub left_out: Vec<LeftOut>,
+    pub(crate) left_out: Vec<LeftOut>,
     /// Set when the session's stat cache did not verify as this snapshot was taken: it
     /// was dropped and every file read in full (said once, here).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stat_cache_dropped: Option<String>,
+    pub(crate) stat_cache_dropped: Option<String>,
 }
 
 impl SnapshotRef {
@@ -84,53 +83,51 @@ impl SnapshotRef {
 
 /// One turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct Turn {
+pub(crate) struct Turn {
     /// Stable id (UUID v7).
-    pub turn_id: String,
+    pub(crate) turn_id: String,
     /// The session.
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// 1-based position in the session.
-    pub index: u64,
+    pub(crate) index: u64,
     /// Prompt or background.
-    pub kind: TurnKind,
+    pub(crate) kind: TurnKind,
     /// The prompt's first line, at most 120 characters.
-    pub preview: String,
+    pub(crate) preview: String,
     /// When it started.
-    pub started_at: String,
+    pub(crate) started_at: String,
     /// When it ended.
-    pub ended_at: Option<String>,
+    pub(crate) ended_at: Option<String>,
     /// The snapshot at its start.
-    pub snapshot: SnapshotRef,
+    pub(crate) snapshot: SnapshotRef,
     /// The snapshot at its end.
-    pub end_snapshot: Option<SnapshotRef>,
+    pub(crate) end_snapshot: Option<SnapshotRef>,
     /// Shell commands the agent ran in the turn (secrets redacted): never reversible, kept
     /// so a rewind can say exactly what it cannot take back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shell_effects: Vec<ShellEffect>,
+    pub(crate) shell_effects: Vec<ShellEffect>,
     /// Times the agent carried on after it had stopped (the turn was reopened).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub continuations: u32,
+    pub(crate) continuations: u32,
     /// Sub-agents the agent ran in the turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub subagents: Vec<Subagent>,
+    pub(crate) subagents: Vec<Subagent>,
     /// Set when a rewind took the turn back (to its start or an earlier turn's): its
     /// history is cut, and an import of the agent's transcript leaves it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rewound: Option<RewoundBy>,
+    pub(crate) rewound: Option<RewoundBy>,
 }
 
 /// The rewind that took a turn back.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct RewoundBy {
+pub(crate) struct RewoundBy {
     /// When (RFC 3339).
-    pub at: String,
+    pub(crate) at: String,
     /// The rewind's undo checkpoint (rolling it back gives the turn back), when it made one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<String>,
+    pub(crate) checkpoint: Option<String>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -139,51 +136,49 @@ fn is_zero(n: &u32) -> bool {
 
 /// A sub-agent run during a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct Subagent {
+pub(crate) struct Subagent {
     /// The agent's id for it.
-    pub id: String,
+    pub(crate) id: String,
     /// What kind of sub-agent (the agent's own name for it), when told.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     /// When it started.
-    pub started_at: String,
+    pub(crate) started_at: String,
     /// When it stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped_at: Option<String>,
+    pub(crate) stopped_at: Option<String>,
 }
 
 /// A shell command run during a turn.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct ShellEffect {
+pub(crate) struct ShellEffect {
     /// The command, secrets redacted.
-    pub command: String,
+    pub(crate) command: String,
     /// When it was recorded.
-    pub at: String,
+    pub(crate) at: String,
     /// The caller's id for it (a tool-use id), so a repeated report is recorded once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub id: Option<String>,
+    pub(crate) id: Option<String>,
     /// Its exit status, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exit_status: Option<i32>,
+    pub(crate) exit_status: Option<i32>,
     /// It failed (a non-zero exit, or the agent reported the call failed).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub failed: bool,
+    pub(crate) failed: bool,
     /// Its own `shell` checkpoint, when its window saw files change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub checkpoint_id: Option<String>,
+    pub(crate) checkpoint_id: Option<String>,
     /// Why no window was taken around it, when none was: its file effects are then in the
     /// turn's snapshots only (a rewind takes them back, a rollback cannot).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub no_window: Option<String>,
+    pub(crate) no_window: Option<String>,
 }
 
 impl Turn {
     /// Whether the turn is still running.
-    pub fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.ended_at.is_none()
     }
 }

@@ -21,15 +21,14 @@ const WORKSPACE_SCHEMA: u16 = 1;
 
 /// A registered workspace.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct Workspace {
+pub(crate) struct Workspace {
     /// Opaque id (UUID).
-    pub id: String,
+    pub(crate) id: String,
     /// The canonical root directory.
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
     /// When it was first registered (ms since epoch).
-    pub created_at: i64,
+    pub(crate) created_at: i64,
 }
 
 fn lookup_key(store: &Store, root: &Path) -> Vec<u8> {

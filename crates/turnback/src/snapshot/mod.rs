@@ -111,63 +111,62 @@ pub struct LeftOut {
 
 /// One snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct SnapshotRecord {
+pub(crate) struct SnapshotRecord {
     /// Its id (UUID v7).
-    pub snapshot_id: String,
+    pub(crate) snapshot_id: String,
     /// The session.
-    pub session_id: String,
+    pub(crate) session_id: String,
     /// The workspace.
-    pub workspace_id: String,
+    pub(crate) workspace_id: String,
     /// Why it was taken.
-    pub kind: SnapshotKind,
+    pub(crate) kind: SnapshotKind,
     /// The root tree's id (none when skipped).
-    pub root: Option<String>,
+    pub(crate) root: Option<String>,
     /// When the walk began (RFC 3339).
-    pub created_at: String,
+    pub(crate) created_at: String,
     /// Files recorded.
-    pub files: u64,
+    pub(crate) files: u64,
     /// Their bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Files that had to be read (new or changed since the previous snapshot).
-    pub read_files: u64,
+    pub(crate) read_files: u64,
     /// Their bytes.
-    pub read_bytes: u64,
+    pub(crate) read_bytes: u64,
     /// Bytes newly stored (encrypted), content and trees.
-    pub stored_bytes: u64,
+    pub(crate) stored_bytes: u64,
     /// Paths removed by the unconditional exclusions.
-    pub excluded: u64,
+    pub(crate) excluded: u64,
     /// Nested repositories recorded as pointers.
-    pub nested_repos: Vec<NestedRepo>,
+    pub(crate) nested_repos: Vec<NestedRepo>,
     /// Paths left out with a reason (a nested repository without a commit, unreadable).
-    pub skipped_paths: Vec<Skipped>,
+    pub(crate) skipped_paths: Vec<Skipped>,
     /// Files left out for their size (over `max-file-size`, or alone more than the
     /// snapshot may take); the limits count only what was kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub left_out: Vec<LeftOut>,
+    pub(crate) left_out: Vec<LeftOut>,
     /// Why the whole snapshot was skipped, if it was.
-    pub skipped: Option<String>,
+    pub(crate) skipped: Option<String>,
     /// Set when the session's stat cache did not verify: it was dropped (this once) and
     /// every file read in full.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stat_cache_dropped: Option<String>,
+    pub(crate) stat_cache_dropped: Option<String>,
     /// Milliseconds it took.
-    pub duration_ms: u64,
+    pub(crate) duration_ms: u64,
     /// Milliseconds the walk alone took (every entry stat-ed, no content read): what the
     /// next walk costs when little changed. 0 for a snapshot the watcher answered.
     #[serde(default)]
-    pub walk_ms: u64,
+    pub(crate) walk_ms: u64,
     /// The turn it belongs to, if any.
     #[serde(default)]
-    pub turn_id: Option<String>,
+    pub(crate) turn_id: Option<String>,
     /// Where it stood in the workspace watcher's events (none without a watcher): the next
     /// snapshot asks the watcher what changed since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub watch: Option<crate::watch::WatchMark>,
+    pub(crate) watch: Option<crate::watch::WatchMark>,
     /// Whether it was taken from the watcher's changes instead of a walk of the whole tree.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub watched: bool,
+    pub(crate) watched: bool,
 }
 
 /// What a snapshot is of: a workspace's directory, for one session.

@@ -87,15 +87,14 @@ pub(crate) fn poll_timeout(wait: Duration) -> rustix::event::Timespec {
 /// Where a snapshot stood in its watcher's stream of events: recorded with the snapshot,
 /// asked about by the next one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "json-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
-pub struct WatchMark {
+pub(crate) struct WatchMark {
     /// The watcher process's random epoch (hex).
-    pub epoch: String,
+    pub(crate) epoch: String,
     /// The sequence number of the snapshot's sync.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// `max-file-size` when it was taken: a changed limit means a full walk.
-    pub max_file_bytes: u64,
+    pub(crate) max_file_bytes: u64,
 }
 
 /// What a sync found.

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 
-use turnback::{CheckpointRecord, DiffReport, DiffRequest, Options, Turnback};
+use turnback::{Checkpoint, DiffReport, DiffRequest, Options, Turnback};
 
 /// One diff to compute: the turn of a session, and which request it answers.
 #[derive(Debug, Clone)]
@@ -44,8 +44,8 @@ pub struct Diffs {
     states: HashMap<String, (u64, DiffState)>,
     generation: u64,
     options: Options,
-    checkpoints: Option<Receiver<Result<Vec<CheckpointRecord>, String>>>,
-    checkpoint_list: Result<Vec<CheckpointRecord>, String>,
+    checkpoints: Option<Receiver<Result<Vec<Checkpoint>, String>>>,
+    checkpoint_list: Result<Vec<Checkpoint>, String>,
     #[cfg(test)]
     gate: Option<Sender<()>>,
 }
@@ -129,7 +129,7 @@ impl Diffs {
     }
 
     /// The session's checkpoints, oldest first, once read (else why not, in words).
-    pub fn checkpoints(&self) -> Result<&[CheckpointRecord], &str> {
+    pub fn checkpoints(&self) -> Result<&[Checkpoint], &str> {
         self.checkpoint_list.as_deref().map_err(String::as_str)
     }
 

@@ -8,7 +8,7 @@
 //! escaped, so nothing in a file name or a command can move the cursor.
 
 use turnback::{
-    CheckpointRecord, Choice, Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome,
+    Checkpoint, Choice, Comparison, RewindAction, RewindPlan, RewindReason, TargetAnalysis, TargetOutcome,
     escape_controls, quote_name,
 };
 
@@ -154,7 +154,7 @@ const NAMES_SHOWN: usize = 4;
 /// What a checkpoint did, in one line: a shell command (`$ …`, its files counted and the
 /// first named), a sub-agent's window, or each file with its effect; and the sub-agent
 /// that made it.
-pub fn checkpoint_words(c: &CheckpointRecord) -> String {
+pub fn checkpoint_words(c: &Checkpoint) -> String {
     let names: Vec<String> =
         c.targets.iter().take(NAMES_SHOWN).map(|t| quote_name(t.path.as_bytes()).into_owned()).collect();
     let more = c.targets.len().saturating_sub(NAMES_SHOWN);

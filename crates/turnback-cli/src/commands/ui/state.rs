@@ -19,9 +19,8 @@
 use std::path::PathBuf;
 
 use turnback::{
-    Analysis, CheckpointRecord, Choice, ChoiceFile, CompareRequest, Comparison, ErrorCode, HistoryEntry,
-    HistorySelection, Options, RelPath, Result, RewindPlan, RollbackSelection, TargetAnalysis, TargetOutcome, Turn,
-    Turnback, quote_name,
+    Analysis, Checkpoint, Choice, ChoiceFile, CompareRequest, Comparison, ErrorCode, HistoryEntry, HistorySelection,
+    Options, RelPath, Result, RewindPlan, RollbackSelection, TargetAnalysis, TargetOutcome, Turn, Turnback, quote_name,
 };
 
 use super::diffs::{DiffState, Diffs};
@@ -76,7 +75,7 @@ pub struct RollbackView {
 #[derive(Debug)]
 pub struct CheckpointPick {
     pub turn: u64,
-    pub checkpoints: Vec<CheckpointRecord>,
+    pub checkpoints: Vec<Checkpoint>,
     pub cursor: usize,
 }
 
@@ -289,7 +288,7 @@ impl App {
     }
 
     /// The checkpoints of turn `index`, oldest first (none until they are read).
-    pub fn checkpoints_of(&self, index: u64) -> impl Iterator<Item = &CheckpointRecord> {
+    pub fn checkpoints_of(&self, index: u64) -> impl Iterator<Item = &Checkpoint> {
         self.diffs.checkpoints().unwrap_or_default().iter().filter(move |c| c.prompt_round == Some(index))
     }
 
@@ -306,7 +305,7 @@ impl App {
             self.status = why.to_string();
             return;
         }
-        let checkpoints: Vec<CheckpointRecord> = self.checkpoints_of(turn).cloned().collect();
+        let checkpoints: Vec<Checkpoint> = self.checkpoints_of(turn).cloned().collect();
         if checkpoints.is_empty() {
             self.status = format!("turn {turn} has no checkpoint");
             return;
