@@ -263,6 +263,20 @@ pub(crate) fn cross_check(
     store: &Store,
     records: &std::collections::BTreeMap<String, Option<CheckpointRecord>>,
 ) -> Result<Vec<(String, Error)>> {
+    let mut problems = session_index_problems(store, records)?;
+    for (id, r) in records {
+        let Some(r) = r else { continue };
+        problems.extend(record_index_problems(store, id, r)?);
+        problems.extend(journal_problem(store, id, r)?);
+    }
+    Ok(problems)
+}
+
+/// Every row of a session's index names a record (of `records`) of that session and round.
+fn session_index_problems(
+    store: &Store,
+    records: &std::collections::BTreeMap<String, Option<CheckpointRecord>>,
+) -> Result<Vec<(String, Error)>> {
     let mut problems = Vec::new();
     let mut rows = Vec::new();
     store.kv().scan(schema::CHECKPOINTS_BY_SESSION, b"", &mut |k, v| {
@@ -298,48 +312,55 @@ pub(crate) fn cross_check(
             Some(None) => {}
         }
     }
-    for (id, r) in records {
-        let Some(r) = r else { continue };
-        let what = format!("checkpoint {id}");
-        if !store.kv().contains(schema::CHECKPOINTS_BY_SESSION, format!("{}/{id}", r.session_id).as_bytes())? {
-            problems.push((
-                what.clone(),
-                Error::new(
-                    ErrorCode::NotFound,
-                    format!("missing from session {}'s checkpoints-by-session index", r.session_id),
-                ),
-            ));
-        }
-        let op = &r.mutation.operation_id;
-        if store.kv().get(schema::CHECKPOINTS_BY_OPERATION, op.as_bytes())?.as_deref() != Some(id.as_bytes()) {
-            problems.push((
-                what.clone(),
-                Error::new(
-                    ErrorCode::NotFound,
-                    format!("operation {op} does not lead to it (checkpoints-by-operation)"),
-                ),
-            ));
-        }
-        let events: Vec<JournalEvent> = journal::events(store.kv(), op)?.into_iter().map(|e| e.event).collect();
-        let open = journal::is_open_now(store.kv(), op)?;
-        if !journal_agrees(r, &events, open) {
-            let expected = expected_journal(r);
-            problems.push((
-                format!("operation {op}"),
-                Error::corrupt(
-                    "journal",
-                    format!(
-                        "checkpoint {id} is {} / {}, which needs the journal {expected:?}{}; it holds {events:?}{}",
-                        r.stage_state.as_str(),
-                        r.mutation.commit_state.as_str(),
-                        if expected.len() == 1 { " (open)" } else { "" },
-                        if open { " (open)" } else { "" }
-                    ),
-                ),
-            ));
-        }
+    Ok(problems)
+}
+
+/// Record `r` (checkpoint `id`) is in its session's index, and its operation's leads to it.
+fn record_index_problems(store: &Store, id: &str, r: &CheckpointRecord) -> Result<Vec<(String, Error)>> {
+    let mut problems = Vec::new();
+    let what = format!("checkpoint {id}");
+    if !store.kv().contains(schema::CHECKPOINTS_BY_SESSION, format!("{}/{id}", r.session_id).as_bytes())? {
+        problems.push((
+            what.clone(),
+            Error::new(
+                ErrorCode::NotFound,
+                format!("missing from session {}'s checkpoints-by-session index", r.session_id),
+            ),
+        ));
+    }
+    let op = &r.mutation.operation_id;
+    if store.kv().get(schema::CHECKPOINTS_BY_OPERATION, op.as_bytes())?.as_deref() != Some(id.as_bytes()) {
+        problems.push((
+            what,
+            Error::new(ErrorCode::NotFound, format!("operation {op} does not lead to it (checkpoints-by-operation)")),
+        ));
     }
     Ok(problems)
+}
+
+/// Record `r`'s operation journal holds the events its states say happened
+/// ([`journal_agrees`]).
+fn journal_problem(store: &Store, id: &str, r: &CheckpointRecord) -> Result<Option<(String, Error)>> {
+    let op = &r.mutation.operation_id;
+    let events: Vec<JournalEvent> = journal::events(store.kv(), op)?.into_iter().map(|e| e.event).collect();
+    let open = journal::is_open_now(store.kv(), op)?;
+    if journal_agrees(r, &events, open) {
+        return Ok(None);
+    }
+    let expected = expected_journal(r);
+    Ok(Some((
+        format!("operation {op}"),
+        Error::corrupt(
+            "journal",
+            format!(
+                "checkpoint {id} is {} / {}, which needs the journal {expected:?}{}; it holds {events:?}{}",
+                r.stage_state.as_str(),
+                r.mutation.commit_state.as_str(),
+                if expected.len() == 1 { " (open)" } else { "" },
+                if open { " (open)" } else { "" }
+            ),
+        ),
+    )))
 }
 
 /// Whether operation `events` (and whether it is still `open`) are what record `r`'s states
