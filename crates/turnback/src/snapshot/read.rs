@@ -52,82 +52,133 @@ pub(super) fn read_and_pack(
     opts: &TakeOptions<'_>,
     record: &mut SnapshotRecord,
 ) -> Result<u64> {
-    let max_file = store.settings().snapshots.max_file_bytes;
-    let mut unseen = Unseen::default();
     let (tx, rx) = std::sync::mpsc::sync_channel::<SealedPack>(1);
     let committed = AtomicUsize::new(0);
     std::thread::scope(|scope| -> Result<u64> {
-        let committed = &committed;
-        let writer = scope.spawn(move || -> Result<u64> {
-            let mut written = 0;
-            for sealed in rx {
-                let mut txn = store.kv().begin()?;
-                written += sealed.store(&mut *txn)?;
-                txn.commit()?;
-                committed.fetch_add(1, Ordering::Release);
-            }
-            Ok(written)
-        });
-        let reading = (|| -> Result<()> {
-            let mut previous: Option<Packer> = None;
-            let mut done_bytes = 0u64;
-            // Split in place (a million files' list is 8 MB; a copy of it is 8 MB more).
-            let streamed = |i: usize| walked.get(i).stat.size > STREAM_FROM;
-            let mut to_read = std::mem::take(&mut plan.to_read);
-            let large: Vec<usize> = to_read.iter().copied().filter(|&i| streamed(i)).collect();
-            to_read.retain(|&i| !streamed(i));
-            for (n, batch) in batches(&to_read, |i| walked.get(i).stat.size).into_iter().enumerate() {
-                // The writer has work from the second batch on.
-                let writing = n > 0;
-                cancelled(opts)?;
-                if let Some(progress) = opts.progress {
-                    progress(done_bytes, plan.read_bytes);
-                }
-                done_bytes += batch.iter().map(|&i| walked.get(i).stat.size).sum::<u64>();
-                // Loaded before this batch looks into the store, which then sees those packs.
-                unseen.forget_committed(committed.load(Ordering::Acquire));
-                let (sealed, read) = rayon::join(
-                    || previous.take().map(|p| p.seal(store.keys())).transpose(),
-                    || {
-                        read_batch(store, root, walked, batch, max_file, writing).map(|read| {
-                            let packer = pack_batch(&read, &mut unseen);
-                            (read, packer)
-                        })
-                    },
-                );
-                if let Some(sealed) = sealed?
-                    && tx.send(sealed).is_err()
-                {
-                    return Ok(()); // the writer failed; its error is reported below
-                }
-                let (read, packer) = read?;
-                for (i, result) in read.files {
-                    record_read(walked, plan, i, result.map(|(id, _, stat)| (id, stat)), record);
-                }
-                previous = Some(packer).filter(|p| !p.is_empty());
-            }
-            if let Some(last) = previous {
-                let _ = tx.send(last.seal(store.keys())?);
-            }
-            for i in large {
-                cancelled(opts)?;
-                if let Some(progress) = opts.progress {
-                    progress(done_bytes, plan.read_bytes);
-                }
-                done_bytes += walked.get(i).stat.size;
-                let read = stream_file(store, root, walked.get(i).path, max_file, &tx, &mut unseen, opts);
-                if read.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
-                    return read.map(|_| ());
-                }
-                record_read(walked, plan, i, read, record);
-            }
-            Ok(())
-        })();
-        drop(tx);
+        let writer = scope.spawn(|| write_packs(store, rx, &committed));
+        let max_file = store.settings().snapshots.max_file_bytes;
+        let mut reader = Reader {
+            store,
+            root,
+            walked,
+            opts,
+            max_file,
+            unseen: Unseen::default(),
+            committed: &committed,
+            tx,
+            done: 0,
+        };
+        let reading = reader.read(plan, record);
+        drop(reader); // the writer stops once the channel closes
         let written = writer.join().map_err(|_| Error::new(ErrorCode::Io, "snapshot writer thread panicked"))?;
         reading?;
         written
     })
+}
+
+/// The writer thread: stores each sealed pack in its own transaction, counting them in
+/// `committed` (so the readers know which ids the store holds now); the bytes written.
+fn write_packs(store: &Store, rx: std::sync::mpsc::Receiver<SealedPack>, committed: &AtomicUsize) -> Result<u64> {
+    let mut written = 0;
+    for sealed in rx {
+        let mut txn = store.kv().begin()?;
+        written += sealed.store(&mut *txn)?;
+        txn.commit()?;
+        committed.fetch_add(1, Ordering::Release);
+    }
+    Ok(written)
+}
+
+/// Phase 5's reading side: what it reads from, and what it sends the writer.
+struct Reader<'a, 'w> {
+    store: &'a Store,
+    root: &'a Path,
+    walked: &'a Scan<'w>,
+    opts: &'a TakeOptions<'a>,
+    max_file: u64,
+    unseen: Unseen,
+    committed: &'a AtomicUsize,
+    tx: std::sync::mpsc::SyncSender<SealedPack>,
+    /// Bytes read so far, for the progress callback.
+    done: u64,
+}
+
+impl Reader<'_, '_> {
+    /// Reads the plan's files: the small ones in batches, then the large ones streamed.
+    fn read(&mut self, plan: &mut ReadPlan, record: &mut SnapshotRecord) -> Result<()> {
+        // Split in place (a million files' list is 8 MB; a copy of it is 8 MB more).
+        let walked = self.walked;
+        let streamed = |i: usize| walked.get(i).stat.size > STREAM_FROM;
+        let mut to_read = std::mem::take(&mut plan.to_read);
+        let large: Vec<usize> = to_read.iter().copied().filter(|&i| streamed(i)).collect();
+        to_read.retain(|&i| !streamed(i));
+        if self.read_batches(&to_read, plan, record)? {
+            self.read_large(&large, plan, record)?;
+        }
+        Ok(())
+    }
+
+    /// Tells the progress callback how far the reading is, and checks for cancelling.
+    fn step(&mut self, bytes: u64, plan: &ReadPlan) -> Result<()> {
+        cancelled(self.opts)?;
+        if let Some(progress) = self.opts.progress {
+            progress(self.done, plan.read_bytes);
+        }
+        self.done += bytes;
+        Ok(())
+    }
+
+    /// Reads `to_read` batch by batch, each packed while the next is read and sealed as
+    /// it goes to the writer; `false` if the writer stopped (its error is the one told).
+    fn read_batches(&mut self, to_read: &[usize], plan: &mut ReadPlan, record: &mut SnapshotRecord) -> Result<bool> {
+        let (store, walked) = (self.store, self.walked);
+        let mut previous: Option<Packer> = None;
+        for (n, batch) in batches(to_read, |i| walked.get(i).stat.size).into_iter().enumerate() {
+            // The writer has work from the second batch on.
+            let writing = n > 0;
+            self.step(batch.iter().map(|&i| walked.get(i).stat.size).sum::<u64>(), plan)?;
+            // Loaded before this batch looks into the store, which then sees those packs.
+            self.unseen.forget_committed(self.committed.load(Ordering::Acquire));
+            let unseen = &mut self.unseen;
+            let (sealed, read) = rayon::join(
+                || previous.take().map(|p| p.seal(store.keys())).transpose(),
+                || {
+                    read_batch(store, self.root, walked, batch, self.max_file, writing).map(|read| {
+                        let packer = pack_batch(&read, unseen);
+                        (read, packer)
+                    })
+                },
+            );
+            if let Some(sealed) = sealed?
+                && self.tx.send(sealed).is_err()
+            {
+                return Ok(false);
+            }
+            let (read, packer) = read?;
+            for (i, result) in read.files {
+                record_read(walked, plan, i, result.map(|(id, _, stat)| (id, stat)), record);
+            }
+            previous = Some(packer).filter(|p| !p.is_empty());
+        }
+        if let Some(last) = previous {
+            let _ = self.tx.send(last.seal(store.keys())?);
+        }
+        Ok(true)
+    }
+
+    /// Reads the files over [`STREAM_FROM`] one at a time, in pieces ([`stream_file`]).
+    fn read_large(&mut self, large: &[usize], plan: &mut ReadPlan, record: &mut SnapshotRecord) -> Result<()> {
+        for &i in large {
+            let e = self.walked.get(i);
+            self.step(e.stat.size, plan)?;
+            let read = stream_file(self.store, self.root, e.path, self.max_file, &self.tx, &mut self.unseen, self.opts);
+            if read.as_ref().is_err_and(|e| e.code == ErrorCode::Cancelled) {
+                return read.map(|_| ());
+            }
+            record_read(self.walked, plan, i, read, record);
+        }
+        Ok(())
+    }
 }
 
 /// One batch as read: each entry's file (or why not), and per file read, whether the store
