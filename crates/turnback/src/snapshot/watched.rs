@@ -198,7 +198,7 @@ pub(super) fn patch(
     let Some(mut files) = edit.sort_files()? else { return Ok(None) };
     let Some(read) = edit.read_changed(source, previous, &mut files, opts)? else { return Ok(None) };
     let Some(tree) = edit.rebuild(&files.ids, previous)? else { return Ok(None) };
-    let nested = edit.nested(previous, &tree.listed);
+    let nested = edit.nested(previous);
     Ok(Some(Patched {
         built: Built { root: tree.root, nested, pending: tree.trees.pending, stored: tree.trees.stored, cache: None },
         files: tree.files,
@@ -237,7 +237,6 @@ struct Read {
 struct Rebuilt {
     root: ContentId,
     trees: Trees,
-    listed: HashSet<Vec<u8>>,
     files: u64,
     bytes: u64,
 }
@@ -326,9 +325,7 @@ impl Edit<'_> {
         for (i, e) in walked.entries.iter().enumerate() {
             by_dir.entry(dir_of(&e.path)).or_default().push(i);
         }
-        let listed: HashSet<&[u8]> =
-            std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
-        let unlisted: HashSet<&[u8]> = walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
+        let (listed, unlisted) = listed_and_unlisted(walked);
         let mut unlisted_in: HashMap<&[u8], Vec<&[u8]>> = HashMap::new();
         for &d in &unlisted {
             unlisted_in.entry(dir_of(d)).or_default().push(d);
@@ -370,7 +367,6 @@ impl Edit<'_> {
         Ok(Some(Rebuilt {
             root,
             trees: sealer.finish(),
-            listed: listed.iter().map(|d| d.to_vec()).collect(),
             files: u64::try_from(files).unwrap_or(0),
             bytes: u64::try_from(bytes).unwrap_or(0),
         }))
@@ -378,9 +374,8 @@ impl Edit<'_> {
 
     /// Phase 4: the nested repositories: those in reused subtrees stay, the listed ones
     /// are as found.
-    fn nested(&self, previous: &SnapshotRecord, listed: &HashSet<Vec<u8>>) -> Vec<NestedRepo> {
-        let listed: HashSet<&[u8]> = listed.iter().map(Vec::as_slice).collect();
-        let unlisted: HashSet<&[u8]> = self.walked.dirs.unlisted.iter().map(Vec::as_slice).collect();
+    fn nested(&self, previous: &SnapshotRecord) -> Vec<NestedRepo> {
+        let (listed, unlisted) = listed_and_unlisted(&self.walked);
         let mut nested: Vec<NestedRepo> = previous
             .nested_repos
             .iter()
@@ -432,6 +427,13 @@ fn gone(
         bytes += i128::from(b);
     }
     Ok(Some((files, bytes)))
+}
+
+/// The directories the partial walk listed (the root among them), and those it met in them
+/// without entering.
+fn listed_and_unlisted(walked: &Walk) -> (HashSet<&[u8]>, HashSet<&[u8]>) {
+    let listed = std::iter::once(&b""[..]).chain(walked.dirs.listed.iter().map(Vec::as_slice)).collect();
+    (listed, walked.dirs.unlisted.iter().map(Vec::as_slice).collect())
 }
 
 /// Whether `path` lies in a subdirectory reused whole (under an unlisted directory whose

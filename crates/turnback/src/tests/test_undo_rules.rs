@@ -671,21 +671,7 @@ fn undoing_a_rollback_leaves_a_file_edited_since_alone() {
     let tb = ws.open("s");
     let (_, end) = a_turn_of_every_kind(&ws, &tb);
     let done = rollback_turn(&tb, 1);
-    ws.edit("a.txt", "person\n");
-    let undone = undo(&tb, done.rollback_checkpoint_id);
-    assert_eq!(
-        decisions(&undone.targets),
-        [
-            "a.txt: conflict content-conflict",
-            "c.txt: delete-file",
-            "new/b.txt: restore-from-artifact",
-            "run.sh: restore-pre-image"
-        ]
-    );
-    assert_eq!(undone.result_type, ResultType::Partial);
-    let mut expected = end;
-    expected.insert("a.txt".to_string(), file("person\n", 0o640));
-    assert_eq!(ws.tree(), expected, "everything else as before the rollback");
+    undo_after_a_persons_edit(&ws, &tb, done.rollback_checkpoint_id, end);
 }
 
 #[test]
@@ -709,8 +695,14 @@ fn undoing_a_rewind_leaves_a_file_edited_since_alone() {
     let tb = ws.open("s");
     let (_, end) = a_turn_of_every_kind(&ws, &tb);
     let done = rewind_to(&tb, 1);
+    undo_after_a_persons_edit(&ws, &tb, done.checkpoint_id, end);
+}
+
+/// A person edits `a.txt` after an undo's checkpoint was made; undoing it then leaves that
+/// edit alone as a conflict and gives back everything else of `end`.
+fn undo_after_a_persons_edit(ws: &Ws, tb: &Turnback, checkpoint: Option<String>, end: Tree) {
     ws.edit("a.txt", "person\n");
-    let undone = undo(&tb, done.checkpoint_id);
+    let undone = undo(tb, checkpoint);
     assert_eq!(
         decisions(&undone.targets),
         [
@@ -723,5 +715,5 @@ fn undoing_a_rewind_leaves_a_file_edited_since_alone() {
     assert_eq!(undone.result_type, ResultType::Partial);
     let mut expected = end;
     expected.insert("a.txt".to_string(), file("person\n", 0o640));
-    assert_eq!(ws.tree(), expected, "everything else as before the rewind");
+    assert_eq!(ws.tree(), expected, "everything else as before the undone change");
 }

@@ -194,12 +194,8 @@ pub struct Begun {
     /// The turn.
     pub turn: Turn,
     /// Tool calls closed as failed first, because their "after" event never came.
-    #[serde(skip_serializing_if = "is_zero_u64")]
+    #[serde(skip_serializing_if = "is_zero")]
     pub abandoned_calls_closed: u64,
-}
-
-fn is_zero_u64(n: &u64) -> bool {
-    *n == 0
 }
 
 impl Turn {
@@ -209,6 +205,6 @@ impl Turn {
     }
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
